@@ -1,0 +1,1 @@
+//! Throwaway PostgreSQL and PgBouncer for tests and benchmarks.

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Installs the system packages Bypass needs; safe to run again (does nothing when all are present).
+set -euo pipefail
+
+packages=(postgresql-15 postgresql-contrib-15 pgbouncer sysstat python3-matplotlib)
+missing=()
+for package in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
+done
+
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  sudo_cmd=""
+  [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo_cmd apt-get update -q
+  $sudo_cmd apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+if ! command -v cargo >/dev/null 2>&1; then
+  echo "setup: cargo is missing; install Rust with rustup (https://rustup.rs)" >&2
+  exit 1
+fi
