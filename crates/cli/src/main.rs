@@ -1,1 +1,114 @@
-fn main() {}
+//! The `bypass` binary: subcommands that wire the crates together. No logic lives here.
+
+mod up;
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use bypass_pooler::{Config, Proxy, ValidConfig};
+use clap::{Parser, Subcommand};
+
+/// Bypass: a PostgreSQL data path with the layers taken out.
+#[derive(Parser)]
+#[command(version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the connection pooler with a configuration file.
+    Proxy {
+        /// Path to bypass.toml.
+        #[arg(long)]
+        config: PathBuf,
+    },
+    /// Validate a configuration file and list every problem in it.
+    CheckConfig {
+        /// Path to bypass.toml.
+        file: PathBuf,
+    },
+    /// Start a private PostgreSQL 15 under ./.bypass and the pooler in front of it on port 6432.
+    Up(up::UpArgs),
+    /// Run a benchmark and write its results under bench/results/.
+    Bench {
+        #[command(subcommand)]
+        which: BenchCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum BenchCommand {
+    /// pgbench through direct PostgreSQL, PgBouncer (1 and 2 processes) and Bypass.
+    Pooler(bypass_bench::pooler::PoolerBenchArgs),
+}
+
+fn main() -> Result<()> {
+    init_logging();
+    match Cli::parse().command {
+        Command::Proxy { config } => run_proxy(load(&config)?),
+        Command::CheckConfig { file } => check_config(&file),
+        Command::Up(args) => up::run(args),
+        Command::Bench { which: BenchCommand::Pooler(args) } => {
+            bypass_bench::pooler::run(args, &std::env::current_exe()?)
+        }
+    }
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("BYPASS_LOG").unwrap_or_else(|_| "info".into());
+    tracing_subscriber::fmt().with_env_filter(filter).with_target(false).init();
+}
+
+fn load(path: &std::path::Path) -> Result<ValidConfig> {
+    Config::load(path).with_context(|| format!("configuration {}", path.display()))
+}
+
+fn check_config(path: &std::path::Path) -> Result<()> {
+    let valid = load(path)?;
+    println!(
+        "{}: valid ({} database entries, {} users, listening on {})",
+        path.display(),
+        valid.config.databases.len(),
+        valid.auth.len(),
+        valid.listen_addr
+    );
+    Ok(())
+}
+
+/// A tokio runtime with the configured number of worker threads.
+pub fn runtime(workers: usize) -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
+        .thread_name("bypass-worker")
+        .enable_all()
+        .build()
+        .context("starting the runtime")
+}
+
+fn run_proxy(config: ValidConfig) -> Result<()> {
+    raise_fd_limit();
+    let runtime = runtime(config.config.pooler.worker_count())?;
+    runtime.block_on(async move {
+        let proxy = Proxy::bind(config).context("binding the listen address")?;
+        tracing::info!(address = %proxy.local_addr()?, "pooler listening");
+        tokio::select! {
+            _ = proxy.serve() => {}
+            _ = tokio::signal::ctrl_c() => tracing::info!("interrupted: stopping"),
+        }
+        Ok(())
+    })
+}
+
+/// Many clients need many descriptors: take the hard limit.
+pub fn raise_fd_limit() {
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit/setrlimit only read and write the struct we pass.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && limit.rlim_cur < limit.rlim_max {
+            limit.rlim_cur = limit.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+        }
+    }
+}

@@ -1,1 +1,42 @@
-//! The user-space pooler.
+//! The user-space PostgreSQL pooler: what PgBouncer does, multi-threaded on tokio.
+//!
+//! ```text
+//!  client ──TCP──► proxy (accept, max_client_conn)
+//!                    │
+//!                    ▼
+//!                  login (startup, auth: trust/md5/scram, welcome) ──► Session
+//!                                                                       │ Idle ◄──────────┐
+//!                                                                       ▼                 │
+//!                  pool (database, user): idle LIFO, FIFO waiters ──► Linked: relay ──────┘
+//!                    │                                                   (ReadyForQuery 'I',
+//!                    ▼                                                    nothing outstanding)
+//!                  server: login (trust/cleartext/md5/scram), reset, parameter sync
+//! ```
+//!
+//! Invariants:
+//! - A server goes back to the pool only at a transaction boundary with every request answered
+//!   ([`relay::TransactionTracker`]), and only with no unread bytes.
+//! - Every server connection is counted in its pool by a lease that frees the slot on drop, so no
+//!   error path can leak a slot.
+//! - Waiting clients are served strictly first come, first served.
+//! - After login, relaying allocates nothing: each side owns one fixed buffer.
+
+pub mod auth_file;
+pub mod buffer;
+pub mod cancel;
+pub mod config;
+pub mod error;
+pub mod io;
+pub mod login;
+pub mod params;
+pub mod pool;
+pub mod proxy;
+pub mod relay;
+pub mod server;
+pub mod session;
+pub mod shared;
+
+pub use config::{Config, ConfigError, ValidConfig};
+pub use error::PoolerError;
+pub use proxy::Proxy;
+pub use shared::{Shared, Snapshot};

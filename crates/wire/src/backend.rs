@@ -38,13 +38,20 @@ impl TransactionStatus {
 pub enum Authentication<'a> {
     Ok,
     CleartextPassword,
-    Md5Password { salt: [u8; 4] },
+    Md5Password {
+        salt: [u8; 4],
+    },
     /// Mechanism names, NUL-separated, as sent.
-    Sasl { mechanisms: &'a [u8] },
+    Sasl {
+        mechanisms: &'a [u8],
+    },
     SaslContinue(&'a [u8]),
     SaslFinal(&'a [u8]),
     /// Kerberos, SCM credentials, GSSAPI, SSPI: decoded so a relay can refuse them clearly.
-    Unsupported { code: i32, data: &'a [u8] },
+    Unsupported {
+        code: i32,
+        data: &'a [u8],
+    },
 }
 
 impl<'a> Authentication<'a> {
@@ -61,7 +68,10 @@ impl<'a> Authentication<'a> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BackendMessage<'a> {
     Authentication(Authentication<'a>),
-    BackendKeyData { process_id: i32, secret_key: &'a [u8] },
+    BackendKeyData {
+        process_id: i32,
+        secret_key: &'a [u8],
+    },
     BindComplete,
     CloseComplete,
     CommandComplete(&'a [u8]),
@@ -74,17 +84,30 @@ pub enum BackendMessage<'a> {
     EmptyQueryResponse,
     ErrorResponse(Fields<'a>),
     FunctionCallResponse(Option<&'a [u8]>),
-    NegotiateProtocolVersion { newest_minor: i32, unrecognized: ValueListOfStrings<'a> },
+    NegotiateProtocolVersion {
+        newest_minor: i32,
+        unrecognized: ValueListOfStrings<'a>,
+    },
     NoData,
     NoticeResponse(Fields<'a>),
-    NotificationResponse { process_id: i32, channel: &'a [u8], payload: &'a [u8] },
+    NotificationResponse {
+        process_id: i32,
+        channel: &'a [u8],
+        payload: &'a [u8],
+    },
     /// Parameter type OIDs as raw Int32s.
     ParameterDescription(&'a [u8]),
-    ParameterStatus { name: &'a [u8], value: &'a [u8] },
+    ParameterStatus {
+        name: &'a [u8],
+        value: &'a [u8],
+    },
     ParseComplete,
     PortalSuspended,
     ReadyForQuery(TransactionStatus),
-    RowDescription { field_count: usize, raw: &'a [u8] },
+    RowDescription {
+        field_count: usize,
+        raw: &'a [u8],
+    },
 }
 
 /// The overall format and per-column formats of a Copy*Response.
@@ -405,21 +428,26 @@ pub mod build {
 
     /// An ErrorResponse or NoticeResponse with severity, SQLSTATE and message.
     pub fn error(buf: &mut Vec<u8>, severity: Severity, code: SqlState, text: &str) {
+        notice_or_error(buf, b'E', severity, code.code(), text);
+    }
+
+    /// An ErrorResponse whose SQLSTATE came from elsewhere as text (a server's own error).
+    pub fn error_with_code(buf: &mut Vec<u8>, severity: Severity, code: &str, text: &str) {
         notice_or_error(buf, b'E', severity, code, text);
     }
 
     pub fn notice(buf: &mut Vec<u8>, code: SqlState, text: &str) {
-        notice_or_error(buf, b'N', Severity::Notice, code, text);
+        notice_or_error(buf, b'N', Severity::Notice, code.code(), text);
     }
 
-    fn notice_or_error(buf: &mut Vec<u8>, tag: u8, severity: Severity, code: SqlState, text: &str) {
+    fn notice_or_error(buf: &mut Vec<u8>, tag: u8, severity: Severity, code: &str, text: &str) {
         message(buf, Some(tag), |buf| {
             for field in [b'S', b'V'] {
                 buf.push(field);
                 put_cstr(buf, severity.name().as_bytes());
             }
             buf.push(b'C');
-            put_cstr(buf, code.code().as_bytes());
+            put_cstr(buf, code.as_bytes());
             buf.push(b'M');
             put_cstr(buf, text.as_bytes());
             buf.push(0);

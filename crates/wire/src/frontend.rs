@@ -230,7 +230,8 @@ impl<'a> FrontendMessage<'a> {
                 put_count16(buf, parse.param_types_raw.len() / 4);
                 buf.extend_from_slice(parse.param_types_raw);
             }
-            FrontendMessage::CopyDone | FrontendMessage::Flush | FrontendMessage::Sync | FrontendMessage::Terminate => {}
+            FrontendMessage::CopyDone | FrontendMessage::Flush | FrontendMessage::Sync | FrontendMessage::Terminate => {
+            }
         }
     }
 }

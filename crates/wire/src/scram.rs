@@ -180,11 +180,8 @@ impl ServerExchange {
         if attribute(without_proof, 'r', "nonce missing")? != self.nonce {
             return Err(WireError::Scram("nonce does not match"));
         }
-        let proof: Key = BASE64
-            .decode(proof)
-            .ok()
-            .and_then(|p| p.try_into().ok())
-            .ok_or(WireError::Scram("proof is malformed"))?;
+        let proof: Key =
+            BASE64.decode(proof).ok().and_then(|p| p.try_into().ok()).ok_or(WireError::Scram("proof is malformed"))?;
         let auth_message = format!("{},{},{}", self.client_first_bare, self.server_first, without_proof);
         let client_signature = hmac(&self.verifier.stored_key, auth_message.as_bytes());
         let client_key = xor(&proof, &client_signature);
@@ -204,7 +201,10 @@ fn split_gs2_header(text: &str) -> WireResult<(&str, &str)> {
         Some(b'p') => return Err(WireError::Scram("channel binding was not offered")),
         _ => return Err(WireError::Scram("malformed gs2 header")),
     }
-    let after_flag = text.get(2..).filter(|_| text.as_bytes().get(1) == Some(&b',')).ok_or(WireError::Scram("malformed gs2 header"))?;
+    let after_flag = text
+        .get(2..)
+        .filter(|_| text.as_bytes().get(1) == Some(&b','))
+        .ok_or(WireError::Scram("malformed gs2 header"))?;
     let comma = after_flag.find(',').ok_or(WireError::Scram("malformed gs2 header"))?;
     let header_len = 2 + comma + 1;
     Ok((&text[..header_len], &text[header_len..]))
@@ -243,7 +243,8 @@ impl ClientExchange {
         if !nonce.starts_with(&self.nonce) || nonce.len() == self.nonce.len() {
             return Err(WireError::Scram("server nonce does not extend the client nonce"));
         }
-        let salt = BASE64.decode(attribute(text, 's', "salt missing")?).map_err(|_| WireError::Scram("salt is malformed"))?;
+        let salt =
+            BASE64.decode(attribute(text, 's', "salt missing")?).map_err(|_| WireError::Scram("salt is malformed"))?;
         let iterations: u32 = attribute(text, 'i', "iteration count missing")?
             .parse()
             .ok()
@@ -278,7 +279,9 @@ impl ClientExchange {
         if attribute(text, 'e', "").is_ok() {
             return Err(WireError::ScramVerification);
         }
-        let signature = BASE64.decode(attribute(text, 'v', "server signature missing")?).map_err(|_| WireError::Scram("server signature is malformed"))?;
+        let signature = BASE64
+            .decode(attribute(text, 'v', "server signature missing")?)
+            .map_err(|_| WireError::Scram("server signature is malformed"))?;
         let expected = self.expected_server_signature.ok_or(WireError::Scram("server-final before server-first"))?;
         if constant_time_eq(&signature, &expected) {
             Ok(())

@@ -20,7 +20,10 @@ pub enum StartupPacket<'a> {
     SslRequest,
     GssEncRequest,
     /// `secret_key` is 4 bytes in protocol 3.0 and up to 256 bytes in 3.2.
-    Cancel { process_id: i32, secret_key: &'a [u8] },
+    Cancel {
+        process_id: i32,
+        secret_key: &'a [u8],
+    },
 }
 
 /// The parameters of a StartupMessage, in wire order.

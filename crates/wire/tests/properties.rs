@@ -12,10 +12,38 @@ const LIMIT: u32 = 1 << 20;
 
 fn tag() -> impl Strategy<Value = u8> {
     prop_oneof![
-        Just(b'B'), Just(b'C'), Just(b'd'), Just(b'c'), Just(b'f'), Just(b'D'), Just(b'E'), Just(b'H'),
-        Just(b'F'), Just(b'P'), Just(b'p'), Just(b'Q'), Just(b'S'), Just(b'X'), Just(b'R'), Just(b'K'),
-        Just(b'2'), Just(b'3'), Just(b'G'), Just(b'W'), Just(b'I'), Just(b'V'), Just(b'v'), Just(b'n'),
-        Just(b'N'), Just(b'A'), Just(b't'), Just(b'1'), Just(b's'), Just(b'Z'), Just(b'T'), any::<u8>()
+        Just(b'B'),
+        Just(b'C'),
+        Just(b'd'),
+        Just(b'c'),
+        Just(b'f'),
+        Just(b'D'),
+        Just(b'E'),
+        Just(b'H'),
+        Just(b'F'),
+        Just(b'P'),
+        Just(b'p'),
+        Just(b'Q'),
+        Just(b'S'),
+        Just(b'X'),
+        Just(b'R'),
+        Just(b'K'),
+        Just(b'2'),
+        Just(b'3'),
+        Just(b'G'),
+        Just(b'W'),
+        Just(b'I'),
+        Just(b'V'),
+        Just(b'v'),
+        Just(b'n'),
+        Just(b'N'),
+        Just(b'A'),
+        Just(b't'),
+        Just(b'1'),
+        Just(b's'),
+        Just(b'Z'),
+        Just(b'T'),
+        any::<u8>()
     ]
 }
 

@@ -1,0 +1,96 @@
+//! Cancel keys. Each client gets a key of the pooler's own; a CancelRequest with that key is sent
+//! on, with the server's real key, to whichever server runs the client's query at that moment.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use bypass_wire::scram::constant_time_eq;
+use rand::Rng;
+
+use crate::server::BackendKey;
+
+/// Bound on registered keys; one per client, so `max_client_conn` keeps it far below this.
+const REGISTERED_MAX: usize = 1 << 20;
+
+/// Where a client's cancel goes while it holds a server.
+#[derive(Debug, Clone, Copy)]
+pub struct CancelRoute {
+    pub address: SocketAddr,
+    pub key: BackendKey,
+}
+
+/// One client's cancel key and its current route.
+#[derive(Debug)]
+pub struct CancelEntry {
+    pub process_id: i32,
+    pub secret: [u8; 4],
+    route: Mutex<Option<CancelRoute>>,
+}
+
+impl CancelEntry {
+    /// Records the server the client now uses, or `None` when it has none.
+    pub fn set_route(&self, route: Option<CancelRoute>) {
+        *self.route.lock().unwrap_or_else(|p| p.into_inner()) = route;
+    }
+
+    fn route(&self) -> Option<CancelRoute> {
+        *self.route.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// All clients' keys, by the process id we gave them.
+#[derive(Debug, Default)]
+pub struct CancelRegistry {
+    entries: Mutex<HashMap<i32, Arc<CancelEntry>>>,
+}
+
+/// Removes the entry when the client's session ends.
+pub struct Registration {
+    registry: Arc<CancelRegistry>,
+    pub entry: Arc<CancelEntry>,
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        self.registry.lock().remove(&self.entry.process_id);
+    }
+}
+
+impl CancelRegistry {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<i32, Arc<CancelEntry>>> {
+        self.entries.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Issues a fresh random key; `None` if the registry is full.
+    pub fn register(self: &Arc<Self>) -> Option<Registration> {
+        let mut rng = rand::thread_rng();
+        let mut entries = self.lock();
+        if entries.len() >= REGISTERED_MAX {
+            return None;
+        }
+        let process_id = loop {
+            let candidate = rng.gen_range(1..i32::MAX);
+            if !entries.contains_key(&candidate) {
+                break candidate;
+            }
+        };
+        let entry = Arc::new(CancelEntry { process_id, secret: rng.gen(), route: Mutex::new(None) });
+        entries.insert(process_id, entry.clone());
+        Some(Registration { registry: self.clone(), entry })
+    }
+
+    /// The route for a CancelRequest, if the key is valid and the client holds a server.
+    pub fn route_for(&self, process_id: i32, secret: &[u8]) -> Option<CancelRoute> {
+        let entry = self.lock().get(&process_id).cloned()?;
+        constant_time_eq(&entry.secret, secret).then(|| entry.route()).flatten()
+    }
+
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}

@@ -1,0 +1,310 @@
+//! `bypass.toml`: the pooler's settings and its `[databases]` table, PgBouncer-style.
+//!
+//! Every field has a documented unit and default; unknown keys are errors; [`Config::validate`]
+//! reports every problem at once.
+
+use std::collections::BTreeMap;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+use crate::auth_file::AuthFile;
+
+/// When a server goes back to the pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PoolMode {
+    /// A server is held by one client from login to disconnect, then reset.
+    Session,
+    /// A server is held for one transaction (ReadyForQuery 'I' with nothing outstanding).
+    Transaction,
+}
+
+/// How clients prove who they are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+pub enum AuthType {
+    #[serde(rename = "trust")]
+    Trust,
+    /// MD5 challenge; users whose stored secret is a SCRAM verifier get SCRAM instead (as PgBouncer).
+    #[serde(rename = "md5")]
+    Md5,
+    #[serde(rename = "scram-sha-256")]
+    ScramSha256,
+}
+
+/// The whole configuration file.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    #[serde(default)]
+    pub pooler: PoolerSettings,
+    /// Client-visible database name → backend. The name `*` matches any database not listed.
+    #[serde(default)]
+    pub databases: BTreeMap<String, DatabaseEntry>,
+}
+
+/// The `[pooler]` table.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PoolerSettings {
+    /// Address clients connect to. Default `127.0.0.1:6432`.
+    pub listen_addr: String,
+    /// `session` or `transaction`. Default `session` (as PgBouncer).
+    pub pool_mode: PoolMode,
+    /// `trust`, `md5` or `scram-sha-256`. Default `md5`.
+    pub auth_type: AuthType,
+    /// PgBouncer-format user list (`"user" "secret"` per line); required unless `auth_type = trust`.
+    pub auth_file: Option<PathBuf>,
+    /// Most client connections at once; more are refused with SQLSTATE 53300. Default 100.
+    pub max_client_conn: u32,
+    /// Servers per (database, user) pool. Default 20.
+    pub default_pool_size: u32,
+    /// Servers each pool keeps open even when idle. Default 0.
+    pub min_pool_size: u32,
+    /// Most servers per database across all its pools; 0 = unlimited. Default 0.
+    pub max_db_connections: u32,
+    /// How long a client waits for a server before it is disconnected, ms; 0 = forever. Default 120000.
+    pub query_wait_timeout_ms: u64,
+    /// Idle servers older than this are closed, ms; 0 = never. Default 600000.
+    pub server_idle_timeout_ms: u64,
+    /// Servers older than this are closed when released, ms; 0 = never. Default 3600000.
+    pub server_lifetime_ms: u64,
+    /// Bound on connecting and logging in to a server, ms. Default 15000.
+    pub server_connect_timeout_ms: u64,
+    /// Clients idle (no server) longer than this are disconnected, ms; 0 = never. Default 0.
+    pub client_idle_timeout_ms: u64,
+    /// Clients idle inside a transaction longer than this are disconnected, ms; 0 = never. Default 0.
+    pub idle_transaction_timeout_ms: u64,
+    /// Bound on a client's startup and authentication, ms. Default 60000.
+    pub client_login_timeout_ms: u64,
+    /// Run on a server before another client gets it in session mode. Default `DISCARD ALL`.
+    pub server_reset_query: String,
+    /// Largest message accepted from either side, bytes. Default 268435456 (256 MiB).
+    pub message_size_max: u32,
+    /// Worker threads; 0 = one per CPU. Default 0.
+    pub workers: u32,
+    /// `listen()` backlog. Default 4096.
+    pub listen_backlog: u32,
+}
+
+impl Default for PoolerSettings {
+    fn default() -> Self {
+        PoolerSettings {
+            listen_addr: "127.0.0.1:6432".into(),
+            pool_mode: PoolMode::Session,
+            auth_type: AuthType::Md5,
+            auth_file: None,
+            max_client_conn: 100,
+            default_pool_size: 20,
+            min_pool_size: 0,
+            max_db_connections: 0,
+            query_wait_timeout_ms: 120_000,
+            server_idle_timeout_ms: 600_000,
+            server_lifetime_ms: 3_600_000,
+            server_connect_timeout_ms: 15_000,
+            client_idle_timeout_ms: 0,
+            idle_transaction_timeout_ms: 0,
+            client_login_timeout_ms: 60_000,
+            server_reset_query: "DISCARD ALL".into(),
+            message_size_max: bypass_wire::DEFAULT_MESSAGE_SIZE_MAX,
+            workers: 0,
+            listen_backlog: 4096,
+        }
+    }
+}
+
+/// One `[databases.NAME]` entry.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DatabaseEntry {
+    /// Backend host name or address. Default `127.0.0.1`.
+    pub host: String,
+    /// Backend port. Default 5432.
+    pub port: u16,
+    /// Backend database name; default: the client-visible name.
+    pub dbname: Option<String>,
+    /// Log in to the backend as this user instead of the client's user.
+    pub user: Option<String>,
+    /// Backend password for `user` (plaintext, `md5…` or a SCRAM verifier is not usable here).
+    pub password: Option<String>,
+    /// Overrides `default_pool_size`.
+    pub pool_size: Option<u32>,
+    /// Overrides `min_pool_size`.
+    pub min_pool_size: Option<u32>,
+    /// Overrides `pool_mode`.
+    pub pool_mode: Option<PoolMode>,
+    /// Overrides `max_db_connections`.
+    pub max_db_connections: Option<u32>,
+}
+
+impl Default for DatabaseEntry {
+    fn default() -> Self {
+        DatabaseEntry {
+            host: "127.0.0.1".into(),
+            port: 5432,
+            dbname: None,
+            user: None,
+            password: None,
+            pool_size: None,
+            min_pool_size: None,
+            pool_mode: None,
+            max_db_connections: None,
+        }
+    }
+}
+
+/// Why a configuration could not be used.
+#[derive(Debug, Error)]
+pub enum ConfigError {
+    #[error("cannot read {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("{path}: {source}")]
+    Parse { path: PathBuf, source: Box<toml::de::Error> },
+    #[error("invalid configuration:\n  - {}", .0.join("\n  - "))]
+    Invalid(Vec<String>),
+}
+
+/// A configuration that passed validation, with its auth file loaded.
+#[derive(Debug, Clone)]
+pub struct ValidConfig {
+    pub config: Config,
+    pub listen_addr: SocketAddr,
+    pub auth: AuthFile,
+}
+
+impl Config {
+    /// Reads, parses and validates a TOML file; relative paths inside resolve against its folder.
+    pub fn load(path: &Path) -> Result<ValidConfig, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.into(), source })?;
+        let mut config: Config = toml::from_str(&text)
+            .map_err(|source| ConfigError::Parse { path: path.into(), source: Box::new(source) })?;
+        if let (Some(auth_file), Some(folder)) = (&config.pooler.auth_file, path.parent()) {
+            config.pooler.auth_file = Some(folder.join(auth_file));
+        }
+        config.validate()
+    }
+
+    /// Checks every setting and loads the auth file; lists all problems at once.
+    pub fn validate(self) -> Result<ValidConfig, ConfigError> {
+        let mut problems = Vec::new();
+        let listen_addr = resolve(&self.pooler.listen_addr, "pooler.listen_addr", &mut problems);
+        self.pooler.check(&mut problems);
+        if self.databases.is_empty() {
+            problems.push("[databases] is empty: no client could connect anywhere".into());
+        }
+        for (name, entry) in &self.databases {
+            entry.check(name, &self.pooler, &mut problems);
+        }
+        let auth = self.load_auth_file(&mut problems);
+        match (problems.is_empty(), listen_addr) {
+            (true, Some(listen_addr)) => Ok(ValidConfig { config: self, listen_addr, auth }),
+            _ => Err(ConfigError::Invalid(problems)),
+        }
+    }
+
+    fn load_auth_file(&self, problems: &mut Vec<String>) -> AuthFile {
+        match (&self.pooler.auth_file, self.pooler.auth_type) {
+            (None, AuthType::Trust) => AuthFile::default(),
+            (None, _) => {
+                problems.push("pooler.auth_file is required unless auth_type = \"trust\"".into());
+                AuthFile::default()
+            }
+            (Some(path), _) => AuthFile::load(path).unwrap_or_else(|error| {
+                problems.push(format!("pooler.auth_file: {error}"));
+                AuthFile::default()
+            }),
+        }
+    }
+}
+
+fn resolve(address: &str, field: &str, problems: &mut Vec<String>) -> Option<SocketAddr> {
+    match address.to_socket_addrs().map(|mut addrs| addrs.next()) {
+        Ok(Some(addr)) => Some(addr),
+        _ => {
+            problems.push(format!("{field} = {address:?} is not a host:port address"));
+            None
+        }
+    }
+}
+
+impl PoolerSettings {
+    fn check(&self, problems: &mut Vec<String>) {
+        let mut require = |ok: bool, text: &str| {
+            if !ok {
+                problems.push(text.to_owned());
+            }
+        };
+        require(self.max_client_conn > 0, "pooler.max_client_conn must be at least 1");
+        require(self.default_pool_size > 0, "pooler.default_pool_size must be at least 1");
+        require(self.min_pool_size <= self.default_pool_size, "pooler.min_pool_size exceeds default_pool_size");
+        require(self.message_size_max >= 1024, "pooler.message_size_max must be at least 1024 bytes");
+        require(self.message_size_max <= i32::MAX as u32, "pooler.message_size_max must fit PostgreSQL's 2 GiB limit");
+        require(self.server_connect_timeout_ms > 0, "pooler.server_connect_timeout_ms must be positive");
+        require(self.client_login_timeout_ms > 0, "pooler.client_login_timeout_ms must be positive");
+        require(self.workers <= 256, "pooler.workers must be at most 256");
+        require(!self.server_reset_query.contains('\0'), "pooler.server_reset_query contains NUL");
+    }
+
+    /// Worker threads to start.
+    pub fn worker_count(&self) -> usize {
+        match self.workers {
+            0 => std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+            n => n as usize,
+        }
+    }
+}
+
+impl DatabaseEntry {
+    fn check(&self, name: &str, pooler: &PoolerSettings, problems: &mut Vec<String>) {
+        if name.is_empty() || name.contains('\0') {
+            problems.push(format!("databases.{name:?}: invalid database name"));
+        }
+        if self.host.is_empty() {
+            problems.push(format!("databases.{name}.host is empty"));
+        }
+        if self.pool_size == Some(0) {
+            problems.push(format!("databases.{name}.pool_size must be at least 1"));
+        }
+        let size = self.pool_size.unwrap_or(pooler.default_pool_size);
+        if self.min_pool_size.unwrap_or(pooler.min_pool_size) > size {
+            problems.push(format!("databases.{name}.min_pool_size exceeds its pool size"));
+        }
+        if self.password.is_some() && self.user.is_none() {
+            problems.push(format!("databases.{name}.password is set without databases.{name}.user"));
+        }
+    }
+
+    /// The backend database for a client-visible name.
+    pub fn backend_dbname<'a>(&'a self, client_name: &'a str) -> &'a str {
+        self.dbname.as_deref().unwrap_or(client_name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_keys_are_rejected() {
+        let error = toml::from_str::<Config>("[pooler]\npool_mdoe = \"session\"\n").expect_err("typo must fail");
+        assert!(error.to_string().contains("pool_mdoe"), "{error}");
+    }
+
+    #[test]
+    fn validation_lists_every_problem() {
+        let text = "[pooler]\nlisten_addr = \"nowhere\"\ndefault_pool_size = 0\nauth_type = \"md5\"\n";
+        let config: Config = toml::from_str(text).expect("parses");
+        let Err(ConfigError::Invalid(problems)) = config.validate() else { panic!("must be invalid") };
+        assert!(problems.len() >= 4, "{problems:?}");
+    }
+
+    #[test]
+    fn minimal_trust_config_is_valid() {
+        let text = "[pooler]\nauth_type = \"trust\"\n[databases.app]\nport = 5433\n";
+        let valid = toml::from_str::<Config>(text).expect("parses").validate().expect("valid");
+        assert_eq!(valid.config.databases["app"].backend_dbname("app"), "app");
+        assert_eq!(valid.listen_addr.port(), 6432);
+    }
+}

@@ -1,0 +1,74 @@
+//! Small async helpers over a socket and its [`Buffer`], shared by client and server code.
+
+use std::io;
+
+use bypass_wire::frame::{read_header, Header};
+use bypass_wire::WireError;
+use tokio::net::TcpStream;
+
+use crate::buffer::Buffer;
+
+/// Why reading a whole message failed, before it is attributed to a client or a server.
+#[derive(Debug)]
+pub enum ReadFailure {
+    Io(io::Error),
+    Protocol(WireError),
+}
+
+impl From<io::Error> for ReadFailure {
+    fn from(error: io::Error) -> Self {
+        ReadFailure::Io(error)
+    }
+}
+
+/// Reads once into the buffer's spare space; `Ok(0)` means the peer closed.
+pub async fn read_some(stream: &TcpStream, buffer: &mut Buffer) -> io::Result<usize> {
+    loop {
+        stream.readable().await?;
+        match stream.try_read(buffer.spare()) {
+            Ok(count) => {
+                buffer.commit(count);
+                return Ok(count);
+            }
+            Err(error) if error.kind() == io::ErrorKind::WouldBlock => continue,
+            Err(error) => return Err(error),
+        }
+    }
+}
+
+fn closed() -> io::Error {
+    io::Error::new(io::ErrorKind::UnexpectedEof, "peer closed the connection")
+}
+
+/// Waits until the buffer starts with one whole tagged message and returns its header. The
+/// message must fit the buffer: this is for login-time messages, not relayed traffic.
+pub async fn read_message(
+    stream: &TcpStream,
+    buffer: &mut Buffer,
+    message_size_max: u32,
+) -> Result<Header, ReadFailure> {
+    let limit = message_size_max.min(buffer.capacity() as u32 - 1);
+    loop {
+        if let Some(header) = read_header(buffer.pending(), limit).map_err(ReadFailure::Protocol)? {
+            if buffer.pending().len() >= header.frame_len() {
+                return Ok(header);
+            }
+        }
+        if read_some(stream, buffer).await? == 0 {
+            return Err(ReadFailure::Io(closed()));
+        }
+    }
+}
+
+/// The body of the message [`read_message`] returned.
+pub fn body(buffer: &Buffer, header: Header) -> &[u8] {
+    &buffer.pending()[bypass_wire::HEADER_LEN..header.frame_len()]
+}
+
+/// Sets the socket options every relayed connection wants.
+pub fn tune(stream: &TcpStream) {
+    // Requests and answers are small and latency-bound: never wait to coalesce.
+    if let Err(error) = stream.set_nodelay(true) {
+        tracing::debug!(%error, "cannot set TCP_NODELAY");
+    }
+}

@@ -1,0 +1,275 @@
+//! The client side of connection start: startup packet, SSL/GSS refusal, cancel requests,
+//! authentication (trust, MD5, SCRAM-SHA-256) and the welcome a client sees after it.
+//!
+//! ```text
+//!  Startup ─► SSLRequest/GSSENCRequest ─► 'N' ─► Startup
+//!     │ CancelRequest ─► forward to the linked server, close
+//!     ▼
+//!  pool for (database, user) ─► authenticate ─► server params known? (else log in one server)
+//!     ─► AuthenticationOk, ParameterStatus…, BackendKeyData (ours), ReadyForQuery ─► Session
+//! ```
+
+use std::sync::Arc;
+
+use bypass_wire::backend::build;
+use bypass_wire::scram::{ClientSecret, ServerExchange, MECHANISM};
+use bypass_wire::startup::{decode_startup, StartupParams};
+use bypass_wire::{auth_messages, md5, Authentication, BackendMessage, SqlState, StartupPacket, TransactionStatus};
+use rand::Rng;
+use tokio::io::AsyncWriteExt;
+
+use crate::auth_file::Secret;
+use crate::config::{AuthType, PoolMode};
+use crate::error::PoolerError;
+use crate::io::{body, read_message, read_some, ReadFailure};
+use crate::params::{tracked_index, ParamSet, TRACKED};
+use crate::pool::{Pool, Waiter};
+use crate::server::{Credential, ServerConn};
+use crate::session::{ClientSide, Session};
+use crate::shared::Shared;
+
+/// Startup parameters accepted and ignored, as PgBouncer's usual `ignore_startup_parameters`.
+const IGNORED_PARAMETERS: [&str; 1] = ["extra_float_digits"];
+
+/// What the startup packet asked for, copied out of the client's buffer.
+struct StartupRequest {
+    user: String,
+    database: String,
+    wanted: ParamSet,
+}
+
+/// How connection start ended.
+pub enum LoginOutcome {
+    Session(Box<Session>),
+    /// A cancel request was handled; the connection is done.
+    Cancelled,
+}
+
+/// Runs connection start on a freshly accepted client.
+pub async fn login(shared: &Arc<Shared>, client: &mut ClientSide) -> Result<LoginOutcome, PoolerError> {
+    let Some(request) = read_startup(shared, client).await? else {
+        return Ok(LoginOutcome::Cancelled);
+    };
+    let pool = shared.pool_for(&request.database, &request.user)?;
+    authenticate(shared, client, &request.user, &pool).await?;
+    let waiter = Waiter::new();
+    let server = first_server(&pool, &waiter).await?;
+    let welcome = pool.welcome.get().cloned().unwrap_or_default();
+    let wanted = wanted_params(&welcome.parameters, &request.wanted);
+    let registration = shared
+        .cancel
+        .register()
+        .ok_or_else(|| PoolerError::refused(SqlState::TOO_MANY_CONNECTIONS, "too many clients"))?;
+    client.out.clear();
+    build::authentication(&mut client.out, &Authentication::Ok);
+    for (name, value) in &welcome.parameters {
+        let value = tracked_index(name.as_bytes()).and_then(|i| wanted.get(i)).unwrap_or(value);
+        build::parameter_status(&mut client.out, name.as_bytes(), value.as_bytes());
+    }
+    build::backend_key_data(&mut client.out, registration.entry.process_id, &registration.entry.secret);
+    build::ready_for_query(&mut client.out, TransactionStatus::Idle);
+    client.flush().await?;
+    let session = Session::new(shared.clone(), pool, wanted, waiter, registration, server);
+    Ok(LoginOutcome::Session(Box::new(session)))
+}
+
+/// Session mode keeps the server it logs in with; transaction mode logs one in only to learn the
+/// server's parameters the first time.
+async fn first_server(pool: &Arc<Pool>, waiter: &Arc<Waiter>) -> Result<Option<ServerConn>, PoolerError> {
+    if pool.settings.mode == PoolMode::Session {
+        return pool.acquire(waiter).await.map(Some);
+    }
+    if pool.welcome.get().is_none() {
+        let server = pool.acquire(waiter).await?;
+        pool.release(server);
+    }
+    Ok(None)
+}
+
+/// The client's parameter values: the server's defaults overlaid with the startup packet's.
+fn wanted_params(server_defaults: &[(String, String)], from_client: &ParamSet) -> ParamSet {
+    let mut wanted = ParamSet::default();
+    for (name, value) in server_defaults {
+        wanted.update(name.as_bytes(), value.as_bytes());
+    }
+    for (index, name) in TRACKED.iter().enumerate() {
+        if let Some(value) = from_client.get(index) {
+            wanted.update(name.as_bytes(), value.as_bytes());
+        }
+    }
+    wanted
+}
+
+/// Reads startup packets until a StartupMessage; `None` after a CancelRequest.
+async fn read_startup(shared: &Shared, client: &mut ClientSide) -> Result<Option<StartupRequest>, PoolerError> {
+    loop {
+        let Some((packet, used)) = decode_startup(client.buffer.pending()).map_err(PoolerError::ClientProtocol)? else {
+            if read_some(&client.stream, &mut client.buffer).await.map_err(PoolerError::ClientIo)? == 0 {
+                return Err(PoolerError::ClientIo(std::io::ErrorKind::UnexpectedEof.into()));
+            }
+            continue;
+        };
+        match packet {
+            StartupPacket::SslRequest | StartupPacket::GssEncRequest => {
+                client.buffer.consume(used);
+                client.stream.write_all(b"N").await.map_err(PoolerError::ClientIo)?;
+            }
+            StartupPacket::Cancel { process_id, secret_key } => {
+                shared.forward_cancel(process_id, secret_key);
+                return Ok(None);
+            }
+            StartupPacket::Startup(params) => {
+                let request = startup_request(&params, &mut client.out)?;
+                client.buffer.consume(used);
+                client.flush().await?;
+                return Ok(Some(request));
+            }
+        }
+    }
+}
+
+/// Copies what we need out of the startup parameters and refuses what we cannot honor. Protocol
+/// options (`_pq_.*`) and minor versions above 3.0 get a NegotiateProtocolVersion in `out`.
+fn startup_request(params: &StartupParams<'_>, out: &mut Vec<u8>) -> Result<StartupRequest, PoolerError> {
+    let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
+    let user = params.get("user").filter(|u| !u.is_empty()).map(text).ok_or_else(|| {
+        PoolerError::refused(
+            SqlState::INVALID_AUTHORIZATION_SPECIFICATION,
+            "no PostgreSQL user name specified in startup packet",
+        )
+    })?;
+    let database = params.get("database").filter(|d| !d.is_empty()).map(text).unwrap_or_else(|| user.clone());
+    let mut wanted = ParamSet::default();
+    let mut unrecognized = Vec::new();
+    for (name, value) in params.iter() {
+        let known = matches!(name, b"user" | b"database") || IGNORED_PARAMETERS.iter().any(|p| p.as_bytes() == name);
+        if name.starts_with(b"_pq_.") {
+            unrecognized.push(name);
+        } else if !known && !wanted.update(name, value) {
+            return Err(PoolerError::refused(
+                SqlState::FEATURE_NOT_SUPPORTED,
+                format!("unsupported startup parameter: {}", String::from_utf8_lossy(name)),
+            ));
+        }
+    }
+    if params.minor_version > 0 || !unrecognized.is_empty() {
+        negotiate_protocol(out, &unrecognized);
+    }
+    Ok(StartupRequest { user, database, wanted })
+}
+
+fn negotiate_protocol(out: &mut Vec<u8>, unrecognized: &[&[u8]]) {
+    let mut raw = Vec::new();
+    for name in unrecognized {
+        bypass_wire::write::put_cstr(&mut raw, name);
+    }
+    let list = bypass_wire::backend::ValueListOfStrings { count: unrecognized.len(), raw: &raw };
+    BackendMessage::NegotiateProtocolVersion { newest_minor: 0, unrecognized: list }.encode(out);
+}
+
+fn password_failed(user: &str) -> PoolerError {
+    PoolerError::refused(SqlState::INVALID_PASSWORD, format!("password authentication failed for user \"{user}\""))
+}
+
+/// Proves the client's identity per `auth_type` and the user's stored secret.
+async fn authenticate(shared: &Shared, client: &mut ClientSide, user: &str, pool: &Pool) -> Result<(), PoolerError> {
+    let auth_type = shared.settings.auth_type;
+    if auth_type == AuthType::Trust {
+        return Ok(());
+    }
+    let secret = shared.auth.get(user).cloned().ok_or_else(|| password_failed(user))?;
+    match (&secret, auth_type) {
+        (Secret::Scram(verifier), _) | (Secret::Plain { verifier, .. }, AuthType::ScramSha256) => {
+            let client_key = scram_exchange(shared, client, user, verifier).await?;
+            pool.learn_scram_keys(client_key, verifier);
+            Ok(())
+        }
+        (Secret::Plain { password, .. }, AuthType::Md5) => {
+            md5_exchange(shared, client, user, &md5::stored_hash(user.as_bytes(), password.as_bytes())).await
+        }
+        (Secret::Md5(stored), AuthType::Md5) => md5_exchange(shared, client, user, stored).await,
+        // An MD5 hash cannot answer SCRAM: refuse as a wrong password would be.
+        (Secret::Md5(_), _) | (Secret::Plain { .. }, AuthType::Trust) => Err(password_failed(user)),
+    }
+}
+
+async fn md5_exchange(shared: &Shared, client: &mut ClientSide, user: &str, stored: &str) -> Result<(), PoolerError> {
+    let salt: [u8; 4] = rand::thread_rng().gen();
+    client.out.clear();
+    build::authentication(&mut client.out, &Authentication::Md5Password { salt });
+    client.flush().await?;
+    let body = client.read_password_message(shared.settings.message_size_max).await?;
+    let response = auth_messages::decode_password(&body).map_err(PoolerError::ClientProtocol)?;
+    if md5::verify_response(stored, salt, response) {
+        Ok(())
+    } else {
+        Err(password_failed(user))
+    }
+}
+
+/// Runs a SCRAM-SHA-256 exchange; returns the client's recovered ClientKey.
+async fn scram_exchange(
+    shared: &Shared,
+    client: &mut ClientSide,
+    user: &str,
+    verifier: &bypass_wire::scram::Verifier,
+) -> Result<[u8; 32], PoolerError> {
+    let limit = shared.settings.message_size_max;
+    client.out.clear();
+    build::authentication(&mut client.out, &Authentication::Sasl { mechanisms: b"SCRAM-SHA-256\0" });
+    client.flush().await?;
+    let initial = client.read_password_message(limit).await?;
+    let (mechanism, data) = auth_messages::decode_sasl_initial(&initial).map_err(PoolerError::ClientProtocol)?;
+    if mechanism != MECHANISM.as_bytes() {
+        return Err(PoolerError::refused(
+            SqlState::PROTOCOL_VIOLATION,
+            "client selected an invalid SASL authentication mechanism",
+        ));
+    }
+    let (exchange, server_first) =
+        ServerExchange::start(verifier.clone(), data.unwrap_or_default()).map_err(|_| password_failed(user))?;
+    client.out.clear();
+    build::authentication(&mut client.out, &Authentication::SaslContinue(server_first.as_bytes()));
+    client.flush().await?;
+    let response = client.read_password_message(limit).await?;
+    let success = exchange.finish(&response).map_err(|_| password_failed(user))?;
+    client.out.clear();
+    build::authentication(&mut client.out, &Authentication::SaslFinal(success.server_final.as_bytes()));
+    client.flush().await?;
+    Ok(success.client_key)
+}
+
+impl ClientSide {
+    /// Reads one `'p'` message during authentication and returns its body.
+    async fn read_password_message(&mut self, message_size_max: u32) -> Result<Vec<u8>, PoolerError> {
+        let header =
+            read_message(&self.stream, &mut self.buffer, message_size_max).await.map_err(|failure| match failure {
+                ReadFailure::Io(error) => PoolerError::ClientIo(error),
+                ReadFailure::Protocol(error) => PoolerError::ClientProtocol(error),
+            })?;
+        if header.tag != b'p' {
+            return Err(PoolerError::refused(SqlState::PROTOCOL_VIOLATION, "expected a password response"));
+        }
+        let message = body(&self.buffer, header).to_vec();
+        self.buffer.consume(header.frame_len());
+        Ok(message)
+    }
+}
+
+impl Pool {
+    /// Lets the pool log in to servers with a SCRAM client's keys when it has no password.
+    pub fn learn_scram_keys(&self, client_key: [u8; 32], verifier: &bypass_wire::scram::Verifier) {
+        if self.target.user != self.key.user {
+            return; // The keys prove the client's user, not the backend user this pool logs in as.
+        }
+        let mut credential = self.credential.write().unwrap_or_else(|p| p.into_inner());
+        if matches!(*credential, Credential::None) {
+            *credential = Credential::ScramKeys(ClientSecret::Keys {
+                client_key,
+                server_key: verifier.server_key,
+                salt: verifier.salt.clone(),
+                iterations: verifier.iterations,
+            });
+        }
+    }
+}
