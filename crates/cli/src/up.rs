@@ -108,7 +108,7 @@ async fn status_line(shared: std::sync::Arc<Shared>) {
         let mut stderr = std::io::stderr();
         if terminal {
             let _ = write!(stderr, "\r\x1b[2K{line}");
-        } else if tick_count % 10 == 0 {
+        } else if tick_count.is_multiple_of(10) {
             let _ = writeln!(stderr, "{line}");
         }
         let _ = stderr.flush();
