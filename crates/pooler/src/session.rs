@@ -96,6 +96,8 @@ pub struct Session {
     waiter: Arc<Waiter>,
     cancel: Registration,
     linked: Option<Linked>,
+    /// The server a session-mode client logged in with, linked when serving starts.
+    first_server: Option<ServerConn>,
     sync_sql: String,
 }
 
@@ -108,11 +110,7 @@ impl Session {
         cancel: Registration,
         server: Option<ServerConn>,
     ) -> Self {
-        let mut session = Session { shared, pool, wanted, waiter, cancel, linked: None, sync_sql: String::new() };
-        if let Some(server) = server {
-            session.attach(server);
-        }
-        session
+        Session { shared, pool, wanted, waiter, cancel, linked: None, first_server: server, sync_sql: String::new() }
     }
 
     fn transaction_mode(&self) -> bool {
@@ -135,12 +133,16 @@ impl Session {
     }
 
     async fn serve(&mut self, client: &mut ClientSide) -> Result<(), PoolerError> {
+        if let Some(server) = self.first_server.take() {
+            self.link_with(server).await?;
+        }
         loop {
             if self.linked.is_none() {
                 if !self.wait_for_request(client).await? {
                     return Ok(());
                 }
-                self.link().await?;
+                let server = self.pool.acquire(&self.waiter).await?;
+                self.link_with(server).await?;
             }
             let limits = RelayLimits {
                 message_size_max: self.pool.settings.message_size_max,
@@ -176,9 +178,8 @@ impl Session {
         }
     }
 
-    /// Takes a server from the pool and brings its parameters in line with the client's.
-    async fn link(&mut self) -> Result<(), PoolerError> {
-        let mut server = self.pool.acquire(&self.waiter).await?;
+    /// Brings a server's parameters in line with the client's and links it.
+    async fn link_with(&mut self, mut server: ServerConn) -> Result<(), PoolerError> {
         self.sync_sql.clear();
         if server.params.diff_into(&self.wanted, &mut self.sync_sql) > 0 {
             server.run_internal(&self.sync_sql, "parameter sync", self.pool.settings.message_size_max).await?;
