@@ -1,0 +1,203 @@
+//! Failure handling against real PostgreSQL: cancel, pool exhaustion and the wait queue, servers
+//! killed mid-transaction, a restarted database, and malformed or oversized input.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use bypass_pooler::config::PoolMode;
+use common::*;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn cancel_stops_a_long_query_in_both_modes() {
+    // Goal: CancelRequest reaches the backend running the client's query. Method: pg_sleep(10)
+    // through the pooler, cancel with the key the pooler issued, expect 57014 well before 10 s.
+    let postgres = postgres();
+    for mode in BOTH_MODES {
+        let pooler = Pooler::start(config(&postgres, mode, 2));
+        let client = connect_ok(pooler.port).await;
+        let token = client.cancel_token();
+        let started = Instant::now();
+        let canceller = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            token.cancel_query(tokio_postgres::NoTls).await
+        });
+        let error = client.simple_query("select pg_sleep(10)").await.expect_err("cancelled");
+        canceller.await.expect("task").expect("cancel sent");
+        assert_eq!(sqlstate(&error).as_deref(), Some("57014"), "{mode:?}: {error}");
+        assert!(started.elapsed() < Duration::from_secs(5), "{mode:?}: took {:?}", started.elapsed());
+        let row = client.query_one("select 1", &[]).await.expect("client still usable");
+        assert_eq!(row.get::<_, i32>(0), 1);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn exhausted_pool_queues_then_times_out() {
+    // Goal: with every server busy a client waits its turn, and gives up with a clear error after
+    // query_wait_timeout. Method: pool of 1 held by an open transaction; a second client first
+    // waits and succeeds when the transaction ends, then waits past the timeout and fails.
+    let postgres = postgres();
+    let mut config = config(&postgres, PoolMode::Transaction, 1);
+    config.pooler.query_wait_timeout_ms = 1_500;
+    let pooler = Pooler::start(config);
+    let holder = connect_ok(pooler.port).await;
+    let waiter = connect_ok(pooler.port).await;
+    holder.batch_execute("begin").await.expect("begin");
+    let queued = tokio::spawn(async move { waiter.query_one("select 7", &[]).await.map(|r| r.get::<_, i32>(0)) });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(pooler.shared.snapshot().waiting, 1, "the second client is queued");
+    holder.batch_execute("commit").await.expect("commit");
+    assert_eq!(queued.await.expect("task").expect("served after commit"), 7);
+
+    holder.batch_execute("begin").await.expect("begin again");
+    let late = connect_ok(pooler.port).await;
+    let started = Instant::now();
+    let error = late.query_one("select 1", &[]).await.expect_err("times out");
+    assert!(started.elapsed() >= Duration::from_millis(1_400), "gave up too early: {:?}", started.elapsed());
+    let db_error = error.as_db_error().expect("an ErrorResponse, not a dropped connection");
+    assert!(db_error.message().contains("query_wait_timeout"), "{db_error:?}");
+    assert_eq!(db_error.code().code(), "08006");
+    holder.batch_execute("commit").await.expect("holder unaffected");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn waiting_clients_are_served_first_come_first_served() {
+    // Goal: FIFO fairness. Method: pool of 1 held; five clients queue one after another, each
+    // inserting its id into a table with a serial column; the single server runs them in service
+    // order, so the serial order is the order the queue handed out the server.
+    let postgres = postgres();
+    postgres.psql("create table served (seq serial, id int)").expect("create");
+    let pooler = Pooler::start(config(&postgres, PoolMode::Transaction, 1));
+    let holder = connect_ok(pooler.port).await;
+    holder.batch_execute("begin").await.expect("begin");
+    let mut tasks = Vec::new();
+    for id in 0..5i32 {
+        let client = connect_ok(pooler.port).await;
+        tasks.push(tokio::spawn(async move {
+            client.execute("insert into served (id) values ($1)", &[&id]).await.expect("served");
+        }));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(pooler.shared.snapshot().waiting, 5);
+    holder.batch_execute("commit").await.expect("commit");
+    for task in tasks {
+        task.await.expect("task");
+    }
+    assert_eq!(postgres.psql("select string_agg(id::text, ',' order by seq) from served").expect("order"), "0,1,2,3,4");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn backend_killed_mid_transaction() {
+    // Goal: a server dying mid-transaction costs only its client; the pooler goes on and opens
+    // new servers. Method: pg_terminate_backend on a client's backend inside BEGIN; that client
+    // gets an error; new and other clients keep working on the same pool.
+    let postgres = postgres();
+    for mode in BOTH_MODES {
+        let pooler = Pooler::start(config(&postgres, mode, 2));
+        let victim = connect_ok(pooler.port).await;
+        let bystander = connect_ok(pooler.port).await;
+        victim.batch_execute("begin").await.expect("begin");
+        let pid: i32 = victim.query_one("select pg_backend_pid()", &[]).await.expect("pid").get(0);
+        postgres.psql(&format!("select pg_terminate_backend({pid})")).expect("terminate");
+        let error = victim.query_one("select 1", &[]).await.expect_err("its server is gone");
+        assert!(error.as_db_error().is_some() || error.is_closed(), "{mode:?}: {error}");
+        assert_eq!(bystander.query_one("select 2", &[]).await.expect("bystander").get::<_, i32>(0), 2);
+        let fresh = connect_ok(pooler.port).await;
+        assert_eq!(fresh.query_one("select 3", &[]).await.expect("new client").get::<_, i32>(0), 3);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn database_restart_is_survived() {
+    // Goal: after PostgreSQL restarts, pooled servers that died are not handed out. Method: fill
+    // the pool, kill and restart PostgreSQL, then run queries: they must all succeed.
+    let mut postgres = postgres();
+    let pooler = Pooler::start(config(&postgres, PoolMode::Transaction, 3));
+    {
+        let clients = [connect_ok(pooler.port).await, connect_ok(pooler.port).await, connect_ok(pooler.port).await];
+        for client in &clients {
+            client.batch_execute("begin").await.expect("begin");
+        }
+        for client in &clients {
+            client.batch_execute("commit").await.expect("commit");
+        }
+    }
+    postgres.kill();
+    postgres.start_again().expect("restart");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let client = connect_ok(pooler.port).await;
+    for i in 0..10 {
+        let row = client.query_one("select $1::int", &[&i]).await.expect("query after restart");
+        assert_eq!(row.get::<_, i32>(0), i);
+    }
+}
+
+#[test]
+fn garbage_and_oversized_packets_are_refused_without_harm() {
+    // Goal: malformed input gets an ErrorResponse (08P01) and a closed connection, and nobody
+    // else notices. Method: raw TCP clients send garbage startups, a huge length, an unknown
+    // message type and an oversized query while a psql loop keeps working.
+    let postgres = postgres();
+    let mut config = config(&postgres, PoolMode::Transaction, 2);
+    config.pooler.message_size_max = 64 * 1024;
+    let pooler = Pooler::start(config);
+    let port = pooler.port;
+
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        ("random bytes as startup", b"\x00\x00\x00\x10GARBAGE!GARBAGE".to_vec()),
+        ("startup length too small", vec![0, 0, 0, 2]),
+        ("startup length huge", vec![0x7f, 0xff, 0xff, 0xff, 0, 3, 0, 0]),
+        ("protocol 2", vec![0, 0, 0, 9, 0, 2, 0, 0, 0]),
+    ];
+    for (what, bytes) in cases {
+        let mut raw = RawClient::connect(port);
+        raw.send(&bytes);
+        let reply = raw.read_message().unwrap_or_else(|| panic!("{what}: no reply"));
+        assert_eq!(reply.0, b'E', "{what}");
+        assert_eq!(error_code(&reply.1), "08P01", "{what}");
+        assert!(raw.is_closed(), "{what}: connection stays open");
+    }
+
+    let mut after_login: Vec<(&str, Vec<u8>)> = vec![("unknown message type", b"!\x00\x00\x00\x04".to_vec())];
+    let mut oversized = vec![b'Q'];
+    oversized.extend_from_slice(&(1_000_000u32).to_be_bytes());
+    after_login.push(("oversized query", oversized));
+    after_login.push(("negative length", b"Q\xff\xff\xff\xf0".to_vec()));
+    for (what, bytes) in after_login {
+        let mut raw = RawClient::login(port);
+        raw.send(&bytes);
+        let reply = raw.read_message().unwrap_or_else(|| panic!("{what}: no reply"));
+        assert_eq!((reply.0, error_code(&reply.1)), (b'E', "08P01".to_owned()), "{what}");
+        assert!(raw.is_closed(), "{what}");
+    }
+
+    // A half-sent startup followed by a hang-up must not disturb anything either.
+    let mut raw = RawClient::connect(port);
+    raw.send(&[0, 0, 0, 40, 0, 3]);
+    drop(raw);
+
+    let output = psql(port, "postgres", None, "select 'still fine'");
+    assert_eq!(stdout(&output), "still fine", "{}", stderr(&output));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn garbage_does_not_disturb_concurrent_clients() {
+    // Goal: other clients are unaffected while bad clients come and go. Method: a tokio-postgres
+    // client runs 500 queries while a thread opens 100 connections that send garbage.
+    let postgres = postgres();
+    let pooler = Pooler::start(config(&postgres, PoolMode::Transaction, 2));
+    let port = pooler.port;
+    let vandal = std::thread::spawn(move || {
+        for i in 0..100u32 {
+            let mut raw = RawClient::connect(port);
+            let mut bytes = (8 + i % 7).to_be_bytes().to_vec();
+            bytes.extend_from_slice(&i.to_le_bytes().repeat(3));
+            let _ = std::io::Write::write_all(&mut raw.stream, &bytes);
+        }
+    });
+    let client = connect_ok(port).await;
+    for i in 0..500i32 {
+        assert_eq!(client.query_one("select $1::int", &[&i]).await.expect("query").get::<_, i32>(0), i);
+    }
+    vandal.join().expect("vandal thread");
+}
