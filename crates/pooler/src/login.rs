@@ -45,11 +45,22 @@ pub enum LoginOutcome {
     Cancelled,
 }
 
-/// Runs connection start on a freshly accepted client.
-pub async fn login(shared: &Arc<Shared>, client: &mut ClientSide) -> Result<LoginOutcome, PoolerError> {
+/// Runs connection start on a freshly accepted client. A client over `max_client_conn` is read
+/// up to its startup packet (so it can understand the answer) and refused.
+pub async fn login(
+    shared: &Arc<Shared>,
+    client: &mut ClientSide,
+    over_limit: bool,
+) -> Result<LoginOutcome, PoolerError> {
     let Some(request) = read_startup(shared, client).await? else {
         return Ok(LoginOutcome::Cancelled);
     };
+    if over_limit {
+        return Err(PoolerError::refused(
+            SqlState::TOO_MANY_CONNECTIONS,
+            "no more connections allowed (max_client_conn)",
+        ));
+    }
     let pool = shared.pool_for(&request.database, &request.user)?;
     authenticate(shared, client, &request.user, &pool).await?;
     let waiter = Waiter::new();
@@ -142,7 +153,9 @@ fn startup_request(params: &StartupParams<'_>, out: &mut Vec<u8>) -> Result<Star
     let mut wanted = ParamSet::default();
     let mut unrecognized = Vec::new();
     for (name, value) in params.iter() {
-        let known = matches!(name, b"user" | b"database") || IGNORED_PARAMETERS.iter().any(|p| p.as_bytes() == name);
+        let known = matches!(name, b"user" | b"database")
+            || (name == b"options" && value.is_empty())
+            || IGNORED_PARAMETERS.iter().any(|p| p.as_bytes() == name);
         if name.starts_with(b"_pq_.") {
             unrecognized.push(name);
         } else if !known && !wanted.update(name, value) {

@@ -6,7 +6,6 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bypass_wire::SqlState;
 use socket2::{Domain, Socket, Type};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -77,14 +76,11 @@ impl Proxy {
 
 async fn run_client(shared: &Arc<Shared>, mut client: ClientSide, over_limit: bool) {
     let login_timeout = Duration::from_millis(shared.settings.client_login_timeout_ms);
-    let outcome = match tokio::time::timeout(login_timeout, login(shared, &mut client)).await {
+    let outcome = match tokio::time::timeout(login_timeout, login(shared, &mut client, over_limit)).await {
         Ok(outcome) => outcome,
         Err(_) => Err(PoolerError::Timeout(TimeoutKind::ClientLogin)),
     };
     let result = match outcome {
-        Ok(LoginOutcome::Session(_)) if over_limit => {
-            Err(PoolerError::refused(SqlState::TOO_MANY_CONNECTIONS, "no more connections allowed (max_client_conn)"))
-        }
         Ok(LoginOutcome::Session(session)) => session.run(&mut client).await,
         Ok(LoginOutcome::Cancelled) => Ok(()),
         Err(error) => Err(error),

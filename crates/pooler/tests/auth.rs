@@ -40,7 +40,8 @@ async fn assert_login(port: u16, user: &str, password: &str, expected: Result<()
 async fn client_md5_and_scram_accept_right_and_refuse_wrong_passwords() {
     // Goal: each client method admits the right password and refuses a wrong one with 28P01.
     // Method: users with plaintext, md5-hash and SCRAM-verifier secrets, auth_type md5 and scram.
-    let postgres = postgres_with_users(vec![TestUser::trust("alice"), TestUser::trust("bob"), TestUser::trust("carol")]);
+    let postgres =
+        postgres_with_users(vec![TestUser::trust("alice"), TestUser::trust("bob"), TestUser::trust("carol")]);
     let users = format!(
         "\"alice\" \"alice-pw\"\n\"bob\" \"{}\"\n\"carol\" \"{}\"\n",
         bypass_wire::md5::stored_hash(b"bob", b"bob-pw"),
@@ -114,7 +115,12 @@ async fn backend_md5_scram_and_trust_logins() {
     let mut config = config_for(&postgres);
     config.databases.insert(
         "bad".into(),
-        DatabaseEntry { port: postgres.port(), user: Some("md5user".into()), password: Some("nope".into()), ..DatabaseEntry::default() },
+        DatabaseEntry {
+            port: postgres.port(),
+            user: Some("md5user".into()),
+            password: Some("nope".into()),
+            ..DatabaseEntry::default()
+        },
     );
     let pooler = Pooler::start(config);
     let error = connect_db_result(pooler.port, "anyone", "bad").await.expect_err("backend refuses");
@@ -139,7 +145,11 @@ fn config_for(postgres: &Postgres) -> Config {
     config(postgres, PoolMode::Transaction, 2)
 }
 
-async fn connect_db_result(port: u16, user: &str, database: &str) -> Result<tokio_postgres::Client, tokio_postgres::Error> {
+async fn connect_db_result(
+    port: u16,
+    user: &str,
+    database: &str,
+) -> Result<tokio_postgres::Client, tokio_postgres::Error> {
     let mut config = tokio_postgres::Config::new();
     config.host("127.0.0.1").port(port).user(user).dbname(database);
     let (client, connection) = config.connect(tokio_postgres::NoTls).await?;

@@ -121,7 +121,8 @@ fn pgbench_pipeline_script_in_transaction_mode() {
     )
     .expect("script");
     let script_path = script.to_string_lossy().into_owned();
-    let (processed, failed, text) = pgbench(pooler.port, &["-c", "20", "-j", "2", "-t", "100", "-M", "extended", "-f", &script_path]);
+    let (processed, failed, text) =
+        pgbench(pooler.port, &["-c", "20", "-j", "2", "-t", "100", "-M", "extended", "-f", &script_path]);
     let _ = std::fs::remove_file(&script);
     assert_eq!((processed, failed), (2000, 0), "{text}");
     assert_eq!(postgres.psql("select n from counter").expect("count"), "2000");
@@ -157,7 +158,11 @@ fn pipelined_batches_hold_the_server_until_the_last_answer() {
     let second = a.read_until(b'Z');
     let (b_answer, _pooler) = b_thread.join().expect("client B");
     let rows = |messages: &[(u8, Vec<u8>)]| -> Vec<String> {
-        messages.iter().filter(|(t, _)| *t == b'D').map(|(_, body)| String::from_utf8_lossy(&body[6..]).into_owned()).collect()
+        messages
+            .iter()
+            .filter(|(t, _)| *t == b'D')
+            .map(|(_, body)| String::from_utf8_lossy(&body[6..]).into_owned())
+            .collect()
     };
     assert_eq!(rows(&first), vec!["first"]);
     assert_eq!(rows(&second), vec!["second"]);

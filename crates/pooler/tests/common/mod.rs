@@ -29,7 +29,8 @@ impl Pooler {
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let thread = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+            let runtime =
+                tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
             runtime.block_on(async move {
                 let proxy = Proxy::bind(valid).expect("bind");
                 let port = proxy.local_addr().expect("address").port();
@@ -107,7 +108,21 @@ pub fn sqlstate(error: &tokio_postgres::Error) -> Option<String> {
 
 pub fn psql(port: u16, user: &str, password: Option<&str>, sql: &str) -> Output {
     let mut command = Command::new(pg_bin("psql"));
-    command.args(["-X", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-h", "127.0.0.1", "-U", user, "-d", "postgres", "-c", sql]);
+    command.args([
+        "-X",
+        "-A",
+        "-t",
+        "-v",
+        "ON_ERROR_STOP=1",
+        "-h",
+        "127.0.0.1",
+        "-U",
+        user,
+        "-d",
+        "postgres",
+        "-c",
+        sql,
+    ]);
     command.arg("-p").arg(port.to_string());
     command.env("PGCONNECT_TIMEOUT", "20");
     match password {
