@@ -4,6 +4,7 @@ use std::io;
 
 use bypass_wire::frame::{read_header, Header};
 use bypass_wire::WireError;
+use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 
 use crate::buffer::Buffer;
@@ -22,18 +23,16 @@ impl From<io::Error> for ReadFailure {
 }
 
 /// Reads once into the buffer's spare space; `Ok(0)` means the peer closed.
-pub async fn read_some(stream: &TcpStream, buffer: &mut Buffer) -> io::Result<usize> {
-    loop {
-        stream.readable().await?;
-        match stream.try_read(buffer.spare()) {
-            Ok(count) => {
-                buffer.commit(count);
-                return Ok(count);
-            }
-            Err(error) if error.kind() == io::ErrorKind::WouldBlock => continue,
-            Err(error) => return Err(error),
-        }
-    }
+///
+/// Uses `AsyncRead` rather than `try_read`: on epoll, tokio clears a socket's readiness after a
+/// short read, so the next wait goes straight to epoll instead of costing a `recv` that returns
+/// EAGAIN. `try_read` keeps the stale readiness and wastes that system call.
+pub async fn read_some(stream: &mut TcpStream, buffer: &mut Buffer) -> io::Result<usize> {
+    let spare = buffer.spare();
+    debug_assert!(!spare.is_empty(), "a read into no space would look like EOF");
+    let count = stream.read(spare).await?;
+    buffer.commit(count);
+    Ok(count)
 }
 
 fn closed() -> io::Error {
@@ -43,7 +42,7 @@ fn closed() -> io::Error {
 /// Waits until the buffer starts with one whole tagged message and returns its header. The
 /// message must fit the buffer: this is for login-time messages, not relayed traffic.
 pub async fn read_message(
-    stream: &TcpStream,
+    stream: &mut TcpStream,
     buffer: &mut Buffer,
     message_size_max: u32,
 ) -> Result<Header, ReadFailure> {

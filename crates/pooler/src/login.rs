@@ -115,7 +115,7 @@ fn wanted_params(server_defaults: &[(String, String)], from_client: &ParamSet) -
 async fn read_startup(shared: &Shared, client: &mut ClientSide) -> Result<Option<StartupRequest>, PoolerError> {
     loop {
         let Some((packet, used)) = decode_startup(client.buffer.pending()).map_err(PoolerError::ClientProtocol)? else {
-            if read_some(&client.stream, &mut client.buffer).await.map_err(PoolerError::ClientIo)? == 0 {
+            if read_some(&mut client.stream, &mut client.buffer).await.map_err(PoolerError::ClientIo)? == 0 {
                 return Err(PoolerError::ClientIo(std::io::ErrorKind::UnexpectedEof.into()));
             }
             continue;
@@ -256,10 +256,12 @@ impl ClientSide {
     /// Reads one `'p'` message during authentication and returns its body.
     async fn read_password_message(&mut self, message_size_max: u32) -> Result<Vec<u8>, PoolerError> {
         let header =
-            read_message(&self.stream, &mut self.buffer, message_size_max).await.map_err(|failure| match failure {
-                ReadFailure::Io(error) => PoolerError::ClientIo(error),
-                ReadFailure::Protocol(error) => PoolerError::ClientProtocol(error),
-            })?;
+            read_message(&mut self.stream, &mut self.buffer, message_size_max).await.map_err(
+                |failure| match failure {
+                    ReadFailure::Io(error) => PoolerError::ClientIo(error),
+                    ReadFailure::Protocol(error) => PoolerError::ClientProtocol(error),
+                },
+            )?;
         if header.tag != b'p' {
             return Err(PoolerError::refused(SqlState::PROTOCOL_VIOLATION, "expected a password response"));
         }

@@ -129,7 +129,7 @@ impl ServerConn {
         let mut scram = None;
         loop {
             let header =
-                read_message(&self.stream, &mut self.buffer, message_size_max).await.map_err(server_failure)?;
+                read_message(&mut self.stream, &mut self.buffer, message_size_max).await.map_err(server_failure)?;
             let message =
                 BackendMessage::decode(header.tag, body(&self.buffer, header)).map_err(PoolerError::ServerProtocol)?;
             let done = match message {
@@ -184,7 +184,7 @@ impl ServerConn {
         let mut failure = None;
         loop {
             let header =
-                read_message(&self.stream, &mut self.buffer, message_size_max).await.map_err(server_failure)?;
+                read_message(&mut self.stream, &mut self.buffer, message_size_max).await.map_err(server_failure)?;
             let message =
                 BackendMessage::decode(header.tag, body(&self.buffer, header)).map_err(PoolerError::ServerProtocol)?;
             let done = match message {

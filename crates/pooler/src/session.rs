@@ -168,7 +168,7 @@ impl Session {
                 None => {}
             }
             tokio::select! {
-                read = read_some(&client.stream, &mut client.buffer) => {
+                read = read_some(&mut client.stream, &mut client.buffer) => {
                     if read.map_err(PoolerError::ClientIo)? == 0 {
                         return Ok(false);
                     }
@@ -240,10 +240,10 @@ async fn sleep_until(deadline: Option<Instant>) {
     }
 }
 
-/// Which side of a link became readable.
+/// What a wait on a link produced: bytes read from one side (0 = closed), or a timeout.
 enum Ready {
-    Client,
-    Server,
+    Client(usize),
+    Server(usize),
     Timeout,
 }
 
@@ -272,19 +272,20 @@ async fn relay(
             return Ok(LinkEnd::Released);
         }
         let deadline = idle_deadline(linked, limits.idle_transaction_timeout_ms);
+        // Both reads are cancel-safe: the one that loses the race has read nothing.
         let ready = tokio::select! {
             biased;
-            ready = linked.server.stream.readable() => ready.map(|_| Ready::Server).map_err(PoolerError::ServerIo)?,
-            ready = client.stream.readable() => ready.map(|_| Ready::Client).map_err(PoolerError::ClientIo)?,
+            read = read_some(&mut linked.server.stream, &mut linked.server.buffer) => {
+                Ready::Server(read.map_err(PoolerError::ServerIo)?)
+            }
+            read = read_some(&mut client.stream, &mut client.buffer) => Ready::Client(read.map_err(PoolerError::ClientIo)?),
             _ = sleep_until(deadline) => Ready::Timeout,
         };
         match ready {
-            Ready::Server => forward_server(client, linked, wanted, pool, limit).await?,
-            Ready::Client => {
-                if !read_client(client)? {
-                    return Ok(LinkEnd::ClientGone);
-                }
-            }
+            Ready::Server(0) => return Err(PoolerError::ServerIo(std::io::ErrorKind::UnexpectedEof.into())),
+            Ready::Server(_) => forward_server(client, linked, wanted, pool, limit).await?,
+            Ready::Client(0) => return Ok(LinkEnd::ClientGone),
+            Ready::Client(_) => {}
             Ready::Timeout => return Err(PoolerError::Timeout(TimeoutKind::IdleTransaction)),
         }
     }
@@ -305,19 +306,6 @@ fn link_is_idle(client: &ClientSide, linked: &Linked) -> bool {
 
 fn idle_deadline(linked: &Linked, timeout_ms: u64) -> Option<Instant> {
     (timeout_ms > 0 && linked.tracker.idle_in_transaction()).then(|| Instant::now() + Duration::from_millis(timeout_ms))
-}
-
-/// Reads what the client has sent without waiting; false when the client closed.
-fn read_client(client: &mut ClientSide) -> Result<bool, PoolerError> {
-    match client.stream.try_read(client.buffer.spare()) {
-        Ok(0) => Ok(false),
-        Ok(count) => {
-            client.buffer.commit(count);
-            Ok(true)
-        }
-        Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => Ok(true),
-        Err(error) => Err(PoolerError::ClientIo(error)),
-    }
 }
 
 /// Messages a logged-in client may send.
@@ -372,8 +360,8 @@ async fn forward_client(client: &mut ClientSide, linked: &mut Linked, limit: u32
     Ok(terminated)
 }
 
-/// Reads what the server has sent and forwards every whole or streaming message to the client in
-/// one write, updating the link's state from the messages that change it.
+/// Forwards every whole or streaming message the server has sent to the client in one write,
+/// updating the link's state from the messages that change it.
 async fn forward_server(
     client: &mut ClientSide,
     linked: &mut Linked,
@@ -382,12 +370,6 @@ async fn forward_server(
     limit: u32,
 ) -> Result<(), PoolerError> {
     let server = &mut linked.server;
-    match server.stream.try_read(server.buffer.spare()) {
-        Ok(0) => return Err(PoolerError::ServerIo(std::io::ErrorKind::UnexpectedEof.into())),
-        Ok(count) => server.buffer.commit(count),
-        Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => return Ok(()),
-        Err(error) => return Err(PoolerError::ServerIo(error)),
-    }
     let capacity = server.buffer.capacity();
     let pending = server.buffer.pending();
     let mut end = 0;

@@ -64,7 +64,9 @@ async fn exhausted_pool_queues_then_times_out() {
 async fn waiting_clients_are_served_first_come_first_served() {
     // Goal: FIFO fairness. Method: pool of 1 held; five clients queue one after another, each
     // inserting its id into a table with a serial column; the single server runs them in service
-    // order, so the serial order is the order the queue handed out the server.
+    // order, so the serial order is the order the queue handed out the server. Each client sends
+    // exactly one simple query: a driver's extra round trips (prepare, close) would re-queue it
+    // and measure the driver's timing instead of the queue.
     let postgres = postgres();
     postgres.psql("create table served (seq serial, id int)").expect("create");
     let pooler = Pooler::start(config(&postgres, PoolMode::Transaction, 1));
@@ -74,7 +76,7 @@ async fn waiting_clients_are_served_first_come_first_served() {
     for id in 0..5i32 {
         let client = connect_ok(pooler.port).await;
         tasks.push(tokio::spawn(async move {
-            client.execute("insert into served (id) values ($1)", &[&id]).await.expect("served");
+            client.simple_query(&format!("insert into served (id) values ({id})")).await.expect("served");
         }));
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
