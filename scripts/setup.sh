@@ -2,7 +2,7 @@
 # Installs the system packages Bypass needs; safe to run again (does nothing when all are present).
 set -euo pipefail
 
-packages=(postgresql-15 postgresql-contrib-15 pgbouncer sysstat python3-matplotlib)
+packages=(postgresql-15 postgresql-contrib-15 pgbouncer sysstat fonts-dejavu-core)
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")

@@ -1,0 +1,178 @@
+//! Starting and stopping what sits between pgbench and PostgreSQL for one run.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use bypass_testkit::process::{log_tail, port_accepts};
+use bypass_testkit::{free_port, PgBouncer, PgBouncerOptions};
+use tempfile::TempDir;
+
+use super::Contender;
+
+/// Every pooler admits this many clients, above the largest client count we run.
+pub const MAX_CLIENT_CONN: u32 = 11_000;
+
+/// How long the bypass binary may take to listen.
+const BYPASS_READY_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// How long bypass gets to exit after SIGINT before SIGKILL.
+const BYPASS_STOP_GRACE: Duration = Duration::from_secs(5);
+
+/// Bytes of the bypass log quoted in a start-up error.
+const LOG_TAIL_BYTES: usize = 2_048;
+
+const HOST: &str = "127.0.0.1";
+
+/// A running contender; dropping it stops the pooler (if any).
+pub struct Target {
+    /// Where pgbench connects.
+    pub port: u16,
+    /// The pooler's processes, for CPU accounting; empty for direct PostgreSQL.
+    pub pooler_pids: Vec<u32>,
+    /// Held only so that dropping the target stops the pooler.
+    _pgbouncer: Option<PgBouncer>,
+    _bypass: Option<BypassProcess>,
+}
+
+/// Starts `contender` in front of PostgreSQL on `backend_port`.
+pub fn start(contender: Contender, backend_port: u16, pool_size: u32, bypass_exe: &Path) -> Result<Target> {
+    match contender {
+        Contender::Direct => {
+            Ok(Target { port: backend_port, pooler_pids: Vec::new(), _pgbouncer: None, _bypass: None })
+        }
+        Contender::Pgbouncer | Contender::Pgbouncer2 => {
+            let processes = if contender == Contender::Pgbouncer2 { 2 } else { 1 };
+            let bouncer = PgBouncer::start(PgBouncerOptions {
+                backend_port,
+                pool_mode: "transaction".to_string(),
+                pool_size,
+                max_client_conn: MAX_CLIENT_CONN,
+                processes,
+                auth_type: "trust".to_string(),
+                ..PgBouncerOptions::default()
+            })
+            .with_context(|| format!("starting {}", contender.label()))?;
+            let pooler_pids = bouncer.pids();
+            Ok(Target { port: bouncer.port(), pooler_pids, _pgbouncer: Some(bouncer), _bypass: None })
+        }
+        Contender::Bypass => {
+            let bypass = BypassProcess::start(bypass_exe, backend_port, pool_size)?;
+            let (port, pooler_pids) = (bypass.port, vec![bypass.child.id()]);
+            Ok(Target { port, pooler_pids, _pgbouncer: None, _bypass: Some(bypass) })
+        }
+    }
+}
+
+/// The configuration the bypass binary runs with: the same pool shape as PgBouncer's.
+pub fn render_bypass_config(listen_port: u16, backend_port: u16, pool_size: u32) -> String {
+    format!(
+        "[pooler]\n\
+         listen_addr = \"{HOST}:{listen_port}\"\n\
+         pool_mode = \"transaction\"\n\
+         auth_type = \"trust\"\n\
+         max_client_conn = {MAX_CLIENT_CONN}\n\
+         default_pool_size = {pool_size}\n\
+         listen_backlog = 4096\n\
+         \n\
+         [databases.\"*\"]\n\
+         host = \"{HOST}\"\n\
+         port = {backend_port}\n"
+    )
+}
+
+/// `bypass proxy --config FILE` as a child; SIGINT (then SIGKILL) on drop.
+struct BypassProcess {
+    child: Child,
+    port: u16,
+    log: PathBuf,
+    /// Holds the config and the log; removed after the child is gone.
+    _dir: TempDir,
+}
+
+impl BypassProcess {
+    fn start(exe: &Path, backend_port: u16, pool_size: u32) -> Result<BypassProcess> {
+        let dir = tempfile::Builder::new().prefix("bypass-bench-proxy-").tempdir().context("creating a temp dir")?;
+        let port = free_port();
+        let config = dir.path().join("bypass.toml");
+        std::fs::write(&config, render_bypass_config(port, backend_port, pool_size))
+            .with_context(|| format!("writing {}", config.display()))?;
+        let log = dir.path().join("bypass.log");
+        let log_file = File::create(&log).with_context(|| format!("creating {}", log.display()))?;
+        let log_file_err = log_file.try_clone().context("duplicating the log handle")?;
+        let child = Command::new(exe)
+            .args(["proxy", "--config"])
+            .arg(&config)
+            .env("BYPASS_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(log_file)
+            .stderr(log_file_err)
+            .spawn()
+            .with_context(|| format!("spawning {}", exe.display()))?;
+        let mut bypass = BypassProcess { child, port, log, _dir: dir };
+        bypass.wait_ready()?;
+        Ok(bypass)
+    }
+
+    /// Waits until the port accepts TCP; fails early when the child exits.
+    fn wait_ready(&mut self) -> Result<()> {
+        let started = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().context("waiting for bypass")? {
+                bail!("bypass exited during start-up ({status}); log:\n{}", log_tail(&self.log, LOG_TAIL_BYTES));
+            }
+            if port_accepts(HOST, self.port) {
+                return Ok(());
+            }
+            if started.elapsed() > BYPASS_READY_TIMEOUT {
+                let waited = BYPASS_READY_TIMEOUT.as_secs();
+                bail!("bypass not listening after {waited} s; log:\n{}", log_tail(&self.log, LOG_TAIL_BYTES));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for BypassProcess {
+    fn drop(&mut self) {
+        if let Ok(pid) = libc::pid_t::try_from(self.child.id()) {
+            // SAFETY: kill has no memory-safety preconditions; the pid is our own unreaped child,
+            // so it cannot name another process.
+            unsafe {
+                libc::kill(pid, libc::SIGINT);
+            }
+        }
+        let deadline = Instant::now() + BYPASS_STOP_GRACE;
+        while Instant::now() < deadline && matches!(self.child.try_wait(), Ok(None)) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+        }
+        let _ = self.child.wait();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Goal: bypass gets the same pool shape as PgBouncer; method: render and check the lines.
+    #[test]
+    fn bypass_config_matches_pgbouncer_shape() {
+        let text = render_bypass_config(7000, 5555, 20);
+        for line in [
+            "listen_addr = \"127.0.0.1:7000\"",
+            "pool_mode = \"transaction\"",
+            "auth_type = \"trust\"",
+            "max_client_conn = 11000",
+            "default_pool_size = 20",
+            "[databases.\"*\"]",
+            "port = 5555",
+        ] {
+            assert!(text.lines().any(|l| l == line), "missing {line:?} in\n{text}");
+        }
+    }
+}

@@ -1,0 +1,271 @@
+//! `pooler.md`: one table per workload (rows = clients, columns = contenders and ratios), a
+//! sanity table per workload, and every error in full. Pure: results in, text out.
+
+use std::fmt::Write as _;
+
+use super::report::{CellRatios, CellSummary, Ratios, Results};
+use super::{Contender, Workload};
+
+/// Renders the whole document.
+pub fn render(results: &Results) -> String {
+    let mut out = String::new();
+    out.push_str(&header(results));
+    for &workload in &results.workloads {
+        out.push_str(&main_table(results, workload));
+        out.push_str(&sanity_table(results, workload));
+    }
+    out.push_str(&errors(results));
+    out
+}
+
+fn header(results: &Results) -> String {
+    let machine = &results.machine;
+    let versions = &results.versions;
+    let settings = &results.settings;
+    let revision = versions.git_revision.as_deref().map_or(String::new(), |revision| format!(" (git {revision})"));
+    let mut text = String::from("# Pooler benchmark: direct PostgreSQL vs PgBouncer vs Bypass\n\n");
+    let _ = writeln!(
+        text,
+        "`{}` — {} — **{}-core machine** ({}, {}).\n",
+        results.command, results.date, machine.nproc, machine.cpu_model, machine.kernel
+    );
+    let _ = writeln!(
+        text,
+        "{}; {}; PgBouncer: {}; Bypass: {}{revision}.\n",
+        first_words(&versions.postgres, 2),
+        versions.pgbench,
+        versions.pgbouncer,
+        versions.bypass
+    );
+    let _ = writeln!(
+        text,
+        "Transaction pooling, pool size {}, {} auth, max_client_conn {}; pgbench `-M simple -j {} -T {}`, \
+         median of {} repetition(s), contenders interleaved. Each cell: TPS (pgbench, without connection time), \
+         p50 / p99 latency (per-transaction log, steady state), system-wide busy CPU-µs per transaction \
+         (steady state: {}). Ratios are Bypass ÷ peer: TPS higher is better, p99 and CPU lower is better. \
+         {}.\n",
+        settings.pool_size,
+        settings.auth_type,
+        settings.max_client_conn,
+        settings.pgbench_threads,
+        settings.duration_s,
+        settings.repetitions,
+        settings.cpu_window,
+        machine.note
+    );
+    text
+}
+
+fn main_table(results: &Results, workload: Workload) -> String {
+    let ratio_peers = ratio_peers(results);
+    let mut text = format!("## {} — {}\n\n| clients |", workload.name(), workload.description());
+    for contender in &results.contenders {
+        let _ = write!(text, " {} |", contender.label());
+    }
+    for peer in &ratio_peers {
+        let _ = write!(text, " Bypass ÷ {} (TPS / p99 / CPU) |", peer.label());
+    }
+    text.push_str("\n|---:|");
+    text.push_str(&"---|".repeat(results.contenders.len() + ratio_peers.len()));
+    text.push('\n');
+    for &clients in &results.clients {
+        let _ = write!(text, "| {} |", thousands(f64::from(clients)));
+        for &contender in &results.contenders {
+            let _ =
+                write!(text, " {} |", contender_cell(results.cell(workload, clients, contender), contender, clients));
+        }
+        let ratios = results.ratios.iter().find(|r| (r.workload, r.clients) == (workload, clients));
+        for &peer in &ratio_peers {
+            let _ = write!(text, " {} |", ratio_cell(ratios, peer));
+        }
+        text.push('\n');
+    }
+    text.push('\n');
+    text
+}
+
+/// PgBouncer shapes Bypass is compared with, when both sides are in the run.
+fn ratio_peers(results: &Results) -> Vec<Contender> {
+    if !results.contenders.contains(&Contender::Bypass) {
+        return Vec::new();
+    }
+    [Contender::Pgbouncer, Contender::Pgbouncer2].into_iter().filter(|peer| results.contenders.contains(peer)).collect()
+}
+
+fn contender_cell(cell: Option<&CellSummary>, contender: Contender, clients: u32) -> String {
+    let Some(cell) = cell else {
+        return if contender.runs_at(clients) { "not run yet".to_string() } else { "—".to_string() };
+    };
+    let Some(tps) = cell.tps else {
+        let error = cell.errors.first().map_or("no result", String::as_str);
+        return format!("**error**: {}", escape(&shorten(error, 120)));
+    };
+    let mut text = format!(
+        "{} TPS<br>{} / {} ms<br>{} µs/txn",
+        thousands(tps),
+        decimal(cell.p50_ms, 2),
+        decimal(cell.p99_ms, 2),
+        decimal(cell.cpu_us_per_txn, 1)
+    );
+    if !cell.errors.is_empty() {
+        let _ = write!(text, "<br>⚠ {} of {} runs with errors", cell.errors.len(), cell.runs);
+    }
+    text
+}
+
+fn ratio_cell(ratios: Option<&CellRatios>, peer: Contender) -> String {
+    let versus: Option<&Ratios> = ratios.and_then(|r| match peer {
+        Contender::Pgbouncer2 => r.bypass_vs_pgbouncer2.as_ref(),
+        _ => r.bypass_vs_pgbouncer.as_ref(),
+    });
+    match versus {
+        Some(versus) => format!("{} / {} / {}", times(versus.tps), times(versus.p99), times(versus.cpu_us_per_txn)),
+        None => "—".to_string(),
+    }
+}
+
+fn sanity_table(results: &Results, workload: Workload) -> String {
+    let mut text = format!(
+        "Sanity for {}: Little's law TPS × mean latency ÷ clients (≈ 1), failed transactions, pooler and pgbench \
+         CPU-µs per transaction, pgbench's initial connection time (pgbench 15 counts -T from its start, so this \
+         time is not measured load).\n\n| clients |",
+        workload.name()
+    );
+    for contender in &results.contenders {
+        let _ = write!(text, " {} |", contender.label());
+    }
+    text.push_str("\n|---:|");
+    text.push_str(&"---|".repeat(results.contenders.len()));
+    text.push('\n');
+    for &clients in &results.clients {
+        let _ = write!(text, "| {} |", thousands(f64::from(clients)));
+        for &contender in &results.contenders {
+            let cell = results.cell(workload, clients, contender).filter(|cell| cell.tps.is_some());
+            let entry = cell.map_or("—".to_string(), |cell| {
+                format!(
+                    "L {} · {} failed · pooler {} · pgbench {} · connect {} s",
+                    decimal(cell.little_ratio, 2),
+                    cell.failed_transactions,
+                    decimal(cell.pooler_cpu_us_per_txn, 1),
+                    decimal(cell.pgbench_cpu_us_per_txn, 1),
+                    decimal(cell.initial_connection_ms.map(|ms| ms / 1000.0), 1)
+                )
+            });
+            let _ = write!(text, " {entry} |");
+        }
+        text.push('\n');
+    }
+    text.push('\n');
+    text
+}
+
+fn errors(results: &Results) -> String {
+    let failed: Vec<_> = results.runs.iter().filter(|run| run.error.is_some()).collect();
+    if failed.is_empty() {
+        return String::new();
+    }
+    let mut text = String::from("## Errors\n\n");
+    for run in failed {
+        let error = run.error.as_deref().unwrap_or_default().replace('\n', " ");
+        let _ = writeln!(
+            text,
+            "- {} {} clients={} rep={}: {error}",
+            run.contender.label(),
+            run.workload.name(),
+            run.clients,
+            run.repetition + 1
+        );
+    }
+    text.push('\n');
+    text
+}
+
+/// `12,345` for 12345.4.
+pub fn thousands(value: f64) -> String {
+    if !value.is_finite() {
+        return "—".to_string();
+    }
+    let digits = format!("{:.0}", value.abs());
+    let mut grouped = String::new();
+    for (index, digit) in digits.chars().enumerate() {
+        if index > 0 && (digits.len() - index) % 3 == 0 {
+            grouped.push(',');
+        }
+        grouped.push(digit);
+    }
+    if value < -0.5 {
+        grouped.insert(0, '-');
+    }
+    grouped
+}
+
+fn decimal(value: Option<f64>, places: usize) -> String {
+    value.filter(|v| v.is_finite()).map_or("—".to_string(), |v| format!("{v:.places$}"))
+}
+
+fn times(value: Option<f64>) -> String {
+    value.filter(|v| v.is_finite()).map_or("—".to_string(), |v| format!("{v:.2}×"))
+}
+
+fn first_words(text: &str, count: usize) -> String {
+    text.split_whitespace().take(count).collect::<Vec<_>>().join(" ")
+}
+
+fn shorten(text: &str, chars_max: usize) -> String {
+    if text.chars().count() <= chars_max {
+        return text.to_string();
+    }
+    text.chars().take(chars_max).collect::<String>() + "…"
+}
+
+/// Makes text safe inside a table cell: pipes escaped, line breaks flattened.
+fn escape(text: &str) -> String {
+    text.replace('|', "\\|").replace(['\n', '\r'], " ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pooler::report::tests::{run, sample_results as results};
+
+    // Goal: the table has a row per client count, a column per contender plus ratio columns,
+    // direct shows "—" above 50 clients and errors are escaped; method: render synthetic results.
+    #[test]
+    fn renders_tables_ratios_and_errors() {
+        let mut broken = run(Workload::Select1, 1000, Contender::Pgbouncer2, 0.0, 0.0);
+        broken.tps = None;
+        broken.error = Some("pgbench exited | too many clients".to_string());
+        let text = render(&results(vec![
+            run(Workload::Select1, 50, Contender::Direct, 42_000.0, 2.0),
+            run(Workload::Select1, 50, Contender::Pgbouncer, 20_000.0, 4.0),
+            run(Workload::Select1, 50, Contender::Pgbouncer2, 25_000.0, 3.0),
+            run(Workload::Select1, 50, Contender::Bypass, 30_000.0, 2.0),
+            run(Workload::Select1, 1000, Contender::Pgbouncer, 20_000.0, 80.0),
+            broken,
+            run(Workload::Select1, 1000, Contender::Bypass, 30_000.0, 40.0),
+        ]));
+        assert!(text.contains("`bypass bench pooler --clients 50,1000` — 2026-01-02T03:04:05Z — **2-core machine**"));
+        let header =
+            "| clients | direct PG | PgBouncer | PgBouncer ×2 | Bypass | Bypass ÷ PgBouncer (TPS / p99 / CPU) \
+                      | Bypass ÷ PgBouncer ×2 (TPS / p99 / CPU) |";
+        assert!(text.contains(header), "{text}");
+        assert!(text.contains("| 50 | 42,000 TPS<br>0.67 / 2.00 ms<br>47.6 µs/txn |"), "{text}");
+        assert!(text.contains("| 1.50× / 0.50× / 0.67× | 1.20× / 0.67× / 0.83× |"), "{text}");
+        let row_1000 = text.lines().find(|line| line.starts_with("| 1,000 |")).expect("row for 1000 clients");
+        assert!(row_1000.starts_with("| 1,000 | — | 20,000 TPS"), "{row_1000}");
+        assert!(row_1000.contains("**error**: pgbench exited \\| too many clients"), "{row_1000}");
+        assert!(row_1000.ends_with("| 1.50× / 0.50× / 0.67× | — / — / — |"), "{row_1000}");
+        assert!(text.contains("## Errors\n\n- PgBouncer ×2 select1 clients=1000 rep=1: pgbench exited"));
+        assert!(text.contains("L 1.00 · 0 failed · pooler — · pgbench"));
+    }
+
+    // Goal: thousands separators are placed right; method: a few magnitudes.
+    #[test]
+    fn groups_thousands() {
+        assert_eq!(thousands(0.4), "0");
+        assert_eq!(thousands(999.0), "999");
+        assert_eq!(thousands(1000.0), "1,000");
+        assert_eq!(thousands(1_234_567.6), "1,234,568");
+        assert_eq!(thousands(f64::NAN), "—");
+    }
+}
