@@ -82,6 +82,8 @@ pub enum Grant {
     Server(ServerConn),
     /// A counted slot: the waiter logs in a new server itself.
     Connect,
+    /// The waiter sat in the queue for `query_wait_timeout`.
+    Expired,
 }
 
 /// A client's place in a pool's queue. Each client owns one for its whole session, so waiting
@@ -120,7 +122,8 @@ pub struct PoolStats {
 #[derive(Default)]
 struct PoolState {
     idle: Vec<ServerConn>,
-    waiters: VecDeque<Arc<Waiter>>,
+    /// Waiting clients and when they joined; FIFO, so the oldest is always at the front.
+    waiters: VecDeque<(Arc<Waiter>, Instant)>,
     open: u32,
 }
 
@@ -193,6 +196,7 @@ impl Pool {
                     drop(server); // Closed or spoke while idle; its lease frees the slot.
                 }
                 Grant::Connect => return self.connect().await,
+                Grant::Expired => return Err(PoolerError::Timeout(TimeoutKind::QueryWait)),
             }
         }
     }
@@ -207,7 +211,7 @@ impl Pool {
             state.open += 1;
             return Some(Grant::Connect);
         }
-        state.waiters.push_back(waiter.clone());
+        state.waiters.push_back((waiter.clone(), Instant::now()));
         drop(state);
         if state_needs_eviction(self) {
             self.evict_sibling_idle();
@@ -219,39 +223,44 @@ impl Pool {
         let started = Instant::now();
         self.stats.waiting.fetch_add(1, Ordering::Relaxed);
         let mut guard = QueueGuard { pool: self, waiter, finished: false };
-        let result = self.wait_for_grant(waiter, started).await;
+        // No timer per wait: `expire_waiters` hands out `Grant::Expired` from the maintenance
+        // tick, as PgBouncer's janitor does. A timer per wait would touch tokio's shared timer
+        // wheel on every transaction once the pool is busy.
+        let grant = loop {
+            if let Some(grant) = waiter.take() {
+                break grant;
+            }
+            waiter.wake.notified().await;
+        };
         guard.finished = true;
         self.stats.waiting.fetch_sub(1, Ordering::Relaxed);
         self.stats.wait_time_us.fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
-        result
+        Ok(grant)
     }
 
-    async fn wait_for_grant(&self, waiter: &Arc<Waiter>, started: Instant) -> Result<Grant, PoolerError> {
-        let timeout_ms = self.settings.query_wait_timeout_ms;
-        let deadline = (timeout_ms > 0).then(|| started + Duration::from_millis(timeout_ms));
-        loop {
-            if let Some(grant) = waiter.take() {
-                return Ok(grant);
-            }
-            let woken = match deadline {
-                Some(deadline) => tokio::time::timeout_at(deadline.into(), waiter.wake.notified()).await.is_ok(),
-                None => {
-                    waiter.wake.notified().await;
-                    true
-                }
-            };
-            if !woken {
-                return self.leave_queue(waiter);
-            }
-        }
-    }
-
-    /// Timed out: leave the queue, unless a grant raced in first.
-    fn leave_queue(&self, waiter: &Arc<Waiter>) -> Result<Grant, PoolerError> {
+    /// Leaves the queue; returns a grant that raced in first.
+    fn leave_queue(&self, waiter: &Arc<Waiter>) -> Option<Grant> {
         let mut state = lock(&self.state);
-        state.waiters.retain(|queued| !Arc::ptr_eq(queued, waiter));
+        state.waiters.retain(|(queued, _)| !Arc::ptr_eq(queued, waiter));
         drop(state);
-        waiter.take().ok_or(PoolerError::Timeout(TimeoutKind::QueryWait))
+        waiter.take()
+    }
+
+    /// Expires waiters queued for `query_wait_timeout` or longer; called every maintenance tick.
+    pub fn expire_waiters(&self, now: Instant) {
+        let timeout_ms = self.settings.query_wait_timeout_ms;
+        if timeout_ms == 0 {
+            return;
+        }
+        let timeout = Duration::from_millis(timeout_ms);
+        let mut state = lock(&self.state);
+        while let Some((_, queued_at)) = state.waiters.front() {
+            if now.duration_since(*queued_at) < timeout {
+                break;
+            }
+            let (waiter, _) = state.waiters.pop_front().expect("checked non-empty");
+            waiter.give(Grant::Expired);
+        }
     }
 
     /// Logs in a new server in a slot already counted in `open`.
@@ -278,7 +287,7 @@ impl Pool {
         server.idle_since = now;
         let mut state = lock(&self.state);
         match state.waiters.pop_front() {
-            Some(waiter) => waiter.give(Grant::Server(server)),
+            Some((waiter, _)) => waiter.give(Grant::Server(server)),
             None => state.idle.push(server),
         }
     }
@@ -290,13 +299,13 @@ impl Pool {
         assert!(state.open > 0, "pool open count underflow");
         state.open -= 1;
         self.database.give_back();
-        if let Some(waiter) = state.waiters.pop_front() {
+        if let Some(entry) = state.waiters.pop_front() {
             if self.database.try_take() {
                 state.open += 1;
-                waiter.give(Grant::Connect);
+                entry.0.give(Grant::Connect);
                 return;
             }
-            state.waiters.push_front(waiter);
+            state.waiters.push_front(entry);
         }
         drop(state);
         for sibling in self.database.siblings() {
@@ -313,7 +322,7 @@ impl Pool {
             return false;
         }
         state.open += 1;
-        let waiter = state.waiters.pop_front().expect("checked non-empty");
+        let (waiter, _) = state.waiters.pop_front().expect("checked non-empty");
         waiter.give(Grant::Connect);
         true
     }
@@ -395,9 +404,9 @@ impl Drop for QueueGuard<'_> {
         }
         self.pool.stats.waiting.fetch_sub(1, Ordering::Relaxed);
         match self.pool.leave_queue(self.waiter) {
-            Ok(Grant::Server(server)) => self.pool.release(server),
-            Ok(Grant::Connect) => drop(Lease { pool: self.pool.myself.clone() }),
-            Err(_) => {}
+            Some(Grant::Server(server)) => self.pool.release(server),
+            Some(Grant::Connect) => drop(Lease { pool: self.pool.myself.clone() }),
+            Some(Grant::Expired) | None => {}
         }
     }
 }

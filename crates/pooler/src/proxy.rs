@@ -16,7 +16,10 @@ use crate::login::{login, LoginOutcome};
 use crate::session::ClientSide;
 use crate::shared::Shared;
 
-const MAINTENANCE_PERIOD: Duration = Duration::from_secs(1);
+/// How often queued clients are checked against `query_wait_timeout`.
+const QUEUE_CHECK_PERIOD: Duration = Duration::from_millis(100);
+/// Queue checks per pool maintenance round (idle timeouts, lifetimes, `min_pool_size`): 1 s.
+const QUEUE_CHECKS_PER_MAINTENANCE: u32 = 10;
 
 /// A bound pooler, ready to serve.
 pub struct Proxy {
@@ -92,11 +95,20 @@ async fn run_client(shared: &Arc<Shared>, mut client: ClientSide, over_limit: bo
 }
 
 async fn maintain(shared: Arc<Shared>) {
-    let mut ticks = tokio::time::interval(MAINTENANCE_PERIOD);
+    let mut ticks = tokio::time::interval(QUEUE_CHECK_PERIOD);
+    let mut round: u32 = 0;
     loop {
         ticks.tick().await;
+        round = round.wrapping_add(1);
         let now = Instant::now();
-        for pool in shared.pools() {
+        let pools = shared.pools();
+        for pool in &pools {
+            pool.expire_waiters(now);
+        }
+        if round % QUEUE_CHECKS_PER_MAINTENANCE != 0 {
+            continue;
+        }
+        for pool in pools {
             let missing = pool.maintain(now);
             for _ in 0..missing {
                 let pool = pool.clone();
