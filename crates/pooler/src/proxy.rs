@@ -105,7 +105,7 @@ async fn maintain(shared: Arc<Shared>) {
         for pool in &pools {
             pool.expire_waiters(now);
         }
-        if round % QUEUE_CHECKS_PER_MAINTENANCE != 0 {
+        if !round.is_multiple_of(QUEUE_CHECKS_PER_MAINTENANCE) {
             continue;
         }
         for pool in pools {
