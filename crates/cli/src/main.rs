@@ -77,28 +77,34 @@ fn check_config(path: &std::path::Path) -> Result<()> {
     Ok(())
 }
 
-/// A tokio runtime with the configured number of worker threads.
-pub fn runtime(workers: usize) -> Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(workers)
-        .thread_name("bypass-worker")
-        .enable_all()
-        .build()
-        .context("starting the runtime")
+/// A single-threaded runtime for the main thread's own waiting (signals, status line); the pooler
+/// runs on its shard threads.
+pub fn control_runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting the control runtime")
 }
 
 fn run_proxy(config: ValidConfig) -> Result<()> {
     raise_fd_limit();
-    let runtime = runtime(config.config.pooler.worker_count())?;
-    runtime.block_on(async move {
-        let proxy = Proxy::bind(config).context("binding the listen address")?;
-        tracing::info!(address = %proxy.local_addr()?, "pooler listening");
-        tokio::select! {
-            _ = proxy.serve() => {}
-            _ = tokio::signal::ctrl_c() => tracing::info!("interrupted: stopping"),
-        }
-        Ok(())
-    })
+    let proxy = Proxy::bind(config).context("binding the listen address")?;
+    tracing::info!(address = %proxy.local_addr(), "pooler listening");
+    let running = proxy.start().context("starting the shards")?;
+    control_runtime()?.block_on(stop_signal())?;
+    tracing::info!("stopping");
+    running.stop();
+    Ok(())
+}
+
+/// Waits for SIGINT (Ctrl-C), SIGTERM or SIGHUP (terminal closed): each stops us cleanly.
+pub async fn stop_signal() -> Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut terminate = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    let mut hangup = signal(SignalKind::hangup()).context("installing the SIGHUP handler")?;
+    tokio::select! {
+        result = tokio::signal::ctrl_c() => result.context("waiting for Ctrl-C")?,
+        _ = terminate.recv() => {}
+        _ = hangup.recv() => {}
+    }
+    Ok(())
 }
 
 /// Many clients need many descriptors: take the hard limit.

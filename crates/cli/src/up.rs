@@ -67,20 +67,21 @@ fn embedded_config(args: &UpArgs, postgres_port: u16) -> Config {
 }
 
 fn serve(config: bypass_pooler::ValidConfig, postgres: &Postgres, port: u16) -> Result<()> {
-    let runtime = crate::runtime(config.config.pooler.worker_count())?;
-    runtime.block_on(async move {
-        let proxy = Proxy::bind(config).with_context(|| format!("binding 127.0.0.1:{port}"))?;
-        let shared = proxy.shared();
-        eprintln!("bypass up: PostgreSQL on 127.0.0.1:{}, pooler on 127.0.0.1:{port}", postgres.port());
-        println!("psql \"host=127.0.0.1 port={port} user=postgres dbname=postgres\"");
-        eprintln!("bypass up: Ctrl-C stops everything");
+    let proxy = Proxy::bind(config).with_context(|| format!("binding 127.0.0.1:{port}"))?;
+    let running = proxy.start().context("starting the pooler")?;
+    eprintln!("bypass up: PostgreSQL on 127.0.0.1:{}, pooler on 127.0.0.1:{port}", postgres.port());
+    println!("psql \"host=127.0.0.1 port={port} user=postgres dbname=postgres\"");
+    eprintln!("bypass up: Ctrl-C stops everything");
+    let shared = running.shared();
+    crate::control_runtime()?.block_on(async move {
         tokio::select! {
-            _ = proxy.serve() => {}
             _ = status_line(shared) => {}
-            _ = tokio::signal::ctrl_c() => {}
+            result = crate::stop_signal() => result?,
         }
-        Ok(())
-    })
+        anyhow::Ok(())
+    })?;
+    running.stop();
+    Ok(())
 }
 
 /// Prints one line of status each second: in place on a terminal, every ten seconds otherwise.
@@ -97,13 +98,14 @@ async fn status_line(shared: std::sync::Arc<Shared>) {
         let rate = (snapshot.transactions - last.1) as f64 / now.duration_since(last.0).as_secs_f64();
         last = (now, snapshot.transactions);
         let line = format!(
-            "clients {} (waiting {}) | servers {} open, {} idle | {:.0} tx/s | {} tx total",
+            "clients {} (waiting {}) | servers {} open, {} idle | {:.0} tx/s | {} tx | {} shard moves",
             snapshot.clients,
             snapshot.waiting,
             snapshot.servers_open,
             snapshot.servers_idle,
             rate,
-            snapshot.transactions
+            snapshot.transactions,
+            snapshot.server_moves
         );
         let mut stderr = std::io::stderr();
         if terminal {

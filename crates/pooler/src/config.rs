@@ -83,7 +83,9 @@ pub struct PoolerSettings {
     pub server_reset_query: String,
     /// Largest message accepted from either side, bytes. Default 268435456 (256 MiB).
     pub message_size_max: u32,
-    /// Worker threads; 0 = one per CPU. Default 0.
+    /// Shards: threads with their own runtime and listener (`SO_REUSEPORT`); 0 = one per CPU.
+    /// Default 0.
+
     pub workers: u32,
     /// `listen()` backlog. Default 4096.
     pub listen_backlog: u32,

@@ -47,10 +47,12 @@ pub enum LoginOutcome {
 
 /// Runs connection start on a freshly accepted client. A client over `max_client_conn` is read
 /// up to its startup packet (so it can understand the answer) and refused.
+/// `shard` is the runtime the client runs on.
 pub async fn login(
     shared: &Arc<Shared>,
     client: &mut ClientSide,
     over_limit: bool,
+    shard: usize,
 ) -> Result<LoginOutcome, PoolerError> {
     let Some(request) = read_startup(shared, client).await? else {
         return Ok(LoginOutcome::Cancelled);
@@ -64,7 +66,7 @@ pub async fn login(
     let pool = shared.pool_for(&request.database, &request.user)?;
     authenticate(shared, client, &request.user, &pool).await?;
     let waiter = Waiter::new();
-    let server = first_server(&pool, &waiter).await?;
+    let server = first_server(&pool, &waiter, shard).await?;
     let welcome = pool.welcome.get().cloned().unwrap_or_default();
     let wanted = wanted_params(&welcome.parameters, &request.wanted);
     let registration = shared
@@ -80,18 +82,22 @@ pub async fn login(
     build::backend_key_data(&mut client.out, registration.entry.process_id, &registration.entry.secret);
     build::ready_for_query(&mut client.out, TransactionStatus::Idle);
     client.flush().await?;
-    let session = Session::new(shared.clone(), pool, wanted, waiter, registration, server);
+    let session = Session::new(shared.clone(), pool, shard, wanted, waiter, registration, server);
     Ok(LoginOutcome::Session(Box::new(session)))
 }
 
 /// Session mode keeps the server it logs in with; transaction mode logs one in only to learn the
 /// server's parameters the first time.
-async fn first_server(pool: &Arc<Pool>, waiter: &Arc<Waiter>) -> Result<Option<ServerConn>, PoolerError> {
+async fn first_server(
+    pool: &Arc<Pool>,
+    waiter: &Arc<Waiter>,
+    shard: usize,
+) -> Result<Option<Box<ServerConn>>, PoolerError> {
     if pool.settings.mode == PoolMode::Session {
-        return pool.acquire(waiter).await.map(Some);
+        return pool.acquire(shard, waiter).await.map(Some);
     }
     if pool.welcome.get().is_none() {
-        let server = pool.acquire(waiter).await?;
+        let server = pool.acquire(shard, waiter).await?;
         pool.release(server);
     }
     Ok(None)

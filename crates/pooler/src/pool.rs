@@ -8,6 +8,13 @@
 //!                                              a closed server hands over its slot ("connect")
 //! ```
 //!
+//! Shards: the pooler runs one single-threaded runtime per core, and each server is registered
+//! with the reactor of one shard (its `home`). The queue is one FIFO for the whole pool, but a
+//! released server goes to a waiter of its own shard when one joined shortly after the head
+//! (within a quarter of the head's wait, 2–50 ms), so under balanced load hand-offs stay on one
+//! core and no server changes reactors; under skew the head is served and the server moves
+//! (re-registered with the new shard's reactor).
+//!
 //! Invariants: `open` counts every live [`ServerConn`] of the pool (idle, in use, logging in) and
 //! never exceeds the pool size; a connection's [`Lease`] gives its slot back when it is dropped;
 //! no server is ever dropped while the pool's lock is held (its lease takes that lock).
@@ -15,13 +22,20 @@
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak};
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
-
-use tokio::sync::Notify;
 
 use crate::config::PoolMode;
 use crate::error::{PoolerError, TimeoutKind};
 use crate::server::{Credential, LoginTarget, ServerConn, Welcome};
+
+/// How far behind the head of the queue a waiter of the releasing shard may have joined and still
+/// be served first: a quarter of the head's wait, within these bounds. It trades a bounded amount
+/// of FIFO order for keeping servers on their core; short waits stay strictly ordered.
+pub const LOCAL_SLACK_MIN: Duration = Duration::from_millis(2);
+pub const LOCAL_SLACK_MAX: Duration = Duration::from_millis(50);
+/// Idle servers inspected for one of the caller's shard.
+const IDLE_SCAN_MAX: usize = 16;
 
 /// Identifies a pool: the client-visible database and the client's user.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -42,6 +56,8 @@ pub struct PoolSettings {
     pub server_connect_timeout_ms: u64,
     pub message_size_max: u32,
     pub reset_query: String,
+    /// Runtimes (cores) the pooler runs on.
+    pub shards: usize,
 }
 
 /// Servers open for one backend database across all its pools, against `max_db_connections`.
@@ -76,10 +92,8 @@ impl DatabaseLimit {
 }
 
 /// What a waiting client is handed.
-// Boxing the server would allocate on every hand-off; moving 336 bytes is cheaper.
-#[allow(clippy::large_enum_variant)]
 pub enum Grant {
-    Server(ServerConn),
+    Server(Box<ServerConn>),
     /// A counted slot: the waiter logs in a new server itself.
     Connect,
     /// The waiter sat in the queue for `query_wait_timeout`.
@@ -87,11 +101,17 @@ pub enum Grant {
 }
 
 /// A client's place in a pool's queue. Each client owns one for its whole session, so waiting
-/// allocates nothing.
+/// allocates nothing. The grant and the waiting task's waker share one lock: a hand-off is one
+/// lock on each side and one wake, with no wait list to maintain.
 #[derive(Default)]
 pub struct Waiter {
-    grant: Mutex<Option<Grant>>,
-    wake: Notify,
+    slot: Mutex<WaiterSlot>,
+}
+
+#[derive(Default)]
+struct WaiterSlot {
+    grant: Option<Grant>,
+    waker: Option<Waker>,
 }
 
 impl Waiter {
@@ -100,31 +120,134 @@ impl Waiter {
     }
 
     fn give(&self, grant: Grant) {
-        let previous = lock(&self.grant).replace(grant);
-        assert!(previous.is_none(), "a waiter was granted twice");
-        self.wake.notify_one();
+        let waker = {
+            let mut slot = lock(&self.slot);
+            assert!(slot.grant.is_none(), "a waiter was granted twice");
+            slot.grant = Some(grant);
+            slot.waker.take()
+        };
+        if let Some(waker) = waker {
+            waker.wake();
+        }
     }
 
     fn take(&self) -> Option<Grant> {
-        lock(&self.grant).take()
+        lock(&self.slot).grant.take()
+    }
+
+    /// Ready with the grant once given; otherwise remembers who to wake.
+    fn poll_grant(&self, context: &mut Context<'_>) -> Poll<Grant> {
+        let mut slot = lock(&self.slot);
+        if let Some(grant) = slot.grant.take() {
+            return Poll::Ready(grant);
+        }
+        if !slot.waker.as_ref().is_some_and(|waker| waker.will_wake(context.waker())) {
+            slot.waker = Some(context.waker().clone());
+        }
+        Poll::Pending
     }
 }
 
-/// Counters read by the status line and, later, metrics.
+/// A counter on its own cache line, so shards counting in parallel do not share a line.
 #[derive(Debug, Default)]
+#[repr(align(128))]
+pub struct ShardCounter(pub AtomicU64);
+
+/// Counters read by the status line and, later, metrics. Per-transaction counters are per shard.
+#[derive(Debug)]
 pub struct PoolStats {
     pub clients: AtomicU32,
-    pub waiting: AtomicU32,
-    pub transactions: AtomicU64,
-    pub wait_time_us: AtomicU64,
+    /// Servers moved from one shard's reactor to another's (a measure of shard imbalance).
+    pub server_moves: AtomicU64,
+    transactions: Box<[ShardCounter]>,
+    wait_time_us: Box<[ShardCounter]>,
 }
 
-#[derive(Default)]
+impl PoolStats {
+    fn new(shards: usize) -> Self {
+        let counters = || (0..shards.max(1)).map(|_| ShardCounter::default()).collect();
+        PoolStats {
+            clients: AtomicU32::new(0),
+            server_moves: AtomicU64::new(0),
+            transactions: counters(),
+            wait_time_us: counters(),
+        }
+    }
+
+    pub fn count_transaction(&self, shard: usize) {
+        self.transactions[shard].0.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn transactions(&self) -> u64 {
+        self.transactions.iter().map(|c| c.0.load(Ordering::Relaxed)).sum()
+    }
+
+    pub fn wait_time_us(&self) -> u64 {
+        self.wait_time_us.iter().map(|c| c.0.load(Ordering::Relaxed)).sum()
+    }
+}
+
+/// A client in the queue and when it joined.
+struct Queued {
+    waiter: Arc<Waiter>,
+    since: Instant,
+}
+
 struct PoolState {
-    idle: Vec<ServerConn>,
-    /// Waiting clients and when they joined; FIFO, so the oldest is always at the front.
-    waiters: VecDeque<(Arc<Waiter>, Instant)>,
+    // Boxed: servers leave the pool as the box the session holds, so moving one is a pointer copy.
+    #[allow(clippy::vec_box)]
+    idle: Vec<Box<ServerConn>>,
+    /// One FIFO of waiting clients per shard; the oldest waiter overall is the oldest front.
+    waiters: Box<[VecDeque<Queued>]>,
     open: u32,
+}
+
+impl PoolState {
+    fn new(shards: usize) -> Self {
+        PoolState { idle: Vec::new(), waiters: (0..shards.max(1)).map(|_| VecDeque::new()).collect(), open: 0 }
+    }
+
+    /// An idle server, preferring the most recently used one of `shard`.
+    fn take_idle(&mut self, shard: usize) -> Option<Box<ServerConn>> {
+        let scan_from = self.idle.len().saturating_sub(IDLE_SCAN_MAX);
+        let local = self.idle[scan_from..].iter().rposition(|server| server.home == shard);
+        match local {
+            Some(offset) => Some(self.idle.remove(scan_from + offset)),
+            None => self.idle.pop(),
+        }
+    }
+
+    fn waiting(&self) -> usize {
+        self.waiters.iter().map(VecDeque::len).sum()
+    }
+
+    /// The shard whose front waiter joined first.
+    fn oldest_shard(&self) -> Option<usize> {
+        let fronts = self.waiters.iter().enumerate().filter_map(|(shard, queue)| Some((queue.front()?.since, shard)));
+        fronts.min().map(|(_, shard)| shard)
+    }
+
+    fn pop_oldest(&mut self) -> Option<Queued> {
+        let shard = self.oldest_shard()?;
+        self.waiters[shard].pop_front()
+    }
+
+    /// The waiter a server released on `shard` goes to: that shard's first waiter if it joined
+    /// within the slack of the oldest waiter overall (see [`LOCAL_SLACK_MIN`]), else the oldest.
+    fn next_waiter(&mut self, shard: usize, now: Instant) -> Option<Queued> {
+        let oldest = self.oldest_shard()?;
+        let oldest_since = self.waiters[oldest].front().map(|queued| queued.since)?;
+        let slack = (now.saturating_duration_since(oldest_since) / 4).clamp(LOCAL_SLACK_MIN, LOCAL_SLACK_MAX);
+        let local_in_time =
+            self.waiters[shard].front().is_some_and(|local| local.since.duration_since(oldest_since) <= slack);
+        self.waiters[if local_in_time { shard } else { oldest }].pop_front()
+    }
+
+    fn remove(&mut self, waiter: &Arc<Waiter>) {
+        for queue in self.waiters.iter_mut() {
+            queue.retain(|queued| !Arc::ptr_eq(&queued.waiter, waiter));
+        }
+    }
 }
 
 /// One pool of servers.
@@ -166,52 +289,56 @@ impl Pool {
         credential: Credential,
         database: Arc<DatabaseLimit>,
     ) -> Arc<Self> {
+        let settings_shards = settings.shards;
         let pool = Arc::new_cyclic(|myself| Pool {
             key,
             target,
             settings,
             credential: RwLock::new(credential),
             welcome: OnceLock::new(),
-            stats: PoolStats::default(),
+            stats: PoolStats::new(settings_shards),
             database: database.clone(),
-            state: Mutex::new(PoolState::default()),
+            state: Mutex::new(PoolState::new(settings_shards)),
             myself: myself.clone(),
         });
         lock(&database.pools).push(Arc::downgrade(&pool));
         pool
     }
 
-    /// Gets a server: idle, newly logged in, or from the queue within `query_wait_timeout`.
-    pub async fn acquire(&self, waiter: &Arc<Waiter>) -> Result<ServerConn, PoolerError> {
+    /// Gets a server for a client on `shard`: idle, newly logged in, or from the queue within
+    /// `query_wait_timeout`. Must run on that shard's runtime.
+    pub async fn acquire(&self, shard: usize, waiter: &Arc<Waiter>) -> Result<Box<ServerConn>, PoolerError> {
         loop {
-            let grant = match self.try_grant(waiter) {
+            let grant = match self.try_grant(shard, waiter) {
                 Some(grant) => grant,
-                None => self.wait(waiter).await?,
+                None => self.wait(shard, waiter).await?,
             };
             match grant {
-                Grant::Server(mut server) => {
-                    if server.is_clean() {
+                Grant::Server(server) => {
+                    if server.home != shard {
+                        self.stats.server_moves.fetch_add(1, Ordering::Relaxed);
+                    }
+                    if let Some(server) = usable(server, shard) {
                         return Ok(server);
                     }
-                    drop(server); // Closed or spoke while idle; its lease frees the slot.
                 }
-                Grant::Connect => return self.connect().await,
+                Grant::Connect => return self.connect(shard).await,
                 Grant::Expired => return Err(PoolerError::Timeout(TimeoutKind::QueryWait)),
             }
         }
     }
 
     /// Takes an idle server or a connect slot, or queues `waiter`; `None` means it was queued.
-    fn try_grant(&self, waiter: &Arc<Waiter>) -> Option<Grant> {
+    fn try_grant(&self, shard: usize, waiter: &Arc<Waiter>) -> Option<Grant> {
         let mut state = lock(&self.state);
-        if let Some(server) = state.idle.pop() {
+        if let Some(server) = state.take_idle(shard) {
             return Some(Grant::Server(server));
         }
         if state.open < self.settings.size && self.database.try_take() {
             state.open += 1;
             return Some(Grant::Connect);
         }
-        state.waiters.push_back((waiter.clone(), Instant::now()));
+        state.waiters[shard].push_back(Queued { waiter: waiter.clone(), since: Instant::now() });
         drop(state);
         if state_needs_eviction(self) {
             self.evict_sibling_idle();
@@ -219,30 +346,21 @@ impl Pool {
         None
     }
 
-    async fn wait(&self, waiter: &Arc<Waiter>) -> Result<Grant, PoolerError> {
+    async fn wait(&self, shard: usize, waiter: &Arc<Waiter>) -> Result<Grant, PoolerError> {
         let started = Instant::now();
-        self.stats.waiting.fetch_add(1, Ordering::Relaxed);
         let mut guard = QueueGuard { pool: self, waiter, finished: false };
         // No timer per wait: `expire_waiters` hands out `Grant::Expired` from the maintenance
         // tick, as PgBouncer's janitor does. A timer per wait would touch tokio's shared timer
         // wheel on every transaction once the pool is busy.
-        let grant = loop {
-            if let Some(grant) = waiter.take() {
-                break grant;
-            }
-            waiter.wake.notified().await;
-        };
+        let grant = std::future::poll_fn(|context| waiter.poll_grant(context)).await;
         guard.finished = true;
-        self.stats.waiting.fetch_sub(1, Ordering::Relaxed);
-        self.stats.wait_time_us.fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+        self.stats.wait_time_us[shard].0.fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
         Ok(grant)
     }
 
     /// Leaves the queue; returns a grant that raced in first.
     fn leave_queue(&self, waiter: &Arc<Waiter>) -> Option<Grant> {
-        let mut state = lock(&self.state);
-        state.waiters.retain(|(queued, _)| !Arc::ptr_eq(queued, waiter));
-        drop(state);
+        lock(&self.state).remove(waiter);
         waiter.take()
     }
 
@@ -254,21 +372,20 @@ impl Pool {
         }
         let timeout = Duration::from_millis(timeout_ms);
         let mut state = lock(&self.state);
-        while let Some((_, queued_at)) = state.waiters.front() {
-            if now.duration_since(*queued_at) < timeout {
-                break;
+        for queue in state.waiters.iter_mut() {
+            while queue.front().is_some_and(|queued| now.duration_since(queued.since) >= timeout) {
+                let queued = queue.pop_front().expect("checked non-empty");
+                queued.waiter.give(Grant::Expired);
             }
-            let (waiter, _) = state.waiters.pop_front().expect("checked non-empty");
-            waiter.give(Grant::Expired);
         }
     }
 
-    /// Logs in a new server in a slot already counted in `open`.
-    async fn connect(&self) -> Result<ServerConn, PoolerError> {
+    /// Logs in a new server on `shard` in a slot already counted in `open`.
+    async fn connect(&self, shard: usize) -> Result<Box<ServerConn>, PoolerError> {
         let lease = Lease { pool: self.myself.clone() };
         let credential = self.credential.read().unwrap_or_else(|p| p.into_inner()).clone();
         let timeout = Duration::from_millis(self.settings.server_connect_timeout_ms);
-        let login = ServerConn::login(&self.target, &credential, lease, self.settings.message_size_max);
+        let login = ServerConn::login(&self.target, &credential, lease, self.settings.message_size_max, shard);
         let (server, welcome) = tokio::time::timeout(timeout, login)
             .await
             .map_err(|_| PoolerError::Timeout(TimeoutKind::ServerConnect))??;
@@ -277,7 +394,7 @@ impl Pool {
     }
 
     /// Returns a server after use. Broken or expired servers are closed instead.
-    pub fn release(&self, mut server: ServerConn) {
+    pub fn release(&self, mut server: Box<ServerConn>) {
         let now = Instant::now();
         let lifetime = self.settings.server_lifetime_ms;
         if server.broken || !server.buffer.is_empty() || (lifetime > 0 && server.age_ms(now) >= lifetime) {
@@ -286,8 +403,8 @@ impl Pool {
         }
         server.idle_since = now;
         let mut state = lock(&self.state);
-        match state.waiters.pop_front() {
-            Some((waiter, _)) => waiter.give(Grant::Server(server)),
+        match state.next_waiter(server.home, now) {
+            Some(queued) => queued.waiter.give(Grant::Server(server)),
             None => state.idle.push(server),
         }
     }
@@ -299,13 +416,11 @@ impl Pool {
         assert!(state.open > 0, "pool open count underflow");
         state.open -= 1;
         self.database.give_back();
-        if let Some(entry) = state.waiters.pop_front() {
-            if self.database.try_take() {
-                state.open += 1;
-                entry.0.give(Grant::Connect);
-                return;
-            }
-            state.waiters.push_front(entry);
+        if state.waiting() > 0 && self.database.try_take() {
+            state.open += 1;
+            let queued = state.pop_oldest().expect("checked non-empty");
+            queued.waiter.give(Grant::Connect);
+            return;
         }
         drop(state);
         for sibling in self.database.siblings() {
@@ -318,12 +433,12 @@ impl Pool {
     /// Gives a connect slot to this pool's first waiter if it may open one; true if it did.
     fn offer_slot(&self) -> bool {
         let mut state = lock(&self.state);
-        if state.waiters.is_empty() || state.open >= self.settings.size || !self.database.try_take() {
+        if state.waiting() == 0 || state.open >= self.settings.size || !self.database.try_take() {
             return false;
         }
         state.open += 1;
-        let (waiter, _) = state.waiters.pop_front().expect("checked non-empty");
-        waiter.give(Grant::Connect);
+        let queued = state.pop_oldest().expect("checked non-empty");
+        queued.waiter.give(Grant::Connect);
         true
     }
 
@@ -366,8 +481,8 @@ impl Pool {
         missing
     }
 
-    /// Opens one server toward `min_size` and parks it idle.
-    pub async fn prefill_one(&self) -> Result<(), PoolerError> {
+    /// Opens one server on `shard` toward `min_size` and parks it idle.
+    pub async fn prefill_one(&self, shard: usize) -> Result<(), PoolerError> {
         let counted = {
             let mut state = lock(&self.state);
             let room = state.open < self.settings.min_size && self.database.try_take();
@@ -377,7 +492,7 @@ impl Pool {
             room
         };
         if counted {
-            let server = self.connect().await?;
+            let server = self.connect(shard).await?;
             self.release(server);
         }
         Ok(())
@@ -386,8 +501,21 @@ impl Pool {
     /// (open servers, idle servers, queued clients).
     pub fn counts(&self) -> (u32, u32, u32) {
         let state = lock(&self.state);
-        (state.open, state.idle.len() as u32, state.waiters.len() as u32)
+        (state.open, state.idle.len() as u32, state.waiting() as u32)
     }
+}
+
+/// A granted server, moved to `shard`'s reactor if needed, if it is still usable.
+fn usable(server: Box<ServerConn>, shard: usize) -> Option<Box<ServerConn>> {
+    let mut server = match server.rehome(shard) {
+        Ok(server) => server,
+        Err(error) => {
+            tracing::debug!(%error, "could not move a server between shards; closing it");
+            return None;
+        }
+    };
+    // Closed or spoke while idle: drop it, its lease frees the slot.
+    server.is_clean().then_some(server)
 }
 
 /// Leaves the queue if a wait is abandoned (its future dropped), returning anything granted.
@@ -402,7 +530,6 @@ impl Drop for QueueGuard<'_> {
         if self.finished {
             return;
         }
-        self.pool.stats.waiting.fetch_sub(1, Ordering::Relaxed);
         match self.pool.leave_queue(self.waiter) {
             Some(Grant::Server(server)) => self.pool.release(server),
             Some(Grant::Connect) => drop(Lease { pool: self.pool.myself.clone() }),

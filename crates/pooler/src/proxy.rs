@@ -1,13 +1,23 @@
-//! The listener: accepts clients, enforces `max_client_conn`, runs each client as a task, and
-//! keeps pools in shape (idle timeouts, lifetimes, `min_pool_size`) once a second.
+//! The listener side: one shard per core, each a thread with a single-threaded tokio runtime and
+//! its own `SO_REUSEPORT` listener on the pooler's address, so the kernel spreads new clients
+//! across cores and a client's whole life (login, relay, queue) stays on one core. Shard 0 also
+//! keeps the pools in shape: the queue janitor (`query_wait_timeout`) every 100 ms, idle
+//! timeouts, lifetimes and `min_pool_size` every second.
+//!
+//! ```text
+//!   :6432 ─┬─ shard 0: listener ─► client tasks ─┐
+//!          └─ shard 1: listener ─► client tasks ─┴─► pools (shared; servers have a home shard)
+//! ```
 
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use socket2::{Domain, Socket, Type};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::oneshot;
 
 use crate::config::ValidConfig;
 use crate::error::{PoolerError, TimeoutKind};
@@ -20,66 +30,155 @@ use crate::shared::Shared;
 const QUEUE_CHECK_PERIOD: Duration = Duration::from_millis(100);
 /// Queue checks per pool maintenance round (idle timeouts, lifetimes, `min_pool_size`): 1 s.
 const QUEUE_CHECKS_PER_MAINTENANCE: u32 = 10;
+/// How long a stopping shard waits for its tasks to drop.
+const SHARD_STOP_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// A bound pooler, ready to serve.
+/// A bound pooler, ready to start.
 pub struct Proxy {
     shared: Arc<Shared>,
-    listener: TcpListener,
+    listeners: Vec<std::net::TcpListener>,
+    address: SocketAddr,
 }
 
 impl Proxy {
-    /// Binds the listen address with the configured backlog. Must run inside a tokio runtime.
+    /// Binds one listener per shard on the listen address (port 0 picks one free port for all).
     pub fn bind(config: ValidConfig) -> std::io::Result<Proxy> {
-        let address = config.listen_addr;
-        let backlog = config.config.pooler.listen_backlog;
-        let socket = Socket::new(Domain::for_address(address), Type::STREAM, None)?;
-        socket.set_reuse_address(true)?;
-        socket.set_nonblocking(true)?;
-        socket.bind(&address.into())?;
-        socket.listen(backlog.min(i32::MAX as u32) as i32)?;
-        let listener = TcpListener::from_std(socket.into())?;
-        Ok(Proxy { shared: Shared::new(config), listener })
+        let shards = config.config.pooler.worker_count();
+        let backlog = config.config.pooler.listen_backlog.min(i32::MAX as u32) as i32;
+        let mut address = config.listen_addr;
+        let mut listeners = Vec::with_capacity(shards);
+        for _ in 0..shards {
+            let listener = bind_reuseport(address, backlog)?;
+            address = listener.local_addr()?;
+            listeners.push(listener);
+        }
+        Ok(Proxy { shared: Shared::new(config), listeners, address })
     }
 
-    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
-        self.listener.local_addr()
+    pub fn local_addr(&self) -> SocketAddr {
+        self.address
     }
 
     pub fn shared(&self) -> Arc<Shared> {
         self.shared.clone()
     }
 
-    /// Accepts clients forever.
-    pub async fn serve(self) {
-        tokio::spawn(maintain(self.shared.clone()));
-        loop {
-            match self.listener.accept().await {
-                Ok((stream, _)) => self.admit(stream),
-                Err(error) => {
-                    // Out of file descriptors or similar: back off instead of spinning.
-                    tracing::warn!(%error, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                }
-            }
+    /// Starts one thread per shard; the pooler runs until [`RunningProxy::stop`] or drop.
+    pub fn start(self) -> std::io::Result<RunningProxy> {
+        let mut shards = Vec::with_capacity(self.listeners.len());
+        for (index, listener) in self.listeners.into_iter().enumerate() {
+            let (stop, stopped) = oneshot::channel();
+            let shared = self.shared.clone();
+            let thread = std::thread::Builder::new()
+                .name(format!("bypass-shard-{index}"))
+                .spawn(move || run_shard(index, listener, shared, stopped))?;
+            shards.push((stop, thread));
         }
-    }
-
-    fn admit(&self, stream: TcpStream) {
-        tune(&stream);
-        let shared = self.shared.clone();
-        let connected = shared.client_connections.fetch_add(1, Ordering::AcqRel);
-        let over_limit = connected >= shared.settings.max_client_conn;
-        tokio::spawn(async move {
-            let client = ClientSide::new(stream);
-            run_client(&shared, client, over_limit).await;
-            shared.client_connections.fetch_sub(1, Ordering::AcqRel);
-        });
+        Ok(RunningProxy { shared: self.shared, address: self.address, shards })
     }
 }
 
-async fn run_client(shared: &Arc<Shared>, mut client: ClientSide, over_limit: bool) {
+fn bind_reuseport(address: SocketAddr, backlog: i32) -> std::io::Result<std::net::TcpListener> {
+    let socket = Socket::new(Domain::for_address(address), Type::STREAM, None)?;
+    socket.set_reuse_address(true)?;
+    socket.set_reuse_port(true)?;
+    socket.set_nonblocking(true)?;
+    socket.bind(&address.into())?;
+    socket.listen(backlog)?;
+    Ok(socket.into())
+}
+
+/// A pooler serving on its shard threads.
+pub struct RunningProxy {
+    shared: Arc<Shared>,
+    address: SocketAddr,
+    shards: Vec<(oneshot::Sender<()>, JoinHandle<()>)>,
+}
+
+impl RunningProxy {
+    pub fn local_addr(&self) -> SocketAddr {
+        self.address
+    }
+
+    pub fn shared(&self) -> Arc<Shared> {
+        self.shared.clone()
+    }
+
+    /// Stops every shard at once: clients and servers are disconnected.
+    pub fn stop(mut self) {
+        self.stop_shards();
+    }
+
+    fn stop_shards(&mut self) {
+        for (stop, _) in &mut self.shards {
+            let _ = std::mem::replace(stop, oneshot::channel().0).send(());
+        }
+        for (_, thread) in self.shards.drain(..) {
+            if thread.join().is_err() {
+                tracing::error!("a shard thread panicked");
+            }
+        }
+    }
+}
+
+impl Drop for RunningProxy {
+    fn drop(&mut self) {
+        self.stop_shards();
+    }
+}
+
+fn run_shard(index: usize, listener: std::net::TcpListener, shared: Arc<Shared>, stopped: oneshot::Receiver<()>) {
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            tracing::error!(%error, shard = index, "cannot start the shard's runtime");
+            return;
+        }
+    };
+    runtime.block_on(async move {
+        let listener = match TcpListener::from_std(listener) {
+            Ok(listener) => listener,
+            Err(error) => return tracing::error!(%error, shard = index, "cannot register the listener"),
+        };
+        if index == 0 {
+            tokio::spawn(maintain(shared.clone()));
+        }
+        tokio::select! {
+            _ = accept_loop(index, listener, shared) => {}
+            _ = stopped => {}
+        }
+    });
+    runtime.shutdown_timeout(SHARD_STOP_TIMEOUT);
+}
+
+async fn accept_loop(shard: usize, listener: TcpListener, shared: Arc<Shared>) {
+    loop {
+        match listener.accept().await {
+            Ok((stream, _)) => admit(shard, &shared, stream),
+            Err(error) => {
+                // Out of file descriptors or similar: back off instead of spinning.
+                tracing::warn!(%error, "accept failed");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    }
+}
+
+fn admit(shard: usize, shared: &Arc<Shared>, stream: TcpStream) {
+    tune(&stream);
+    let shared = shared.clone();
+    let connected = shared.client_connections.fetch_add(1, Ordering::AcqRel);
+    let over_limit = connected >= shared.settings.max_client_conn;
+    tokio::spawn(async move {
+        let client = ClientSide::new(stream);
+        run_client(&shared, client, over_limit, shard).await;
+        shared.client_connections.fetch_sub(1, Ordering::AcqRel);
+    });
+}
+
+async fn run_client(shared: &Arc<Shared>, mut client: ClientSide, over_limit: bool, shard: usize) {
     let login_timeout = Duration::from_millis(shared.settings.client_login_timeout_ms);
-    let outcome = match tokio::time::timeout(login_timeout, login(shared, &mut client, over_limit)).await {
+    let outcome = match tokio::time::timeout(login_timeout, login(shared, &mut client, over_limit, shard)).await {
         Ok(outcome) => outcome,
         Err(_) => Err(PoolerError::Timeout(TimeoutKind::ClientLogin)),
     };
@@ -94,6 +193,7 @@ async fn run_client(shared: &Arc<Shared>, mut client: ClientSide, over_limit: bo
     }
 }
 
+/// Runs on shard 0: servers it opens for `min_pool_size` start there.
 async fn maintain(shared: Arc<Shared>) {
     let mut ticks = tokio::time::interval(QUEUE_CHECK_PERIOD);
     let mut round: u32 = 0;
@@ -113,7 +213,7 @@ async fn maintain(shared: Arc<Shared>) {
             for _ in 0..missing {
                 let pool = pool.clone();
                 tokio::spawn(async move {
-                    if let Err(error) = pool.prefill_one().await {
+                    if let Err(error) = pool.prefill_one(0).await {
                         tracing::warn!(%error, database = %pool.key.database, "min_pool_size connect failed");
                     }
                 });

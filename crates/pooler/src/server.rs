@@ -83,6 +83,8 @@ pub struct ServerConn {
     pub broken: bool,
     /// Counts this connection in its pool until dropped.
     pub lease: Lease,
+    /// The shard whose reactor the socket is registered with.
+    pub home: usize,
     /// Scratch for the pooler's own queries.
     scratch: Vec<u8>,
 }
@@ -94,13 +96,15 @@ impl ServerConn {
         credential: &Credential,
         lease: Lease,
         message_size_max: u32,
-    ) -> Result<(ServerConn, Welcome), PoolerError> {
+        shard: usize,
+    ) -> Result<(Box<ServerConn>, Welcome), PoolerError> {
         let stream = TcpStream::connect(target.address)
             .await
             .map_err(|source| PoolerError::ServerConnect { address: target.address.to_string(), source })?;
         tune(&stream);
         let now = Instant::now();
-        let mut server = ServerConn {
+        // Boxed once per connection: pools, grants and links then move a pointer, not 300+ bytes.
+        let mut server = Box::new(ServerConn {
             stream,
             buffer: Buffer::with_capacity(SERVER_BUFFER_BYTES),
             scanner: Scanner::new(),
@@ -110,8 +114,9 @@ impl ServerConn {
             idle_since: now,
             broken: false,
             lease,
+            home: shard,
             scratch: Vec::with_capacity(256),
-        };
+        });
         let welcome = server.handshake(target, credential, message_size_max).await?;
         Ok((server, welcome))
     }
@@ -208,6 +213,50 @@ impl ServerConn {
                 return failure.map_or(Ok(()), Err);
             }
         }
+    }
+
+    /// Moves the socket's registration to the reactor of `shard`, the runtime this runs on: one
+    /// `epoll_ctl` to leave the old reactor and one to join the new. A no-op at home. Fails if the
+    /// server closed or spoke while idle: a fresh registration starts with no readiness, so
+    /// [`Self::is_clean`] could not see that, and one `recv(MSG_PEEK)` checks it here instead.
+    pub fn rehome(self: Box<Self>, shard: usize) -> io::Result<Box<ServerConn>> {
+        if self.home == shard {
+            return Ok(self);
+        }
+        let ServerConn {
+            stream,
+            buffer,
+            scanner,
+            key,
+            params,
+            created_at,
+            idle_since,
+            broken,
+            lease,
+            home: _,
+            scratch,
+        } = *self;
+        let stream = stream.into_std()?;
+        match stream.peek(&mut [0u8; 1]) {
+            Err(error) if error.kind() == io::ErrorKind::WouldBlock => {}
+            _ => return Err(io::Error::new(io::ErrorKind::ConnectionAborted, "server closed or spoke while idle")),
+        }
+        let stream = TcpStream::from_std(stream)?;
+
+        let server = ServerConn {
+            stream,
+            buffer,
+            scanner,
+            key,
+            params,
+            created_at,
+            idle_since,
+            broken,
+            lease,
+            home: shard,
+            scratch,
+        };
+        Ok(Box::new(server))
     }
 
     /// True if an idle server is still usable: no bytes or EOF arrived while it sat in the pool.

@@ -76,7 +76,7 @@ impl ClientSide {
 
 /// A client linked to a server.
 struct Linked {
-    server: ServerConn,
+    server: Box<ServerConn>,
     tracker: TransactionTracker,
 }
 
@@ -92,12 +92,14 @@ enum LinkEnd {
 pub struct Session {
     shared: Arc<Shared>,
     pool: Arc<Pool>,
+    /// The runtime (core) this client runs on.
+    shard: usize,
     wanted: ParamSet,
     waiter: Arc<Waiter>,
     cancel: Registration,
     linked: Option<Linked>,
     /// The server a session-mode client logged in with, linked when serving starts.
-    first_server: Option<ServerConn>,
+    first_server: Option<Box<ServerConn>>,
     sync_sql: String,
 }
 
@@ -105,12 +107,23 @@ impl Session {
     pub fn new(
         shared: Arc<Shared>,
         pool: Arc<Pool>,
+        shard: usize,
         wanted: ParamSet,
         waiter: Arc<Waiter>,
         cancel: Registration,
-        server: Option<ServerConn>,
+        server: Option<Box<ServerConn>>,
     ) -> Self {
-        Session { shared, pool, wanted, waiter, cancel, linked: None, first_server: server, sync_sql: String::new() }
+        Session {
+            shared,
+            pool,
+            shard,
+            wanted,
+            waiter,
+            cancel,
+            linked: None,
+            first_server: server,
+            sync_sql: String::new(),
+        }
     }
 
     fn transaction_mode(&self) -> bool {
@@ -141,13 +154,14 @@ impl Session {
                 if !self.wait_for_request(client).await? {
                     return Ok(());
                 }
-                let server = self.pool.acquire(&self.waiter).await?;
+                let server = self.pool.acquire(self.shard, &self.waiter).await?;
                 self.link_with(server).await?;
             }
             let limits = RelayLimits {
                 message_size_max: self.pool.settings.message_size_max,
                 idle_transaction_timeout_ms: self.shared.settings.idle_transaction_timeout_ms,
                 transaction_mode: self.transaction_mode(),
+                shard: self.shard,
             };
             let linked = self.linked.as_mut().expect("linked above");
             match relay(client, linked, &mut self.wanted, &self.pool, limits).await? {
@@ -179,7 +193,7 @@ impl Session {
     }
 
     /// Brings a server's parameters in line with the client's and links it.
-    async fn link_with(&mut self, mut server: ServerConn) -> Result<(), PoolerError> {
+    async fn link_with(&mut self, mut server: Box<ServerConn>) -> Result<(), PoolerError> {
         self.sync_sql.clear();
         if server.params.diff_into(&self.wanted, &mut self.sync_sql) > 0 {
             server.run_internal(&self.sync_sql, "parameter sync", self.pool.settings.message_size_max).await?;
@@ -188,7 +202,7 @@ impl Session {
         Ok(())
     }
 
-    fn attach(&mut self, server: ServerConn) {
+    fn attach(&mut self, server: Box<ServerConn>) {
         let route = CancelRoute { address: self.pool.target.address, key: server.key };
         self.cancel.entry.set_route(Some(route));
         self.linked = Some(Linked { server, tracker: TransactionTracker::default() });
@@ -253,6 +267,7 @@ struct RelayLimits {
     message_size_max: u32,
     idle_transaction_timeout_ms: u64,
     transaction_mode: bool,
+    shard: usize,
 }
 
 /// Relays between a client and its server until the link should end.
@@ -283,7 +298,7 @@ async fn relay(
         };
         match ready {
             Ready::Server(0) => return Err(PoolerError::ServerIo(std::io::ErrorKind::UnexpectedEof.into())),
-            Ready::Server(_) => forward_server(client, linked, wanted, pool, limit).await?,
+            Ready::Server(_) => forward_server(client, linked, wanted, pool, limits).await?,
             Ready::Client(0) => return Ok(LinkEnd::ClientGone),
             Ready::Client(_) => {}
             Ready::Timeout => return Err(PoolerError::Timeout(TimeoutKind::IdleTransaction)),
@@ -367,8 +382,9 @@ async fn forward_server(
     linked: &mut Linked,
     wanted: &mut ParamSet,
     pool: &Pool,
-    limit: u32,
+    limits: RelayLimits,
 ) -> Result<(), PoolerError> {
+    let limit = limits.message_size_max;
     let server = &mut linked.server;
     let capacity = server.buffer.capacity();
     let pending = server.buffer.pending();
@@ -386,7 +402,7 @@ async fn forward_server(
                 )?;
                 server.broken |= effect == Effect::Fatal;
                 if effect == Effect::TransactionEnd {
-                    pool.stats.transactions.fetch_add(1, Ordering::Relaxed);
+                    pool.stats.count_transaction(limits.shard);
                 }
                 end += header.frame_len();
             }

@@ -36,6 +36,7 @@ pub struct Snapshot {
     pub servers_open: u32,
     pub servers_idle: u32,
     pub transactions: u64,
+    pub server_moves: u64,
     pub pools: u32,
 }
 
@@ -118,6 +119,7 @@ impl Shared {
             server_connect_timeout_ms: s.server_connect_timeout_ms,
             message_size_max: s.message_size_max,
             reset_query: s.server_reset_query.clone(),
+            shards: s.worker_count(),
         }
     }
 
@@ -146,7 +148,8 @@ impl Shared {
             snapshot.waiting += waiting;
             snapshot.servers_open += open;
             snapshot.servers_idle += idle;
-            snapshot.transactions += pool.stats.transactions.load(Ordering::Relaxed);
+            snapshot.transactions += pool.stats.transactions();
+            snapshot.server_moves += pool.stats.server_moves.load(Ordering::Relaxed);
             snapshot.pools += 1;
         }
         snapshot

@@ -10,51 +10,26 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bypass_pooler::config::{AuthType, DatabaseEntry, PoolMode, PoolerSettings};
-use bypass_pooler::{Config, Proxy, Shared};
+use bypass_pooler::{Config, Proxy, RunningProxy, Shared};
 use bypass_testkit::{pg_bin, Postgres, PostgresOptions, TestUser};
 use tokio_postgres::{Client, NoTls};
 
-/// A pooler serving on a free loopback port until dropped.
+/// A pooler serving on a free loopback port until dropped, on two shards as in production.
 pub struct Pooler {
     pub port: u16,
     pub shared: Arc<Shared>,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    _running: RunningProxy,
 }
 
 impl Pooler {
     pub fn start(mut config: Config) -> Pooler {
         config.pooler.listen_addr = "127.0.0.1:0".into();
+        if config.pooler.workers == 0 {
+            config.pooler.workers = 2;
+        }
         let valid = config.validate().expect("test configuration is valid");
-        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-        let thread = std::thread::spawn(move || {
-            let runtime =
-                tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
-            runtime.block_on(async move {
-                let proxy = Proxy::bind(valid).expect("bind");
-                let port = proxy.local_addr().expect("address").port();
-                ready_tx.send((port, proxy.shared())).expect("test waits");
-                tokio::select! {
-                    _ = proxy.serve() => {}
-                    _ = stop_rx => {}
-                }
-            });
-            runtime.shutdown_timeout(Duration::from_secs(2));
-        });
-        let (port, shared) = ready_rx.recv().expect("pooler started");
-        Pooler { port, shared, stop: Some(stop_tx), thread: Some(thread) }
-    }
-}
-
-impl Drop for Pooler {
-    fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
+        let running = Proxy::bind(valid).expect("bind").start().expect("start shards");
+        Pooler { port: running.local_addr().port(), shared: running.shared(), _running: running }
     }
 }
 
