@@ -36,12 +36,32 @@ enum Command {
         #[command(subcommand)]
         which: BenchCommand,
     },
+    /// The compiled columnar engine (serve, load, query).
+    #[command(subcommand)]
+    Engine(bypass_engine::cli::Command),
+    /// The multi-host pod store (start hosts, run workloads, recover).
+    #[command(subcommand)]
+    Pod(bypass_pod::cli::Command),
+    /// The query dispatcher with TCP hand-over.
+    #[command(subcommand)]
+    Dispatch(bypass_dispatch::cli::Command),
+    /// The agent beside a backend that receives handed-over client connections.
+    Agent(bypass_dispatch::cli::AgentArgs),
+    /// The network-namespace lab for the dispatcher (clients, dispatcher, backends).
+    #[command(subcommand)]
+    Lab(bypass_dispatch::cli::LabCommand),
 }
 
 #[derive(Subcommand)]
 enum BenchCommand {
     /// pgbench through direct PostgreSQL, PgBouncer (1 and 2 processes) and Bypass.
     Pooler(bypass_bench::pooler::PoolerBenchArgs),
+    /// The engine against DuckDB, DataFusion and Polars, and the runtime experiments.
+    Engine(bypass_engine::cli::BenchArgs),
+    /// The pod store against 2PL+2PC and OCC on TPC-C and YCSB.
+    Pod(bypass_pod::cli::BenchArgs),
+    /// The dispatcher (relay, hand-over, hybrid) against HAProxy in the lab.
+    Dispatch(bypass_dispatch::cli::BenchArgs),
 }
 
 fn main() -> Result<()> {
@@ -53,6 +73,14 @@ fn main() -> Result<()> {
         Command::Bench { which: BenchCommand::Pooler(args) } => {
             bypass_bench::pooler::run(args, &std::env::current_exe()?)
         }
+        Command::Bench { which: BenchCommand::Engine(args) } => bypass_engine::cli::bench(args),
+        Command::Bench { which: BenchCommand::Pod(args) } => bypass_pod::cli::bench(args),
+        Command::Engine(command) => bypass_engine::cli::run(command),
+        Command::Pod(command) => bypass_pod::cli::run(command),
+        Command::Bench { which: BenchCommand::Dispatch(args) } => bypass_dispatch::cli::bench(args),
+        Command::Dispatch(command) => bypass_dispatch::cli::run(command),
+        Command::Agent(args) => bypass_dispatch::cli::agent(args),
+        Command::Lab(command) => bypass_dispatch::cli::lab(command),
     }
 }
 

@@ -85,7 +85,6 @@ pub struct PoolerSettings {
     pub message_size_max: u32,
     /// Shards: threads with their own runtime and listener (`SO_REUSEPORT`); 0 = one per CPU.
     /// Default 0.
-
     pub workers: u32,
     /// `listen()` backlog. Default 4096.
     pub listen_backlog: u32,
