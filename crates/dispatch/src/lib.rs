@@ -6,10 +6,18 @@
 //! - [`lab`]: network namespaces for clients, the dispatcher and backends, joined by a bridge
 //!   with shaped links (`bypass lab up|down`).
 //! - [`netns`]: entering a namespace from a thread; running commands in one.
+//! - [`payload`], [`pgclient`], [`pglogin`], [`loadgen`]: the load generator — persistent
+//!   PostgreSQL connections asking stock PostgreSQL for deterministic payloads (1 B … 128 MB)
+//!   that are verified byte by byte, with HDR latency histograms.
 
 pub mod cli;
 pub mod error;
 pub mod lab;
+pub mod loadgen;
 pub mod netns;
+pub mod payload;
+pub mod pgclient;
+pub mod pglogin;
+pub mod services;
 
 pub use error::{DispatchError, Result};
