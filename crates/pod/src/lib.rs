@@ -1,5 +1,15 @@
 //! Multi-host transactional store over an emulated CXL pod (Tigon's Pasha architecture), with 2PL+2PC and OCC baselines. Work in progress: see the issue tracker.
 
+pub mod alloc;
+pub mod coherence;
+pub mod error;
+pub mod region;
+pub mod ring;
+pub mod rng;
+pub mod word;
+
+pub use error::{PodError, Result};
+
 pub mod cli {
     //! The `bypass pod` subcommands and `bypass bench pod`, owned by this crate.
 
