@@ -11,6 +11,7 @@
 //!   that are verified byte by byte, with HDR latency histograms.
 
 pub mod cli;
+pub mod config;
 pub mod error;
 pub mod lab;
 pub mod loadgen;
@@ -18,6 +19,7 @@ pub mod netns;
 pub mod payload;
 pub mod pgclient;
 pub mod pglogin;
+pub mod routing;
 pub mod services;
 
 pub use error::{DispatchError, Result};

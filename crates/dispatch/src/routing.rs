@@ -1,0 +1,553 @@
+//! Per-query routing decisions, without I/O: what a statement is, and which backend gets it.
+//!
+//! ```text
+//!   SQL ─► lexer (skips strings, quoted names, comments; reads `route=` hints) ─► Statement
+//!   Statement + session (transaction? SET bypass.route?) ─► Primary | Replica
+//!   Replica ─► healthy, lag ≤ replica_lag_max_ms, least outstanding requests ─► backend id
+//! ```
+//! Invariants:
+//! - Anything not provably read-only goes to the primary: several statements, writes, locking
+//!   clauses (`FOR UPDATE/SHARE`), `SELECT … INTO`, and calls of volatile functions.
+//! - Inside an explicit transaction every statement goes where the transaction is (the session
+//!   pins its link until ReadyForQuery says idle); this module only decides outside them.
+
+/// Where a statement should run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route {
+    Primary,
+    Replica,
+}
+
+/// A client's routing preference (`SET bypass.route = …` or a `/* route=… */` comment).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RouteHint {
+    #[default]
+    Auto,
+    Primary,
+    Replica,
+}
+
+/// What a simple-query string is, as far as routing cares.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Kind {
+    /// May run on a replica, unless a function it calls turns out to be volatile.
+    Read,
+    /// Must run on the primary.
+    Write,
+    /// `SET bypass.route …` / `RESET bypass.route`: handled by the dispatcher itself.
+    SetRoute(RouteHint),
+    /// `SET name …` (session level): runs on the primary and is replayed on other backends.
+    SetSession { name: String },
+    /// `RESET name` or `RESET ALL` (`name` = "all").
+    Reset { name: String },
+}
+
+/// A classified statement.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Statement {
+    pub kind: Kind,
+    /// A `route=` hint found in a comment.
+    pub hint: Option<RouteHint>,
+    /// Names of functions a read calls that are neither known safe nor known volatile: the
+    /// dispatcher asks the catalog before sending the read to a replica.
+    pub functions: Vec<String>,
+}
+
+/// Built-in functions with side effects or changing results (pg_proc.provolatile = 'v'):
+/// calling one makes a statement a write without asking the catalog.
+const VOLATILE_FUNCTIONS: &[&str] = &[
+    "nextval",
+    "setval",
+    "currval",
+    "lastval",
+    "random",
+    "setseed",
+    "set_config",
+    "pg_notify",
+    "txid_current",
+    "pg_current_xact_id",
+    "pg_advisory_lock",
+    "pg_advisory_xact_lock",
+    "pg_try_advisory_lock",
+    "pg_try_advisory_xact_lock",
+    "pg_advisory_unlock",
+    "pg_advisory_unlock_all",
+    "pg_advisory_lock_shared",
+    "lo_create",
+    "lo_import",
+    "lo_export",
+    "lo_unlink",
+    "lo_put",
+    "clock_timestamp",
+    "timeofday",
+    "gen_random_uuid",
+    "pg_sleep",
+    "pg_terminate_backend",
+    "pg_cancel_backend",
+    "pg_reload_conf",
+    "pg_switch_wal",
+    "pg_create_restore_point",
+    "dblink",
+    "dblink_exec",
+    "pg_logical_emit_message",
+];
+
+/// Built-in functions known not to be volatile (the common ones, so reads need no catalog
+/// lookup); anything else is looked up.
+const SAFE_FUNCTIONS: &[&str] = &[
+    "count",
+    "sum",
+    "avg",
+    "min",
+    "max",
+    "coalesce",
+    "nullif",
+    "greatest",
+    "least",
+    "left",
+    "right",
+    "repeat",
+    "md5",
+    "length",
+    "lower",
+    "upper",
+    "substr",
+    "substring",
+    "concat",
+    "format",
+    "now",
+    "current_setting",
+    "generate_series",
+    "abs",
+    "ceil",
+    "floor",
+    "round",
+    "trunc",
+    "to_char",
+    "array_agg",
+    "string_agg",
+    "version",
+    "pg_is_in_recovery",
+    "pg_backend_pid",
+    "pg_last_wal_replay_lsn",
+    "pg_last_wal_receive_lsn",
+    "pg_last_xact_replay_timestamp",
+    "extract",
+    "date_trunc",
+    "cast",
+    "row_number",
+    "rank",
+    "exists",
+    "jsonb_build_object",
+    "json_build_object",
+    "octet_length",
+    "position",
+    "replace",
+    "split_part",
+    "trim",
+];
+
+/// Words that look like a call when followed by `(` but are syntax.
+const NOT_FUNCTIONS: &[&str] = &[
+    "in",
+    "as",
+    "values",
+    "over",
+    "filter",
+    "any",
+    "all",
+    "some",
+    "and",
+    "or",
+    "not",
+    "select",
+    "from",
+    "where",
+    "on",
+    "using",
+    "when",
+    "then",
+    "else",
+    "case",
+    "join",
+    "lateral",
+    "with",
+    "array",
+    "row",
+    "is",
+    "between",
+    "within",
+    "distinct",
+    "by",
+    "union",
+    "except",
+    "intersect",
+    "limit",
+    "offset",
+    "group",
+    "order",
+    "having",
+];
+
+/// Longest SQL text classified; longer text routes to the primary unexamined.
+pub const CLASSIFY_BYTES_MAX: usize = 64 * 1024;
+/// Most distinct unknown function names collected from one statement.
+const FUNCTIONS_MAX: usize = 16;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Token {
+    /// A keyword or unquoted name, lowercased.
+    Word(String),
+    /// A `"quoted"` name, case kept.
+    Quoted(String),
+    /// A `'string'` literal's text, lowercased.
+    Literal(String),
+    Open,
+    Semicolon,
+    Dot,
+    Other,
+}
+
+/// Classifies one simple-query string.
+pub fn classify(sql: &str) -> Statement {
+    if sql.len() > CLASSIFY_BYTES_MAX {
+        return Statement { kind: Kind::Write, hint: None, functions: Vec::new() };
+    }
+    let (tokens, hint) = lex(sql);
+    let kind = kind_of(&tokens);
+    let functions = match kind {
+        Kind::Read => match called_functions(&tokens) {
+            Some(unknown) => unknown,
+            None => return Statement { kind: Kind::Write, hint, functions: Vec::new() },
+        },
+        _ => Vec::new(),
+    };
+    Statement { kind, hint, functions }
+}
+
+fn kind_of(tokens: &[Token]) -> Kind {
+    let words: Vec<&str> = tokens
+        .iter()
+        .filter_map(|t| match t {
+            Token::Word(w) => Some(w.as_str()),
+            _ => None,
+        })
+        .collect();
+    // Several statements in one string: run them all on the primary.
+    let last_semicolon = tokens.iter().rposition(|t| *t == Token::Semicolon);
+    if let Some(position) = last_semicolon {
+        if tokens[..position].contains(&Token::Semicolon) || position + 1 < tokens.len() {
+            return Kind::Write;
+        }
+    }
+    match words.as_slice() {
+        ["set", "bypass", ..] | ["set", "session", "bypass", ..] => Kind::SetRoute(route_value(tokens)),
+        ["reset", "bypass", ..] => Kind::SetRoute(RouteHint::Auto),
+        ["set", "local", ..] | ["set", "transaction", ..] | ["set", "session", "characteristics", ..] => Kind::Write,
+        ["set", "session", name, ..] | ["set", name, ..] => Kind::SetSession { name: name.to_string() },
+        ["reset", name, ..] => Kind::Reset { name: name.to_string() },
+        ["explain", rest @ ..] if !rest.contains(&"analyze") && read_only_words(rest) => Kind::Read,
+        [first, ..] if ["select", "with", "values", "table", "show"].contains(first) && read_only_words(&words) => {
+            Kind::Read
+        }
+        _ => Kind::Write,
+    }
+}
+
+fn route_value(tokens: &[Token]) -> RouteHint {
+    match tokens.iter().rev().find(|t| matches!(t, Token::Word(_) | Token::Literal(_))) {
+        Some(Token::Word(value) | Token::Literal(value)) if value == "replica" => RouteHint::Replica,
+        Some(Token::Word(value) | Token::Literal(value)) if value == "primary" => RouteHint::Primary,
+        _ => RouteHint::Auto,
+    }
+}
+
+fn read_only_words(words: &[&str]) -> bool {
+    const WRITES: &[&str] = &["insert", "update", "delete", "merge", "into", "truncate", "copy", "call", "do"];
+    if words.iter().any(|w| WRITES.contains(w)) {
+        return false;
+    }
+    // Locking clauses: FOR UPDATE, FOR NO KEY UPDATE, FOR SHARE, FOR KEY SHARE.
+    !words.windows(2).any(|pair| pair[0] == "for" && ["update", "share", "no", "key"].contains(&pair[1]))
+}
+
+/// The unknown functions a read calls, or `None` when it calls a known volatile one.
+fn called_functions(tokens: &[Token]) -> Option<Vec<String>> {
+    let mut unknown = Vec::new();
+    for pair in tokens.windows(2) {
+        let (Token::Word(name) | Token::Quoted(name), Token::Open) = (&pair[0], &pair[1]) else { continue };
+        if matches!(pair[0], Token::Word(_)) && NOT_FUNCTIONS.contains(&name.as_str()) {
+            continue;
+        }
+        if VOLATILE_FUNCTIONS.contains(&name.as_str()) {
+            return None;
+        }
+        if !SAFE_FUNCTIONS.contains(&name.as_str()) && !unknown.contains(name) {
+            if unknown.len() == FUNCTIONS_MAX {
+                return None;
+            }
+            unknown.push(name.clone());
+        }
+    }
+    Some(unknown)
+}
+
+/// Splits SQL into lowercased words and a few punctuation tokens, skipping string literals,
+/// quoted identifiers (kept as words, case preserved), dollar-quoted bodies and comments. A
+/// `route=replica|primary` inside a comment becomes the hint.
+fn lex(sql: &str) -> (Vec<Token>, Option<RouteHint>) {
+    let bytes = sql.as_bytes();
+    let mut tokens = Vec::new();
+    let mut hint = None;
+    let mut i = 0;
+    while i < bytes.len() {
+        let c = bytes[i];
+        match c {
+            b'-' if bytes.get(i + 1) == Some(&b'-') => {
+                let end = sql[i..].find('\n').map_or(bytes.len(), |n| i + n);
+                hint = hint.or(comment_hint(&sql[i..end]));
+                i = end;
+            }
+            b'/' if bytes.get(i + 1) == Some(&b'*') => {
+                let end = block_comment_end(bytes, i);
+                hint = hint.or(comment_hint(&sql[i..end]));
+                i = end;
+            }
+            b'\'' | b'"' => {
+                let end = quoted_end(bytes, i, c);
+                let text = &sql[i + 1..end.saturating_sub(1).max(i + 1)];
+                tokens.push(if c == b'"' {
+                    Token::Quoted(text.to_string())
+                } else {
+                    Token::Literal(text.to_ascii_lowercase())
+                });
+                i = end;
+            }
+            b'$' => i = dollar_quoted_end(sql, i),
+            b'(' => {
+                tokens.push(Token::Open);
+                i += 1;
+            }
+            b';' => {
+                tokens.push(Token::Semicolon);
+                i += 1;
+            }
+            b'.' => {
+                tokens.push(Token::Dot);
+                i += 1;
+            }
+            c if c.is_ascii_alphabetic() || c == b'_' => {
+                let start = i;
+                while i < bytes.len() && (bytes[i].is_ascii_alphanumeric() || bytes[i] == b'_' || bytes[i] == b'$') {
+                    i += 1;
+                }
+                tokens.push(Token::Word(sql[start..i].to_ascii_lowercase()));
+            }
+            c if c.is_ascii_whitespace() => i += 1,
+            _ => {
+                if !matches!(tokens.last(), Some(Token::Other)) {
+                    tokens.push(Token::Other);
+                }
+                i += 1;
+            }
+        }
+    }
+    (tokens, hint)
+}
+
+fn comment_hint(comment: &str) -> Option<RouteHint> {
+    let lower = comment.to_ascii_lowercase();
+    let at = lower.find("route=")?;
+    let value = &lower[at + "route=".len()..];
+    if value.starts_with("replica") {
+        Some(RouteHint::Replica)
+    } else if value.starts_with("primary") {
+        Some(RouteHint::Primary)
+    } else {
+        None
+    }
+}
+
+/// End (exclusive) of a `/* … */` comment starting at `start`; nested as in PostgreSQL.
+fn block_comment_end(bytes: &[u8], start: usize) -> usize {
+    let mut depth = 0usize;
+    let mut i = start;
+    while i + 1 < bytes.len() {
+        match (bytes[i], bytes[i + 1]) {
+            (b'/', b'*') => {
+                depth += 1;
+                i += 2;
+            }
+            (b'*', b'/') => {
+                depth -= 1;
+                i += 2;
+                if depth == 0 {
+                    return i;
+                }
+            }
+            _ => i += 1,
+        }
+    }
+    bytes.len()
+}
+
+/// End (exclusive) of a literal quoted with `quote` starting at `start`; doubled quotes escape.
+fn quoted_end(bytes: &[u8], start: usize, quote: u8) -> usize {
+    let mut i = start + 1;
+    while i < bytes.len() {
+        if bytes[i] == quote {
+            if bytes.get(i + 1) == Some(&quote) {
+                i += 2;
+                continue;
+            }
+            return i + 1;
+        }
+        i += 1;
+    }
+    bytes.len()
+}
+
+/// End of `$tag$ … $tag$` starting at `start`, or just past a lone `$` (a parameter like `$1`).
+fn dollar_quoted_end(sql: &str, start: usize) -> usize {
+    let rest = &sql[start + 1..];
+    let tag_len = rest.find('$').filter(|&n| rest[..n].bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'));
+    let Some(tag_len) = tag_len else { return start + 1 };
+    let delimiter = &sql[start..start + tag_len + 2];
+    let body_start = start + delimiter.len();
+    match sql[body_start..].find(delimiter) {
+        Some(n) => body_start + n + delimiter.len(),
+        None => sql.len(),
+    }
+}
+
+/// Decides primary or replica for a statement outside a transaction.
+pub fn route(statement: &Statement, session_hint: RouteHint, volatile_calls: bool) -> Route {
+    let hint = statement.hint.unwrap_or(session_hint);
+    match (&statement.kind, hint) {
+        (Kind::Read, RouteHint::Primary) => Route::Primary,
+        (Kind::Read, _) if volatile_calls => Route::Primary,
+        (Kind::Read, _) => Route::Replica,
+        // A client may force a replica for a statement we could not prove read-only; the replica
+        // refuses writes itself (read-only transaction), which is the client's choice.
+        (Kind::Write, RouteHint::Replica) if statement.hint == Some(RouteHint::Replica) => Route::Replica,
+        _ => Route::Primary,
+    }
+}
+
+/// What the dispatcher knows about a backend when picking a replica.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Candidate {
+    pub id: usize,
+    pub healthy: bool,
+    pub lag_ok: bool,
+    pub outstanding: u32,
+}
+
+/// The healthy, fresh replica with the fewest outstanding requests; ties go round-robin by
+/// `turn`. `None` when no replica qualifies (the caller falls back to the primary).
+pub fn pick_replica(candidates: &[Candidate], turn: usize) -> Option<usize> {
+    let eligible: Vec<&Candidate> = candidates.iter().filter(|c| c.healthy && c.lag_ok).collect();
+    let fewest = eligible.iter().map(|c| c.outstanding).min()?;
+    let tied: Vec<usize> = eligible.iter().filter(|c| c.outstanding == fewest).map(|c| c.id).collect();
+    Some(tied[turn % tied.len()])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kind(sql: &str) -> Kind {
+        classify(sql).kind
+    }
+
+    // Goal: plain reads are reads, writes and locking reads are writes; method: classify samples.
+    #[test]
+    fn reads_and_writes_are_told_apart() {
+        for sql in [
+            "select 1",
+            "  SELECT * FROM t WHERE a = 'insert'",
+            "with x as (select 1) select * from x",
+            "values (1)",
+            "table t",
+            "show work_mem",
+            "explain select 1",
+            "select 1;",
+            "/* c */ select $$update$$",
+        ] {
+            assert_eq!(kind(sql), Kind::Read, "{sql}");
+        }
+        for sql in [
+            "insert into t values (1)",
+            "update t set a = 1",
+            "delete from t",
+            "select * from t for update",
+            "select * from t for no key update",
+            "select * into t2 from t",
+            "begin",
+            "commit",
+            "create table t (a int)",
+            "with x as (delete from t returning *) select * from x",
+            "select 1; select 2",
+            "explain analyze select 1",
+            "copy t from stdin",
+            "select nextval('s')",
+            "SELECT pg_advisory_lock(1)",
+            "vacuum",
+        ] {
+            assert_eq!(kind(sql), Kind::Write, "{sql}");
+        }
+    }
+
+    // Goal: unknown functions are listed for a catalog check, known ones are not; method: classify.
+    #[test]
+    fn unknown_functions_are_listed_for_the_catalog() {
+        let statement = classify("select my_func(1), md5('x'), app.other_fn(2) from t");
+        assert_eq!(statement.kind, Kind::Read);
+        assert_eq!(statement.functions, vec!["my_func".to_string(), "other_fn".to_string()]);
+        assert!(classify(&crate::payload::query(1, 100_000)).functions.is_empty(), "payload query needs no lookup");
+        assert!(classify("select count(*) from t where a in (1, 2)").functions.is_empty());
+    }
+
+    // Goal: route hints come from comments and SET bypass.route; method: classify and route.
+    #[test]
+    fn hints_steer_the_route() {
+        assert_eq!(classify("/* route=primary */ select 1").hint, Some(RouteHint::Primary));
+        assert_eq!(classify("select 1 -- route=replica").hint, Some(RouteHint::Replica));
+        assert_eq!(kind("SET bypass.route = 'replica'"), Kind::SetRoute(RouteHint::Replica));
+        assert_eq!(kind("set bypass.route to primary"), Kind::SetRoute(RouteHint::Primary));
+        assert_eq!(kind("reset bypass.route"), Kind::SetRoute(RouteHint::Auto));
+        assert_eq!(kind("set work_mem = '64MB'"), Kind::SetSession { name: "work_mem".into() });
+        assert_eq!(kind("set local work_mem = '64MB'"), Kind::Write);
+        assert_eq!(kind("reset all"), Kind::Reset { name: "all".into() });
+        let read = classify("select 1");
+        assert_eq!(route(&read, RouteHint::Auto, false), Route::Replica);
+        assert_eq!(route(&read, RouteHint::Primary, false), Route::Primary);
+        assert_eq!(route(&read, RouteHint::Auto, true), Route::Primary);
+        assert_eq!(route(&classify("/* route=primary */ select 1"), RouteHint::Replica, false), Route::Primary);
+        assert_eq!(route(&classify("insert into t values (1)"), RouteHint::Replica, false), Route::Primary);
+    }
+
+    // Goal: strings, quoted names and comments cannot fake keywords; method: tricky inputs.
+    #[test]
+    fn literals_and_comments_hide_keywords() {
+        assert_eq!(kind("select 'it''s; delete' as x"), Kind::Read);
+        assert_eq!(kind("select \"update\" from t"), Kind::Read);
+        assert_eq!(kind("select /* nested /* delete */ still */ 1"), Kind::Read);
+        assert_eq!(kind("select $tag$ ; insert $tag$"), Kind::Read);
+        assert_eq!(kind("select $1"), Kind::Read);
+        assert_eq!(kind("-- just a comment\nupdate t set a = 1"), Kind::Write);
+    }
+
+    // Goal: replicas are picked by fewest outstanding among healthy, fresh ones, ties rotate;
+    // method: candidate tables.
+    #[test]
+    fn least_outstanding_healthy_fresh_replica_wins() {
+        let c = |id, healthy, lag_ok, outstanding| Candidate { id, healthy, lag_ok, outstanding };
+        assert_eq!(pick_replica(&[c(1, true, true, 3), c(2, true, true, 1)], 0), Some(2));
+        assert_eq!(pick_replica(&[c(1, true, true, 3), c(2, false, true, 0)], 0), Some(1));
+        assert_eq!(pick_replica(&[c(1, true, false, 0), c(2, true, true, 5)], 0), Some(2));
+        assert_eq!(pick_replica(&[c(1, false, true, 0), c(2, true, false, 0)], 0), None);
+        let tied = [c(1, true, true, 0), c(2, true, true, 0)];
+        assert_eq!((pick_replica(&tied, 0), pick_replica(&tied, 1)), (Some(1), Some(2)));
+    }
+}
