@@ -1,0 +1,514 @@
+//! The engine facade: SQL text in, results out. Owns the catalog and the runtime.
+
+use std::io::BufRead;
+use std::sync::{Arc, Mutex, RwLock};
+
+use sqlparser::ast;
+use sqlparser::dialect::PostgreSqlDialect;
+use sqlparser::parser::Parser;
+
+use crate::bind::{cast_expr, identifier, object_name, sql_type, ExprBinder, Scope};
+use crate::error::{EngineError, Result};
+use crate::exec::{Executor, Tier};
+use crate::explain::explain_plan;
+use crate::expr::evaluate_constant;
+use crate::query::QueryBinder;
+use crate::runtime::{Runtime, RuntimeSettings};
+use crate::storage::{Catalog, ColumnDef, Table, TableBuilder, CHUNK_ROWS_DEFAULT};
+use crate::types::{parse_date, parse_decimal, DataType, Value};
+use crate::vector::Batch;
+
+/// Longest SQL text accepted (bytes).
+pub const SQL_BYTES_MAX: usize = 1 << 20;
+/// Longest CSV line accepted by COPY (bytes).
+pub const CSV_LINE_BYTES_MAX: usize = 1 << 20;
+
+/// The result of one statement.
+#[derive(Debug, Clone)]
+pub struct QueryResult {
+    /// Column names (empty for commands).
+    pub names: Vec<String>,
+    pub types: Vec<DataType>,
+    pub batches: Vec<Batch>,
+    /// PostgreSQL command tag, e.g. `SELECT 4`, `CREATE TABLE`.
+    pub tag: String,
+    /// Whether the statement returns rows (a query or EXPLAIN).
+    pub returns_rows: bool,
+}
+
+impl QueryResult {
+    fn command(tag: impl Into<String>) -> QueryResult {
+        QueryResult { names: Vec::new(), types: Vec::new(), batches: Vec::new(), tag: tag.into(), returns_rows: false }
+    }
+
+    pub fn row_count(&self) -> usize {
+        self.batches.iter().map(|b| b.rows).sum()
+    }
+
+    /// All rows as values (tests and small results).
+    pub fn rows(&self) -> Vec<Vec<Value>> {
+        self.batches.iter().flat_map(|b| (0..b.rows).map(move |r| b.row(r))).collect()
+    }
+}
+
+/// Engine settings.
+#[derive(Debug, Clone)]
+pub struct EngineSettings {
+    pub runtime: RuntimeSettings,
+    pub tier: Tier,
+    pub chunk_rows: usize,
+}
+
+impl Default for EngineSettings {
+    fn default() -> Self {
+        EngineSettings { runtime: RuntimeSettings::default(), tier: Tier::Compiled, chunk_rows: CHUNK_ROWS_DEFAULT }
+    }
+}
+
+/// An in-memory database.
+pub struct Engine {
+    runtime: Runtime,
+    catalog: RwLock<Catalog>,
+    tier: Mutex<Tier>,
+    chunk_rows: usize,
+}
+
+impl Engine {
+    pub fn new(settings: EngineSettings) -> Result<Engine> {
+        Ok(Engine {
+            runtime: Runtime::new(settings.runtime)?,
+            catalog: RwLock::new(Catalog::default()),
+            tier: Mutex::new(settings.tier),
+            chunk_rows: settings.chunk_rows,
+        })
+    }
+
+    pub fn runtime(&self) -> &Runtime {
+        &self.runtime
+    }
+
+    pub fn set_tier(&self, tier: Tier) {
+        *self.tier.lock().unwrap_or_else(|p| p.into_inner()) = tier;
+    }
+
+    pub fn tier(&self) -> Tier {
+        *self.tier.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn chunk_rows(&self) -> usize {
+        self.chunk_rows
+    }
+
+    pub fn table(&self, name: &str) -> Result<Arc<Table>> {
+        self.catalog.read().unwrap_or_else(|p| p.into_inner()).get(name)
+    }
+
+    pub fn table_names(&self) -> Vec<String> {
+        self.catalog.read().unwrap_or_else(|p| p.into_inner()).names()
+    }
+
+    /// Adds a finished table (loaders), replacing one with the same name.
+    pub fn put_table(&self, table: Table) {
+        self.catalog.write().unwrap_or_else(|p| p.into_inner()).insert(table);
+    }
+
+    pub fn parse(sql: &str) -> Result<Vec<ast::Statement>> {
+        if sql.len() > SQL_BYTES_MAX {
+            return Err(EngineError::LimitExceeded(format!("SQL text above {SQL_BYTES_MAX} bytes")));
+        }
+        Parser::parse_sql(&PostgreSqlDialect {}, sql).map_err(|e| EngineError::Syntax(e.to_string()))
+    }
+
+    /// Runs every statement of `sql`; stops at the first error.
+    pub fn execute(&self, sql: &str) -> Result<Vec<QueryResult>> {
+        Engine::parse(sql)?.iter().map(|s| self.execute_statement(s)).collect()
+    }
+
+    /// Runs a single query and returns its rows (tests, benchmarks).
+    pub fn query(&self, sql: &str) -> Result<QueryResult> {
+        let mut results = self.execute(sql)?;
+        results.pop().ok_or_else(|| EngineError::Syntax("empty query".into()))
+    }
+
+    pub fn execute_statement(&self, statement: &ast::Statement) -> Result<QueryResult> {
+        let result = self.dispatch(statement);
+        self.runtime.reset_arenas();
+        result
+    }
+
+    fn dispatch(&self, statement: &ast::Statement) -> Result<QueryResult> {
+        match statement {
+            ast::Statement::Query(query) => self.run_query(query),
+            ast::Statement::Explain { statement, analyze: false, .. } => self.explain(statement),
+            ast::Statement::CreateTable(create) => self.create_table(create),
+            ast::Statement::Drop { object_type: ast::ObjectType::Table, if_exists, names, .. } => {
+                self.drop_tables(names, *if_exists)
+            }
+            ast::Statement::Insert(insert) => self.insert(insert),
+            ast::Statement::Copy {
+                source,
+                to: false,
+                target: ast::CopyTarget::File { filename },
+                options,
+                legacy_options,
+                ..
+            } => self.copy_from(source, filename, options, legacy_options),
+            ast::Statement::StartTransaction { .. } => Ok(QueryResult::command("BEGIN")),
+            ast::Statement::Commit { .. } => Ok(QueryResult::command("COMMIT")),
+            ast::Statement::Rollback { .. } => Ok(QueryResult::command("ROLLBACK")),
+            ast::Statement::Set(_) => Ok(QueryResult::command("SET")),
+            other => {
+                let text = other.to_string();
+                let feature: String = text.split_whitespace().take(2).collect::<Vec<_>>().join(" ");
+                Err(EngineError::unsupported(format!("statement {feature}")))
+            }
+        }
+    }
+
+    fn bind(&self, query: &ast::Query) -> Result<crate::query::BoundQuery> {
+        let catalog = self.catalog.read().unwrap_or_else(|p| p.into_inner());
+        QueryBinder { catalog: &catalog }.bind_query(query)
+    }
+
+    fn run_query(&self, query: &ast::Query) -> Result<QueryResult> {
+        let bound = self.bind(query)?;
+        let executor = Executor { runtime: &self.runtime, tier: self.tier() };
+        let batches = executor.execute(&bound.plan)?;
+        let types = bound.plan.output_types();
+        let rows: usize = batches.iter().map(|b| b.rows).sum();
+        Ok(QueryResult { names: bound.names, types, batches, tag: format!("SELECT {rows}"), returns_rows: true })
+    }
+
+    fn explain(&self, statement: &ast::Statement) -> Result<QueryResult> {
+        let ast::Statement::Query(query) = statement else {
+            return Err(EngineError::unsupported("EXPLAIN of a non-query statement"));
+        };
+        let bound = self.bind(query)?;
+        let text = explain_plan(&bound.plan, self.tier());
+        let lines: Vec<Value> = text.lines().map(|l| Value::Text(l.to_string())).collect();
+        let mut vector = crate::vector::Vector::empty(DataType::Text);
+        for line in &lines {
+            vector.append(&crate::vector::Vector::broadcast(line, DataType::Text, 1));
+        }
+        let batch = Batch::new(vec![vector], lines.len());
+        Ok(QueryResult {
+            names: vec!["QUERY PLAN".into()],
+            types: vec![DataType::Text],
+            batches: vec![batch],
+            tag: "EXPLAIN".into(),
+            returns_rows: true,
+        })
+    }
+
+    fn create_table(&self, create: &ast::CreateTable) -> Result<QueryResult> {
+        let name = object_name(&create.name)?;
+        if create.query.is_some() {
+            return Err(EngineError::unsupported("CREATE TABLE AS"));
+        }
+        let mut schema = Vec::new();
+        for column in &create.columns {
+            let column_name = identifier(&column.name);
+            if schema.iter().any(|c: &ColumnDef| c.name == column_name) {
+                return Err(EngineError::Syntax(format!("column \"{column_name}\" specified more than once")));
+            }
+            schema.push(ColumnDef { name: column_name, data_type: sql_type(&column.data_type)? });
+        }
+        let mut catalog = self.catalog.write().unwrap_or_else(|p| p.into_inner());
+        if catalog.contains(&name) {
+            if create.if_not_exists {
+                return Ok(QueryResult::command("CREATE TABLE"));
+            }
+            return Err(EngineError::TableExists(name));
+        }
+        catalog.insert(TableBuilder::new(Arc::clone(self.runtime.pool()), &name, schema, self.chunk_rows).finish());
+        Ok(QueryResult::command("CREATE TABLE"))
+    }
+
+    fn drop_tables(&self, names: &[ast::ObjectName], if_exists: bool) -> Result<QueryResult> {
+        let mut catalog = self.catalog.write().unwrap_or_else(|p| p.into_inner());
+        for name in names {
+            let name = object_name(name)?;
+            if catalog.remove(&name).is_none() && !if_exists {
+                return Err(EngineError::UnknownTable(name));
+            }
+        }
+        Ok(QueryResult::command("DROP TABLE"))
+    }
+
+    /// Takes a table out of the catalog for appending; fails if a running query still reads it.
+    fn take_for_append(&self, name: &str) -> Result<TableBuilder> {
+        let mut catalog = self.catalog.write().unwrap_or_else(|p| p.into_inner());
+        let table = catalog.remove(name).ok_or_else(|| EngineError::UnknownTable(name.to_string()))?;
+        match Arc::try_unwrap(table) {
+            Ok(table) => Ok(TableBuilder::from_table(Arc::clone(self.runtime.pool()), table)),
+            Err(shared) => {
+                catalog.insert_arc(shared);
+                Err(EngineError::Runtime(format!("table \"{name}\" is being read by a running query; retry")))
+            }
+        }
+    }
+
+    fn insert(&self, insert: &ast::Insert) -> Result<QueryResult> {
+        let ast::TableObject::TableName(name) = &insert.table else {
+            return Err(EngineError::unsupported("INSERT into a table function"));
+        };
+        let name = object_name(name)?;
+        let source =
+            insert.source.as_ref().ok_or_else(|| EngineError::unsupported("INSERT without VALUES or SELECT"))?;
+        let schema = self.table(&name)?.schema.clone();
+        let targets = target_columns(&schema, &insert.columns)?;
+        let rows = match source.body.as_ref() {
+            ast::SetExpr::Values(values) => values_rows(&values.rows, &targets, &schema)?,
+            _ => self.run_query(source)?.rows(),
+        };
+        let count = rows.len();
+        let mut builder = self.take_for_append(&name)?;
+        let outcome = append_rows(&mut builder, &schema, &targets, rows);
+        self.put_table(builder.finish());
+        outcome?;
+        Ok(QueryResult::command(format!("INSERT 0 {count}")))
+    }
+
+    fn copy_from(
+        &self,
+        source: &ast::CopySource,
+        filename: &str,
+        options: &[ast::CopyOption],
+        legacy: &[ast::CopyLegacyOption],
+    ) -> Result<QueryResult> {
+        let ast::CopySource::Table { table_name, columns } = source else {
+            return Err(EngineError::unsupported("COPY (query) FROM"));
+        };
+        let name = object_name(table_name)?;
+        let format = CsvFormat::from_options(options, legacy)?;
+        let schema = self.table(&name)?.schema.clone();
+        let columns: Vec<ast::ObjectName> = columns.iter().map(|c| ast::ObjectName::from(vec![c.clone()])).collect();
+        let targets = target_columns(&schema, &columns)?;
+        let file = std::fs::File::open(filename).map_err(|e| EngineError::io(format!("opening {filename}"), e))?;
+        let mut builder = self.take_for_append(&name)?;
+        let outcome = copy_lines(std::io::BufReader::new(file), &format, &schema, &targets, &mut builder);
+        self.put_table(builder.finish());
+        Ok(QueryResult::command(format!("COPY {}", outcome?)))
+    }
+}
+
+impl Catalog {
+    fn insert_arc(&mut self, table: Arc<Table>) {
+        self.insert_shared(table);
+    }
+}
+
+fn target_columns(schema: &[ColumnDef], columns: &[ast::ObjectName]) -> Result<Vec<usize>> {
+    if columns.is_empty() {
+        return Ok((0..schema.len()).collect());
+    }
+    columns
+        .iter()
+        .map(|c| {
+            let name = object_name(c)?;
+            schema
+                .iter()
+                .position(|d| d.name == name)
+                .ok_or_else(|| EngineError::UnknownColumn(format!("\"{name}\" does not exist")))
+        })
+        .collect()
+}
+
+fn values_rows(
+    rows: &[ast::Parens<Vec<ast::Expr>>],
+    targets: &[usize],
+    schema: &[ColumnDef],
+) -> Result<Vec<Vec<Value>>> {
+    let scope = Scope::default();
+    let binder = ExprBinder { scope: &scope };
+    rows.iter()
+        .map(|row| {
+            if row.content.len() != targets.len() {
+                return Err(EngineError::Syntax(format!(
+                    "INSERT has {} values for {} columns",
+                    row.content.len(),
+                    targets.len()
+                )));
+            }
+            row.content
+                .iter()
+                .zip(targets)
+                .map(|(expr, &column)| evaluate_constant(&cast_expr(binder.bind(expr)?, schema[column].data_type)?))
+                .collect()
+        })
+        .collect()
+}
+
+fn append_rows(
+    builder: &mut TableBuilder,
+    schema: &[ColumnDef],
+    targets: &[usize],
+    rows: Vec<Vec<Value>>,
+) -> Result<()> {
+    for row in rows {
+        let mut full = vec![Value::Null; schema.len()];
+        for (value, &column) in row.into_iter().zip(targets) {
+            full[column] = coerce_value(value, schema[column].data_type)?;
+        }
+        builder.push_row(&full)?;
+    }
+    Ok(())
+}
+
+/// Converts a value to a column's type (INSERT … SELECT and VALUES).
+pub fn coerce_value(value: Value, to: DataType) -> Result<Value> {
+    if value.is_null() {
+        return Ok(Value::Null);
+    }
+    let data_type = match &value {
+        Value::Bool(_) => DataType::Bool,
+        Value::Int32(_) => DataType::Int32,
+        Value::Int64(_) => DataType::Int64,
+        Value::Float64(_) => DataType::Float64,
+        Value::Date(_) => DataType::Date,
+        Value::Decimal { scale, .. } => DataType::Decimal { precision: 18, scale: *scale },
+        Value::Text(_) => DataType::Text,
+        Value::Null => unreachable!("handled above"),
+    };
+    evaluate_constant(&cast_expr(crate::expr::Expr::literal(value, data_type), to)?)
+}
+
+/// COPY's CSV options.
+struct CsvFormat {
+    delimiter: char,
+    header: bool,
+    quote: char,
+    null: String,
+}
+
+impl CsvFormat {
+    fn from_options(options: &[ast::CopyOption], legacy: &[ast::CopyLegacyOption]) -> Result<CsvFormat> {
+        let mut format = CsvFormat { delimiter: '\t', header: false, quote: '"', null: "\\N".into() };
+        let mut csv = false;
+        for option in options {
+            match option {
+                ast::CopyOption::Format(ident) if ident.value.eq_ignore_ascii_case("csv") => csv = true,
+                ast::CopyOption::Format(ident) if ident.value.eq_ignore_ascii_case("text") => {}
+                ast::CopyOption::Delimiter(c) => format.delimiter = *c,
+                ast::CopyOption::Header(h) => format.header = *h,
+                ast::CopyOption::Quote(c) => format.quote = *c,
+                ast::CopyOption::Null(n) => format.null = n.clone(),
+                other => return Err(EngineError::unsupported(format!("COPY option {other}"))),
+            }
+        }
+        for option in legacy {
+            match option {
+                ast::CopyLegacyOption::Csv(_) => csv = true,
+                ast::CopyLegacyOption::Delimiter(c) => format.delimiter = *c,
+                ast::CopyLegacyOption::Null(n) => format.null = n.clone(),
+                other => return Err(EngineError::unsupported(format!("COPY option {other}"))),
+            }
+        }
+        if csv {
+            if !options.iter().any(|o| matches!(o, ast::CopyOption::Delimiter(_)))
+                && !legacy.iter().any(|o| matches!(o, ast::CopyLegacyOption::Delimiter(_)))
+            {
+                format.delimiter = ',';
+            }
+            if !options.iter().any(|o| matches!(o, ast::CopyOption::Null(_))) {
+                format.null = String::new();
+            }
+        }
+        Ok(format)
+    }
+}
+
+/// Splits one CSV line into fields; `None` for NULL (unquoted field equal to the NULL string).
+fn split_csv(line: &str, format: &CsvFormat) -> Vec<Option<String>> {
+    let mut fields = Vec::new();
+    let mut field = String::new();
+    let (mut quoted, mut in_quotes) = (false, false);
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        if in_quotes {
+            if c == format.quote {
+                if chars.peek() == Some(&format.quote) {
+                    field.push(c);
+                    chars.next();
+                } else {
+                    in_quotes = false;
+                }
+            } else {
+                field.push(c);
+            }
+        } else if c == format.quote {
+            in_quotes = true;
+            quoted = true;
+        } else if c == format.delimiter {
+            fields.push(if !quoted && field == format.null { None } else { Some(std::mem::take(&mut field)) });
+            field.clear();
+            quoted = false;
+        } else {
+            field.push(c);
+        }
+    }
+    fields.push(if !quoted && field == format.null { None } else { Some(field) });
+    fields
+}
+
+/// Parses a text field as a column type.
+pub fn parse_field(text: &str, data_type: DataType) -> Result<Value> {
+    let invalid = || EngineError::InvalidValue(format!("\"{text}\" is not a valid {}", data_type.sql_name()));
+    Ok(match data_type {
+        DataType::Bool => match text.trim() {
+            "t" | "true" | "1" | "yes" | "on" => Value::Bool(true),
+            "f" | "false" | "0" | "no" | "off" => Value::Bool(false),
+            _ => return Err(invalid()),
+        },
+        DataType::Int32 => Value::Int32(text.trim().parse().map_err(|_| invalid())?),
+        DataType::Int64 => Value::Int64(text.trim().parse().map_err(|_| invalid())?),
+        DataType::Float64 => Value::Float64(text.trim().parse().map_err(|_| invalid())?),
+        DataType::Date => Value::Date(parse_date(text)?),
+        DataType::Decimal { scale, .. } => Value::Decimal { value: parse_decimal(text, scale)?, scale },
+        DataType::Text => Value::Text(text.to_string()),
+    })
+}
+
+fn copy_lines(
+    reader: impl BufRead,
+    format: &CsvFormat,
+    schema: &[ColumnDef],
+    targets: &[usize],
+    builder: &mut TableBuilder,
+) -> Result<usize> {
+    let mut count = 0;
+    for (number, line) in reader.lines().enumerate() {
+        let line = line.map_err(|e| EngineError::io("reading COPY input", e))?;
+        if number == 0 && format.header {
+            continue;
+        }
+        if line.len() > CSV_LINE_BYTES_MAX {
+            return Err(EngineError::LimitExceeded(format!(
+                "COPY line {} above {CSV_LINE_BYTES_MAX} bytes",
+                number + 1
+            )));
+        }
+        if line.is_empty() {
+            continue;
+        }
+        let fields = split_csv(&line, format);
+        if fields.len() != targets.len() {
+            return Err(EngineError::InvalidValue(format!(
+                "COPY line {}: {} fields, expected {}",
+                number + 1,
+                fields.len(),
+                targets.len()
+            )));
+        }
+        let mut row = vec![Value::Null; schema.len()];
+        for (field, &column) in fields.into_iter().zip(targets) {
+            if let Some(text) = field {
+                row[column] = parse_field(&text, schema[column].data_type)
+                    .map_err(|e| EngineError::InvalidValue(format!("COPY line {}: {e}", number + 1)))?;
+            }
+        }
+        builder.push_row(&row)?;
+        count += 1;
+    }
+    Ok(count)
+}

@@ -1,0 +1,76 @@
+//! The one error type of the engine crate.
+
+use thiserror::Error;
+
+/// Everything that can go wrong in the engine, by kind. Each kind maps to one SQLSTATE so the
+/// server can answer with the right ErrorResponse (see [`EngineError::sqlstate`]).
+#[derive(Debug, Error)]
+pub enum EngineError {
+    /// The SQL text does not parse.
+    #[error("syntax error: {0}")]
+    Syntax(String),
+    /// Valid SQL that this engine does not implement; names the feature.
+    #[error("feature not supported: {0}")]
+    Unsupported(String),
+    /// A table that does not exist.
+    #[error("relation \"{0}\" does not exist")]
+    UnknownTable(String),
+    /// A table that already exists.
+    #[error("relation \"{0}\" already exists")]
+    TableExists(String),
+    /// A column that does not exist (or is ambiguous, see the message).
+    #[error("column {0}")]
+    UnknownColumn(String),
+    /// Operands of the wrong type.
+    #[error("type mismatch: {0}")]
+    Type(String),
+    /// A literal or input value that cannot be read as its type.
+    #[error("invalid input: {0}")]
+    InvalidValue(String),
+    /// Integer or decimal overflow.
+    #[error("numeric value out of range: {0}")]
+    Overflow(String),
+    /// Division by zero.
+    #[error("division by zero")]
+    DivisionByZero,
+    /// A configured bound was exceeded (memory pool, rows, message size).
+    #[error("limit exceeded: {0}")]
+    LimitExceeded(String),
+    /// A file could not be read or written.
+    #[error("{context}: {source}")]
+    Io { context: String, source: std::io::Error },
+    /// A worker thread panicked or failed to start.
+    #[error("runtime failure: {0}")]
+    Runtime(String),
+}
+
+impl EngineError {
+    /// The PostgreSQL SQLSTATE code for this kind of error.
+    pub fn sqlstate(&self) -> &'static str {
+        match self {
+            EngineError::Syntax(_) => "42601",
+            EngineError::Unsupported(_) => "0A000",
+            EngineError::UnknownTable(_) => "42P01",
+            EngineError::TableExists(_) => "42P07",
+            EngineError::UnknownColumn(_) => "42703",
+            EngineError::Type(_) => "42804",
+            EngineError::InvalidValue(_) => "22P02",
+            EngineError::Overflow(_) => "22003",
+            EngineError::DivisionByZero => "22012",
+            EngineError::LimitExceeded(_) => "54000",
+            EngineError::Io { .. } => "58030",
+            EngineError::Runtime(_) => "XX000",
+        }
+    }
+
+    pub(crate) fn io(context: impl Into<String>, source: std::io::Error) -> EngineError {
+        EngineError::Io { context: context.into(), source }
+    }
+
+    pub(crate) fn unsupported(feature: impl Into<String>) -> EngineError {
+        EngineError::Unsupported(feature.into())
+    }
+}
+
+/// Result alias used throughout the crate.
+pub type Result<T, E = EngineError> = std::result::Result<T, E>;

@@ -1,0 +1,301 @@
+//! Hash aggregation: per-worker group tables with typed aggregate states, merged at the end.
+
+use hashbrown::HashTable;
+
+use super::keys::{hash_words, KeyCache, KeyEncoder};
+use crate::error::{EngineError, Result};
+use crate::expr::{evaluate, Expr};
+use crate::plan::{AggregateCall, AggregateFunction};
+use crate::types::{pow10, DataType, Value};
+use crate::vector::{Batch, Data, Vector};
+
+/// Groups one aggregation may create (a bound, not a tuning knob).
+pub const GROUPS_MAX: usize = 1 << 28;
+
+/// Distinct keys → dense group ids.
+pub struct GroupTable {
+    pub width: usize,
+    pub keys: Vec<u64>,
+    hashes: Vec<u64>,
+    table: HashTable<u32>,
+}
+
+impl GroupTable {
+    pub fn new(width: usize) -> GroupTable {
+        GroupTable { width, keys: Vec::new(), hashes: Vec::new(), table: HashTable::new() }
+    }
+
+    pub fn len(&self) -> usize {
+        self.hashes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.hashes.is_empty()
+    }
+
+    /// The group id of `words`, creating the group when new.
+    pub fn group_of(&mut self, words: &[u64]) -> Result<u32> {
+        let hash = hash_words(words);
+        let (keys, width) = (&self.keys, self.width);
+        if let Some(&group) = self.table.find(hash, |&g| &keys[g as usize * width..(g as usize + 1) * width] == words) {
+            return Ok(group);
+        }
+        if self.hashes.len() >= GROUPS_MAX {
+            return Err(EngineError::LimitExceeded(format!("more than {GROUPS_MAX} groups")));
+        }
+        let group = self.hashes.len() as u32;
+        self.keys.extend_from_slice(words);
+        self.hashes.push(hash);
+        let hashes = &self.hashes;
+        self.table.insert_unique(hash, group, |&g| hashes[g as usize]);
+        Ok(group)
+    }
+}
+
+/// The running state of one aggregate for every group.
+#[derive(Debug, Clone)]
+pub enum AggregateState {
+    Count(Vec<i64>),
+    /// Integer and decimal sums (exact, i128) with the count of non-null inputs.
+    SumInt {
+        sums: Vec<i128>,
+        counts: Vec<i64>,
+    },
+    SumFloat {
+        sums: Vec<f64>,
+        counts: Vec<i64>,
+    },
+    MinMax {
+        values: Vec<Value>,
+        is_min: bool,
+    },
+}
+
+impl AggregateState {
+    pub fn new(call: &AggregateCall) -> AggregateState {
+        let input = call.argument.as_ref().map(Expr::data_type);
+        match (call.function, input) {
+            (AggregateFunction::Count | AggregateFunction::CountStar, _) => AggregateState::Count(Vec::new()),
+            (AggregateFunction::Min, _) => AggregateState::MinMax { values: Vec::new(), is_min: true },
+            (AggregateFunction::Max, _) => AggregateState::MinMax { values: Vec::new(), is_min: false },
+            (_, Some(DataType::Float64)) => AggregateState::SumFloat { sums: Vec::new(), counts: Vec::new() },
+            _ => AggregateState::SumInt { sums: Vec::new(), counts: Vec::new() },
+        }
+    }
+
+    pub fn resize(&mut self, groups: usize) {
+        match self {
+            AggregateState::Count(c) => c.resize(groups, 0),
+            AggregateState::SumInt { sums, counts } => {
+                sums.resize(groups, 0);
+                counts.resize(groups, 0);
+            }
+            AggregateState::SumFloat { sums, counts } => {
+                sums.resize(groups, 0.0);
+                counts.resize(groups, 0);
+            }
+            AggregateState::MinMax { values, .. } => values.resize(groups, Value::Null),
+        }
+    }
+
+    /// Adds the rows of one batch: row `r` belongs to group `groups[r]`.
+    pub fn update(&mut self, groups: &[u32], argument: Option<&Vector>) {
+        let valid = |r: usize| argument.is_none_or(|a| a.is_valid(r));
+        match (self, argument.map(|a| &a.data)) {
+            (AggregateState::Count(counts), _) => {
+                for (r, &g) in groups.iter().enumerate() {
+                    counts[g as usize] += i64::from(valid(r));
+                }
+            }
+            (AggregateState::SumInt { sums, counts }, Some(Data::I64(values))) => {
+                for (r, (&g, &v)) in groups.iter().zip(values).enumerate() {
+                    if valid(r) {
+                        sums[g as usize] += i128::from(v);
+                        counts[g as usize] += 1;
+                    }
+                }
+            }
+            (AggregateState::SumInt { sums, counts }, Some(Data::I32(values))) => {
+                for (r, (&g, &v)) in groups.iter().zip(values).enumerate() {
+                    if valid(r) {
+                        sums[g as usize] += i128::from(v);
+                        counts[g as usize] += 1;
+                    }
+                }
+            }
+            (AggregateState::SumFloat { sums, counts }, Some(Data::F64(values))) => {
+                for (r, (&g, &v)) in groups.iter().zip(values).enumerate() {
+                    if valid(r) {
+                        sums[g as usize] += v;
+                        counts[g as usize] += 1;
+                    }
+                }
+            }
+            (AggregateState::MinMax { values, is_min }, Some(_)) => {
+                let argument = argument.expect("min/max have an argument");
+                for (r, &g) in groups.iter().enumerate() {
+                    if valid(r) {
+                        let candidate = argument.value(r);
+                        let current = &mut values[g as usize];
+                        if current.is_null() || better(&candidate, current, *is_min) {
+                            *current = candidate;
+                        }
+                    }
+                }
+            }
+            (state, data) => panic!("aggregate state {state:?} cannot take {data:?}"),
+        }
+    }
+
+    /// Folds `other`'s group `from` into our group `to`.
+    pub fn merge_group(&mut self, to: usize, other: &AggregateState, from: usize) {
+        match (self, other) {
+            (AggregateState::Count(a), AggregateState::Count(b)) => a[to] += b[from],
+            (AggregateState::SumInt { sums, counts }, AggregateState::SumInt { sums: s, counts: c }) => {
+                sums[to] += s[from];
+                counts[to] += c[from];
+            }
+            (AggregateState::SumFloat { sums, counts }, AggregateState::SumFloat { sums: s, counts: c }) => {
+                sums[to] += s[from];
+                counts[to] += c[from];
+            }
+            (AggregateState::MinMax { values, is_min }, AggregateState::MinMax { values: v, .. }) => {
+                if !v[from].is_null() && (values[to].is_null() || better(&v[from], &values[to], *is_min)) {
+                    values[to] = v[from].clone();
+                }
+            }
+            _ => panic!("merging different aggregate states"),
+        }
+    }
+
+    /// The final values.
+    pub fn finish(&self, call: &AggregateCall) -> Result<Vector> {
+        let data_type = call.data_type;
+        let input_scale = call.argument.as_ref().map_or(0, |a| a.data_type().scale());
+        let (data, validity) = match self {
+            AggregateState::Count(counts) => (Data::I64(counts.clone()), None),
+            AggregateState::SumInt { sums, counts } if call.function == AggregateFunction::Avg => {
+                let divisor = pow10(input_scale) as f64;
+                let averages =
+                    sums.iter().zip(counts).map(|(&s, &c)| if c == 0 { 0.0 } else { s as f64 / c as f64 / divisor });
+                (Data::F64(averages.collect()), Some(counts.iter().map(|&c| c > 0).collect()))
+            }
+            AggregateState::SumInt { sums, counts } => {
+                let values = sums
+                    .iter()
+                    .map(|&s| i64::try_from(s).map_err(|_| EngineError::Overflow("sum exceeds 64 bits".into())))
+                    .collect::<Result<Vec<i64>>>()?;
+                (Data::I64(values), Some(counts.iter().map(|&c| c > 0).collect()))
+            }
+            AggregateState::SumFloat { sums, counts } => {
+                let values = if call.function == AggregateFunction::Avg {
+                    sums.iter().zip(counts).map(|(&s, &c)| if c == 0 { 0.0 } else { s / c as f64 }).collect()
+                } else {
+                    sums.clone()
+                };
+                (Data::F64(values), Some(counts.iter().map(|&c| c > 0).collect()))
+            }
+            AggregateState::MinMax { values, .. } => {
+                let mut vector = Vector::empty(data_type);
+                for value in values {
+                    vector.append(&Vector::broadcast(value, data_type, 1));
+                }
+                return Ok(vector);
+            }
+        };
+        Ok(Vector { data_type, data, validity })
+    }
+}
+
+fn better(candidate: &Value, current: &Value, is_min: bool) -> bool {
+    let ordering = match (candidate, current) {
+        (Value::Text(a), Value::Text(b)) => a.cmp(b),
+        (Value::Date(a), Value::Date(b)) => a.cmp(b),
+        (Value::Bool(a), Value::Bool(b)) => a.cmp(b),
+        _ => candidate.as_f64().partial_cmp(&current.as_f64()).unwrap_or(std::cmp::Ordering::Equal),
+    };
+    if is_min {
+        ordering.is_lt()
+    } else {
+        ordering.is_gt()
+    }
+}
+
+/// One worker's partial aggregation.
+pub struct PartialAggregate {
+    pub table: GroupTable,
+    pub states: Vec<AggregateState>,
+    cache: KeyCache,
+    words: Vec<u64>,
+}
+
+impl PartialAggregate {
+    pub fn new(groups: usize, aggregates: &[AggregateCall]) -> PartialAggregate {
+        PartialAggregate {
+            table: GroupTable::new(groups + 1),
+            states: aggregates.iter().map(AggregateState::new).collect(),
+            cache: KeyCache::default(),
+            words: Vec::new(),
+        }
+    }
+
+    /// Group ids of a batch's rows (creating groups), with states resized to match.
+    pub fn assign_groups(&mut self, encoder: &KeyEncoder, keys: &[Vector], rows: usize) -> Result<Vec<u32>> {
+        self.words.clear();
+        encoder.encode(&mut self.cache, keys, rows, true, &mut self.words);
+        let width = self.table.width;
+        let mut groups = Vec::with_capacity(rows);
+        for row in 0..rows {
+            groups.push(self.table.group_of(&self.words[row * width..(row + 1) * width])?);
+        }
+        let count = self.table.len();
+        self.states.iter_mut().for_each(|s| s.resize(count));
+        Ok(groups)
+    }
+
+    pub fn consume(
+        &mut self,
+        encoder: &KeyEncoder,
+        group_exprs: &[Expr],
+        aggregates: &[AggregateCall],
+        batch: &Batch,
+    ) -> Result<()> {
+        let keys = group_exprs.iter().map(|g| evaluate(g, batch)).collect::<Result<Vec<_>>>()?;
+        let groups = self.assign_groups(encoder, &keys, batch.rows)?;
+        for (state, call) in self.states.iter_mut().zip(aggregates) {
+            let argument = call.argument.as_ref().map(|a| evaluate(a, batch)).transpose()?;
+            state.update(&groups, argument.as_ref());
+        }
+        Ok(())
+    }
+
+    /// Folds another worker's partial result into this one.
+    pub fn merge(&mut self, other: PartialAggregate) -> Result<()> {
+        let width = other.table.width;
+        for from in 0..other.table.len() {
+            let to = self.table.group_of(&other.table.keys[from * width..(from + 1) * width])? as usize;
+            let count = self.table.len();
+            for (state, other_state) in self.states.iter_mut().zip(&other.states) {
+                state.resize(count);
+                state.merge_group(to, other_state, from);
+            }
+        }
+        Ok(())
+    }
+
+    /// The output batch: group keys then aggregate values. A global aggregate (no group keys)
+    /// always has one row, even over empty input.
+    pub fn finish(mut self, encoder: &KeyEncoder, aggregates: &[AggregateCall]) -> Result<Batch> {
+        let key_count = self.table.width - 1;
+        if key_count == 0 && self.table.is_empty() {
+            self.table.group_of(&[0])?;
+            self.states.iter_mut().for_each(|s| s.resize(1));
+        }
+        let mut columns: Vec<Vector> =
+            (0..key_count).map(|k| encoder.decode(k, self.table.width, &self.table.keys, true)).collect();
+        for (state, call) in self.states.iter().zip(aggregates) {
+            columns.push(state.finish(call)?);
+        }
+        Ok(Batch::new(columns, self.table.len()))
+    }
+}

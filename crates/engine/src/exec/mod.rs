@@ -1,0 +1,244 @@
+//! The executor: splits a plan into pipelines at breakers and runs each morsel-parallel.
+//!
+//! ```text
+//!   source (table chunks | materialized batches) ─► scan filter ─► [filter|project|probe]* ─► sink
+//!   sinks: collect (ordered by morsel) | partial hash aggregate per worker (merged at the end)
+//!   breakers (aggregate, sort, join build, limit) run their input pipelines first
+//! ```
+
+pub mod aggregate;
+pub mod join;
+pub mod keys;
+pub mod sort;
+
+use std::sync::{Arc, Mutex};
+
+use crate::compiled;
+use crate::error::{EngineError, Result};
+use crate::expr::{evaluate, Expr};
+use crate::plan::{AggregateCall, Plan};
+use crate::runtime::Runtime;
+use crate::storage::Table;
+use crate::vector::{scan_chunk, Batch, Data, VECTOR_ROWS};
+
+use aggregate::PartialAggregate;
+use join::JoinTable;
+use keys::{KeyCache, KeyEncoder};
+
+/// Which tier runs pipelines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+pub enum Tier {
+    /// Compiled (fused, monomorphized) pipelines where a template fits, else the interpreter.
+    Compiled,
+    /// The vectorized interpreter only (the oracle).
+    Interpreted,
+}
+
+/// A streaming operator inside a pipeline.
+enum Operator {
+    Filter(Expr),
+    Project(Vec<Expr>),
+    Probe(Arc<JoinTable>),
+}
+
+/// Where a pipeline's rows come from.
+pub enum Source {
+    Scan { table: Arc<Table>, columns: Vec<usize>, filter: Option<Expr> },
+    Batches(Vec<Batch>),
+}
+
+impl Source {
+    fn morsels(&self) -> usize {
+        match self {
+            Source::Scan { table, .. } => table.chunks.len(),
+            Source::Batches(batches) => batches.len(),
+        }
+    }
+}
+
+/// Runs plans on a runtime.
+pub struct Executor<'r> {
+    pub runtime: &'r Runtime,
+    pub tier: Tier,
+}
+
+impl Executor<'_> {
+    /// Executes a plan to completion; batches come in a deterministic order.
+    pub fn execute(&self, plan: &Plan) -> Result<Vec<Batch>> {
+        match plan {
+            Plan::Aggregate { input, groups, aggregates } => {
+                if self.tier == Tier::Compiled {
+                    if let Some(pipeline) = compiled::CompiledAggregate::try_new(input, groups, aggregates) {
+                        return Ok(vec![pipeline.run(self.runtime)?]);
+                    }
+                }
+                Ok(vec![self.aggregate(input, groups, aggregates)?])
+            }
+            Plan::Sort { input, keys, limit } => {
+                let types = input.output_types();
+                let batch = sort::concat(self.execute(input)?, &types);
+                Ok(vec![sort::sort_batch(&batch, keys, *limit)?])
+            }
+            Plan::Limit { input, limit, offset } => {
+                let types = input.output_types();
+                let batch = sort::concat(self.execute(input)?, &types);
+                let end = limit.map_or(batch.rows, |l| offset.saturating_add(l).min(batch.rows));
+                let rows: Vec<u32> = (*offset.min(&batch.rows) as u32..end as u32).collect();
+                Ok(vec![batch.gather(&rows)])
+            }
+            _ => {
+                let (source, operators) = self.pipeline(plan)?;
+                self.collect(source, &operators)
+            }
+        }
+    }
+
+    /// Splits off the streaming operators above the plan's source; builds join tables.
+    fn pipeline(&self, plan: &Plan) -> Result<(Source, Vec<Operator>)> {
+        let mut operators = Vec::new();
+        let mut node = plan;
+        let source = loop {
+            match node {
+                Plan::Filter { input, predicate } => {
+                    operators.push(Operator::Filter(predicate.clone()));
+                    node = input;
+                }
+                Plan::Project { input, exprs } => {
+                    operators.push(Operator::Project(exprs.clone()));
+                    node = input;
+                }
+                Plan::HashJoin { kind, probe, build, probe_keys, build_keys, residual } => {
+                    let types = build.output_types();
+                    let build_batch = sort::concat(self.execute(build)?, &types);
+                    let table = JoinTable::build(*kind, build_batch, build_keys, probe_keys.clone(), residual.clone())?;
+                    operators.push(Operator::Probe(Arc::new(table)));
+                    node = probe;
+                }
+                Plan::Scan { table, columns, filter } => {
+                    break Source::Scan { table: Arc::clone(table), columns: columns.clone(), filter: filter.clone() };
+                }
+                Plan::SingleRow => break Source::Batches(vec![Batch::new(Vec::new(), 1)]),
+                breaker => break Source::Batches(self.execute(breaker)?),
+            }
+        };
+        operators.reverse();
+        Ok((source, operators))
+    }
+
+    fn collect(&self, source: Source, operators: &[Operator]) -> Result<Vec<Batch>> {
+        let workers = self.runtime.workers();
+        let outputs: Vec<Mutex<Vec<(usize, Batch)>>> = (0..workers).map(|_| Mutex::new(Vec::new())).collect();
+        let caches: Vec<Mutex<Vec<KeyCache>>> = (0..workers).map(|_| Mutex::new(Vec::new())).collect();
+        self.runtime.run_morsels(source.morsels(), |worker, morsel| {
+            let mut caches = caches[worker].lock().unwrap_or_else(|p| p.into_inner());
+            let mut produced = Vec::new();
+            for_each_vector(&source, morsel, |batch| {
+                run_operators(operators, &mut caches, batch, &mut |b| {
+                    produced.push(b);
+                    Ok(())
+                })
+            })?;
+            let mut output = outputs[worker].lock().unwrap_or_else(|p| p.into_inner());
+            output.extend(produced.into_iter().map(|b| (morsel, b)));
+            Ok(())
+        })?;
+        let mut all: Vec<(usize, Batch)> =
+            outputs.into_iter().flat_map(|o| o.into_inner().unwrap_or_else(|p| p.into_inner())).collect();
+        all.sort_by_key(|(morsel, _)| *morsel);
+        Ok(all.into_iter().map(|(_, b)| b).filter(|b| b.rows > 0).collect())
+    }
+
+    fn aggregate(&self, input: &Plan, groups: &[Expr], aggregates: &[AggregateCall]) -> Result<Batch> {
+        let (source, operators) = self.pipeline(input)?;
+        let encoder = KeyEncoder::new(groups.iter().map(Expr::data_type).collect());
+        let workers = self.runtime.workers();
+        let partials: Vec<Mutex<(PartialAggregate, Vec<KeyCache>)>> =
+            (0..workers).map(|_| Mutex::new((PartialAggregate::new(groups.len(), aggregates), Vec::new()))).collect();
+        self.runtime.run_morsels(source.morsels(), |worker, morsel| {
+            let mut guard = partials[worker].lock().unwrap_or_else(|p| p.into_inner());
+            let (partial, caches) = &mut *guard;
+            for_each_vector(&source, morsel, |batch| {
+                run_operators(&operators, caches, batch, &mut |b| partial.consume(&encoder, groups, aggregates, &b))
+            })
+        })?;
+        let mut partials = partials.into_iter().map(|p| p.into_inner().unwrap_or_else(|e| e.into_inner()).0);
+        let mut total = partials.next().expect("at least one worker");
+        for partial in partials {
+            total.merge(partial)?;
+        }
+        total.finish(&encoder, aggregates)
+    }
+}
+
+/// Calls `f` for every vector of a morsel (scan slices with the pushed filter applied).
+pub fn for_each_vector(source: &Source, morsel: usize, mut f: impl FnMut(Batch) -> Result<()>) -> Result<()> {
+    match source {
+        Source::Scan { table, columns, filter } => {
+            let rows = table.chunks[morsel].rows;
+            for start in (0..rows).step_by(VECTOR_ROWS) {
+                let end = (start + VECTOR_ROWS).min(rows);
+                let batch = scan_chunk(table, morsel, columns, start, end);
+                let batch = match filter {
+                    Some(predicate) => apply_filter(predicate, batch)?,
+                    None => batch,
+                };
+                if batch.rows > 0 {
+                    f(batch)?;
+                }
+            }
+            Ok(())
+        }
+        Source::Batches(batches) => f(batches[morsel].clone()),
+    }
+}
+
+/// Keeps the rows where `predicate` is true: builds a selection vector, then gathers.
+pub fn apply_filter(predicate: &Expr, batch: Batch) -> Result<Batch> {
+    let result = evaluate(predicate, &batch)?;
+    let Data::Bool(values) = &result.data else {
+        return Err(EngineError::Type("WHERE condition is not boolean".into()));
+    };
+    let selection: Vec<u32> = match &result.validity {
+        None => (0..batch.rows as u32).filter(|&r| values[r as usize]).collect(),
+        Some(valid) => (0..batch.rows as u32).filter(|&r| values[r as usize] && valid[r as usize]).collect(),
+    };
+    if selection.len() == batch.rows {
+        return Ok(batch);
+    }
+    Ok(batch.gather(&selection))
+}
+
+fn run_operators(
+    operators: &[Operator],
+    caches: &mut Vec<KeyCache>,
+    batch: Batch,
+    sink: &mut dyn FnMut(Batch) -> Result<()>,
+) -> Result<()> {
+    let Some((first, rest)) = operators.split_first() else {
+        return sink(batch);
+    };
+    let cache_index = operators.len() - 1;
+    match first {
+        Operator::Filter(predicate) => {
+            let batch = apply_filter(predicate, batch)?;
+            if batch.rows > 0 {
+                run_operators(rest, caches, batch, sink)?;
+            }
+        }
+        Operator::Project(exprs) => {
+            let columns = exprs.iter().map(|e| evaluate(e, &batch)).collect::<Result<Vec<_>>>()?;
+            run_operators(rest, caches, Batch::new(columns, batch.rows), sink)?;
+        }
+        Operator::Probe(table) => {
+            if caches.len() <= cache_index {
+                caches.resize_with(cache_index + 1, KeyCache::default);
+            }
+            let mut produced = Vec::new();
+            table.probe(&mut caches[cache_index], &batch, &mut produced)?;
+            for output in produced {
+                run_operators(rest, caches, output, sink)?;
+            }
+        }
+    }
+    Ok(())
+}

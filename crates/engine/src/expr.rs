@@ -1,0 +1,746 @@
+//! Bound expressions and their vectorized evaluation (the interpreter's kernels).
+//!
+//! The binder types every expression and inserts casts so that both operands of an arithmetic
+//! or comparison operator have the same physical representation; kernels here therefore only
+//! see (i32, i32), (i64, i64), (f64, f64), (bool, bool) or (text, text) pairs.
+
+use std::sync::Arc;
+
+use crate::error::{EngineError, Result};
+use crate::storage::Dictionary;
+use crate::types::{add_months, civil_from_days, pow10, DataType, Value};
+use crate::vector::{Batch, Data, Vector};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BinaryOp {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Mod,
+    Eq,
+    NotEq,
+    Lt,
+    LtEq,
+    Gt,
+    GtEq,
+    And,
+    Or,
+}
+
+impl BinaryOp {
+    pub fn is_comparison(self) -> bool {
+        matches!(self, BinaryOp::Eq | BinaryOp::NotEq | BinaryOp::Lt | BinaryOp::LtEq | BinaryOp::Gt | BinaryOp::GtEq)
+    }
+
+    pub fn symbol(self) -> &'static str {
+        match self {
+            BinaryOp::Add => "+",
+            BinaryOp::Sub => "-",
+            BinaryOp::Mul => "*",
+            BinaryOp::Div => "/",
+            BinaryOp::Mod => "%",
+            BinaryOp::Eq => "=",
+            BinaryOp::NotEq => "<>",
+            BinaryOp::Lt => "<",
+            BinaryOp::LtEq => "<=",
+            BinaryOp::Gt => ">",
+            BinaryOp::GtEq => ">=",
+            BinaryOp::And => "AND",
+            BinaryOp::Or => "OR",
+        }
+    }
+
+    /// The operator with its operands swapped (`a < b` ⇔ `b > a`).
+    pub fn flipped(self) -> BinaryOp {
+        match self {
+            BinaryOp::Lt => BinaryOp::Gt,
+            BinaryOp::LtEq => BinaryOp::GtEq,
+            BinaryOp::Gt => BinaryOp::Lt,
+            BinaryOp::GtEq => BinaryOp::LtEq,
+            other => other,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DateField {
+    Year,
+    Month,
+    Day,
+}
+
+/// A typed expression over the columns of its input batch.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Expr {
+    Column {
+        index: usize,
+        data_type: DataType,
+    },
+    Literal {
+        value: Value,
+        data_type: DataType,
+    },
+    Binary {
+        op: BinaryOp,
+        left: Box<Expr>,
+        right: Box<Expr>,
+        data_type: DataType,
+    },
+    Not(Box<Expr>),
+    Negate(Box<Expr>),
+    IsNull {
+        expr: Box<Expr>,
+        negated: bool,
+    },
+    Cast {
+        expr: Box<Expr>,
+        to: DataType,
+    },
+    Case {
+        branches: Vec<(Expr, Expr)>,
+        otherwise: Box<Expr>,
+        data_type: DataType,
+    },
+    InList {
+        expr: Box<Expr>,
+        list: Vec<Value>,
+        negated: bool,
+    },
+    Like {
+        expr: Box<Expr>,
+        pattern: String,
+        negated: bool,
+    },
+    Extract {
+        field: DateField,
+        expr: Box<Expr>,
+    },
+    Substring {
+        expr: Box<Expr>,
+        start: i64,
+        length: Option<i64>,
+    },
+    /// `date + n months` with a constant n (intervals on columns).
+    AddMonths {
+        expr: Box<Expr>,
+        months: i32,
+    },
+}
+
+impl Expr {
+    pub fn data_type(&self) -> DataType {
+        match self {
+            Expr::Column { data_type, .. } | Expr::Literal { data_type, .. } => *data_type,
+            Expr::Binary { data_type, .. } | Expr::Case { data_type, .. } => *data_type,
+            Expr::Not(_) | Expr::IsNull { .. } | Expr::InList { .. } | Expr::Like { .. } => DataType::Bool,
+            Expr::Negate(inner) => inner.data_type(),
+            Expr::Cast { to, .. } => *to,
+            Expr::Extract { .. } => DataType::Int32,
+            Expr::Substring { .. } => DataType::Text,
+            Expr::AddMonths { .. } => DataType::Date,
+        }
+    }
+
+    pub fn literal(value: Value, data_type: DataType) -> Expr {
+        Expr::Literal { value, data_type }
+    }
+
+    pub fn binary(op: BinaryOp, left: Expr, right: Expr, data_type: DataType) -> Expr {
+        Expr::Binary { op, left: Box::new(left), right: Box::new(right), data_type }
+    }
+
+    /// Children, for generic walks.
+    pub fn children(&self) -> Vec<&Expr> {
+        match self {
+            Expr::Column { .. } | Expr::Literal { .. } => vec![],
+            Expr::Binary { left, right, .. } => vec![left, right],
+            Expr::Not(e) | Expr::Negate(e) | Expr::Cast { expr: e, .. } | Expr::IsNull { expr: e, .. } => vec![e],
+            Expr::InList { expr, .. } | Expr::Like { expr, .. } | Expr::Extract { expr, .. } => vec![expr],
+            Expr::Substring { expr, .. } | Expr::AddMonths { expr, .. } => vec![expr],
+            Expr::Case { branches, otherwise, .. } => {
+                branches.iter().flat_map(|(c, r)| [c, r]).chain(std::iter::once(otherwise.as_ref())).collect()
+            }
+        }
+    }
+
+    /// Applies `f` to every column index (re-mapping inputs after pushdown or joins).
+    pub fn map_columns(&self, f: &dyn Fn(usize) -> usize) -> Expr {
+        let boxed = |e: &Expr| Box::new(e.map_columns(f));
+        match self {
+            Expr::Column { index, data_type } => Expr::Column { index: f(*index), data_type: *data_type },
+            Expr::Literal { .. } => self.clone(),
+            Expr::Binary { op, left, right, data_type } => {
+                Expr::Binary { op: *op, left: boxed(left), right: boxed(right), data_type: *data_type }
+            }
+            Expr::Not(e) => Expr::Not(boxed(e)),
+            Expr::Negate(e) => Expr::Negate(boxed(e)),
+            Expr::IsNull { expr, negated } => Expr::IsNull { expr: boxed(expr), negated: *negated },
+            Expr::Cast { expr, to } => Expr::Cast { expr: boxed(expr), to: *to },
+            Expr::Case { branches, otherwise, data_type } => Expr::Case {
+                branches: branches.iter().map(|(c, r)| (c.map_columns(f), r.map_columns(f))).collect(),
+                otherwise: boxed(otherwise),
+                data_type: *data_type,
+            },
+            Expr::InList { expr, list, negated } => {
+                Expr::InList { expr: boxed(expr), list: list.clone(), negated: *negated }
+            }
+            Expr::Like { expr, pattern, negated } => {
+                Expr::Like { expr: boxed(expr), pattern: pattern.clone(), negated: *negated }
+            }
+            Expr::Extract { field, expr } => Expr::Extract { field: *field, expr: boxed(expr) },
+            Expr::Substring { expr, start, length } => {
+                Expr::Substring { expr: boxed(expr), start: *start, length: *length }
+            }
+            Expr::AddMonths { expr, months } => Expr::AddMonths { expr: boxed(expr), months: *months },
+        }
+    }
+
+    /// Column indexes this expression reads, ascending and distinct.
+    pub fn columns(&self) -> Vec<usize> {
+        let mut out = Vec::new();
+        self.collect_columns(&mut out);
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+
+    fn collect_columns(&self, out: &mut Vec<usize>) {
+        if let Expr::Column { index, .. } = self {
+            out.push(*index);
+        }
+        for child in self.children() {
+            child.collect_columns(out);
+        }
+    }
+
+    pub fn is_constant(&self) -> bool {
+        !matches!(self, Expr::Column { .. }) && self.children().iter().all(|c| c.is_constant())
+    }
+}
+
+impl std::fmt::Display for Expr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Expr::Column { index, .. } => write!(f, "#{index}"),
+            Expr::Literal { value: Value::Text(s), .. } => write!(f, "'{s}'"),
+            Expr::Literal { value: Value::Null, .. } => write!(f, "NULL"),
+            Expr::Literal { value, .. } => write!(f, "{value}"),
+            Expr::Binary { op, left, right, .. } => write!(f, "({left} {} {right})", op.symbol()),
+            Expr::Not(e) => write!(f, "NOT {e}"),
+            Expr::Negate(e) => write!(f, "-{e}"),
+            Expr::IsNull { expr, negated } => write!(f, "{expr} IS {}NULL", if *negated { "NOT " } else { "" }),
+            Expr::Cast { expr, to } => write!(f, "CAST({expr} AS {})", to.sql_name()),
+            Expr::Case { branches, otherwise, .. } => {
+                write!(f, "CASE")?;
+                for (condition, result) in branches {
+                    write!(f, " WHEN {condition} THEN {result}")?;
+                }
+                write!(f, " ELSE {otherwise} END")
+            }
+            Expr::InList { expr, list, negated } => {
+                let items: Vec<String> = list.iter().map(|v| format!("{v}")).collect();
+                write!(f, "{expr} {}IN ({})", if *negated { "NOT " } else { "" }, items.join(", "))
+            }
+            Expr::Like { expr, pattern, negated } => {
+                write!(f, "{expr} {}LIKE '{pattern}'", if *negated { "NOT " } else { "" })
+            }
+            Expr::Extract { field, expr } => write!(f, "EXTRACT({field:?} FROM {expr})"),
+            Expr::Substring { expr, start, length } => write!(f, "SUBSTRING({expr}, {start}, {length:?})"),
+            Expr::AddMonths { expr, months } => write!(f, "({expr} + {months} months)"),
+        }
+    }
+}
+
+/// Evaluates an expression over a batch.
+pub fn evaluate(expr: &Expr, batch: &Batch) -> Result<Vector> {
+    match expr {
+        Expr::Column { index, .. } => Ok(batch.columns[*index].clone()),
+        Expr::Literal { value, data_type } => Ok(Vector::broadcast(value, *data_type, batch.rows)),
+        Expr::Binary { op: BinaryOp::And, left, right, .. } => {
+            logic(true, evaluate(left, batch)?, evaluate(right, batch)?)
+        }
+        Expr::Binary { op: BinaryOp::Or, left, right, .. } => {
+            logic(false, evaluate(left, batch)?, evaluate(right, batch)?)
+        }
+        Expr::Binary { op, left, right, data_type } => {
+            binary(*op, &evaluate(left, batch)?, &evaluate(right, batch)?, *data_type)
+        }
+        Expr::Not(inner) => {
+            let mut vector = evaluate(inner, batch)?;
+            if let Data::Bool(values) = &mut vector.data {
+                values.iter_mut().for_each(|v| *v = !*v);
+            }
+            Ok(vector)
+        }
+        Expr::Negate(inner) => negate(evaluate(inner, batch)?),
+        Expr::IsNull { expr, negated } => {
+            let vector = evaluate(expr, batch)?;
+            let values = (0..vector.len()).map(|row| vector.is_valid(row) == *negated).collect();
+            Ok(Vector { data_type: DataType::Bool, data: Data::Bool(values), validity: None })
+        }
+        Expr::Cast { expr, to } => cast(evaluate(expr, batch)?, *to),
+        Expr::Case { branches, otherwise, data_type } => case(branches, otherwise, *data_type, batch),
+        Expr::InList { expr, list, negated } => in_list(&evaluate(expr, batch)?, list, *negated),
+        Expr::Like { expr, pattern, negated } => {
+            let matcher = LikePattern::new(pattern);
+            text_predicate(&evaluate(expr, batch)?, |s| matcher.matches(s) != *negated)
+        }
+        Expr::Extract { field, expr } => extract(*field, evaluate(expr, batch)?),
+        Expr::Substring { expr, start, length } => substring(&evaluate(expr, batch)?, *start, *length),
+        Expr::AddMonths { expr, months } => {
+            let mut vector = evaluate(expr, batch)?;
+            if let Data::I32(days) = &mut vector.data {
+                days.iter_mut().for_each(|d| *d = add_months(*d, *months));
+            }
+            Ok(vector)
+        }
+    }
+}
+
+/// Evaluates a constant expression to a scalar (constant folding).
+pub fn evaluate_constant(expr: &Expr) -> Result<Value> {
+    let batch = Batch::new(Vec::new(), 1);
+    Ok(evaluate(expr, &batch)?.value(0))
+}
+
+fn and_validity(a: &Option<Vec<bool>>, b: &Option<Vec<bool>>) -> Option<Vec<bool>> {
+    match (a, b) {
+        (None, None) => None,
+        (Some(v), None) | (None, Some(v)) => Some(v.clone()),
+        (Some(x), Some(y)) => Some(x.iter().zip(y).map(|(a, b)| *a && *b).collect()),
+    }
+}
+
+fn bools(vector: &Vector) -> &[bool] {
+    match &vector.data {
+        Data::Bool(values) => values,
+        _ => panic!("the binder types logical operands as bool"),
+    }
+}
+
+/// Three-valued AND (`is_and`) or OR.
+fn logic(is_and: bool, left: Vector, right: Vector) -> Result<Vector> {
+    let (a, b) = (bools(&left), bools(&right));
+    if left.validity.is_none() && right.validity.is_none() {
+        let values = a.iter().zip(b).map(|(x, y)| if is_and { *x & *y } else { *x | *y }).collect();
+        return Ok(Vector { data_type: DataType::Bool, data: Data::Bool(values), validity: None });
+    }
+    let mut values = Vec::with_capacity(a.len());
+    let mut validity = Vec::with_capacity(a.len());
+    for row in 0..a.len() {
+        let (x, y) = (left.is_valid(row).then_some(a[row]), right.is_valid(row).then_some(b[row]));
+        let result = match (is_and, x, y) {
+            (true, Some(false), _) | (true, _, Some(false)) => Some(false),
+            (true, Some(true), Some(true)) => Some(true),
+            (false, Some(true), _) | (false, _, Some(true)) => Some(true),
+            (false, Some(false), Some(false)) => Some(false),
+            _ => None,
+        };
+        values.push(result.unwrap_or(false));
+        validity.push(result.is_some());
+    }
+    Ok(Vector { data_type: DataType::Bool, data: Data::Bool(values), validity: Some(validity) })
+}
+
+fn binary(op: BinaryOp, left: &Vector, right: &Vector, data_type: DataType) -> Result<Vector> {
+    let validity = and_validity(&left.validity, &right.validity);
+    let data = match (&left.data, &right.data) {
+        (Data::I32(a), Data::I32(b)) if op.is_comparison() => Data::Bool(compare(op, a, b)),
+        (Data::I64(a), Data::I64(b)) if op.is_comparison() => Data::Bool(compare(op, a, b)),
+        (Data::F64(a), Data::F64(b)) if op.is_comparison() => Data::Bool(compare(op, a, b)),
+        (Data::Bool(a), Data::Bool(b)) if op.is_comparison() => Data::Bool(compare(op, a, b)),
+        (Data::Text(..), Data::Text(..)) if op.is_comparison() => Data::Bool(compare_text(op, left, right)),
+        (Data::I32(a), Data::I32(b)) => Data::I32(arith_i32(op, a, b, &validity)?),
+        (Data::I64(a), Data::I64(b)) => Data::I64(arith_i64(op, a, b, &validity)?),
+        (Data::F64(a), Data::F64(b)) => Data::F64(arith_f64(op, a, b)?),
+        _ => {
+            return Err(EngineError::Type(format!(
+                "operator {} on {:?} and {:?}",
+                op.symbol(),
+                left.data_type,
+                right.data_type
+            )))
+        }
+    };
+    Ok(Vector { data_type, data, validity })
+}
+
+fn compare<T: PartialOrd + Copy>(op: BinaryOp, a: &[T], b: &[T]) -> Vec<bool> {
+    let zip = a.iter().zip(b);
+    match op {
+        BinaryOp::Eq => zip.map(|(x, y)| x == y).collect(),
+        BinaryOp::NotEq => zip.map(|(x, y)| x != y).collect(),
+        BinaryOp::Lt => zip.map(|(x, y)| x < y).collect(),
+        BinaryOp::LtEq => zip.map(|(x, y)| x <= y).collect(),
+        BinaryOp::Gt => zip.map(|(x, y)| x > y).collect(),
+        BinaryOp::GtEq => zip.map(|(x, y)| x >= y).collect(),
+        _ => unreachable!("compare is only called for comparison operators"),
+    }
+}
+
+fn compare_text(op: BinaryOp, left: &Vector, right: &Vector) -> Vec<bool> {
+    if let (Data::Text(a, da), Data::Text(b, db)) = (&left.data, &right.data) {
+        if Arc::ptr_eq(da, db) && matches!(op, BinaryOp::Eq | BinaryOp::NotEq) {
+            return compare(op, a, b);
+        }
+    }
+    (0..left.len()).map(|row| op_holds(op, left.text(row).cmp(right.text(row)))).collect()
+}
+
+pub fn op_holds(op: BinaryOp, ordering: std::cmp::Ordering) -> bool {
+    use std::cmp::Ordering::*;
+    match op {
+        BinaryOp::Eq => ordering == Equal,
+        BinaryOp::NotEq => ordering != Equal,
+        BinaryOp::Lt => ordering == Less,
+        BinaryOp::LtEq => ordering != Greater,
+        BinaryOp::Gt => ordering == Greater,
+        BinaryOp::GtEq => ordering != Less,
+        _ => false,
+    }
+}
+
+fn overflow(op: BinaryOp) -> EngineError {
+    EngineError::Overflow(format!("integer overflow in {}", op.symbol()))
+}
+
+fn arith_i64(op: BinaryOp, a: &[i64], b: &[i64], validity: &Option<Vec<bool>>) -> Result<Vec<i64>> {
+    let valid = |row: usize| validity.as_ref().is_none_or(|v| v[row]);
+    let mut out = Vec::with_capacity(a.len());
+    for (row, (&x, &y)) in a.iter().zip(b).enumerate() {
+        let result = match op {
+            BinaryOp::Add => x.checked_add(y),
+            BinaryOp::Sub => x.checked_sub(y),
+            BinaryOp::Mul => x.checked_mul(y),
+            BinaryOp::Div | BinaryOp::Mod if y == 0 && valid(row) => return Err(EngineError::DivisionByZero),
+            BinaryOp::Div | BinaryOp::Mod if y == 0 => Some(0),
+            BinaryOp::Div => x.checked_div(y),
+            BinaryOp::Mod => x.checked_rem(y),
+            _ => unreachable!("arithmetic operators only"),
+        };
+        out.push(result.ok_or_else(|| overflow(op))?);
+    }
+    Ok(out)
+}
+
+fn arith_i32(op: BinaryOp, a: &[i32], b: &[i32], validity: &Option<Vec<bool>>) -> Result<Vec<i32>> {
+    let wide_a: Vec<i64> = a.iter().map(|&v| i64::from(v)).collect();
+    let wide_b: Vec<i64> = b.iter().map(|&v| i64::from(v)).collect();
+    arith_i64(op, &wide_a, &wide_b, validity)?.into_iter().map(|v| i32::try_from(v).map_err(|_| overflow(op))).collect()
+}
+
+fn arith_f64(op: BinaryOp, a: &[f64], b: &[f64]) -> Result<Vec<f64>> {
+    let zip = a.iter().zip(b);
+    Ok(match op {
+        BinaryOp::Add => zip.map(|(x, y)| x + y).collect(),
+        BinaryOp::Sub => zip.map(|(x, y)| x - y).collect(),
+        BinaryOp::Mul => zip.map(|(x, y)| x * y).collect(),
+        BinaryOp::Div => zip.map(|(x, y)| x / y).collect(),
+        BinaryOp::Mod => zip.map(|(x, y)| x % y).collect(),
+        _ => unreachable!("arithmetic operators only"),
+    })
+}
+
+fn negate(mut vector: Vector) -> Result<Vector> {
+    match &mut vector.data {
+        Data::I32(v) => v.iter_mut().for_each(|x| *x = x.wrapping_neg()),
+        Data::I64(v) => v.iter_mut().for_each(|x| *x = x.wrapping_neg()),
+        Data::F64(v) => v.iter_mut().for_each(|x| *x = -*x),
+        _ => return Err(EngineError::Type(format!("cannot negate {:?}", vector.data_type))),
+    }
+    Ok(vector)
+}
+
+/// Numeric conversions; decimal scale changes multiply or divide (rounding half away from zero).
+pub fn cast(vector: Vector, to: DataType) -> Result<Vector> {
+    let from = vector.data_type;
+    if from == to {
+        return Ok(vector);
+    }
+    let data = match (&vector.data, to) {
+        (Data::I32(v), DataType::Int64) => Data::I64(v.iter().map(|&x| i64::from(x)).collect()),
+        (Data::I32(v), DataType::Int32 | DataType::Date) => Data::I32(v.clone()),
+        (Data::I32(v), DataType::Float64) => Data::F64(v.iter().map(|&x| f64::from(x)).collect()),
+        (Data::I32(v), DataType::Decimal { scale, .. }) => {
+            Data::I64(rescale(v.iter().map(|&x| i64::from(x)), 0, scale)?)
+        }
+        (Data::I64(v), DataType::Int32) => {
+            let divisor = pow10(from.scale());
+            Data::I32(
+                v.iter()
+                    .map(|&x| i32::try_from(x / divisor).map_err(|_| overflow(BinaryOp::Add)))
+                    .collect::<Result<_>>()?,
+            )
+        }
+        (Data::I64(v), DataType::Int64) => Data::I64(rescale(v.iter().copied(), from.scale(), 0)?),
+        (Data::I64(v), DataType::Float64) => {
+            let divisor = pow10(from.scale()) as f64;
+            Data::F64(v.iter().map(|&x| x as f64 / divisor).collect())
+        }
+        (Data::I64(v), DataType::Decimal { scale, .. }) => Data::I64(rescale(v.iter().copied(), from.scale(), scale)?),
+        (Data::F64(v), DataType::Decimal { scale, .. }) => {
+            let factor = pow10(scale) as f64;
+            Data::I64(v.iter().map(|&x| (x * factor).round() as i64).collect())
+        }
+        (Data::F64(v), DataType::Int64) => Data::I64(v.iter().map(|&x| x.round() as i64).collect()),
+        (Data::F64(v), DataType::Int32) => Data::I32(v.iter().map(|&x| x.round() as i32).collect()),
+        (Data::Text(codes, dictionary), DataType::Date) => {
+            let parsed: Vec<i32> =
+                dictionary.values().iter().map(|s| crate::types::parse_date(s)).collect::<Result<_>>()?;
+            Data::I32(codes.iter().map(|&c| parsed[c as usize]).collect())
+        }
+        (Data::I32(v), DataType::Text) if from == DataType::Date => {
+            text_from(v.iter().map(|&d| crate::types::format_date(d)))
+        }
+        (_, DataType::Text) => text_from((0..vector.len()).map(|row| vector.value(row).to_string())),
+        _ => return Err(EngineError::unsupported(format!("cast from {} to {}", from.sql_name(), to.sql_name()))),
+    };
+    Ok(Vector { data_type: to, data, validity: vector.validity })
+}
+
+fn text_from(values: impl Iterator<Item = String>) -> Data {
+    let mut dictionary = Dictionary::new();
+    let codes = values.map(|s| dictionary.intern(&s)).collect();
+    Data::Text(codes, Arc::new(dictionary))
+}
+
+fn rescale(values: impl Iterator<Item = i64>, from: u8, to: u8) -> Result<Vec<i64>> {
+    if to >= from {
+        let factor = pow10(to - from);
+        values.map(|x| x.checked_mul(factor).ok_or_else(|| overflow(BinaryOp::Mul))).collect()
+    } else {
+        let divisor = pow10(from - to);
+        Ok(values.map(|x| round_div(x, divisor)).collect())
+    }
+}
+
+/// `x / divisor` rounded half away from zero (numeric rounding).
+pub fn round_div(x: i64, divisor: i64) -> i64 {
+    let half = divisor / 2;
+    if x >= 0 {
+        (x + half) / divisor
+    } else {
+        (x - half) / divisor
+    }
+}
+
+fn case(branches: &[(Expr, Expr)], otherwise: &Expr, data_type: DataType, batch: &Batch) -> Result<Vector> {
+    let mut result = evaluate(otherwise, batch)?;
+    let mut decided = vec![false; batch.rows];
+    for (condition, value) in branches {
+        let condition = evaluate(condition, batch)?;
+        let value = evaluate(value, batch)?;
+        let holds = bools(&condition);
+        let rows: Vec<u32> = (0..batch.rows)
+            .filter(|&row| !decided[row] && holds[row] && condition.is_valid(row))
+            .map(|row| row as u32)
+            .collect();
+        for &row in &rows {
+            decided[row as usize] = true;
+        }
+        overwrite_rows(&mut result, &value, &rows);
+    }
+    result.data_type = data_type;
+    Ok(result)
+}
+
+/// `target[row] = source[row]` for the listed rows.
+fn overwrite_rows(target: &mut Vector, source: &Vector, rows: &[u32]) {
+    if rows.is_empty() {
+        return;
+    }
+    match (&mut target.data, &source.data) {
+        (Data::Bool(t), Data::Bool(s)) => rows.iter().for_each(|&r| t[r as usize] = s[r as usize]),
+        (Data::I32(t), Data::I32(s)) => rows.iter().for_each(|&r| t[r as usize] = s[r as usize]),
+        (Data::I64(t), Data::I64(s)) => rows.iter().for_each(|&r| t[r as usize] = s[r as usize]),
+        (Data::F64(t), Data::F64(s)) => rows.iter().for_each(|&r| t[r as usize] = s[r as usize]),
+        (Data::Text(t, td), Data::Text(s, sd)) => {
+            let merged = Arc::make_mut(td);
+            rows.iter().for_each(|&r| t[r as usize] = merged.intern(sd.get(s[r as usize])));
+        }
+        _ => panic!("the binder gives CASE branches one type"),
+    }
+    if target.validity.is_some() || source.validity.is_some() {
+        let n = target.len();
+        let validity = target.validity.get_or_insert_with(|| vec![true; n]);
+        rows.iter().for_each(|&r| validity[r as usize] = source.is_valid(r as usize));
+    }
+}
+
+fn in_list(vector: &Vector, list: &[Value], negated: bool) -> Result<Vector> {
+    if let Data::Text(..) = vector.data {
+        let items: Vec<&str> =
+            list.iter().filter_map(|v| if let Value::Text(s) = v { Some(s.as_str()) } else { None }).collect();
+        return text_predicate(vector, |s| items.contains(&s) != negated);
+    }
+    let values = (0..vector.len())
+        .map(|row| {
+            let value = vector.value(row);
+            list.iter().any(|item| values_equal(&value, item)) != negated
+        })
+        .collect();
+    Ok(Vector { data_type: DataType::Bool, data: Data::Bool(values), validity: vector.validity.clone() })
+}
+
+/// Equality of two non-null scalars of compatible numeric types.
+pub fn values_equal(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Text(x), Value::Text(y)) => x == y,
+        (Value::Bool(x), Value::Bool(y)) => x == y,
+        (Value::Date(x), Value::Date(y)) => x == y,
+        (Value::Decimal { value: x, scale: sx }, Value::Decimal { value: y, scale: sy }) => {
+            i128::from(*x) * i128::from(pow10(*sy)) == i128::from(*y) * i128::from(pow10(*sx))
+        }
+        _ => match (a.as_f64(), b.as_f64()) {
+            (Some(x), Some(y)) => x == y,
+            _ => false,
+        },
+    }
+}
+
+/// Evaluates a string predicate once per dictionary entry when that is cheaper than per row.
+fn text_predicate(vector: &Vector, predicate: impl Fn(&str) -> bool) -> Result<Vector> {
+    let Data::Text(codes, dictionary) = &vector.data else {
+        return Err(EngineError::Type(format!("string predicate on {}", vector.data_type.sql_name())));
+    };
+    let values = if dictionary.len() <= codes.len() {
+        let per_code: Vec<bool> = dictionary.values().iter().map(|s| predicate(s)).collect();
+        codes.iter().map(|&c| per_code[c as usize]).collect()
+    } else {
+        codes.iter().map(|&c| predicate(dictionary.get(c))).collect()
+    };
+    Ok(Vector { data_type: DataType::Bool, data: Data::Bool(values), validity: vector.validity.clone() })
+}
+
+fn extract(field: DateField, vector: Vector) -> Result<Vector> {
+    let Data::I32(days) = &vector.data else {
+        return Err(EngineError::Type("EXTRACT needs a date".into()));
+    };
+    let values = days
+        .iter()
+        .map(|&d| {
+            let (year, month, day) = civil_from_days(d);
+            match field {
+                DateField::Year => year,
+                DateField::Month => month as i32,
+                DateField::Day => day as i32,
+            }
+        })
+        .collect();
+    Ok(Vector { data_type: DataType::Int32, data: Data::I32(values), validity: vector.validity })
+}
+
+/// SQL `SUBSTRING(s FROM start FOR length)`, 1-based, in characters.
+pub fn substring_of(s: &str, start: i64, length: Option<i64>) -> String {
+    let end = length.map(|l| start.saturating_add(l));
+    let first = start.max(1);
+    s.chars()
+        .enumerate()
+        .map(|(i, c)| (i as i64 + 1, c))
+        .filter(|(position, _)| *position >= first && end.is_none_or(|e| *position < e))
+        .map(|(_, c)| c)
+        .collect()
+}
+
+fn substring(vector: &Vector, start: i64, length: Option<i64>) -> Result<Vector> {
+    let Data::Text(codes, dictionary) = &vector.data else {
+        return Err(EngineError::Type("SUBSTRING needs text".into()));
+    };
+    let mut out = Dictionary::new();
+    let mapped: Vec<u32> = if dictionary.len() <= codes.len() {
+        let per_code: Vec<u32> =
+            dictionary.values().iter().map(|s| out.intern(&substring_of(s, start, length))).collect();
+        codes.iter().map(|&c| per_code[c as usize]).collect()
+    } else {
+        codes.iter().map(|&c| out.intern(&substring_of(dictionary.get(c), start, length))).collect()
+    };
+    Ok(Vector { data_type: DataType::Text, data: Data::Text(mapped, Arc::new(out)), validity: vector.validity.clone() })
+}
+
+/// A compiled LIKE pattern (`%` any run, `_` one character, `\` escapes).
+#[derive(Debug, Clone)]
+pub struct LikePattern {
+    tokens: Vec<LikeToken>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum LikeToken {
+    Literal(char),
+    One,
+    Any,
+}
+
+impl LikePattern {
+    pub fn new(pattern: &str) -> LikePattern {
+        let mut tokens = Vec::new();
+        let mut chars = pattern.chars();
+        while let Some(c) = chars.next() {
+            tokens.push(match c {
+                '%' => LikeToken::Any,
+                '_' => LikeToken::One,
+                '\\' => LikeToken::Literal(chars.next().unwrap_or('\\')),
+                other => LikeToken::Literal(other),
+            });
+        }
+        LikePattern { tokens }
+    }
+
+    /// Iterative matcher with backtracking to the last `%` (linear for typical patterns).
+    pub fn matches(&self, text: &str) -> bool {
+        let text: Vec<char> = text.chars().collect();
+        let (mut t, mut p) = (0usize, 0usize);
+        let mut star: Option<(usize, usize)> = None;
+        while t < text.len() {
+            match self.tokens.get(p) {
+                Some(LikeToken::Any) => {
+                    star = Some((p, t));
+                    p += 1;
+                }
+                Some(LikeToken::One) => {
+                    t += 1;
+                    p += 1;
+                }
+                Some(LikeToken::Literal(c)) if *c == text[t] => {
+                    t += 1;
+                    p += 1;
+                }
+                _ => match star {
+                    Some((star_p, star_t)) => {
+                        p = star_p + 1;
+                        t = star_t + 1;
+                        star = Some((star_p, star_t + 1));
+                    }
+                    None => return false,
+                },
+            }
+        }
+        self.tokens[p..].iter().all(|token| *token == LikeToken::Any)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Goal: LIKE matches PostgreSQL semantics for %, _ and literals; method: fixed cases.
+    #[test]
+    fn like_patterns() {
+        assert!(LikePattern::new("PROMO%").matches("PROMO BRUSHED TIN"));
+        assert!(!LikePattern::new("PROMO%").matches("STANDARD PROMO"));
+        assert!(LikePattern::new("%green%").matches("dark green olive"));
+        assert!(LikePattern::new("a_c").matches("abc"));
+        assert!(!LikePattern::new("a_c").matches("abbc"));
+        assert!(LikePattern::new("%").matches(""));
+        assert!(LikePattern::new("%Customer%Complaints%").matches("xx Customer yy Complaints"));
+        assert!(!LikePattern::new("%Customer%Complaints%").matches("xx Complaints yy Customer"));
+    }
+
+    // Goal: SUBSTRING is 1-based and clamps like PostgreSQL; method: fixed cases.
+    #[test]
+    fn substring_semantics() {
+        assert_eq!(substring_of("13-555", 1, Some(2)), "13");
+        assert_eq!(substring_of("hello", 0, Some(2)), "h");
+        assert_eq!(substring_of("hello", 4, None), "lo");
+    }
+}

@@ -1,0 +1,368 @@
+//! Join planning: pushes single-relation predicates into scans, then builds a join tree
+//! greedily — always the connected pair with the smallest estimated result, the smaller input
+//! as the build side. Filter selectivities are measured on a sample of the table (no stale
+//! statistics to keep), distinct counts come from the table (cached).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::error::{EngineError, Result};
+use crate::expr::{evaluate, BinaryOp, Expr};
+use crate::plan::{JoinKind, Plan};
+use crate::storage::Table;
+use crate::types::DataType;
+use crate::vector::{scan_chunk, Data};
+
+/// Rows per sampled chunk when estimating a filter's selectivity.
+const SAMPLE_ROWS_PER_CHUNK: usize = 2048;
+/// Chunks sampled (evenly spaced) per table.
+const SAMPLE_CHUNKS_MAX: usize = 4;
+/// Relations per query block (bitsets are u64).
+pub const RELATIONS_MAX: usize = 64;
+
+/// What a relation in FROM reads from.
+pub enum RelationSource {
+    Table(Arc<Table>),
+    /// A derived table (subquery in FROM): its plan and output width.
+    Derived(Plan),
+}
+
+/// A relation to join, with its columns' place in the wide row.
+pub struct JoinInput {
+    pub source: RelationSource,
+    pub offset: usize,
+    pub width: usize,
+}
+
+/// A sub-plan with the wide-row columns it outputs (in order) and its estimated size.
+pub struct Planned {
+    pub plan: Plan,
+    pub layout: Vec<usize>,
+    pub relations: u64,
+    pub rows: f64,
+    distinct: HashMap<usize, f64>,
+}
+
+impl Planned {
+    pub fn with_layout(plan: Plan, layout: Vec<usize>, rows: f64) -> Planned {
+        Planned { plan, layout, relations: 0, rows, distinct: HashMap::new() }
+    }
+
+    pub fn from_plan(plan: Plan, rows: f64) -> Planned {
+        let width = plan.width();
+        Planned::with_layout(plan, (0..width).collect(), rows)
+    }
+
+    /// Rewrites a wide-row expression over this plan's output columns.
+    pub fn localize(&self, expr: &Expr) -> Expr {
+        let positions: HashMap<usize, usize> = self.layout.iter().enumerate().map(|(i, &w)| (w, i)).collect();
+        expr.map_columns(&|wide| *positions.get(&wide).expect("expression columns are in the layout"))
+    }
+
+    pub fn add_filter(&mut self, predicate: &Expr, selectivity: f64) {
+        let predicate = self.localize(predicate);
+        let input = std::mem::replace(&mut self.plan, Plan::SingleRow);
+        self.plan = match input {
+            Plan::Scan { table, columns, filter } => {
+                let filter = Some(match filter {
+                    Some(existing) => Expr::binary(BinaryOp::And, existing, predicate, DataType::Bool),
+                    None => predicate,
+                });
+                Plan::Scan { table, columns, filter }
+            }
+            other => Plan::Filter { input: Box::new(other), predicate },
+        };
+        self.rows = (self.rows * selectivity).max(1.0);
+    }
+
+    fn distinct(&self, expr: &Expr) -> f64 {
+        match expr {
+            Expr::Column { index, .. } => self.distinct.get(index).copied().unwrap_or(self.rows).min(self.rows),
+            _ => self.rows,
+        }
+    }
+}
+
+/// A conjunct of WHERE/ON over the wide row, with the relations it touches.
+#[derive(Clone)]
+pub struct Conjunct {
+    pub expr: Expr,
+    pub relations: u64,
+}
+
+pub fn relation_set(expr: &Expr, inputs: &[JoinInput]) -> u64 {
+    expr.columns().iter().fold(0u64, |set, &column| {
+        let relation = inputs.iter().rposition(|r| r.offset <= column).expect("column within the scope");
+        set | (1 << relation)
+    })
+}
+
+/// Scans each relation with its pushed-down filters and only the `used` columns.
+pub fn plan_relation(index: usize, input: JoinInput, used: &[bool], filters: &[Expr]) -> Result<Planned> {
+    let JoinInput { source, offset, width } = input;
+    let mut planned = match source {
+        RelationSource::Table(table) => {
+            let mut columns: Vec<usize> = (0..width).filter(|c| used[offset + c]).collect();
+            if columns.is_empty() && width > 0 {
+                columns.push(0); // COUNT(*) still needs row counts
+            }
+            let layout = columns.iter().map(|c| offset + c).collect();
+            let distinct = columns.iter().map(|&c| (offset + c, table.distinct_count(c) as f64)).collect();
+            let rows = table.rows() as f64;
+            Planned { plan: Plan::Scan { table, columns, filter: None }, layout, relations: 1 << index, rows, distinct }
+        }
+        RelationSource::Derived(plan) => Planned {
+            plan,
+            layout: (offset..offset + width).collect(),
+            relations: 1 << index,
+            rows: 1000.0,
+            distinct: HashMap::new(),
+        },
+    };
+    for filter in filters {
+        let selectivity = estimate_selectivity(&planned, filter);
+        planned.add_filter(filter, selectivity);
+    }
+    Ok(planned)
+}
+
+/// Fraction of sampled rows passing `filter` (1/3 when the input is not a table scan).
+fn estimate_selectivity(planned: &Planned, filter: &Expr) -> f64 {
+    let Plan::Scan { table, columns, .. } = &planned.plan else {
+        return 1.0 / 3.0;
+    };
+    let predicate = planned.localize(filter);
+    let chunks = table.chunks.len();
+    if chunks == 0 {
+        return 1.0;
+    }
+    let step = (chunks / SAMPLE_CHUNKS_MAX).max(1);
+    let (mut seen, mut passed) = (0usize, 0usize);
+    for chunk in (0..chunks).step_by(step).take(SAMPLE_CHUNKS_MAX) {
+        let rows = table.chunks[chunk].rows.min(SAMPLE_ROWS_PER_CHUNK);
+        let batch = scan_chunk(table, chunk, columns, 0, rows);
+        let Ok(result) = evaluate(&predicate, &batch) else {
+            return 1.0 / 3.0;
+        };
+        if let Data::Bool(values) = &result.data {
+            passed += (0..rows).filter(|&r| values[r] && result.is_valid(r)).count();
+        }
+        seen += rows;
+    }
+    // Half a row of credit so a filter that matched nothing in the sample is not taken as empty.
+    (passed as f64 + 0.5) / (seen as f64 + 0.5)
+}
+
+/// An equality between expressions over two disjoint relation sets.
+struct Edge {
+    left: Expr,
+    right: Expr,
+    left_set: u64,
+    right_set: u64,
+}
+
+fn as_edge(conjunct: &Conjunct, inputs: &[JoinInput]) -> Option<Edge> {
+    let Expr::Binary { op: BinaryOp::Eq, left, right, .. } = &conjunct.expr else {
+        return None;
+    };
+    let (left_set, right_set) = (relation_set(left, inputs), relation_set(right, inputs));
+    (left_set != 0 && right_set != 0 && left_set & right_set == 0).then(|| Edge {
+        left: (**left).clone(),
+        right: (**right).clone(),
+        left_set,
+        right_set,
+    })
+}
+
+/// Joins all planned relations; `pending` are multi-relation conjuncts that are not equi-join
+/// edges (applied as soon as their relations are joined).
+pub fn join_all(mut items: Vec<Planned>, conjuncts: Vec<Conjunct>, inputs: &[JoinInput]) -> Result<Planned> {
+    let mut edges = Vec::new();
+    let mut pending = Vec::new();
+    for conjunct in conjuncts {
+        match as_edge(&conjunct, inputs) {
+            Some(edge) => edges.push(edge),
+            None => pending.push(conjunct),
+        }
+    }
+    while items.len() > 1 {
+        let (i, j, estimate) = best_pair(&items, &edges)?;
+        let (first, second) =
+            if i > j { (items.remove(i), items.remove(j)) } else { (items.remove(j), items.remove(i)) };
+        let mut joined = hash_join(first, second, &edges, estimate);
+        pending.retain(|conjunct| {
+            if conjunct.relations & !joined.relations == 0 {
+                joined.add_filter(&conjunct.expr, 1.0 / 3.0);
+                false
+            } else {
+                true
+            }
+        });
+        items.push(joined);
+    }
+    let mut result = items.pop().ok_or_else(|| EngineError::unsupported("a query block without relations"))?;
+    for conjunct in pending {
+        result.add_filter(&conjunct.expr, 1.0 / 3.0);
+    }
+    Ok(result)
+}
+
+fn connecting(edges: &[Edge], a: u64, b: u64) -> Vec<(&Expr, &Expr)> {
+    let inside = |set: u64, side: u64| set & !side == 0;
+    edges
+        .iter()
+        .filter_map(|e| {
+            if inside(e.left_set, a) && inside(e.right_set, b) {
+                Some((&e.left, &e.right))
+            } else if inside(e.left_set, b) && inside(e.right_set, a) {
+                Some((&e.right, &e.left))
+            } else {
+                None
+            }
+        })
+        .collect()
+}
+
+fn best_pair(items: &[Planned], edges: &[Edge]) -> Result<(usize, usize, f64)> {
+    let mut best: Option<(usize, usize, f64)> = None;
+    for i in 0..items.len() {
+        for j in i + 1..items.len() {
+            let keys = connecting(edges, items[i].relations, items[j].relations);
+            if keys.is_empty() {
+                continue;
+            }
+            let estimate = join_estimate(&items[i], &items[j], &keys);
+            if best.is_none_or(|(_, _, b)| estimate < b) {
+                best = Some((i, j, estimate));
+            }
+        }
+    }
+    best.ok_or_else(|| EngineError::unsupported("joins without an equality condition (cross joins)"))
+}
+
+/// |A ⋈ B| ≈ |A|·|B| / Π max(ndv_A(k), ndv_B(k)), the denominator capped by the larger input.
+fn join_estimate(a: &Planned, b: &Planned, keys: &[(&Expr, &Expr)]) -> f64 {
+    let denominator = keys
+        .iter()
+        .map(|(ka, kb)| a.distinct(ka).max(b.distinct(kb)))
+        .product::<f64>()
+        .min(a.rows.max(b.rows))
+        .max(1.0);
+    (a.rows * b.rows / denominator).max(1.0)
+}
+
+fn hash_join(a: Planned, b: Planned, edges: &[Edge], estimate: f64) -> Planned {
+    let (probe, build) = if a.rows >= b.rows { (a, b) } else { (b, a) };
+    let keys = connecting(edges, probe.relations, build.relations);
+    let probe_keys = keys.iter().map(|(p, _)| probe.localize(p)).collect();
+    let build_keys = keys.iter().map(|(_, b)| build.localize(b)).collect();
+    let mut layout = probe.layout.clone();
+    layout.extend(&build.layout);
+    let mut distinct = probe.distinct;
+    for (column, count) in build.distinct {
+        distinct.insert(column, count);
+    }
+    for count in distinct.values_mut() {
+        *count = count.min(estimate);
+    }
+    let plan = Plan::HashJoin {
+        kind: JoinKind::Inner,
+        probe: Box::new(probe.plan),
+        build: Box::new(build.plan),
+        probe_keys,
+        build_keys,
+        residual: None,
+    };
+    Planned { plan, layout, relations: probe.relations | build.relations, rows: estimate, distinct }
+}
+
+/// Splits an AND tree into conjuncts.
+pub fn split_conjuncts(expr: Expr, out: &mut Vec<Expr>) {
+    match expr {
+        Expr::Binary { op: BinaryOp::And, left, right, .. } => {
+            split_conjuncts(*left, out);
+            split_conjuncts(*right, out);
+        }
+        other => out.push(other),
+    }
+}
+
+/// `(A and B) or (A and C)` → `A and (B or C)`: pulls conjuncts common to every OR branch out
+/// (TPC-H Q19 repeats its join condition in each branch).
+pub fn factor_or(expr: Expr) -> Vec<Expr> {
+    let mut branches = Vec::new();
+    split_disjuncts(expr.clone(), &mut branches);
+    if branches.len() < 2 {
+        return vec![expr];
+    }
+    let branch_conjuncts: Vec<Vec<Expr>> = branches
+        .into_iter()
+        .map(|b| {
+            let mut out = Vec::new();
+            split_conjuncts(b, &mut out);
+            out
+        })
+        .collect();
+    let common: Vec<Expr> =
+        branch_conjuncts[0].iter().filter(|c| branch_conjuncts.iter().all(|b| b.contains(c))).cloned().collect();
+    if common.is_empty() {
+        return vec![expr];
+    }
+    let rest = branch_conjuncts
+        .into_iter()
+        .map(|b| {
+            b.into_iter()
+                .filter(|c| !common.contains(c))
+                .reduce(|x, y| Expr::binary(BinaryOp::And, x, y, DataType::Bool))
+        })
+        .collect::<Option<Vec<_>>>();
+    let mut out = common;
+    // When some branch is fully common, the OR is implied by the common part.
+    if let Some(rest) = rest {
+        out.push(
+            rest.into_iter().reduce(|x, y| Expr::binary(BinaryOp::Or, x, y, DataType::Bool)).expect("≥ 2 branches"),
+        );
+    }
+    out
+}
+
+fn split_disjuncts(expr: Expr, out: &mut Vec<Expr>) {
+    match expr {
+        Expr::Binary { op: BinaryOp::Or, left, right, .. } => {
+            split_disjuncts(*left, out);
+            split_disjuncts(*right, out);
+        }
+        other => out.push(other),
+    }
+}
+
+/// For an OR over several relations, a weaker single-relation OR per relation that every
+/// branch constrains (e.g. Q19's part filters), so they can be pushed into that scan.
+pub fn derive_single_relation_filters(expr: &Expr, inputs: &[JoinInput]) -> Vec<Expr> {
+    let mut branches = Vec::new();
+    split_disjuncts(expr.clone(), &mut branches);
+    if branches.len() < 2 {
+        return Vec::new();
+    }
+    let mut derived = Vec::new();
+    for relation in 0..inputs.len() {
+        let bit = 1u64 << relation;
+        let per_branch: Option<Vec<Expr>> = branches
+            .iter()
+            .map(|branch| {
+                let mut conjuncts = Vec::new();
+                split_conjuncts(branch.clone(), &mut conjuncts);
+                conjuncts
+                    .into_iter()
+                    .filter(|c| relation_set(c, inputs) == bit)
+                    .reduce(|x, y| Expr::binary(BinaryOp::And, x, y, DataType::Bool))
+            })
+            .collect();
+        if let Some(per_branch) = per_branch {
+            derived.push(
+                per_branch.into_iter().reduce(|x, y| Expr::binary(BinaryOp::Or, x, y, DataType::Bool)).expect("≥ 2"),
+            );
+        }
+    }
+    derived
+}

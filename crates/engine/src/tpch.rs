@@ -1,0 +1,330 @@
+//! TPC-H: in-process data generation with the `tpchgen` crate, the schema, and the query texts
+//! this engine supports (written out here with the specification's validation parameters).
+
+use std::sync::Arc;
+
+use tpchgen::generators::{
+    CustomerGenerator, LineItemGenerator, NationGenerator, OrderGenerator, PartGenerator, PartSuppGenerator,
+    RegionGenerator, SupplierGenerator,
+};
+
+use crate::engine::Engine;
+use crate::error::{EngineError, Result};
+use crate::storage::{ColumnDef, Table, TableBuilder};
+use crate::types::{DataType, Value};
+
+/// The eight queries the engine is tested and benchmarked on.
+pub const SUPPORTED_QUERIES: [u8; 8] = [1, 3, 5, 6, 10, 12, 14, 19];
+/// Largest scale factor `load tpch` accepts (memory bound on a 24 GiB machine).
+pub const SCALE_FACTOR_MAX: f64 = 10.0;
+
+const MONEY: DataType = DataType::Decimal { precision: 15, scale: 2 };
+
+fn schema(columns: &[(&str, DataType)]) -> Vec<ColumnDef> {
+    columns.iter().map(|(name, data_type)| ColumnDef { name: (*name).to_string(), data_type: *data_type }).collect()
+}
+
+/// Column definitions of the eight tables (decimal(15,2) as scaled i64; see DESIGN notes).
+pub fn table_schema(table: &str) -> Option<Vec<ColumnDef>> {
+    use DataType::*;
+    Some(match table {
+        "region" => schema(&[("r_regionkey", Int64), ("r_name", Text), ("r_comment", Text)]),
+        "nation" => schema(&[("n_nationkey", Int64), ("n_name", Text), ("n_regionkey", Int64), ("n_comment", Text)]),
+        "supplier" => schema(&[
+            ("s_suppkey", Int64),
+            ("s_name", Text),
+            ("s_address", Text),
+            ("s_nationkey", Int64),
+            ("s_phone", Text),
+            ("s_acctbal", MONEY),
+            ("s_comment", Text),
+        ]),
+        "customer" => schema(&[
+            ("c_custkey", Int64),
+            ("c_name", Text),
+            ("c_address", Text),
+            ("c_nationkey", Int64),
+            ("c_phone", Text),
+            ("c_acctbal", MONEY),
+            ("c_mktsegment", Text),
+            ("c_comment", Text),
+        ]),
+        "part" => schema(&[
+            ("p_partkey", Int64),
+            ("p_name", Text),
+            ("p_mfgr", Text),
+            ("p_brand", Text),
+            ("p_type", Text),
+            ("p_size", Int32),
+            ("p_container", Text),
+            ("p_retailprice", MONEY),
+            ("p_comment", Text),
+        ]),
+        "partsupp" => schema(&[
+            ("ps_partkey", Int64),
+            ("ps_suppkey", Int64),
+            ("ps_availqty", Int32),
+            ("ps_supplycost", MONEY),
+            ("ps_comment", Text),
+        ]),
+        "orders" => schema(&[
+            ("o_orderkey", Int64),
+            ("o_custkey", Int64),
+            ("o_orderstatus", Text),
+            ("o_totalprice", MONEY),
+            ("o_orderdate", Date),
+            ("o_orderpriority", Text),
+            ("o_clerk", Text),
+            ("o_shippriority", Int32),
+            ("o_comment", Text),
+        ]),
+        "lineitem" => schema(&[
+            ("l_orderkey", Int64),
+            ("l_partkey", Int64),
+            ("l_suppkey", Int64),
+            ("l_linenumber", Int32),
+            ("l_quantity", MONEY),
+            ("l_extendedprice", MONEY),
+            ("l_discount", MONEY),
+            ("l_tax", MONEY),
+            ("l_returnflag", Text),
+            ("l_linestatus", Text),
+            ("l_shipdate", Date),
+            ("l_commitdate", Date),
+            ("l_receiptdate", Date),
+            ("l_shipinstruct", Text),
+            ("l_shipmode", Text),
+            ("l_comment", Text),
+        ]),
+        _ => return None,
+    })
+}
+
+pub const TABLES: [&str; 8] = ["region", "nation", "supplier", "customer", "part", "partsupp", "orders", "lineitem"];
+
+fn money(cents: i64) -> Value {
+    Value::Decimal { value: cents, scale: 2 }
+}
+
+fn text(value: impl ToString) -> Value {
+    Value::Text(value.to_string())
+}
+
+/// Generates all eight tables at `scale_factor` into the engine (replacing existing ones).
+pub fn load(engine: &Engine, scale_factor: f64) -> Result<()> {
+    if !(scale_factor > 0.0 && scale_factor <= SCALE_FACTOR_MAX) {
+        return Err(EngineError::InvalidValue(format!("scale factor must be in (0, {SCALE_FACTOR_MAX}]")));
+    }
+    // Generate tables in parallel threads: generation is CPU-bound and tables are independent.
+    let tables: Vec<Result<Table>> = std::thread::scope(|scope| {
+        let handles: Vec<_> =
+            TABLES.iter().map(|name| scope.spawn(move || generate(engine, name, scale_factor))).collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err(EngineError::Runtime("TPC-H generator thread panicked".into()))))
+            .collect()
+    });
+    for table in tables {
+        engine.put_table(table?);
+    }
+    Ok(())
+}
+
+fn generate(engine: &Engine, name: &str, sf: f64) -> Result<Table> {
+    let columns = table_schema(name).ok_or_else(|| EngineError::UnknownTable(name.to_string()))?;
+    let mut builder = TableBuilder::new(Arc::clone(engine.runtime().pool()), name, columns, engine.chunk_rows());
+    match name {
+        "region" => each(RegionGenerator::new(sf, 1, 1).iter(), &mut builder, |r| {
+            vec![Value::Int64(r.r_regionkey), text(r.r_name), text(r.r_comment)]
+        })?,
+        "nation" => each(NationGenerator::new(sf, 1, 1).iter(), &mut builder, |n| {
+            vec![Value::Int64(n.n_nationkey), text(n.n_name), Value::Int64(n.n_regionkey), text(n.n_comment)]
+        })?,
+        "supplier" => each(SupplierGenerator::new(sf, 1, 1).iter(), &mut builder, |s| {
+            vec![
+                Value::Int64(s.s_suppkey),
+                text(s.s_name),
+                text(s.s_address),
+                Value::Int64(s.s_nationkey),
+                text(s.s_phone),
+                money(s.s_acctbal.0),
+                text(&s.s_comment),
+            ]
+        })?,
+        "customer" => each(CustomerGenerator::new(sf, 1, 1).iter(), &mut builder, |c| {
+            vec![
+                Value::Int64(c.c_custkey),
+                text(c.c_name),
+                text(c.c_address),
+                Value::Int64(c.c_nationkey),
+                text(c.c_phone),
+                money(c.c_acctbal.0),
+                text(c.c_mktsegment),
+                text(c.c_comment),
+            ]
+        })?,
+        "part" => each(PartGenerator::new(sf, 1, 1).iter(), &mut builder, |p| {
+            vec![
+                Value::Int64(p.p_partkey),
+                text(p.p_name),
+                text(p.p_mfgr),
+                text(p.p_brand),
+                text(p.p_type),
+                Value::Int32(p.p_size),
+                text(p.p_container),
+                money(p.p_retailprice.0),
+                text(p.p_comment),
+            ]
+        })?,
+        "partsupp" => each(PartSuppGenerator::new(sf, 1, 1).iter(), &mut builder, |ps| {
+            vec![
+                Value::Int64(ps.ps_partkey),
+                Value::Int64(ps.ps_suppkey),
+                Value::Int32(ps.ps_availqty),
+                money(ps.ps_supplycost.0),
+                text(ps.ps_comment),
+            ]
+        })?,
+        "orders" => each(OrderGenerator::new(sf, 1, 1).iter(), &mut builder, |o| {
+            vec![
+                Value::Int64(o.o_orderkey),
+                Value::Int64(o.o_custkey),
+                text(o.o_orderstatus),
+                money(o.o_totalprice.0),
+                Value::Date(o.o_orderdate.to_unix_epoch()),
+                text(o.o_orderpriority),
+                text(o.o_clerk),
+                Value::Int32(o.o_shippriority),
+                text(o.o_comment),
+            ]
+        })?,
+        "lineitem" => each(LineItemGenerator::new(sf, 1, 1).iter(), &mut builder, |l| {
+            vec![
+                Value::Int64(l.l_orderkey),
+                Value::Int64(l.l_partkey),
+                Value::Int64(l.l_suppkey),
+                Value::Int32(l.l_linenumber),
+                money(l.l_quantity * 100),
+                money(l.l_extendedprice.0),
+                money(l.l_discount.0),
+                money(l.l_tax.0),
+                text(l.l_returnflag),
+                text(l.l_linestatus),
+                Value::Date(l.l_shipdate.to_unix_epoch()),
+                Value::Date(l.l_commitdate.to_unix_epoch()),
+                Value::Date(l.l_receiptdate.to_unix_epoch()),
+                text(l.l_shipinstruct),
+                text(l.l_shipmode),
+                text(l.l_comment),
+            ]
+        })?,
+        other => return Err(EngineError::UnknownTable(other.to_string())),
+    }
+    Ok(builder.finish())
+}
+
+fn each<T>(
+    rows: impl Iterator<Item = T>,
+    builder: &mut TableBuilder,
+    to_values: impl Fn(T) -> Vec<Value>,
+) -> Result<()> {
+    for row in rows {
+        builder.push_row(&to_values(row))?;
+    }
+    Ok(())
+}
+
+/// The text of TPC-H query `number` (validation parameters), or None if unsupported.
+pub fn query(number: u8) -> Option<&'static str> {
+    Some(match number {
+        1 => {
+            "select l_returnflag, l_linestatus, sum(l_quantity) as sum_qty, sum(l_extendedprice) as sum_base_price,
+       sum(l_extendedprice * (1 - l_discount)) as sum_disc_price,
+       sum(l_extendedprice * (1 - l_discount) * (1 + l_tax)) as sum_charge,
+       avg(l_quantity) as avg_qty, avg(l_extendedprice) as avg_price, avg(l_discount) as avg_disc,
+       count(*) as count_order
+from lineitem
+where l_shipdate <= date '1998-12-01' - interval '90' day
+group by l_returnflag, l_linestatus
+order by l_returnflag, l_linestatus"
+        }
+        3 => {
+            "select l_orderkey, sum(l_extendedprice * (1 - l_discount)) as revenue, o_orderdate, o_shippriority
+from customer, orders, lineitem
+where c_mktsegment = 'BUILDING' and c_custkey = o_custkey and l_orderkey = o_orderkey
+  and o_orderdate < date '1995-03-15' and l_shipdate > date '1995-03-15'
+group by l_orderkey, o_orderdate, o_shippriority
+order by revenue desc, o_orderdate
+limit 10"
+        }
+        5 => {
+            "select n_name, sum(l_extendedprice * (1 - l_discount)) as revenue
+from customer, orders, lineitem, supplier, nation, region
+where c_custkey = o_custkey and l_orderkey = o_orderkey and l_suppkey = s_suppkey
+  and c_nationkey = s_nationkey and s_nationkey = n_nationkey and n_regionkey = r_regionkey
+  and r_name = 'ASIA' and o_orderdate >= date '1994-01-01'
+  and o_orderdate < date '1994-01-01' + interval '1' year
+group by n_name
+order by revenue desc"
+        }
+        6 => {
+            "select sum(l_extendedprice * l_discount) as revenue
+from lineitem
+where l_shipdate >= date '1994-01-01' and l_shipdate < date '1994-01-01' + interval '1' year
+  and l_discount between 0.06 - 0.01 and 0.06 + 0.01 and l_quantity < 24"
+        }
+        10 => {
+            "select c_custkey, c_name, sum(l_extendedprice * (1 - l_discount)) as revenue, c_acctbal, n_name,
+       c_address, c_phone, c_comment
+from customer, orders, lineitem, nation
+where c_custkey = o_custkey and l_orderkey = o_orderkey and o_orderdate >= date '1993-10-01'
+  and o_orderdate < date '1993-10-01' + interval '3' month and l_returnflag = 'R'
+  and c_nationkey = n_nationkey
+group by c_custkey, c_name, c_acctbal, c_phone, n_name, c_address, c_comment
+order by revenue desc
+limit 20"
+        }
+        12 => {
+            "select l_shipmode,
+       sum(case when o_orderpriority = '1-URGENT' or o_orderpriority = '2-HIGH' then 1 else 0 end) as high_line_count,
+       sum(case when o_orderpriority <> '1-URGENT' and o_orderpriority <> '2-HIGH' then 1 else 0 end) as low_line_count
+from orders, lineitem
+where o_orderkey = l_orderkey and l_shipmode in ('MAIL', 'SHIP') and l_commitdate < l_receiptdate
+  and l_shipdate < l_commitdate and l_receiptdate >= date '1994-01-01'
+  and l_receiptdate < date '1994-01-01' + interval '1' year
+group by l_shipmode
+order by l_shipmode"
+        }
+        14 => {
+            "select 100.00 * sum(case when p_type like 'PROMO%' then l_extendedprice * (1 - l_discount) else 0 end)
+       / sum(l_extendedprice * (1 - l_discount)) as promo_revenue
+from lineitem, part
+where l_partkey = p_partkey and l_shipdate >= date '1995-09-01'
+  and l_shipdate < date '1995-09-01' + interval '1' month"
+        }
+        19 => {
+            "select sum(l_extendedprice * (1 - l_discount)) as revenue
+from lineitem, part
+where (p_partkey = l_partkey and p_brand = 'Brand#12'
+       and p_container in ('SM CASE', 'SM BOX', 'SM PACK', 'SM PKG')
+       and l_quantity >= 1 and l_quantity <= 1 + 10 and p_size between 1 and 5
+       and l_shipmode in ('AIR', 'AIR REG') and l_shipinstruct = 'DELIVER IN PERSON')
+   or (p_partkey = l_partkey and p_brand = 'Brand#23'
+       and p_container in ('MED BAG', 'MED BOX', 'MED PKG', 'MED PACK')
+       and l_quantity >= 10 and l_quantity <= 10 + 10 and p_size between 1 and 10
+       and l_shipmode in ('AIR', 'AIR REG') and l_shipinstruct = 'DELIVER IN PERSON')
+   or (p_partkey = l_partkey and p_brand = 'Brand#34'
+       and p_container in ('LG CASE', 'LG BOX', 'LG PACK', 'LG PKG')
+       and l_quantity >= 20 and l_quantity <= 20 + 10 and p_size between 1 and 15
+       and l_shipmode in ('AIR', 'AIR REG') and l_shipinstruct = 'DELIVER IN PERSON')"
+        }
+        _ => return None,
+    })
+}
+
+/// `CREATE TABLE` statements for PostgreSQL with the same types (tests load the same rows there).
+pub fn postgres_ddl(table: &str) -> Option<String> {
+    let columns = table_schema(table)?;
+    let items: Vec<String> = columns.iter().map(|c| format!("{} {}", c.name, c.data_type.sql_name())).collect();
+    Some(format!("create table {table} ({})", items.join(", ")))
+}

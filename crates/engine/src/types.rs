@@ -1,0 +1,262 @@
+//! Logical types, scalar values, and the date and decimal conversions they need.
+//!
+//! Dates are days since 1970-01-01 in an `i32`; decimals are scaled `i64` (precision ≤ 18), so
+//! `12.34` with scale 2 is stored as `1234`; text is dictionary-encoded in storage.
+
+use std::fmt;
+
+use crate::error::{EngineError, Result};
+
+/// The largest decimal precision a scaled `i64` holds exactly.
+pub const DECIMAL_PRECISION_MAX: u8 = 18;
+
+/// A column or expression type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DataType {
+    Bool,
+    Int32,
+    Int64,
+    Float64,
+    Date,
+    /// Scaled integer: value = stored / 10^scale.
+    Decimal {
+        precision: u8,
+        scale: u8,
+    },
+    Text,
+}
+
+impl DataType {
+    /// The PostgreSQL type OID clients see for this type.
+    pub fn pg_oid(self) -> u32 {
+        match self {
+            DataType::Bool => 16,
+            DataType::Int32 => 23,
+            DataType::Int64 => 20,
+            DataType::Float64 => 701,
+            DataType::Date => 1082,
+            DataType::Decimal { .. } => 1700,
+            DataType::Text => 25,
+        }
+    }
+
+    pub fn is_numeric(self) -> bool {
+        matches!(self, DataType::Int32 | DataType::Int64 | DataType::Float64 | DataType::Decimal { .. })
+    }
+
+    /// The decimal scale, 0 for integers.
+    pub fn scale(self) -> u8 {
+        match self {
+            DataType::Decimal { scale, .. } => scale,
+            _ => 0,
+        }
+    }
+
+    /// SQL spelling, as EXPLAIN and error messages show it.
+    pub fn sql_name(self) -> String {
+        match self {
+            DataType::Bool => "boolean".into(),
+            DataType::Int32 => "integer".into(),
+            DataType::Int64 => "bigint".into(),
+            DataType::Float64 => "double precision".into(),
+            DataType::Date => "date".into(),
+            DataType::Decimal { precision, scale } => format!("numeric({precision},{scale})"),
+            DataType::Text => "text".into(),
+        }
+    }
+}
+
+/// One scalar value (constants, INSERT rows, result cells).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value {
+    Null,
+    Bool(bool),
+    Int32(i32),
+    Int64(i64),
+    Float64(f64),
+    Date(i32),
+    Decimal { value: i64, scale: u8 },
+    Text(String),
+}
+
+impl Value {
+    pub fn is_null(&self) -> bool {
+        matches!(self, Value::Null)
+    }
+
+    /// As a float, for comparisons with a tolerance (tests) and float arithmetic.
+    pub fn as_f64(&self) -> Option<f64> {
+        match self {
+            Value::Int32(v) => Some(f64::from(*v)),
+            Value::Int64(v) => Some(*v as f64),
+            Value::Float64(v) => Some(*v),
+            Value::Decimal { value, scale } => Some(*value as f64 / 10f64.powi(i32::from(*scale))),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Value {
+    /// PostgreSQL's text output format.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Value::Null => Ok(()),
+            Value::Bool(v) => write!(f, "{}", if *v { "t" } else { "f" }),
+            Value::Int32(v) => write!(f, "{v}"),
+            Value::Int64(v) => write!(f, "{v}"),
+            Value::Float64(v) => write!(f, "{}", format_float(*v)),
+            Value::Date(days) => write!(f, "{}", format_date(*days)),
+            Value::Decimal { value, scale } => write!(f, "{}", format_decimal(*value, *scale)),
+            Value::Text(s) => write!(f, "{s}"),
+        }
+    }
+}
+
+/// Floats the way PostgreSQL prints float8 (shortest round-trip form).
+pub fn format_float(v: f64) -> String {
+    if v.is_nan() {
+        "NaN".into()
+    } else if v.is_infinite() {
+        if v > 0.0 { "Infinity" } else { "-Infinity" }.into()
+    } else {
+        format!("{v}")
+    }
+}
+
+/// `1234` with scale 2 → `"12.34"`.
+pub fn format_decimal(value: i64, scale: u8) -> String {
+    if scale == 0 {
+        return value.to_string();
+    }
+    let divisor = 10u64.pow(u32::from(scale));
+    let magnitude = value.unsigned_abs();
+    let sign = if value < 0 { "-" } else { "" };
+    format!("{sign}{}.{:0width$}", magnitude / divisor, magnitude % divisor, width = usize::from(scale))
+}
+
+/// `10^scale` as i64; scale ≤ 18 always fits.
+pub fn pow10(scale: u8) -> i64 {
+    assert!(scale <= DECIMAL_PRECISION_MAX, "decimal scale {scale} above the supported maximum");
+    10i64.pow(u32::from(scale))
+}
+
+/// Parses `"-12.345"` into a scaled integer with exactly `scale` digits (rounding half away).
+pub fn parse_decimal(text: &str, scale: u8) -> Result<i64> {
+    let invalid = || EngineError::InvalidValue(format!("invalid input syntax for type numeric: \"{text}\""));
+    let trimmed = text.trim();
+    let (negative, digits) = match trimmed.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, trimmed.strip_prefix('+').unwrap_or(trimmed)),
+    };
+    let (whole, fraction) = digits.split_once('.').unwrap_or((digits, ""));
+    if (whole.is_empty() && fraction.is_empty()) || !whole.chars().chain(fraction.chars()).all(|c| c.is_ascii_digit()) {
+        return Err(invalid());
+    }
+    let overflow = || EngineError::Overflow(format!("{text} does not fit numeric with scale {scale}"));
+    let mut value: i128 = 0;
+    for c in whole.chars() {
+        value = value * 10 + i128::from(c as u8 - b'0');
+        if value > i128::from(i64::MAX) {
+            return Err(overflow());
+        }
+    }
+    let mut fraction_digits = fraction.bytes();
+    for _ in 0..scale {
+        let digit = fraction_digits.next().map_or(0, |b| b - b'0');
+        value = value * 10 + i128::from(digit);
+    }
+    if fraction_digits.next().is_some_and(|b| b >= b'5') {
+        value += 1;
+    }
+    let value = if negative { -value } else { value };
+    i64::try_from(value).map_err(|_| overflow())
+}
+
+/// Days since 1970-01-01 for a proleptic Gregorian date (Howard Hinnant's algorithm).
+pub fn days_from_civil(year: i32, month: u32, day: u32) -> i32 {
+    let year = if month <= 2 { year - 1 } else { year };
+    let era = if year >= 0 { year } else { year - 399 } / 400;
+    let year_of_era = year - era * 400;
+    let month_index = (month + 9) % 12; // March = 0
+    let day_of_year = (153 * month_index + 2) / 5 + day - 1;
+    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year as i32;
+    era * 146_097 + day_of_era - 719_468
+}
+
+/// The inverse of [`days_from_civil`]: (year, month 1..=12, day 1..=31).
+pub fn civil_from_days(days: i32) -> (i32, u32, u32) {
+    let z = days + 719_468;
+    let era = if z >= 0 { z } else { z - 146_096 } / 146_097;
+    let day_of_era = z - era * 146_097;
+    let year_of_era = (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let month_index = (5 * day_of_year + 2) / 153;
+    let day = (day_of_year - (153 * month_index + 2) / 5 + 1) as u32;
+    let month = if month_index < 10 { month_index + 3 } else { month_index - 9 } as u32;
+    let year = year_of_era + era * 400 + i32::from(month <= 2);
+    (year, month, day)
+}
+
+fn days_in_month(year: i32, month: u32) -> u32 {
+    let next = if month == 12 { days_from_civil(year + 1, 1, 1) } else { days_from_civil(year, month + 1, 1) };
+    (next - days_from_civil(year, month, 1)) as u32
+}
+
+/// `date + n months`, clamping the day to the target month's length as PostgreSQL does.
+pub fn add_months(days: i32, months: i32) -> i32 {
+    let (year, month, day) = civil_from_days(days);
+    let total = year * 12 + (month as i32 - 1) + months;
+    let (new_year, new_month) = (total.div_euclid(12), total.rem_euclid(12) as u32 + 1);
+    days_from_civil(new_year, new_month, day.min(days_in_month(new_year, new_month)))
+}
+
+/// `"1998-12-01"` → days since the epoch.
+pub fn parse_date(text: &str) -> Result<i32> {
+    let invalid = || EngineError::InvalidValue(format!("invalid input syntax for type date: \"{text}\""));
+    let mut parts = text.trim().splitn(3, '-');
+    let mut next = || parts.next().ok_or_else(invalid);
+    let year: i32 = next()?.parse().map_err(|_| invalid())?;
+    let month: u32 = next()?.parse().map_err(|_| invalid())?;
+    let day: u32 = next()?.parse().map_err(|_| invalid())?;
+    if !(1..=12).contains(&month) || day == 0 || day > days_in_month(year, month) {
+        return Err(invalid());
+    }
+    Ok(days_from_civil(year, month, day))
+}
+
+pub fn format_date(days: i32) -> String {
+    let (year, month, day) = civil_from_days(days);
+    format!("{year:04}-{month:02}-{day:02}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Goal: date conversions round-trip and match known epochs; method: fixed dates and a sweep.
+    #[test]
+    fn dates_round_trip() {
+        assert_eq!(days_from_civil(1970, 1, 1), 0);
+        assert_eq!(parse_date("1992-01-01").expect("valid"), 8035);
+        for days in -1000..40_000 {
+            let (y, m, d) = civil_from_days(days);
+            assert_eq!(days_from_civil(y, m, d), days);
+        }
+        assert_eq!(format_date(parse_date("1998-12-01").expect("valid")), "1998-12-01");
+        assert_eq!(format_date(add_months(parse_date("1995-01-31").expect("valid"), 1)), "1995-02-28");
+        assert!(parse_date("1995-02-30").is_err());
+    }
+
+    // Goal: decimal parse/format agree with PostgreSQL's text form; method: fixed cases.
+    #[test]
+    fn decimals_parse_and_format() {
+        assert_eq!(parse_decimal("12.34", 2).expect("valid"), 1234);
+        assert_eq!(parse_decimal("-0.5", 2).expect("valid"), -50);
+        assert_eq!(parse_decimal("7", 2).expect("valid"), 700);
+        assert_eq!(parse_decimal("0.125", 2).expect("valid"), 13);
+        assert!(parse_decimal("1.2.3", 2).is_err());
+        assert!(parse_decimal("99999999999999999999", 0).is_err());
+        assert_eq!(format_decimal(-5, 2), "-0.05");
+        assert_eq!(format_decimal(123456, 3), "123.456");
+    }
+}
