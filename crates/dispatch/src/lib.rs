@@ -10,16 +10,21 @@
 //!   PostgreSQL connections asking stock PostgreSQL for deterministic payloads (1 B … 128 MB)
 //!   that are verified byte by byte, with HDR latency histograms.
 
+pub mod agent;
+pub mod buffer;
 pub mod cli;
 pub mod config;
+pub mod dispatcher;
 pub mod error;
 pub mod lab;
+pub mod link;
 pub mod loadgen;
 pub mod netns;
 pub mod payload;
 pub mod pgclient;
 pub mod pglogin;
 pub mod routing;
+pub mod runtime;
 pub mod services;
 
 pub use error::{DispatchError, Result};

@@ -11,3 +11,56 @@ pub fn unique_lab_name(tag: &str) -> String {
     assert!(name.len() <= 12, "lab name {name} too long");
     name
 }
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bypass_dispatch::config::{AgentConfig, BackendEntry, DatabaseEntry, DispatcherConfig, ValidDispatcherConfig};
+use bypass_dispatch::pgclient::PgConnection;
+use bypass_dispatch::pglogin::LoginRequest;
+use bypass_dispatch::runtime::Running;
+
+/// Starts an agent on loopback in front of the PostgreSQL server on `postgres_port`.
+pub fn start_agent(postgres_port: u16) -> anyhow::Result<Running<SocketAddr>> {
+    let config = AgentConfig {
+        listen_addr: "127.0.0.1:0".into(),
+        postgres_addr: format!("127.0.0.1:{postgres_port}"),
+        ..AgentConfig::default()
+    }
+    .validate()?;
+    Ok(bypass_dispatch::agent::start(config, None)?)
+}
+
+/// A dispatcher configuration on loopback: backends named b0, b1, … at `agents`; database `*`
+/// with `primary` and `replicas` (indexes into `agents`).
+pub fn dispatcher_config(
+    agents: &[SocketAddr],
+    primary: usize,
+    replicas: &[usize],
+) -> anyhow::Result<ValidDispatcherConfig> {
+    let mut config = DispatcherConfig::default();
+    config.dispatcher.listen_addr = "127.0.0.1:0".into();
+    config.dispatcher.health_interval_ms = 100;
+    config.dispatcher.health_timeout_ms = 1000;
+    for (i, agent) in agents.iter().enumerate() {
+        config.backends.insert(format!("b{i}"), BackendEntry { agent: agent.to_string(), mac: None });
+    }
+    let replicas = replicas.iter().map(|r| format!("b{r}")).collect();
+    config.databases.insert("*".into(), DatabaseEntry { primary: format!("b{primary}"), replicas });
+    Ok(config.validate()?)
+}
+
+/// A client connection to `address` as the superuser.
+pub fn connect(address: SocketAddr) -> anyhow::Result<PgConnection> {
+    Ok(PgConnection::connect(address, LoginRequest::trust("postgres", "postgres"), Duration::from_secs(20))?)
+}
+
+/// Polls `ready` every 20 ms for up to `timeout`.
+pub fn wait_until(timeout: Duration, what: &str, mut ready: impl FnMut() -> bool) -> anyhow::Result<()> {
+    let started = std::time::Instant::now();
+    while !ready() {
+        anyhow::ensure!(started.elapsed() < timeout, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
+}

@@ -1,0 +1,158 @@
+//! Backends as the dispatcher sees them: health, replay lag, outstanding requests, and pools of
+//! links (one logged-in PostgreSQL session at the agent per link).
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use bypass_wire::frame::Scanner;
+use bypass_wire::BackendMessage;
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpSocket, TcpStream};
+
+use crate::buffer::Buffer;
+use crate::config::BackendSpec;
+use crate::error::{DispatchError, Result};
+use crate::pglogin::{Login, LoginRequest, LoginStep, Welcome};
+
+/// Bytes of a link's read buffer; answers stream through it.
+pub const LINK_BUFFER_BYTES: usize = 256 * 1024;
+
+/// One backend (an agent beside a PostgreSQL server).
+pub struct BackendState {
+    pub id: usize,
+    pub spec: BackendSpec,
+    /// False while banned by a failed health check or link; reads skip it.
+    pub healthy: AtomicBool,
+    /// Last measured replay lag in ms (0 on a primary).
+    pub lag_ms: AtomicU64,
+    /// Requests sent and not yet answered.
+    pub outstanding: AtomicU32,
+    /// Requests ever sent here (tests read it to see where queries went).
+    pub requests: AtomicU64,
+    idle: Mutex<HashMap<(String, String), Vec<Link>>>,
+    idle_max: usize,
+    source_addr: Option<std::net::Ipv4Addr>,
+}
+
+/// A logged-in link to an agent.
+pub struct Link {
+    pub stream: TcpStream,
+    pub buffer: Buffer,
+    pub scanner: Scanner,
+    pub backend: usize,
+    pub welcome: Welcome,
+    /// Hash of the session settings this link's server has applied (0 = none).
+    pub settings_applied: u64,
+    key: (String, String),
+}
+
+impl Link {
+    /// An idle link must have nothing to read: EOF or stray bytes mean it is unusable.
+    pub fn is_alive(&self) -> bool {
+        let mut probe = [0u8; 1];
+        matches!(self.stream.try_read(&mut probe), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
+    }
+}
+
+impl BackendState {
+    pub fn new(id: usize, spec: BackendSpec, idle_max: usize, source_addr: Option<std::net::Ipv4Addr>) -> Self {
+        BackendState {
+            id,
+            spec,
+            healthy: AtomicBool::new(true),
+            lag_ms: AtomicU64::new(0),
+            outstanding: AtomicU32::new(0),
+            requests: AtomicU64::new(0),
+            idle: Mutex::new(HashMap::new()),
+            idle_max,
+            source_addr,
+        }
+    }
+
+    pub fn is_healthy(&self) -> bool {
+        self.healthy.load(Ordering::Relaxed)
+    }
+
+    /// Bans the backend until a health check readmits it, and drops its idle links.
+    pub fn ban(&self, why: &DispatchError) {
+        if self.healthy.swap(false, Ordering::Relaxed) {
+            tracing::warn!(backend = %self.spec.name, error = %why, "backend banned");
+        }
+        self.idle.lock().unwrap_or_else(|p| p.into_inner()).clear();
+    }
+
+    pub fn readmit(&self) {
+        if !self.healthy.swap(true, Ordering::Relaxed) {
+            tracing::info!(backend = %self.spec.name, "backend readmitted");
+        }
+    }
+
+    /// An idle link for (user, database), or a new one.
+    pub async fn acquire(&self, user: &str, database: &str) -> Result<Link> {
+        let key = (user.to_string(), database.to_string());
+        loop {
+            let idle = self.idle.lock().unwrap_or_else(|p| p.into_inner()).get_mut(&key).and_then(Vec::pop);
+            match idle {
+                Some(link) if link.is_alive() => return Ok(link),
+                // Its agent or server went away while it was idle: drop it and look again.
+                Some(_) => continue,
+                None => return self.connect(LoginRequest::trust(user, database)).await,
+            }
+        }
+    }
+
+    /// Returns a clean link to the pool (or drops it when the pool is full).
+    pub fn release(&self, link: Link) {
+        debug_assert!(link.buffer.is_empty(), "a released link has no unread bytes");
+        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        let links = idle.entry(link.key.clone()).or_default();
+        if links.len() < self.idle_max {
+            links.push(link);
+        }
+    }
+
+    /// Opens a link and logs in through the agent.
+    pub async fn connect(&self, request: LoginRequest) -> Result<Link> {
+        let stream = connect_from(self.source_addr, self.spec.agent).await?;
+        let key = (request.user.clone(), request.database.clone());
+        let mut link = Link {
+            stream,
+            buffer: Buffer::with_capacity(LINK_BUFFER_BYTES),
+            scanner: Scanner::new(),
+            backend: self.id,
+            welcome: Welcome::default(),
+            settings_applied: 0,
+            key,
+        };
+        let (mut login, startup) = Login::start(request);
+        link.stream.write_all(&startup).await.map_err(|e| DispatchError::io("sending a link's startup", e))?;
+        loop {
+            let header = link.buffer.read_message(&mut link.stream, "the agent").await?;
+            let step = login.on_message(BackendMessage::decode(header.tag, link.buffer.body(header))?)?;
+            link.buffer.consume(header.frame_len());
+            match step {
+                LoginStep::Done(welcome) => {
+                    link.welcome = welcome;
+                    return Ok(link);
+                }
+                LoginStep::Continue => {}
+                LoginStep::Send(_) => return Err(DispatchError::Protocol("an agent asked for a password".into())),
+            }
+        }
+    }
+}
+
+/// Connects to `peer`, from `source` when given (the VIP must not be the source: backends own it).
+pub async fn connect_from(source: Option<std::net::Ipv4Addr>, peer: SocketAddr) -> Result<TcpStream> {
+    let socket = TcpSocket::new_v4().map_err(|e| DispatchError::io("creating a link socket", e))?;
+    if let Some(source) = source {
+        socket
+            .bind(SocketAddr::from((source, 0)))
+            .map_err(|e| DispatchError::io(format!("binding a link to {source}"), e))?;
+    }
+    let stream = socket.connect(peer).await.map_err(|e| DispatchError::io(format!("connecting to agent {peer}"), e))?;
+    stream.set_nodelay(true).map_err(|e| DispatchError::io("TCP_NODELAY on a link", e))?;
+    Ok(stream)
+}

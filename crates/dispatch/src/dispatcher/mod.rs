@@ -1,0 +1,139 @@
+//! `bypass dispatch serve`: the PostgreSQL-aware dispatcher. It owns every client session,
+//! routes each request to a backend (primary or least-busy healthy replica), relays answers —
+//! and, for large ones, hands the client's TCP connection to the backend's agent.
+//!
+//! ```text
+//!  client ──► accept ──► session (login, then per request:)
+//!                          classify ─► route ─► link from the backend's pool ─► relay answer
+//!                                                                   └─► or hand over (policy)
+//!  health task per backend: every health_interval_ms, `select lag` through a link:
+//!      failure ⇒ banned (no reads, idle links dropped); success ⇒ readmitted; lag > max ⇒ no reads
+//! ```
+//! Invariants:
+//! - A link goes back to its pool only when its session is idle ('I') with every request
+//!   answered and no unread bytes.
+//! - Inside a transaction the session keeps its link; routing decides only between transactions.
+
+mod backend;
+mod health;
+mod session;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use tokio::net::TcpListener;
+use tokio::sync::{watch, Semaphore};
+
+pub use backend::{BackendState, Link};
+
+use crate::config::ValidDispatcherConfig;
+use crate::error::{DispatchError, Result};
+use crate::routing::{pick_replica, Candidate};
+use crate::runtime::{self, Running};
+
+/// Most function names whose volatility the dispatcher remembers.
+const VOLATILITY_CACHE_MAX: usize = 4096;
+
+/// State shared by every session.
+pub struct Shared {
+    pub config: ValidDispatcherConfig,
+    pub backends: Vec<BackendState>,
+    /// Round-robin tie-break among equally busy replicas.
+    turn: AtomicUsize,
+    /// Function name → volatile? (from pg_proc on the primary).
+    volatility: Mutex<HashMap<String, bool>>,
+    clients: Arc<Semaphore>,
+}
+
+impl Shared {
+    fn new(config: ValidDispatcherConfig) -> Self {
+        let settings = &config.settings;
+        let backends = config
+            .backends
+            .iter()
+            .enumerate()
+            .map(|(id, spec)| BackendState::new(id, spec.clone(), settings.link_idle_max, settings.source_addr))
+            .collect();
+        let clients = Arc::new(Semaphore::new(settings.clients_max));
+        Shared { config, backends, turn: AtomicUsize::new(0), volatility: Mutex::new(HashMap::new()), clients }
+    }
+
+    /// The replica for a read: healthy, fresh enough, fewest outstanding requests.
+    pub fn pick_replica(&self, replicas: &[usize]) -> Option<usize> {
+        let lag_max = self.config.settings.replica_lag_max_ms;
+        let candidates: Vec<Candidate> = replicas
+            .iter()
+            .map(|&id| {
+                let backend = &self.backends[id];
+                Candidate {
+                    id,
+                    healthy: backend.is_healthy(),
+                    lag_ok: backend.lag_ms.load(Ordering::Relaxed) <= lag_max,
+                    outstanding: backend.outstanding.load(Ordering::Relaxed),
+                }
+            })
+            .collect();
+        pick_replica(&candidates, self.turn.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// Cached volatility of `name`, if known.
+    fn cached_volatility(&self, name: &str) -> Option<bool> {
+        self.volatility.lock().unwrap_or_else(|p| p.into_inner()).get(name).copied()
+    }
+
+    fn remember_volatility(&self, name: &str, volatile: bool) {
+        let mut cache = self.volatility.lock().unwrap_or_else(|p| p.into_inner());
+        if cache.len() >= VOLATILITY_CACHE_MAX {
+            cache.clear();
+        }
+        cache.insert(name.to_string(), volatile);
+    }
+}
+
+/// What a started dispatcher reports.
+#[derive(Clone)]
+pub struct DispatcherInfo {
+    pub local_addr: SocketAddr,
+    pub shared: Arc<Shared>,
+}
+
+/// Starts the dispatcher on its own runtime (inside `namespace` when given).
+pub fn start(config: ValidDispatcherConfig, namespace: Option<String>) -> Result<Running<DispatcherInfo>> {
+    let workers = config.settings.workers;
+    runtime::spawn("dispatcher", namespace, workers, move |stop, ready| serve(config, stop, ready))
+}
+
+async fn serve(
+    config: ValidDispatcherConfig,
+    mut stop: watch::Receiver<bool>,
+    ready: std::sync::mpsc::Sender<DispatcherInfo>,
+) -> Result<()> {
+    let listener = TcpListener::bind(config.listen_addr)
+        .await
+        .map_err(|e| DispatchError::io(format!("dispatcher binding {}", config.listen_addr), e))?;
+    let local_addr = listener.local_addr().map_err(|e| DispatchError::io("dispatcher listen address", e))?;
+    let shared = Arc::new(Shared::new(config));
+    for id in 0..shared.backends.len() {
+        tokio::spawn(health::watch_backend(shared.clone(), id, stop.clone()));
+    }
+    let _ = ready.send(DispatcherInfo { local_addr, shared: shared.clone() });
+    tracing::info!(address = %local_addr, "dispatcher listening");
+    loop {
+        tokio::select! {
+            _ = stop.changed() => return Ok(()),
+            accepted = listener.accept() => {
+                let (stream, peer) = match accepted {
+                    Ok(accepted) => accepted,
+                    Err(error) => { tracing::warn!(%error, "accept failed"); continue; }
+                };
+                let slot = shared.clients.clone().try_acquire_owned().ok();
+                let shared = shared.clone();
+                tokio::spawn(async move {
+                    session::serve_client(shared, stream, peer, slot).await;
+                });
+            }
+        }
+    }
+}

@@ -1,0 +1,639 @@
+//! One client session: login, then a loop of requests, each routed and answered.
+//!
+//! ```text
+//!  startup ─► AuthenticationOk, ParameterStatus… (from the primary), BackendKeyData, Z
+//!  loop: read one request (Query | Parse…Sync | FunctionCall)
+//!        ─► pinned link (transaction / named statements)?  use it
+//!        ─► else classify ─► primary | replica ─► link ─► replay settings ─► send ─► relay answer
+//!        ─► status 'I' and not sticky ⇒ link back to its pool
+//! ```
+
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use bypass_wire::backend::build;
+use bypass_wire::frame::{split_message, Scanner, Step};
+use bypass_wire::startup::decode_startup;
+use bypass_wire::{Authentication, FrontendMessage, Severity, SqlState, StartupPacket, TransactionStatus};
+use bypass_wire::{DEFAULT_MESSAGE_SIZE_MAX, HEADER_LEN};
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+use tokio::sync::OwnedSemaphorePermit;
+
+use super::health::query_single_value;
+use super::{Link, Shared};
+use crate::buffer::{closed, Buffer};
+use crate::error::{DispatchError, Result};
+use crate::routing::{self, Kind, Route, RouteHint};
+
+/// Bytes of a client's buffer: the largest request (one Query, or Parse…Sync) the dispatcher
+/// routes. A larger one is refused with SQLSTATE 54000.
+pub const REQUEST_BYTES_MAX: usize = 1024 * 1024;
+/// Session settings (`SET name …`) remembered and replayed; more are refused.
+pub const SETTINGS_MAX: usize = 64;
+/// Attempts to run a read when a replica fails before answering.
+const READ_ATTEMPTS_MAX: usize = 2;
+
+/// The client's socket and buffers.
+struct Client {
+    stream: TcpStream,
+    /// Answer bytes written so far (a failed request can be retried only while this is unchanged).
+    written: u64,
+    buffer: Buffer,
+    scanner: Scanner,
+    out: Vec<u8>,
+}
+
+impl Client {
+    async fn flush(&mut self) -> Result<()> {
+        if !self.out.is_empty() {
+            self.stream.write_all(&self.out).await.map_err(|e| DispatchError::io("writing to the client", e))?;
+            self.out.clear();
+        }
+        Ok(())
+    }
+
+    async fn fatal(&mut self, code: &str, text: &str) {
+        self.out.clear();
+        build::error_with_code(&mut self.out, Severity::Fatal, code, text);
+        let _ = self.flush().await;
+    }
+
+    async fn fill(&mut self) -> Result<()> {
+        if self.buffer.spare().is_empty() {
+            return Err(DispatchError::Protocol("request larger than the dispatcher's buffer".into()));
+        }
+        match self.buffer.read_from(&mut self.stream).await {
+            Ok(0) => Err(closed("the client")),
+            Ok(_) => Ok(()),
+            Err(e) => Err(DispatchError::io("reading from the client", e)),
+        }
+    }
+}
+
+/// Serves one accepted client until it leaves. Never panics on client input.
+pub async fn serve_client(
+    shared: Arc<Shared>,
+    stream: TcpStream,
+    peer: SocketAddr,
+    slot: Option<OwnedSemaphorePermit>,
+) {
+    let _ = stream.set_nodelay(true);
+    let client = Client {
+        stream,
+        written: 0,
+        buffer: Buffer::with_capacity(REQUEST_BYTES_MAX),
+        scanner: Scanner::new(),
+        out: Vec::new(),
+    };
+    let mut session = match login(&shared, client, slot.is_some()).await {
+        Ok(Some(session)) => session,
+        Ok(None) => return,
+        Err(error) => {
+            tracing::debug!(%peer, %error, "login failed");
+            return;
+        }
+    };
+    if let Err(error) = session.run().await {
+        tracing::debug!(%peer, %error, "session ended");
+    }
+    drop(slot);
+}
+
+/// Session settings replayed on every backend the session uses.
+#[derive(Debug, Default, Clone)]
+struct Settings {
+    statements: Vec<(String, String)>,
+    /// Hash of `statements`; 0 when empty.
+    hash: u64,
+}
+
+impl Settings {
+    fn set(&mut self, name: &str, statement: &str) -> Result<()> {
+        self.statements.retain(|(n, _)| n != name);
+        if self.statements.len() >= SETTINGS_MAX {
+            return Err(DispatchError::Protocol(format!("more than {SETTINGS_MAX} session settings")));
+        }
+        self.statements.push((name.to_string(), statement.to_string()));
+        self.rehash();
+        Ok(())
+    }
+
+    fn reset(&mut self, name: &str) {
+        if name == "all" {
+            self.statements.clear();
+        } else {
+            self.statements.retain(|(n, _)| n != name);
+        }
+        self.rehash();
+    }
+
+    fn rehash(&mut self) {
+        use std::hash::{Hash, Hasher};
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        self.statements.hash(&mut hasher);
+        self.hash = if self.statements.is_empty() { 0 } else { hasher.finish() | 1 };
+    }
+
+    fn replay_sql(&self) -> String {
+        let mut sql = "RESET ALL".to_string();
+        for (_, statement) in &self.statements {
+            sql.push_str("; ");
+            sql.push_str(statement);
+        }
+        sql
+    }
+}
+
+struct Session {
+    shared: Arc<Shared>,
+    client: Client,
+    user: String,
+    database: String,
+    primary: usize,
+    replicas: Vec<usize>,
+    hint: RouteHint,
+    settings: Settings,
+    /// The link held across requests: inside a transaction, or for the whole session once
+    /// named prepared statements or portals exist (they live on one server).
+    pinned: Option<Link>,
+    sticky: bool,
+    status: TransactionStatus,
+}
+
+/// A request read from the client: `len` bytes at the head of the client buffer.
+struct Request {
+    len: usize,
+    kind: RequestKind,
+    /// ReadyForQuery messages the answer will end with.
+    answers: u32,
+}
+
+enum RequestKind {
+    Simple(String),
+    /// Parse…Sync; the SQL of every Parse, and whether named statements or portals appear.
+    Extended {
+        queries: Vec<String>,
+        named: bool,
+    },
+    FunctionCall,
+    Terminate,
+}
+
+async fn login(shared: &Arc<Shared>, mut client: Client, admitted: bool) -> Result<Option<Session>> {
+    let (user, database) = loop {
+        if let Some((packet, used)) = decode_startup(client.buffer.pending())? {
+            let request = match packet {
+                StartupPacket::Startup(params) => {
+                    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+                    let user = params.get("user").map(text).unwrap_or_default();
+                    Some((user.clone(), params.get("database").map(text).unwrap_or(user)))
+                }
+                StartupPacket::SslRequest | StartupPacket::GssEncRequest => None,
+                // Cancel routing is not built yet: accept and drop, as a server does for unknown keys.
+                StartupPacket::Cancel { .. } => return Ok(None),
+            };
+            client.buffer.consume(used);
+            match request {
+                Some(request) => break request,
+                None => client.stream.write_all(b"N").await.map_err(|e| DispatchError::io("refusing SSL", e))?,
+            }
+            continue;
+        }
+        client.fill().await?;
+    };
+    if !admitted {
+        client.fatal(SqlState::TOO_MANY_CONNECTIONS.code(), "too many clients for the dispatcher").await;
+        return Ok(None);
+    }
+    let Some((primary, replicas)) = shared.config.route_set(&database).cloned() else {
+        client
+            .fatal(SqlState::INVALID_CATALOG_NAME.code(), &format!("no backend serves database \"{database}\""))
+            .await;
+        return Ok(None);
+    };
+    let backend = &shared.backends[primary];
+    let link = match backend.acquire(&user, &database).await {
+        Ok(link) => link,
+        Err(DispatchError::Server { code, message }) => {
+            client.fatal(&code, &message).await;
+            return Ok(None);
+        }
+        Err(error) => {
+            client.fatal(SqlState::CONNECTION_FAILURE.code(), &format!("primary unavailable: {error}")).await;
+            return Err(error);
+        }
+    };
+    build::authentication(&mut client.out, &Authentication::Ok);
+    for (name, value) in &link.welcome.parameters {
+        build::parameter_status(&mut client.out, name.as_bytes(), value.as_bytes());
+    }
+    let key: u64 = rand_key();
+    build::backend_key_data(&mut client.out, (key >> 32) as i32 & i32::MAX, &(key as u32).to_be_bytes());
+    build::ready_for_query(&mut client.out, TransactionStatus::Idle);
+    backend.release(link);
+    client.flush().await?;
+    Ok(Some(Session {
+        shared: shared.clone(),
+        client,
+        user,
+        database,
+        primary,
+        replicas,
+        hint: RouteHint::Auto,
+        settings: Settings::default(),
+        pinned: None,
+        sticky: false,
+        status: TransactionStatus::Idle,
+    }))
+}
+
+/// A random cancel key for the client (cancel routing itself is not built yet).
+fn rand_key() -> u64 {
+    let mut bytes = [0u8; 8];
+    // SAFETY: getrandom writes at most `bytes.len()` bytes into the array we own.
+    let _ = unsafe { libc::getrandom(bytes.as_mut_ptr().cast(), bytes.len(), 0) };
+    u64::from_ne_bytes(bytes)
+}
+
+impl Session {
+    async fn run(&mut self) -> Result<()> {
+        loop {
+            let request = match self.read_request().await {
+                Ok(request) => request,
+                Err(DispatchError::Protocol(text)) => {
+                    self.client.fatal(SqlState::PROTOCOL_VIOLATION.code(), &text).await;
+                    return Err(DispatchError::Protocol(text));
+                }
+                Err(error) => return Err(error),
+            };
+            if matches!(request.kind, RequestKind::Terminate) {
+                return Ok(());
+            }
+            self.handle(request).await?;
+        }
+    }
+
+    /// Reads until the buffer starts with one whole request.
+    async fn read_request(&mut self) -> Result<Request> {
+        loop {
+            if let Some(request) = parse_request(self.client.buffer.pending())? {
+                return Ok(request);
+            }
+            self.client.fill().await?;
+        }
+    }
+
+    async fn handle(&mut self, request: Request) -> Result<()> {
+        if self.pinned.is_some() {
+            let link = self.pinned.take().expect("checked above");
+            return self.run_on(link, &request, None, false).await.map(|_| ());
+        }
+        match &request.kind {
+            RequestKind::Simple(sql) => {
+                let statement = routing::classify(sql);
+                match &statement.kind {
+                    Kind::SetRoute(hint) => return self.answer_set_route(*hint, request.len).await,
+                    Kind::SetSession { name } => {
+                        let (name, sql) = (name.clone(), sql.clone());
+                        return self.run_routed(Route::Primary, request, Some((name, sql))).await;
+                    }
+                    Kind::Reset { name } => {
+                        let name = format!("reset:{name}");
+                        return self.run_routed(Route::Primary, request, Some((name, String::new()))).await;
+                    }
+                    Kind::Read | Kind::Write => {}
+                }
+                let volatile = self.calls_volatile(&statement.functions).await;
+                let route = routing::route(&statement, self.hint, volatile);
+                self.run_routed(route, request, None).await
+            }
+            RequestKind::Extended { queries, named } => {
+                if *named {
+                    self.sticky = true;
+                }
+                let statements: Vec<_> = queries.iter().map(|q| routing::classify(q)).collect();
+                let all_reads = !statements.is_empty() && statements.iter().all(|s| s.kind == Kind::Read);
+                let functions: Vec<String> = statements.iter().flat_map(|s| s.functions.clone()).collect();
+                let route = if *named || !all_reads || self.calls_volatile(&functions).await {
+                    Route::Primary
+                } else {
+                    routing::route(&statements[0], self.hint, false)
+                };
+                self.run_routed(route, request, None).await
+            }
+            RequestKind::FunctionCall => self.run_routed(Route::Primary, request, None).await,
+            RequestKind::Terminate => Ok(()),
+        }
+    }
+
+    async fn answer_set_route(&mut self, hint: RouteHint, len: usize) -> Result<()> {
+        self.client.buffer.consume(len);
+        self.hint = hint;
+        build::command_complete(&mut self.client.out, "SET");
+        build::ready_for_query(&mut self.client.out, self.status);
+        self.client.flush().await
+    }
+
+    /// Whether any of `functions` is volatile, asking the primary's catalog for unknown names.
+    /// When the catalog cannot be asked, unknown functions count as volatile (primary is safe).
+    async fn calls_volatile(&mut self, functions: &[String]) -> bool {
+        for name in functions {
+            let volatile = match self.shared.cached_volatility(name) {
+                Some(volatile) => volatile,
+                None => match self.lookup_volatility(name).await {
+                    Ok(volatile) => {
+                        self.shared.remember_volatility(name, volatile);
+                        volatile
+                    }
+                    Err(_) => true,
+                },
+            };
+            if volatile {
+                return true;
+            }
+        }
+        false
+    }
+
+    async fn lookup_volatility(&mut self, name: &str) -> Result<bool> {
+        let backend = &self.shared.backends[self.primary];
+        let mut link = backend.acquire(&self.user, &self.database).await?;
+        let literal = name.replace('\'', "''");
+        let sql =
+            format!("select coalesce(bool_or(provolatile = 'v'), false) from pg_proc where proname = '{literal}'");
+        let value = query_single_value(&mut link, &sql).await?;
+        backend.release(link);
+        Ok(value == "t")
+    }
+
+    /// Runs a request on the primary or a replica, retrying a read elsewhere when a replica
+    /// fails before answering anything.
+    async fn run_routed(&mut self, route: Route, request: Request, setting: Option<(String, String)>) -> Result<()> {
+        for attempt in 1..=READ_ATTEMPTS_MAX {
+            let backend = match route {
+                Route::Replica => self.shared.pick_replica(&self.replicas).unwrap_or(self.primary),
+                Route::Primary => self.primary,
+            };
+            let retry_allowed = route == Route::Replica && attempt < READ_ATTEMPTS_MAX;
+            let link = match self.shared.backends[backend].acquire(&self.user, &self.database).await {
+                Ok(link) => link,
+                Err(error) if retry_allowed && is_connection_error(&error) => {
+                    self.shared.backends[backend].ban(&error);
+                    continue;
+                }
+                Err(error) => return self.fail_request(request.len, error).await,
+            };
+            match self.run_on(link, &request, setting.clone(), retry_allowed).await? {
+                Ran::Done => return Ok(()),
+                Ran::Retry(error) => self.shared.backends[backend].ban(&error),
+            }
+        }
+        let error = DispatchError::Protocol("no backend could run the request".into());
+        self.fail_request(request.len, error).await
+    }
+
+    /// Tells the client a request could not be run and skips it; the session goes on.
+    async fn fail_request(&mut self, len: usize, error: DispatchError) -> Result<()> {
+        self.client.buffer.consume(len);
+        let (code, text) = match &error {
+            DispatchError::Server { code, message } => (code.clone(), message.clone()),
+            other => (SqlState::CONNECTION_FAILURE.code().to_string(), format!("no backend available: {other}")),
+        };
+        build::error_with_code(&mut self.client.out, Severity::Error, &code, &text);
+        build::ready_for_query(&mut self.client.out, self.status);
+        self.client.flush().await
+    }
+
+    /// Sends the request on `link`, relays the answer, and keeps or releases the link.
+    /// `retry_allowed`: a failure before any answer byte reached the client returns
+    /// [`Ran::Retry`] with the request still unconsumed.
+    async fn run_on(
+        &mut self,
+        mut link: Link,
+        request: &Request,
+        setting: Option<(String, String)>,
+        retry_allowed: bool,
+    ) -> Result<Ran> {
+        let backend_id = link.backend;
+        if link.settings_applied != self.settings.hash {
+            let replay = self.settings.replay_sql();
+            if let Err(error) = query_single_value_or_none(&mut link, &replay).await {
+                if retry_allowed && is_connection_error(&error) {
+                    return Ok(Ran::Retry(error));
+                }
+                return self.fail_request(request.len, error).await.map(|_| Ran::Done);
+            }
+            link.settings_applied = self.settings.hash;
+        }
+        let shared = self.shared.clone();
+        let backend = &shared.backends[backend_id];
+        backend.outstanding.fetch_add(1, Ordering::Relaxed);
+        backend.requests.fetch_add(1, Ordering::Relaxed);
+        let written_before = self.client.written;
+        let outcome = self.send_and_relay(&mut link, request, retry_allowed).await;
+        backend.outstanding.fetch_sub(1, Ordering::Relaxed);
+        let answer = match outcome {
+            Ok(answer) => answer,
+            Err(error) if retry_allowed && self.client.written == written_before && is_connection_error(&error) => {
+                return Ok(Ran::Retry(error));
+            }
+            Err(error) => {
+                self.client.fatal(SqlState::CONNECTION_FAILURE.code(), "the backend connection was lost").await;
+                return Err(error);
+            }
+        };
+        self.status = answer.status;
+        if let Some((name, sql)) = setting.filter(|_| !answer.failed) {
+            match name.strip_prefix("reset:") {
+                Some(reset) => self.settings.reset(reset),
+                None => self.settings.set(&name, &sql)?,
+            }
+            link.settings_applied = self.settings.hash;
+        }
+        if self.status == TransactionStatus::Idle && !self.sticky {
+            backend.release(link);
+        } else {
+            self.pinned = Some(link);
+        }
+        Ok(Ran::Done)
+    }
+
+    /// Sends the request and relays its answer. When a retry is allowed the request stays in
+    /// the client buffer until the first answer byte arrives.
+    async fn send_and_relay(&mut self, link: &mut Link, request: &Request, retry_allowed: bool) -> Result<Answer> {
+        link.stream
+            .write_all(&self.client.buffer.pending()[..request.len])
+            .await
+            .map_err(|e| DispatchError::io("sending a request to the agent", e))?;
+        if retry_allowed {
+            let count = link
+                .buffer
+                .read_from(&mut link.stream)
+                .await
+                .map_err(|e| DispatchError::io("reading from the agent", e))?;
+            if count == 0 {
+                return Err(DispatchError::io("reading from the agent", std::io::ErrorKind::UnexpectedEof.into()));
+            }
+        }
+        self.client.buffer.consume(request.len);
+        relay_answer(link, &mut self.client, request.answers).await
+    }
+}
+
+/// Whether a request ran, or may be retried on another backend.
+enum Ran {
+    Done,
+    Retry(DispatchError),
+}
+
+/// How an answer ended.
+struct Answer {
+    status: TransactionStatus,
+    /// An ErrorResponse was part of it.
+    failed: bool,
+}
+
+/// Relays the link's answer to the client until `answers` ReadyForQuery messages passed.
+async fn relay_answer(link: &mut Link, client: &mut Client, answers: u32) -> Result<Answer> {
+    let mut remaining = answers;
+    let mut answer = Answer { status: TransactionStatus::Idle, failed: false };
+    loop {
+        let mut forward = 0;
+        let mut copy_in = false;
+        while remaining > 0 && !copy_in {
+            let pending = &link.buffer.pending()[forward..];
+            match link.scanner.next(pending, link.buffer.capacity(), DEFAULT_MESSAGE_SIZE_MAX)? {
+                Step::Message(header) => {
+                    match header.tag {
+                        b'Z' => {
+                            remaining -= 1;
+                            answer.status = TransactionStatus::from_byte(pending[HEADER_LEN]).unwrap_or(answer.status);
+                        }
+                        b'E' => answer.failed = true,
+                        b'G' => copy_in = true,
+                        _ => {}
+                    }
+                    forward += header.frame_len();
+                }
+                Step::LargeStart { chunk_len, .. } | Step::Continuation { chunk_len, .. } => forward += chunk_len,
+                Step::NeedMore => break,
+            }
+        }
+        if forward > 0 {
+            client
+                .stream
+                .write_all(&link.buffer.pending()[..forward])
+                .await
+                .map_err(|e| DispatchError::io("writing to the client", e))?;
+            client.written += forward as u64;
+            link.buffer.consume(forward);
+        }
+        if remaining == 0 {
+            return Ok(answer);
+        }
+        if copy_in {
+            pump_copy_in(link, client).await?;
+            continue;
+        }
+        if link.buffer.read_from(&mut link.stream).await.map_err(|e| DispatchError::io("reading from the agent", e))?
+            == 0
+        {
+            return Err(closed("the agent"));
+        }
+    }
+}
+
+/// COPY FROM STDIN: forwards the client's CopyData until CopyDone or CopyFail.
+async fn pump_copy_in(link: &mut Link, client: &mut Client) -> Result<()> {
+    loop {
+        let mut forward = 0;
+        let mut done = false;
+        while !done {
+            let pending = &client.buffer.pending()[forward..];
+            match client.scanner.next(pending, client.buffer.capacity(), DEFAULT_MESSAGE_SIZE_MAX)? {
+                Step::Message(header) => {
+                    forward += header.frame_len();
+                    done = matches!(header.tag, b'c' | b'f');
+                }
+                Step::LargeStart { chunk_len, .. } | Step::Continuation { chunk_len, .. } => forward += chunk_len,
+                Step::NeedMore => break,
+            }
+        }
+        if forward > 0 {
+            link.stream
+                .write_all(&client.buffer.pending()[..forward])
+                .await
+                .map_err(|e| DispatchError::io("sending COPY data to the agent", e))?;
+            client.buffer.consume(forward);
+        }
+        if done {
+            return Ok(());
+        }
+        client.fill().await?;
+    }
+}
+
+/// Runs statements whose rows do not matter (settings replay).
+async fn query_single_value_or_none(link: &mut Link, sql: &str) -> Result<()> {
+    match query_single_value(link, sql).await {
+        Ok(_) => Ok(()),
+        Err(DispatchError::Protocol(text)) if text.starts_with("no value") => Ok(()),
+        Err(error) => Err(error),
+    }
+}
+
+/// Failures of the path to a backend (not of the statement): worth banning and retrying.
+fn is_connection_error(error: &DispatchError) -> bool {
+    match error {
+        DispatchError::Io { .. } => true,
+        // The agent could not log in to its server: the server is down or refusing.
+        DispatchError::Server { code, .. } => code.starts_with("08") || code.starts_with("57P"),
+        _ => false,
+    }
+}
+
+/// Finds one whole request at the start of `pending`, or `None` when more bytes are needed.
+fn parse_request(pending: &[u8]) -> Result<Option<Request>> {
+    let mut offset = 0;
+    let mut queries = Vec::new();
+    let mut named = false;
+    loop {
+        let Some((header, body)) = split_message(&pending[offset..], REQUEST_BYTES_MAX as u32)? else {
+            return Ok(None);
+        };
+        offset += header.frame_len();
+        let first = offset == header.frame_len();
+        match FrontendMessage::decode(header.tag, body)? {
+            FrontendMessage::Query(sql) if first => {
+                let sql = String::from_utf8_lossy(sql.strip_suffix(&[0]).unwrap_or(sql)).into_owned();
+                return Ok(Some(Request { len: offset, kind: RequestKind::Simple(sql), answers: 1 }));
+            }
+            FrontendMessage::FunctionCall(_) if first => {
+                return Ok(Some(Request { len: offset, kind: RequestKind::FunctionCall, answers: 1 }))
+            }
+            FrontendMessage::Terminate if first => {
+                return Ok(Some(Request { len: offset, kind: RequestKind::Terminate, answers: 0 }))
+            }
+            FrontendMessage::Parse(parse) => {
+                named |= !parse.name.is_empty();
+                queries.push(String::from_utf8_lossy(parse.query).into_owned());
+            }
+            FrontendMessage::Bind(bind) => named |= !bind.portal.is_empty() || !bind.statement.is_empty(),
+            FrontendMessage::Describe { name, .. } | FrontendMessage::Close { name, .. } => named |= !name.is_empty(),
+            FrontendMessage::Execute { portal, .. } => named |= !portal.is_empty(),
+            FrontendMessage::Sync => {
+                let kind = RequestKind::Extended { queries, named };
+                return Ok(Some(Request { len: offset, kind, answers: 1 }));
+            }
+            FrontendMessage::Flush => {}
+            other => {
+                return Err(DispatchError::Protocol(format!(
+                    "unexpected message {:?} outside a request",
+                    other.tag() as char
+                )))
+            }
+        }
+    }
+}

@@ -1,0 +1,145 @@
+//! Routing through the dispatcher with real agents and real PostgreSQL servers on loopback.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use bypass_dispatch::dispatcher::{self, DispatcherInfo};
+use bypass_dispatch::runtime::Running;
+use bypass_testkit::Postgres;
+use common::{connect, dispatcher_config, start_agent, wait_until};
+
+/// Three servers (b0 primary, b1 and b2 replicas), each knowing its own name, with agents and a
+/// dispatcher in front. The servers are independent clusters: routing, not replication, is tested.
+struct Setup {
+    servers: Vec<Postgres>,
+    _agents: Vec<Running<SocketAddr>>,
+    dispatcher: Running<DispatcherInfo>,
+}
+
+impl Setup {
+    fn start() -> anyhow::Result<Setup> {
+        let mut servers = Vec::new();
+        let mut agents = Vec::new();
+        for i in 0..3 {
+            let postgres = Postgres::start()?;
+            postgres.psql(&format!(
+                "create table whoami (name text); insert into whoami values ('b{i}'); create table log (n int)"
+            ))?;
+            agents.push(start_agent(postgres.port())?);
+            servers.push(postgres);
+        }
+        let addresses: Vec<SocketAddr> = agents.iter().map(|a| a.ready).collect();
+        let dispatcher = dispatcher::start(dispatcher_config(&addresses, 0, &[1, 2])?, None)?;
+        Ok(Setup { servers, _agents: agents, dispatcher })
+    }
+
+    fn address(&self) -> SocketAddr {
+        self.dispatcher.ready.local_addr
+    }
+
+    fn requests(&self, backend: usize) -> u64 {
+        self.dispatcher.ready.shared.backends[backend].requests.load(Ordering::Relaxed)
+    }
+}
+
+fn who_answers(
+    connection: &mut bypass_dispatch::pgclient::PgConnection,
+    sql: &str,
+    count: usize,
+) -> anyhow::Result<BTreeMap<String, usize>> {
+    let mut seen = BTreeMap::new();
+    for _ in 0..count {
+        let result = connection.query(sql)?;
+        let name = result.rows[0][0].clone().unwrap_or_default();
+        *seen.entry(name).or_insert(0) += 1;
+    }
+    Ok(seen)
+}
+
+// Goal: writes reach the primary only, reads spread over both replicas and never the primary.
+// Method: 20 inserts and 40 reads through one dispatcher connection; count rows per server and
+// which server answered each read.
+#[test]
+fn writes_reach_the_primary_and_reads_spread_over_replicas() -> anyhow::Result<()> {
+    let setup = Setup::start()?;
+    let mut connection = connect(setup.address())?;
+    for n in 0..20 {
+        connection.query(&format!("insert into log values ({n})"))?;
+    }
+    let counts: Vec<String> =
+        setup.servers.iter().map(|s| s.psql("select count(*) from log")).collect::<Result<_, _>>()?;
+    assert_eq!(counts, ["20", "0", "0"], "rows per server");
+    let seen = who_answers(&mut connection, "select name from whoami", 40)?;
+    assert_eq!(seen.get("b0"), None, "a read reached the primary: {seen:?}");
+    assert!(seen.get("b1").copied().unwrap_or(0) >= 10 && seen.get("b2").copied().unwrap_or(0) >= 10, "{seen:?}");
+    Ok(())
+}
+
+// Goal: transactions, locking reads, volatile functions and route hints go where they must.
+// Method: ask "who answers" under each rule.
+#[test]
+fn transactions_hints_and_volatile_functions_route_to_the_primary() -> anyhow::Result<()> {
+    let setup = Setup::start()?;
+    setup.servers[0].psql("create function my_volatile() returns int language sql volatile as 'select 1'")?;
+    for server in &setup.servers[1..] {
+        server.psql("create function my_volatile() returns int language sql volatile as 'select 1'")?;
+        server.psql("create function my_stable() returns int language sql stable as 'select 1'")?;
+    }
+    setup.servers[0].psql("create function my_stable() returns int language sql stable as 'select 1'")?;
+    let mut connection = connect(setup.address())?;
+    connection.query("begin")?;
+    assert_eq!(who_answers(&mut connection, "select name from whoami", 3)?, BTreeMap::from([("b0".into(), 3)]));
+    connection.query("commit")?;
+    let primary_only = BTreeMap::from([("b0".to_string(), 2)]);
+    assert_eq!(who_answers(&mut connection, "select name from whoami for share", 2)?, primary_only);
+    assert_eq!(who_answers(&mut connection, "/* route=primary */ select name from whoami", 2)?, primary_only);
+    assert_eq!(who_answers(&mut connection, "select name from whoami where my_volatile() = 1", 2)?, primary_only);
+    let stable = who_answers(&mut connection, "select name from whoami where my_stable() = 1", 2)?;
+    assert!(!stable.contains_key("b0"), "a stable function's read went to the primary: {stable:?}");
+    connection.query("SET bypass.route = 'primary'")?;
+    assert_eq!(who_answers(&mut connection, "select name from whoami", 2)?, primary_only);
+    connection.query("RESET bypass.route")?;
+    assert!(!who_answers(&mut connection, "select name from whoami", 2)?.contains_key("b0"));
+    Ok(())
+}
+
+// Goal: session settings follow the client to every backend; method: SET application_name,
+// then read it back with reads that land on both replicas.
+#[test]
+fn session_settings_are_replayed_on_replicas() -> anyhow::Result<()> {
+    let setup = Setup::start()?;
+    let mut connection = connect(setup.address())?;
+    connection.query("set application_name = 'routed'")?;
+    for _ in 0..6 {
+        let result = connection.query("select current_setting('application_name')")?;
+        assert_eq!(result.rows[0][0].as_deref(), Some("routed"));
+    }
+    assert!(setup.requests(1) > 0 && setup.requests(2) > 0, "reads should reach both replicas");
+    connection.query("reset all")?;
+    let result = connection.query("select current_setting('application_name')")?;
+    assert_eq!(result.rows[0][0].as_deref(), Some(""));
+    Ok(())
+}
+
+// Goal: a dead replica is skipped without client errors, and readmitted when it returns.
+// Method: kill b1's server, run 20 reads (all must succeed, none from b1), restart it and wait
+// until reads reach it again.
+#[test]
+fn a_dead_replica_is_skipped_and_readmitted() -> anyhow::Result<()> {
+    let mut setup = Setup::start()?;
+    let mut connection = connect(setup.address())?;
+    who_answers(&mut connection, "select name from whoami", 4)?;
+    setup.servers[1].kill();
+    let seen = who_answers(&mut connection, "select name from whoami", 20)?;
+    assert_eq!(seen, BTreeMap::from([("b2".to_string(), 20)]), "reads after the kill");
+    setup.servers[1].start_again()?;
+    let shared = setup.dispatcher.ready.shared.clone();
+    wait_until(Duration::from_secs(10), "b1 readmitted", || shared.backends[1].is_healthy())?;
+    let seen = who_answers(&mut connection, "select name from whoami", 10)?;
+    assert!(seen.get("b1").copied().unwrap_or(0) > 0, "b1 never answered after readmission: {seen:?}");
+    Ok(())
+}
