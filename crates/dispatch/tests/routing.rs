@@ -143,3 +143,66 @@ fn a_dead_replica_is_skipped_and_readmitted() -> anyhow::Result<()> {
     assert!(seen.get("b1").copied().unwrap_or(0) > 0, "b1 never answered after readmission: {seen:?}");
     Ok(())
 }
+
+// Goal: a streaming replica whose replay lags more than replica_lag_max_ms gets no reads, and
+// gets them back once it catches up. Method: a real primary and pg_basebackup standby; pause
+// replay on the standby, write on the primary, watch where reads go.
+#[test]
+fn a_lagging_replica_gets_no_reads() -> anyhow::Result<()> {
+    use bypass_testkit::process::{chown_to_server_user, run, server_command};
+    use bypass_testkit::PostgresOptions;
+    let primary = Postgres::start()?;
+    let hba = primary.data_dir().join("pg_hba.conf");
+    let text = std::fs::read_to_string(&hba)?;
+    std::fs::write(&hba, format!("host replication all 127.0.0.1/32 trust\n{text}"))?;
+    primary.psql("select pg_reload_conf()")?;
+    primary.psql("create table seen (n int); insert into seen values (1)")?;
+    let standby_dir = tempfile::Builder::new().prefix("bypass-standby-").tempdir()?;
+    chown_to_server_user(standby_dir.path())?;
+    let data = standby_dir.path().join("data");
+    let mut basebackup = server_command(bypass_testkit::pg_bin("pg_basebackup"))?;
+    basebackup.args([
+        "-h",
+        "127.0.0.1",
+        "-p",
+        &primary.port().to_string(),
+        "-U",
+        "postgres",
+        "-R",
+        "-X",
+        "stream",
+        "-D",
+    ]);
+    basebackup.arg(&data);
+    run(&mut basebackup)?;
+    let standby = Postgres::start_with(PostgresOptions { data_dir: Some(data), ..PostgresOptions::default() })?;
+    assert_eq!(standby.psql("select pg_is_in_recovery()")?, "t");
+    primary.psql("insert into seen values (2)")?;
+    wait_until(Duration::from_secs(10), "the standby to replay", || {
+        standby.psql("select count(*) from seen").ok().as_deref() == Some("2")
+    })?;
+
+    let agents = [start_agent(primary.port())?, start_agent(standby.port())?];
+    let mut config = dispatcher_config(&[agents[0].ready, agents[1].ready], 0, &[1])?;
+    config.settings.replica_lag_max_ms = 300;
+    let dispatcher = dispatcher::start(config, None)?;
+    let shared = dispatcher.ready.shared.clone();
+    let mut connection = connect(dispatcher.ready.local_addr)?;
+    let in_recovery = |connection: &mut bypass_dispatch::pgclient::PgConnection| -> anyhow::Result<String> {
+        Ok(connection.query("select pg_is_in_recovery()")?.rows[0][0].clone().unwrap_or_default())
+    };
+    assert_eq!(in_recovery(&mut connection)?, "t", "a fresh replica serves reads");
+
+    standby.psql("select pg_wal_replay_pause()")?;
+    primary.psql("insert into seen values (3)")?;
+    wait_until(Duration::from_secs(10), "lag to pass the limit", || {
+        shared.backends[1].lag_ms.load(Ordering::Relaxed) > 300
+    })?;
+    assert_eq!(in_recovery(&mut connection)?, "f", "a lagging replica must not serve reads");
+
+    standby.psql("select pg_wal_replay_resume()")?;
+    wait_until(Duration::from_secs(10), "lag to recover", || shared.backends[1].lag_ms.load(Ordering::Relaxed) <= 300)?;
+    assert_eq!(in_recovery(&mut connection)?, "t", "the caught-up replica serves reads again");
+    drop(standby);
+    Ok(())
+}
