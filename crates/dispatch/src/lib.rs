@@ -16,6 +16,7 @@ pub mod cli;
 pub mod config;
 pub mod dispatcher;
 pub mod error;
+pub mod handover;
 pub mod lab;
 pub mod link;
 pub mod loadgen;
