@@ -27,5 +27,6 @@ pub mod pglogin;
 pub mod routing;
 pub mod runtime;
 pub mod services;
+pub mod steer;
 
 pub use error::{DispatchError, Result};

@@ -1,0 +1,44 @@
+/* Layouts shared by the steering program (steer.bpf.c) and the dispatcher (src/steer.rs mirrors
+ * them with compile-time size and offset assertions). Change both together. */
+#ifndef BYPASS_STEER_H
+#define BYPASS_STEER_H
+
+#include <linux/types.h>
+
+/* Most flows the switch tracks at once. */
+#define STEER_FLOWS_MAX 65536
+
+/* What the switch does with a client's packets. */
+enum steer_action {
+	/* Deliver normally: the dispatcher owns the connection. */
+	STEER_PASS = 0,
+	/* Drop: the connection is moving and nobody owns it. */
+	STEER_BLOCK = 1,
+	/* Rewrite the destination MAC to the owning backend. */
+	STEER_FORWARD = 2,
+};
+
+/* A client flow: its IPv4 address and TCP port, both in network byte order. */
+struct steer_key {
+	__u32 client_addr;
+	__u16 client_port;
+	__u16 pad;
+};
+
+struct steer_value {
+	__u32 action;
+	__u8 owner_mac[6];
+	__u16 pad;
+	/* Forwarded packets dropped at random, per million (loss tests); 0 in normal use. */
+	__u32 drop_per_million;
+};
+
+/* Per-CPU packet counters. */
+struct steer_stats {
+	__u64 passed;
+	__u64 blocked;
+	__u64 forwarded;
+	__u64 dropped_random;
+};
+
+#endif

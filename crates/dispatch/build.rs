@@ -1,0 +1,19 @@
+//! Compiles the eBPF program under bpf/ with clang (clang ≥ 14 and libbpf-dev are needed; see
+//! scripts/setup.sh). The object lands in OUT_DIR and is embedded with `include_bytes_aligned!`.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn main() {
+    let out_dir = PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
+    let source = "bpf/steer.bpf.c";
+    println!("cargo:rerun-if-changed={source}");
+    println!("cargo:rerun-if-changed=bpf/steer.h");
+    let status = Command::new("clang")
+        .args(["-O2", "-g", "-Wall", "-Werror", "-target", "bpf", "-D__TARGET_ARCH_x86"])
+        .args(["-I/usr/include/x86_64-linux-gnu", "-Ibpf", "-c", source, "-o"])
+        .arg(out_dir.join("steer.bpf.o"))
+        .status()
+        .expect("clang must be installed to build the eBPF program (apt-get install clang libbpf-dev)");
+    assert!(status.success(), "clang failed to compile {source}");
+}
