@@ -624,6 +624,12 @@ pub fn cast_expr(expr: Expr, to: DataType) -> Result<Expr> {
     if expr.data_type() == to {
         return Ok(expr);
     }
+    // Decimals of equal scale share a representation: precision is metadata only.
+    if let (DataType::Decimal { scale: from, .. }, DataType::Decimal { scale: target, .. }) = (expr.data_type(), to) {
+        if from == target {
+            return Ok(expr);
+        }
+    }
     if is_null_literal(&expr) {
         return Ok(Expr::literal(Value::Null, to));
     }

@@ -1,0 +1,32 @@
+//! Quick TPC-H timing probe: `cargo run --release -p bypass-engine --example tpch_times -- SF [tier] [runtime]`.
+
+use std::time::Instant;
+
+use bypass_engine::{tpch, Engine, EngineSettings, RuntimeKind, RuntimeSettings, Tier};
+
+fn main() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args().collect();
+    let sf: f64 = args.get(1).map_or(Ok(1.0), |s| s.parse())?;
+    let tier = if args.get(2).is_some_and(|t| t == "interpreted") { Tier::Interpreted } else { Tier::Compiled };
+    let kind = if args.get(3).is_some_and(|t| t == "plain") { RuntimeKind::Plain } else { RuntimeKind::Specialized };
+    let settings = EngineSettings {
+        runtime: RuntimeSettings { kind, ..RuntimeSettings::default() },
+        tier,
+        ..EngineSettings::default()
+    };
+    let engine = Engine::new(settings)?;
+    let started = Instant::now();
+    tpch::load(&engine, sf)?;
+    println!("load SF {sf}: {:.2} s", started.elapsed().as_secs_f64());
+    for q in tpch::SUPPORTED_QUERIES {
+        let sql = tpch::query(q).expect("supported");
+        let mut best = f64::MAX;
+        for _ in 0..5 {
+            let started = Instant::now();
+            engine.query(sql)?;
+            best = best.min(started.elapsed().as_secs_f64() * 1000.0);
+        }
+        println!("Q{q}: {best:.1} ms");
+    }
+    Ok(())
+}
