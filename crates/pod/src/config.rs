@@ -1,0 +1,181 @@
+//! Everything a pod run is told: hosts, protocol, workload, memory budgets, coherence, logging,
+//! timing, and the test-only knobs (crash points, injected protocol faults).
+
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+use crate::coherence::{CoherenceBackend, SwccProtocol};
+use crate::error::{PodError, Result};
+use crate::region::HOSTS_MAX;
+use crate::workload::WorkloadConfig;
+
+/// The concurrency-control protocol all hosts of a pod run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum Protocol {
+    /// Pasha/Tigon: shared tuples in CXL, 2PL NO_WAIT on the HWcc word, no 2PC.
+    Tigon,
+    /// DS2PL+: owner-only data, remote reads and locks by message, 2PC.
+    Ds2pl,
+    /// OCC+: Silo-style distributed OCC (remote reads by message; lock, validate, 2PC). Not
+    /// Sundial: there are no logical leases.
+    Occ,
+}
+
+impl Protocol {
+    pub fn label(self) -> &'static str {
+        match self {
+            Protocol::Tigon => "Tigon-style",
+            Protocol::Ds2pl => "DS2PL+",
+            Protocol::Occ => "OCC+ (Silo-style)",
+        }
+    }
+}
+
+/// Where a host stops itself with SIGKILL (crash tests).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CrashPoint {
+    /// After a transaction's log records are appended, before its writes are applied.
+    MidEpoch,
+    /// Inside a move-in, after the CAT is linked, before the requester is answered.
+    MoveIn,
+    /// While holding a CAT's latch during write release.
+    HoldingLatch,
+    /// In the logger, after writing a batch and before its fdatasync.
+    BeforeFsync,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct CrashSpec {
+    pub host: usize,
+    pub point: CrashPoint,
+    /// The point is passed this many times; the last one kills the host.
+    pub after: u64,
+}
+
+/// Deliberate protocol bugs, to prove the simulated incoherent caches expose them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum InjectedFault {
+    /// Readers never invalidate before reading a CAT they have not cached.
+    SkipReaderInvalidate,
+    /// Writers never write back before releasing the write lock.
+    SkipWriterWriteback,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct PodConfig {
+    /// Host processes, 1..=8.
+    pub hosts: usize,
+    pub protocol: Protocol,
+    pub workload: WorkloadConfig,
+    pub coherence: CoherenceBackend,
+    pub swcc: SwccProtocol,
+    /// HWcc bytes for the whole pod (index + metadata; + data under NoSWcc), split evenly per host.
+    pub hwcc_budget_bytes: u64,
+    /// SWcc bytes per host for tuple blocks.
+    pub swcc_bytes_per_host: u64,
+    /// CXL index buckets per host (power of two; 0 = from the partition size).
+    pub index_buckets_per_host: u64,
+    /// Owner reaches its CATs through the shortcut pointer (off: through the CXL index).
+    pub shortcut: bool,
+    /// Log directory; `None` disables logging (acknowledge at commit).
+    pub log_dir: Option<PathBuf>,
+    pub epoch_ms: u64,
+    pub warmup_ms: u64,
+    pub measure_ms: u64,
+    pub seed: u64,
+    /// Write every committed transaction's read and write versions here (serializability checker).
+    pub history_dir: Option<PathBuf>,
+    /// Rebuild partitions from the logs instead of starting fresh (the logs are kept).
+    pub recover: bool,
+    /// Upper bound of the random back-off after an abort, µs (Tigon: 100).
+    pub backoff_max_us: u64,
+    pub crash: Option<CrashSpec>,
+    pub fault: Option<InjectedFault>,
+}
+
+impl PodConfig {
+    /// Defaults for `workload`: 2 hosts, Tigon-style, real flushes, WriteThrough, 64 MiB HWcc.
+    pub fn new(workload: WorkloadConfig) -> PodConfig {
+        PodConfig {
+            hosts: 2,
+            protocol: Protocol::Tigon,
+            workload,
+            coherence: CoherenceBackend::X86Flush,
+            swcc: SwccProtocol::WriteThrough,
+            hwcc_budget_bytes: 64 << 20,
+            swcc_bytes_per_host: 512 << 20,
+            index_buckets_per_host: 0,
+            shortcut: true,
+            log_dir: None,
+            epoch_ms: 10,
+            warmup_ms: 500,
+            measure_ms: 2_000,
+            seed: 1,
+            history_dir: None,
+            recover: false,
+            backoff_max_us: 100,
+            crash: None,
+            fault: None,
+        }
+    }
+
+    /// Every problem at once.
+    pub fn validate(&self) -> Result<()> {
+        let mut problems = Vec::new();
+        if !(1..=HOSTS_MAX).contains(&self.hosts) {
+            problems.push(format!("hosts must be 1..={HOSTS_MAX}, not {}", self.hosts));
+        }
+        if self.hwcc_budget_bytes == 0 {
+            problems.push("hwcc_budget_bytes must be positive".into());
+        }
+        if self.swcc_bytes_per_host < 1 << 16 {
+            problems.push("swcc_bytes_per_host must be at least 64 KiB".into());
+        }
+        if self.index_buckets_per_host != 0 && !self.index_buckets_per_host.is_power_of_two() {
+            problems.push("index_buckets_per_host must be a power of two (or 0 for automatic)".into());
+        }
+        if self.epoch_ms == 0 || self.epoch_ms > 10_000 {
+            problems.push("epoch_ms must be 1..=10000".into());
+        }
+        if self.recover && self.log_dir.is_none() {
+            problems.push("recover needs a log_dir".into());
+        }
+        if let Some(crash) = self.crash {
+            if crash.host >= self.hosts || crash.after == 0 {
+                problems.push("crash.host must be a host and crash.after ≥ 1".into());
+            }
+        }
+        problems.extend(self.workload.problems(self.hosts));
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(PodError::Config(problems))
+        }
+    }
+
+    /// Under NoSWcc nothing is flushed, whatever back-end was asked for.
+    pub fn effective_backend(&self) -> CoherenceBackend {
+        if self.swcc == SwccProtocol::NoSwcc {
+            CoherenceBackend::Noop
+        } else {
+            self.coherence
+        }
+    }
+
+    pub fn hwcc_budget_per_host(&self) -> u64 {
+        self.hwcc_budget_bytes / self.hosts as u64
+    }
+
+    /// Index buckets per host: configured, or one per 8 rows of the largest partition
+    /// (power of two, at least 1024).
+    pub fn index_buckets(&self) -> u64 {
+        if self.index_buckets_per_host != 0 {
+            return self.index_buckets_per_host;
+        }
+        (self.workload.shareable_rows_per_host() / 8).max(1024).next_power_of_two()
+    }
+}

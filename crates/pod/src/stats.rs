@@ -1,0 +1,332 @@
+//! Event counters per host and the latency model that turns them into a modelled time.
+//!
+//! Every shared-memory line read and written, atomic, flush, write-back, fence and message is
+//! counted where it happens. [`LatencyTable`] prices each event (CXL ≈ 250–400 ns per line, the
+//! MICRO '23 measurements Tigon cites), so a run reports both its measured throughput (two
+//! cores time-sliced between hosts) and a modelled one that does not depend on the scheduler.
+//!
+//! Counters travel to the launcher as words in the host's region slot ([`Counters::to_words`]).
+
+use serde::Serialize;
+
+use crate::region::STATS_WORDS;
+
+/// Log2 buckets of microseconds: bucket i counts values in [2^(i-1), 2^i) µs (bucket 0: < 1 µs).
+pub const HISTOGRAM_BUCKETS: usize = 32;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Histogram {
+    pub buckets: [u64; HISTOGRAM_BUCKETS],
+}
+
+impl Default for Histogram {
+    fn default() -> Self {
+        Histogram { buckets: [0; HISTOGRAM_BUCKETS] }
+    }
+}
+
+impl Histogram {
+    pub fn record_us(&mut self, micros: u64) {
+        let bucket = (64 - micros.leading_zeros() as usize).min(HISTOGRAM_BUCKETS - 1);
+        self.buckets[bucket] += 1;
+    }
+    pub fn count(&self) -> u64 {
+        self.buckets.iter().sum()
+    }
+    /// Upper bound (µs) of the bucket holding quantile `q` (0..=1); 0 if empty.
+    pub fn quantile_us(&self, q: f64) -> u64 {
+        let total = self.count();
+        if total == 0 {
+            return 0;
+        }
+        let rank = ((total as f64) * q).ceil().max(1.0) as u64;
+        let mut seen = 0;
+        for (bucket, count) in self.buckets.iter().enumerate() {
+            seen += count;
+            if seen >= rank {
+                return 1u64 << bucket;
+            }
+        }
+        1u64 << (HISTOGRAM_BUCKETS - 1)
+    }
+    fn merge(&mut self, other: &Histogram, sign: i8) {
+        for (mine, theirs) in self.buckets.iter_mut().zip(other.buckets) {
+            *mine = if sign > 0 { *mine + theirs } else { mine.saturating_sub(theirs) };
+        }
+    }
+}
+
+macro_rules! counters {
+    ($($(#[doc = $doc:literal])* $name:ident),* $(,)?) => {
+        /// One host's counters (or a sum over hosts).
+        #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+        pub struct Counters {
+            $($(#[doc = $doc])* pub $name: u64,)*
+            /// Commit → acknowledgement (pod-wide durable epoch), µs.
+            pub commit_latency: Histogram,
+            /// First attempt → commit, including retries, µs.
+            pub txn_latency: Histogram,
+        }
+
+        impl Counters {
+            pub const NAMES: &'static [&'static str] = &[$(stringify!($name)),*];
+
+            pub fn to_words(&self) -> Vec<u64> {
+                let mut words = vec![$(self.$name),*];
+                words.extend_from_slice(&self.commit_latency.buckets);
+                words.extend_from_slice(&self.txn_latency.buckets);
+                assert!(words.len() <= STATS_WORDS);
+                words
+            }
+
+            pub fn from_words(words: &[u64]) -> Counters {
+                let mut at = 0usize;
+                let mut next = || { at += 1; words[at - 1] };
+                let mut counters = Counters { $($name: next(),)* ..Counters::default() };
+                for bucket in counters.commit_latency.buckets.iter_mut() { *bucket = next(); }
+                for bucket in counters.txn_latency.buckets.iter_mut() { *bucket = next(); }
+                counters
+            }
+
+            /// Field-wise `self − earlier` (the measured window); gauges keep `self`'s value.
+            pub fn since(&self, earlier: &Counters) -> Counters {
+                let mut out = Counters { $($name: self.$name.saturating_sub(earlier.$name),)* ..self.clone() };
+                out.commit_latency.merge(&earlier.commit_latency, -1);
+                out.txn_latency.merge(&earlier.txn_latency, -1);
+                for gauge in Self::GAUGES { out.set(gauge, self.get(gauge)); }
+                out
+            }
+
+            /// Field-wise sum (gauges are summed too: they are per-host amounts).
+            pub fn add(&mut self, other: &Counters) {
+                $(self.$name += other.$name;)*
+                self.commit_latency.merge(&other.commit_latency, 1);
+                self.txn_latency.merge(&other.txn_latency, 1);
+            }
+
+            pub fn get(&self, name: &str) -> u64 {
+                match name { $(stringify!($name) => self.$name,)* _ => panic!("no counter {name}") }
+            }
+            fn set(&mut self, name: &str, value: u64) {
+                match name { $(stringify!($name) => self.$name = value,)* _ => panic!("no counter {name}") }
+            }
+        }
+    };
+}
+
+counters! {
+    /// Transactions committed (read-write and read-only).
+    committed,
+    committed_read_only,
+    /// Attempts, including aborted ones.
+    attempts,
+    aborts_conflict,
+    aborts_out_of_memory,
+    aborts_validation,
+    /// Transactions the workload itself rolled back (TPC-C's 1% invalid NewOrder).
+    aborts_user,
+    /// Accesses to tuples another host owns.
+    remote_accesses,
+    /// Remote accesses served straight from the CXL index (no message).
+    remote_index_hits,
+    /// Remote accesses that needed a message (migration request or baseline read/lock).
+    remote_messages,
+    moves_in,
+    moves_out,
+    /// Migration requests refused for lack of HWcc budget or SWcc space (FAIL_OOM).
+    moves_refused,
+    /// HWcc lines read: index buckets and nodes traversed.
+    hwcc_lines_read,
+    /// HWcc atomic read-modify-writes: latch CAS, pin updates.
+    hwcc_atomics,
+    swcc_invalidated_lines,
+    swcc_written_back_lines,
+    swcc_fences,
+    swcc_loaded_bytes,
+    swcc_stored_bytes,
+    /// Reads of a CAT whose host bit said the cached copy is valid.
+    swcc_hits,
+    swcc_misses,
+    messages_sent,
+    message_bytes,
+    messages_received,
+    /// Requests that waited for a reply.
+    round_trips,
+    ring_full_retries,
+    ring_sleeps,
+    /// Tuple reads/writes in DRAM (owner's partition).
+    dram_tuple_ops,
+    dram_bytes,
+    log_bytes,
+    log_records,
+    acked,
+    /// Gauges: all commits of the run (warm-up included), HWcc/SWcc high-water marks, CATs at the end.
+    committed_all,
+    hwcc_peak_bytes,
+    swcc_peak_bytes,
+    cats_at_end,
+    /// Nanoseconds this host spent in the measured phase.
+    measured_ns,
+    /// Post-run workload check: failed conditions, and two workload-specific values.
+    check_failures,
+    check_value_a,
+    check_value_b,
+    /// Logger: fdatasync calls and bytes written.
+    fsyncs,
+    log_file_bytes,
+}
+
+impl Counters {
+    const GAUGES: [&'static str; 7] = [
+        "committed_all",
+        "hwcc_peak_bytes",
+        "swcc_peak_bytes",
+        "cats_at_end",
+        "check_failures",
+        "check_value_a",
+        "check_value_b",
+    ];
+
+    pub fn aborts(&self) -> u64 {
+        self.aborts_conflict + self.aborts_out_of_memory + self.aborts_validation
+    }
+}
+
+/// Prices of events for the modelled time, in nanoseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct LatencyTable {
+    /// Fixed CPU work per transaction attempt (begin, bookkeeping, commit).
+    pub attempt_ns: f64,
+    /// One tuple access in local DRAM (index lookup + copy of a small row).
+    pub dram_tuple_ns: f64,
+    /// Per byte copied in DRAM.
+    pub dram_byte_ns: f64,
+    /// A 64 B line fetched from CXL memory (a miss).
+    pub cxl_line_read_ns: f64,
+    /// A 64 B line written back to CXL memory.
+    pub cxl_line_write_ns: f64,
+    /// An atomic read-modify-write on an HWcc line (coherence traffic across hosts).
+    pub cxl_atomic_ns: f64,
+    pub fence_ns: f64,
+    /// Software cost of sending or receiving one message (enqueue, poll, dispatch).
+    pub message_ns: f64,
+    /// Time a requester waits per round trip beyond the two messages' costs (the peer noticing it).
+    pub round_trip_wait_ns: f64,
+    /// Per byte appended to the log buffer.
+    pub log_byte_ns: f64,
+}
+
+impl Default for LatencyTable {
+    fn default() -> Self {
+        LatencyTable {
+            attempt_ns: 1_000.0,
+            dram_tuple_ns: 100.0,
+            dram_byte_ns: 0.05,
+            cxl_line_read_ns: 300.0,
+            cxl_line_write_ns: 300.0,
+            cxl_atomic_ns: 400.0,
+            fence_ns: 50.0,
+            message_ns: 500.0,
+            round_trip_wait_ns: 1_000.0,
+            log_byte_ns: 0.1,
+        }
+    }
+}
+
+impl LatencyTable {
+    /// Modelled busy time of one host for its counters, in nanoseconds. CXL line reads are the
+    /// lines a host had to fetch again: SWcc lines it invalidated before reading (bounded by
+    /// what it loaded) and HWcc index lines.
+    pub fn modelled_ns(&self, c: &Counters) -> f64 {
+        let loaded_lines = c.swcc_loaded_bytes.div_ceil(64);
+        let swcc_fetched = c.swcc_invalidated_lines.min(loaded_lines) as f64;
+        c.attempts as f64 * self.attempt_ns
+            + c.dram_tuple_ops as f64 * self.dram_tuple_ns
+            + (c.dram_bytes + c.swcc_loaded_bytes + c.swcc_stored_bytes) as f64 * self.dram_byte_ns
+            + (swcc_fetched + c.hwcc_lines_read as f64) * self.cxl_line_read_ns
+            + c.swcc_written_back_lines as f64 * self.cxl_line_write_ns
+            + c.hwcc_atomics as f64 * self.cxl_atomic_ns
+            + c.swcc_fences as f64 * self.fence_ns
+            + (c.messages_sent + c.messages_received) as f64 * self.message_ns
+            + c.round_trips as f64 * self.round_trip_wait_ns
+            + c.log_bytes as f64 * self.log_byte_ns
+    }
+
+    /// Modelled throughput of a pod: each host runs one worker, so it commits
+    /// `committed / modelled time` per second; the pod's rate is the sum.
+    pub fn modelled_tps(&self, hosts: &[Counters]) -> f64 {
+        hosts
+            .iter()
+            .map(|c| {
+                let ns = self.modelled_ns(c);
+                if ns > 0.0 {
+                    c.committed as f64 / (ns / 1e9)
+                } else {
+                    0.0
+                }
+            })
+            .sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counters_round_trip_through_words() {
+        // Goal: what a host publishes is what the launcher reads. Method: set fields, words, back.
+        let mut counters = Counters { committed: 5, moves_in: 7, check_value_b: u64::MAX, ..Counters::default() };
+        counters.commit_latency.record_us(1500);
+        let back = Counters::from_words(&counters.to_words());
+        assert_eq!(back, counters);
+        assert!(counters.to_words().len() <= STATS_WORDS);
+    }
+
+    #[test]
+    fn since_subtracts_events_but_keeps_gauges() {
+        // Goal: the measured window excludes warm-up events, not high-water marks. Method: two snapshots.
+        let earlier = Counters { committed: 10, hwcc_peak_bytes: 100, ..Counters::default() };
+        let later = Counters { committed: 25, hwcc_peak_bytes: 300, ..Counters::default() };
+        let window = later.since(&earlier);
+        assert_eq!(window.committed, 15);
+        assert_eq!(window.hwcc_peak_bytes, 300);
+    }
+
+    #[test]
+    fn histogram_quantiles() {
+        // Goal: p50/p99 land in the right power-of-two bucket. Method: 99 small values and one large.
+        let mut histogram = Histogram::default();
+        for _ in 0..99 {
+            histogram.record_us(3);
+        }
+        histogram.record_us(10_000);
+        assert_eq!(histogram.quantile_us(0.5), 4);
+        assert_eq!(histogram.quantile_us(1.0), 16_384);
+    }
+
+    #[test]
+    fn model_charges_messages_and_cxl_lines() {
+        // Goal: a transaction that needs messages models slower than one that reads CXL lines.
+        // Method: two counter sets with the same commits.
+        let table = LatencyTable::default();
+        let by_message = Counters {
+            committed: 1,
+            attempts: 1,
+            messages_sent: 2,
+            messages_received: 2,
+            round_trips: 2,
+            ..Counters::default()
+        };
+        let by_cxl = Counters {
+            committed: 1,
+            attempts: 1,
+            hwcc_atomics: 2,
+            swcc_invalidated_lines: 4,
+            swcc_loaded_bytes: 256,
+            ..Counters::default()
+        };
+        assert!(table.modelled_ns(&by_message) > table.modelled_ns(&by_cxl));
+        assert!(table.modelled_tps(&[by_cxl.clone(), by_cxl]) > 0.0);
+    }
+}

@@ -1,0 +1,487 @@
+//! The Pasha/Tigon protocol: cross-host active tuples (CATs) in CXL memory, 2PL NO_WAIT on their
+//! 8-byte HWcc word, software cache coherence on their SWcc blocks, and commit without 2PC.
+//!
+//! ```text
+//!  remote access (host A, key of B):
+//!    B's CXL index ──hit──► latch word: validate, pin, NO_WAIT lock, SWcc before_read ──► read block
+//!         └─miss──► Migrate → B: move_in (CLOCK make_room, block, node, link) → Moved(node, pinned for A)
+//!  commit (A): TID, redo records for every change (also B's tuples!), apply: DRAM rows and CXL
+//!    blocks directly; latch: SWcc after_write (write back, clear others' bits), MODIFIED, unlock, unpin
+//!  move-out (B, CLOCK second chance, never a pinned node): lock state + modified data back to
+//!    DRAM, unlink, free the node (word = 0), keep the block for the next move-in
+//!
+//!  SWcc block: [ TID u64 | length u32 | flags u32 | row bytes … ]  (line-aligned, whole lines)
+//! ```
+//!
+//! Invariants: lock state lives in exactly one tier — it moves with `MIGRATED` while the owner's
+//! worker (the only one touching its DRAM) holds the node's latch; a pinned node is never moved
+//! out; the owner's DRAM copy is current unless the word's MODIFIED bit says a remote host wrote
+//! the block; dirty block lines reach memory before the write lock is visibly released.
+
+use std::sync::atomic::Ordering;
+
+use crate::alloc::SwccArena;
+use crate::coherence::SwccProtocol;
+use crate::config::CrashPoint;
+use crate::cxl_index::NewCat;
+use crate::error::{PodError, Result};
+use crate::host::Host;
+use crate::message::{Message, MigrateOutcome};
+use crate::partition::{row_flags, RowId, TableId};
+use crate::region::Off;
+use crate::txn::{abort, Abort, Access, Change, LockMode, Place, TxnError, TxnResult, TxnState};
+use crate::word::{CatNode, Latched, MetaWord, CAT_NODE_BYTES};
+
+/// Bytes of a block's header before the row.
+pub const BLOCK_HEADER_BYTES: usize = 16;
+
+/// Whole-line size of the SWcc block of a row of `row_bytes`.
+pub fn block_bytes(row_bytes: usize) -> u64 {
+    SwccArena::block_bytes((BLOCK_HEADER_BYTES + row_bytes) as u64)
+}
+
+/// A CAT this host owns, in CLOCK order.
+#[derive(Debug, Clone, Copy)]
+pub struct ClockEntry {
+    pub node: Off<CatNode>,
+    pub table: TableId,
+    pub row: RowId,
+}
+
+enum Pinned {
+    Locked,
+    /// The node no longer describes the tuple (moved out, reused): ask the owner.
+    Stale,
+    Conflict,
+}
+
+fn transition(word: MetaWord, held: LockMode, want: LockMode) -> Option<MetaWord> {
+    match (held, want) {
+        (LockMode::None, LockMode::Read) => word.try_read_lock(),
+        (LockMode::None, LockMode::Write) => word.try_write_lock(),
+        (LockMode::Read, LockMode::Write) => word.try_upgrade(),
+        _ => Some(word),
+    }
+}
+
+fn release(word: MetaWord, held: LockMode) -> MetaWord {
+    match held {
+        LockMode::None => word,
+        LockMode::Read => word.release_read(),
+        LockMode::Write => word.release_write(),
+    }
+}
+
+impl Host {
+    fn row_bytes(&self, table: TableId) -> usize {
+        self.partition.table(table).spec.row_bytes
+    }
+
+    /// A tuple of `owner`: through its CXL index if shared already, else by migration request.
+    pub(crate) fn tigon_access_remote(
+        &mut self,
+        txn: &mut TxnState,
+        table: TableId,
+        key: u64,
+        owner: usize,
+        want: LockMode,
+    ) -> TxnResult<Option<usize>> {
+        self.counters.remote_accesses += 1;
+        let want = want.max(LockMode::Read);
+        let lookup = self.index.lookup(self.region, owner, table, key);
+        self.counters.hwcc_lines_read += u64::from(lookup.steps);
+        let mut locked = None;
+        if let Some(node) = lookup.node {
+            match self.pin_and_lock(node, table, key, want, false)? {
+                Pinned::Locked => locked = Some(node),
+                Pinned::Conflict => return abort(Abort::Conflict),
+                Pinned::Stale => {}
+            }
+        }
+        let node = match locked {
+            Some(node) => {
+                self.counters.remote_index_hits += 1;
+                node
+            }
+            None => match self.migrate(owner, table, key)? {
+                Some(node) => match self.pin_and_lock(node, table, key, want, true)? {
+                    Pinned::Locked => node,
+                    Pinned::Conflict => return abort(Abort::Conflict),
+                    Pinned::Stale => unreachable!("a node pinned for us cannot go stale"),
+                },
+                None => return Ok(None),
+            },
+        };
+        let (tid, value) = self.load_block(node, table);
+        let access = Access {
+            table,
+            key,
+            place: Place::Cat { owner, node },
+            lock: want,
+            read_tid: Some(tid),
+            value: None,
+            change: Change::None,
+        };
+        Ok(Some(txn.push(access, Some(&value))?))
+    }
+
+    /// Asks the owner to move the tuple in; the node comes back pinned for us.
+    fn migrate(&mut self, owner: usize, table: TableId, key: u64) -> TxnResult<Option<Off<CatNode>>> {
+        self.counters.remote_messages += 1;
+        let request = self.next_request_id();
+        match self.request(owner, Message::Migrate { request, table, key })? {
+            Message::MigrateReply { outcome: MigrateOutcome::Moved { node }, .. } => Ok(Some(Off::new(node))),
+            Message::MigrateReply { outcome: MigrateOutcome::NotFound, .. } => Ok(None),
+            Message::MigrateReply { outcome: MigrateOutcome::OutOfMemory, .. } => abort(Abort::OutOfMemory),
+            _ => Err(TxnError::Fatal(PodError::BadMessage { from: owner, detail: "expected a migrate reply" })),
+        }
+    }
+
+    /// Latches the node, checks it still is `(table, key)`, pins it (unless pinned already) and
+    /// takes the lock NO_WAIT; makes this host's cached copy of the block valid.
+    fn pin_and_lock(
+        &mut self,
+        node_off: Off<CatNode>,
+        table: TableId,
+        key: u64,
+        want: LockMode,
+        pinned: bool,
+    ) -> TxnResult<Pinned> {
+        let node: &CatNode = self.region.get(node_off);
+        let mut latched = self.latch(node, node_off)?;
+        let valid = node.key.load(Ordering::Relaxed) == key
+            && node.table.load(Ordering::Relaxed) == u32::from(table)
+            && latched.value.block_offset() != 0;
+        if !valid {
+            assert!(!pinned, "a pinned CAT went stale");
+            return Ok(Pinned::Stale);
+        }
+        let Some(locked) = transition(latched.value, LockMode::None, want) else {
+            if pinned {
+                node.pins.fetch_sub(1, Ordering::Relaxed);
+                self.counters.hwcc_atomics += 1;
+            }
+            return Ok(Pinned::Conflict);
+        };
+        if !pinned {
+            node.pins.fetch_add(1, Ordering::Relaxed);
+            self.counters.hwcc_atomics += 1;
+        }
+        let mut word = locked.with_flag(MetaWord::SECOND_CHANCE, true);
+        let len = (BLOCK_HEADER_BYTES + self.row_bytes(table)) as u64;
+        self.swcc_before_read(&mut word, len);
+        latched.value = word;
+        Ok(Pinned::Locked)
+    }
+
+    /// Reads a block's TID and row through this host's cache (caller holds a lock on it).
+    fn load_block(&mut self, node_off: Off<CatNode>, table: TableId) -> (u64, Vec<u8>) {
+        let word = MetaWord(self.region.get(node_off).word.load(Ordering::Acquire));
+        let mut bytes = vec![0u8; BLOCK_HEADER_BYTES + self.row_bytes(table)];
+        self.swcc.load(self.region, word.block_offset(), &mut bytes);
+        let mut tid = [0u8; 8];
+        tid.copy_from_slice(&bytes[..8]);
+        (u64::from_le_bytes(tid), bytes.split_off(BLOCK_HEADER_BYTES))
+    }
+
+    /// Stores TID and row into a block through this host's cache (written back at unlock).
+    fn store_block(&mut self, block: u64, tid: u64, value: &[u8]) {
+        let mut header = [0u8; BLOCK_HEADER_BYTES];
+        header[..8].copy_from_slice(&tid.to_le_bytes());
+        header[8..12].copy_from_slice(&(value.len() as u32).to_le_bytes());
+        self.swcc.store(self.region, block, &header);
+        self.swcc.store(self.region, block + BLOCK_HEADER_BYTES as u64, value);
+    }
+
+    pub(crate) fn tigon_store_block(&mut self, node_off: Off<CatNode>, tid: u64, value: &[u8]) {
+        let block = MetaWord(self.region.get(node_off).word.load(Ordering::Acquire)).block_offset();
+        self.store_block(block, tid, value);
+    }
+
+    pub(crate) fn tigon_upgrade(&mut self, node_off: Off<CatNode>) -> TxnResult<()> {
+        let node: &CatNode = self.region.get(node_off);
+        let mut latched = self.latch(node, node_off)?;
+        match latched.value.try_upgrade() {
+            Some(word) => {
+                latched.value = word;
+                Ok(())
+            }
+            None => abort(Abort::Conflict),
+        }
+    }
+
+    /// The owner's node of a migrated row: the shortcut, or (ablation) a CXL index traversal.
+    fn owner_node(&mut self, table: TableId, row: RowId) -> Off<CatNode> {
+        let stored = self.partition.table(table).row(row);
+        if self.config.shortcut {
+            return stored.shortcut;
+        }
+        let lookup = self.index.lookup(self.region, self.me, table, stored.key);
+        self.counters.hwcc_lines_read += u64::from(lookup.steps);
+        lookup.node.expect("a migrated row is in its owner's CXL index")
+    }
+
+    /// Owner locking its own CAT; copies remote modifications back to DRAM before it reads.
+    pub(crate) fn tigon_lock_owned_cat(
+        &mut self,
+        table: TableId,
+        row: RowId,
+        held: LockMode,
+        want: LockMode,
+    ) -> TxnResult<()> {
+        let node_off = self.owner_node(table, row);
+        let node: &CatNode = self.region.get(node_off);
+        let mut latched = self.latch(node, node_off)?;
+        let Some(mut word) = transition(latched.value, held, want) else {
+            return abort(Abort::Conflict);
+        };
+        if word.flag(MetaWord::MODIFIED) {
+            let len = (BLOCK_HEADER_BYTES + self.row_bytes(table)) as u64;
+            self.swcc_before_read(&mut word, len);
+            latched.value = word;
+            let (tid, value) = self.load_block(node_off, table);
+            let stored = self.partition.table_mut(table).row_mut(row);
+            stored.data.copy_from_slice(&value);
+            stored.lock = stored.lock.with_tid(tid);
+            word = word.with_flag(MetaWord::MODIFIED, false);
+        }
+        latched.value = word;
+        Ok(())
+    }
+
+    pub(crate) fn tigon_unlock_owned_cat(
+        &mut self,
+        table: TableId,
+        row: RowId,
+        held: LockMode,
+        wrote: bool,
+    ) -> TxnResult<()> {
+        let node_off = self.owner_node(table, row);
+        let node: &CatNode = self.region.get(node_off);
+        let mut latched = self.latch(node, node_off)?;
+        let mut word = latched.value;
+        if wrote {
+            let len = (BLOCK_HEADER_BYTES + self.row_bytes(table)) as u64;
+            self.swcc_after_write(&mut word, len);
+        }
+        latched.value = release(word, held);
+        Ok(())
+    }
+
+    /// Applies (on commit) and releases a remote CAT access, then unpins it.
+    pub(crate) fn tigon_finish_cat(&mut self, txn: &TxnState, index: usize, commit_tid: Option<u64>) -> TxnResult<()> {
+        let access = txn.accesses[index];
+        let Place::Cat { node: node_off, .. } = access.place else { unreachable!("not a CAT access") };
+        let node: &CatNode = self.region.get(node_off);
+        let wrote = commit_tid.is_some() && access.change == Change::Update;
+        let len = (BLOCK_HEADER_BYTES + self.row_bytes(access.table)) as u64;
+        if let (true, Some(tid)) = (wrote, commit_tid) {
+            let value = txn.value(index).expect("an update carries its value");
+            self.tigon_store_block(node_off, tid, value);
+        }
+        let mut latched = self.latch(node, node_off)?;
+        self.maybe_crash(CrashPoint::HoldingLatch);
+        let mut word = latched.value;
+        if wrote {
+            self.swcc_after_write(&mut word, len);
+            word = word.with_flag(MetaWord::MODIFIED, true);
+        }
+        latched.value = release(word, access.lock);
+        node.pins.fetch_sub(1, Ordering::Relaxed);
+        self.counters.hwcc_atomics += 1;
+        Ok(())
+    }
+
+    /// Commit without 2PC: every change — local rows and other hosts' CATs — is logged here and
+    /// applied directly.
+    pub(crate) fn tigon_commit(&mut self, txn: &mut TxnState) -> TxnResult<()> {
+        if txn.is_read_only() {
+            self.release_all(txn)?;
+            self.counters.committed_read_only += 1;
+            self.record_history(txn, 0);
+            return Ok(());
+        }
+        let (epoch, tid) = self.commit_tid(txn, 0);
+        self.log_changes(txn, tid);
+        self.maybe_crash(CrashPoint::MidEpoch);
+        for index in 0..txn.accesses.len() {
+            match txn.accesses[index].place {
+                Place::Local(_) => self.finish_owned(txn, index, Some(tid))?,
+                Place::Cat { .. } => self.tigon_finish_cat(txn, index, Some(tid))?,
+                Place::Remote { .. } => unreachable!("Tigon never reaches a tuple by message"),
+            }
+        }
+        self.after_commit(txn, epoch, tid);
+        Ok(())
+    }
+
+    // ---- owner side: move-in, move-out ----
+
+    /// Handles a migration request: the tuple becomes (or already is) a CAT, pinned for `from`.
+    pub(crate) fn serve_migrate(&mut self, from: usize, request: u32, table: TableId, key: u64) -> Result<()> {
+        let row = self.partition.table(table).find(key);
+        let outcome = match row {
+            None => MigrateOutcome::NotFound,
+            Some(row) if self.partition.table(table).row(row).is(row_flags::PLACEHOLDER) => MigrateOutcome::NotFound,
+            Some(row) if self.partition.table(table).row(row).is(row_flags::MIGRATED) => {
+                let node_off = self.partition.table(table).row(row).shortcut;
+                let node: &CatNode = self.region.get(node_off);
+                let latched = self.latch(node, node_off).map_err(into_pod_error)?;
+                node.pins.fetch_add(1, Ordering::Relaxed);
+                drop(latched);
+                MigrateOutcome::Moved { node: node_off.raw() }
+            }
+            Some(row) => match self.move_in(table, row, 1)? {
+                Some(node) => {
+                    self.maybe_crash(CrashPoint::MoveIn);
+                    MigrateOutcome::Moved { node: node.raw() }
+                }
+                None => MigrateOutcome::OutOfMemory,
+            },
+        };
+        self.send(from, &Message::MigrateReply { request, outcome })
+    }
+
+    /// Moves an owned row into CXL with `pins` pins; `None` if no room even after eviction.
+    pub(crate) fn move_in(&mut self, table: TableId, row: RowId, pins: u32) -> Result<Option<Off<CatNode>>> {
+        let bytes = block_bytes(self.row_bytes(table));
+        let data_charge = if self.config.swcc == SwccProtocol::NoSwcc { bytes } else { 0 };
+        if !self.make_room(CAT_NODE_BYTES + data_charge)? {
+            self.counters.moves_refused += 1;
+            return Ok(None);
+        }
+        let stored = self.partition.table(table).row(row);
+        let (block, current) = match stored.retained_block {
+            0 => match self.blocks.alloc(bytes) {
+                Some(block) => (block, false),
+                None => {
+                    self.counters.moves_refused += 1;
+                    return Ok(None);
+                }
+            },
+            block => (block, !stored.is(row_flags::MODIFIED_SINCE_MOVED_OUT)),
+        };
+        assert!(self.hwcc.charge_data(data_charge), "make_room reserved the data bytes");
+        let (key, lock, data) = (stored.key, stored.lock, stored.data.clone());
+        if !current {
+            self.store_block(block, lock.tid(), &data);
+            self.swcc.writeback(self.region, block, (BLOCK_HEADER_BYTES + data.len()) as u64);
+            self.swcc.fence();
+        }
+        let node = self.hwcc.alloc_node().expect("make_room reserved the node");
+        let word = MetaWord(0).with_block_offset(block).with_lock_of(lock).with_only_host_valid(self.me);
+        self.index.link(self.region, self.me, node, NewCat { table, key, word, pins })?;
+        self.counters.hwcc_atomics += 1;
+        let stored = self.partition.table_mut(table).row_mut(row);
+        stored.set(row_flags::MIGRATED, true);
+        stored.set(row_flags::MODIFIED_SINCE_MOVED_OUT, false);
+        stored.shortcut = node;
+        stored.retained_block = block;
+        self.clock.push(ClockEntry { node, table, row });
+        self.counters.moves_in += 1;
+        self.shared().hwcc_used_bytes.store(self.hwcc.used_bytes(), Ordering::Relaxed);
+        Ok(Some(node))
+    }
+
+    /// CLOCK (second chance) over this host's CATs until `extra` HWcc bytes fit. Bounded: two
+    /// sweeps, since every node may be pinned.
+    fn make_room(&mut self, extra: u64) -> Result<bool> {
+        let mut steps = 0usize;
+        let limit = 2 * self.clock.len() + 1;
+        while !self.hwcc.fits(extra) && !self.clock.is_empty() && steps < limit {
+            steps += 1;
+            if self.clock_hand >= self.clock.len() {
+                self.clock_hand = 0;
+            }
+            if !self.move_out(self.clock_hand, false)? {
+                self.clock_hand += 1;
+            }
+        }
+        Ok(self.hwcc.fits(extra))
+    }
+
+    /// Moves the CAT at `clock[at]` back out unless it is pinned (or, without `force`, has its
+    /// second chance). True if it was moved out.
+    fn move_out(&mut self, at: usize, force: bool) -> Result<bool> {
+        let entry = self.clock[at];
+        let node: &CatNode = self.region.get(entry.node);
+        let mut latched = self.latch(node, entry.node).map_err(into_pod_error)?;
+        if node.pins.load(Ordering::Relaxed) > 0 {
+            return Ok(false);
+        }
+        if !force && latched.value.flag(MetaWord::SECOND_CHANCE) {
+            latched.value = latched.value.with_flag(MetaWord::SECOND_CHANCE, false);
+            return Ok(false);
+        }
+        self.evict_latched(entry, &mut latched);
+        drop(latched);
+        self.clock.swap_remove(at);
+        Ok(true)
+    }
+
+    /// With the node latched and unpinned: lock state and modified data back to DRAM, unlink,
+    /// zero the word (the latch release publishes "no tuple here"), free the node.
+    fn evict_latched(&mut self, entry: ClockEntry, latched: &mut Latched<'_>) {
+        let mut word = latched.value;
+        let key = self.partition.table(entry.table).row(entry.row).key;
+        if word.flag(MetaWord::MODIFIED) {
+            let len = (BLOCK_HEADER_BYTES + self.row_bytes(entry.table)) as u64;
+            self.swcc_before_read(&mut word, len);
+            let (tid, value) = self.load_block(entry.node, entry.table);
+            let stored = self.partition.table_mut(entry.table).row_mut(entry.row);
+            stored.data.copy_from_slice(&value);
+            stored.lock = stored.lock.with_tid(tid);
+        }
+        let stored = self.partition.table_mut(entry.table).row_mut(entry.row);
+        stored.lock = stored.lock.with_lock_of(word);
+        stored.set(row_flags::MIGRATED, false);
+        stored.shortcut = Off::NULL;
+        let linked = self.index.unlink(self.region, self.me, entry.node, entry.table, key);
+        assert!(linked, "an owned CAT is in its owner's index");
+        latched.value = MetaWord(0);
+        self.hwcc.free_node(entry.node);
+        if self.config.swcc == SwccProtocol::NoSwcc {
+            self.hwcc.refund_data(block_bytes(self.row_bytes(entry.table)));
+        }
+        self.counters.moves_out += 1;
+        self.shared().hwcc_used_bytes.store(self.hwcc.used_bytes(), Ordering::Relaxed);
+    }
+
+    /// Moves one row out now (a committed delete), waiting out transient pins.
+    pub(crate) fn tigon_force_move_out(&mut self, table: TableId, row: RowId) -> TxnResult<()> {
+        let at = self
+            .clock
+            .iter()
+            .position(|entry| entry.table == table && entry.row == row)
+            .expect("a migrated row is in the clock list");
+        let started = std::time::Instant::now();
+        while !self.move_out(at, true)? {
+            if started.elapsed() > crate::word::LATCH_WAIT_MAX {
+                return Err(TxnError::Fatal(PodError::Unsupported("a CAT stayed pinned while being deleted")));
+            }
+            std::thread::yield_now();
+        }
+        Ok(())
+    }
+
+    /// End of run: every CAT back out, so DRAM is the whole truth (checks, next start).
+    pub(crate) fn evict_all(&mut self) -> Result<()> {
+        let started = std::time::Instant::now();
+        while !self.clock.is_empty() {
+            if !self.move_out(self.clock.len() - 1, true)? {
+                if started.elapsed() > crate::word::LATCH_WAIT_MAX {
+                    return Err(PodError::Unsupported("a CAT stayed pinned after every host stopped"));
+                }
+                std::thread::yield_now();
+            }
+        }
+        Ok(())
+    }
+}
+
+fn into_pod_error(error: TxnError) -> PodError {
+    match error {
+        TxnError::Fatal(error) => error,
+        TxnError::Abort(_) => PodError::Unsupported("latching cannot abort"),
+    }
+}
