@@ -99,7 +99,7 @@ macro_rules! counters {
 
             /// Field-wise sum (gauges are summed too: they are per-host amounts).
             pub fn add(&mut self, other: &Counters) {
-                $(self.$name += other.$name;)*
+                $(self.$name = self.$name.wrapping_add(other.$name);)*
                 self.commit_latency.merge(&other.commit_latency, 1);
                 self.txn_latency.merge(&other.txn_latency, 1);
             }

@@ -1,0 +1,111 @@
+//! The pod as a whole: host processes over one region, every protocol, invariants after a run.
+
+mod common;
+
+use bypass_pod::error::PodError;
+use bypass_pod::{Pod, PodConfig, Protocol};
+use common::*;
+
+#[test]
+fn bank_total_holds_under_contention_for_every_protocol() {
+    // Goal: all three protocols keep a bank's total and count every commit once. Method: 2 hosts,
+    // 40 accounts each (heavy contention), half the transfers cross hosts; check the invariants.
+    let _pod = exclusive();
+    for protocol in PROTOCOLS {
+        let config = small(bank(40, 50), protocol);
+        let report = Pod::run(config.clone()).unwrap_or_else(|error| panic!("{protocol:?}: {error}"));
+        assert_bank(&report, bank_config(&config.workload));
+        assert!(report.total.remote_accesses > 0, "{protocol:?} made no remote access");
+        assert!(report.total.aborts_conflict > 0, "{protocol:?}: contention should cause NO_WAIT aborts");
+    }
+}
+
+#[test]
+fn tigon_moves_tuples_in_and_reaches_them_without_messages() {
+    // Goal: the Pasha path — first remote access migrates by message, later ones hit the owner's CXL
+    // index. Method: YCSB 100% cross with a budget that holds every key; count moves and index hits.
+    let _pod = exclusive();
+    let mut config = small(ycsb(200, 50, 100), Protocol::Tigon);
+    config.warmup_ms = 0;
+    let report = Pod::run(config).expect("run");
+    assert_ycsb(&report);
+    let total = &report.total;
+    assert!(total.moves_in > 0 && total.moves_in <= 400, "moves in: {}", total.moves_in);
+    assert_eq!(total.moves_out, 0, "the budget holds every key");
+    assert!(total.remote_index_hits > 10 * total.remote_messages, "{total:?}");
+    assert_eq!(total.messages_sent, total.remote_messages * 2, "one request + one reply per migration");
+}
+
+#[test]
+fn small_budget_forces_clock_move_outs_and_stays_correct() {
+    // Goal: CLOCK moves tuples back out under a tight HWcc budget, never exceeding it, and the data
+    // survives the round trips. Method: room for ~40 CATs per host, 400 keys, updates across hosts.
+    let _pod = exclusive();
+    let mut config = small(ycsb(400, 50, 100), Protocol::Tigon);
+    config.index_buckets_per_host = 64;
+    config.hwcc_budget_bytes = 2 * (64 * 8 + 40 * 32);
+    let report = Pod::run(config.clone()).expect("run");
+    assert_ycsb(&report);
+    assert!(report.total.moves_out > 100, "moves out: {}", report.total.moves_out);
+    for host in &report.per_host {
+        assert!(host.hwcc_peak_bytes <= config.hwcc_budget_per_host(), "peak {} over budget", host.hwcc_peak_bytes);
+    }
+}
+
+#[test]
+fn exhausted_budget_refuses_migrations_with_out_of_memory() {
+    // Goal: FAIL_OOM — when every CAT is pinned no eviction helps and the requester aborts, and the
+    // run stays correct. Method: room for 2 CATs per host, 4 hosts all updating across hosts.
+    let _pod = exclusive();
+    let mut config = small(bank(50, 100), Protocol::Tigon);
+    config.hosts = 4;
+    config.index_buckets_per_host = 16;
+    config.hwcc_budget_bytes = 4 * (16 * 8 + 2 * 32);
+    let report = Pod::run(config.clone()).expect("run");
+    assert_bank(&report, bank_config(&config.workload));
+    assert!(report.total.moves_refused > 0, "no refused migration: {:?}", report.total);
+    assert!(report.total.aborts_out_of_memory > 0);
+}
+
+#[test]
+fn eight_hosts_share_one_region() {
+    // Goal: the pod scales to its maximum of 8 host processes. Method: bank on 8 hosts, every
+    // transfer crossing hosts, for each protocol.
+    let _pod = exclusive();
+    for protocol in PROTOCOLS {
+        let mut config = small(bank(30, 100), protocol);
+        config.hosts = 8;
+        config.measure_ms = 400;
+        let report = Pod::run(config.clone()).unwrap_or_else(|error| panic!("{protocol:?}: {error}"));
+        assert_bank(&report, bank_config(&config.workload));
+        assert!(report.per_host.iter().all(|host| host.committed > 0), "a host starved: {protocol:?}");
+    }
+}
+
+#[test]
+fn shortcut_off_reaches_own_cats_through_the_index() {
+    // Goal: the no-shortcut ablation still works and costs HWcc reads. Method: same run with the
+    // shortcut on and off; compare index lines read per commit.
+    let _pod = exclusive();
+    let mut reads_per_commit = Vec::new();
+    for shortcut in [true, false] {
+        let mut config = small(ycsb(100, 50, 100), Protocol::Tigon);
+        config.shortcut = shortcut;
+        let report = Pod::run(config).expect("run");
+        assert_ycsb(&report);
+        reads_per_commit.push(report.total.hwcc_lines_read as f64 / report.total.committed as f64);
+    }
+    assert!(reads_per_commit[1] > reads_per_commit[0], "{reads_per_commit:?}");
+}
+
+#[test]
+fn invalid_configuration_lists_every_problem() {
+    // Goal: bad input is a clear typed error naming all problems. Method: three mistakes at once.
+    let mut config = PodConfig::new(ycsb(1, 150, 0));
+    config.hosts = 9;
+    match Pod::create(config) {
+        Err(PodError::Config(problems)) => assert!(problems.len() >= 3, "{problems:?}"),
+        Err(other) => panic!("wrong error: {other}"),
+        Ok(_) => panic!("accepted an invalid configuration"),
+    }
+}
