@@ -18,7 +18,7 @@
 
 use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, SocketAddr};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
@@ -64,8 +64,17 @@ pub struct DispatcherSettings {
     pub link_idle_max: usize,
     /// Most client connections at once. Default 1000.
     pub clients_max: usize,
-    /// Pinned eBPF steering map (written by `bypass lab up`); required for hand-over policies.
-    pub steer_map: Option<PathBuf>,
+    /// Network namespace of the switch whose client ports get the steering program; required
+    /// for the hand-over policies (the dispatcher is the switch's controller).
+    pub steer_namespace: Option<String>,
+    /// Client-facing switch ports (interface names inside `steer_namespace`).
+    pub steer_ports: Vec<String>,
+    /// Longest wait for the client to acknowledge what it was sent before its connection
+    /// moves, in ms; after it, unacknowledged bytes move with the connection. Default 50.
+    pub drain_wait_ms: u64,
+    /// Distinct statement shapes whose last answer size is remembered for the hybrid policy.
+    /// Default 4096.
+    pub size_history_max: usize,
     /// Worker threads of the runtime. Default 2.
     pub workers: usize,
 }
@@ -84,7 +93,10 @@ impl Default for DispatcherSettings {
             health_database: "postgres".into(),
             link_idle_max: 64,
             clients_max: 1000,
-            steer_map: None,
+            steer_namespace: None,
+            steer_ports: Vec::new(),
+            drain_wait_ms: 50,
+            size_history_max: 4096,
             workers: 2,
         }
     }
@@ -166,8 +178,10 @@ impl DispatcherConfig {
         if settings.handover_min_bytes == 0 {
             problems.push("dispatcher.handover_min_bytes must be at least 1".into());
         }
-        if settings.policy != Policy::Relay && settings.steer_map.is_none() {
-            problems.push("dispatcher.steer_map is required for the handover and hybrid policies".into());
+        if settings.policy != Policy::Relay && (settings.steer_namespace.is_none() || settings.steer_ports.is_empty()) {
+            problems.push(
+                "dispatcher.steer_namespace and steer_ports are required for the handover and hybrid policies".into(),
+            );
         }
         if !(1..=64).contains(&settings.workers) {
             problems.push(format!("dispatcher.workers must be 1 to 64, not {}", settings.workers));
@@ -258,6 +272,13 @@ pub struct AgentConfig {
     pub vip: Option<Ipv4Addr>,
     /// Most dispatcher links at once. Default 512.
     pub links_max: usize,
+    /// After writing a handed-over answer, how long to wait for the client's next request
+    /// before handing the connection back anyway, in ms. Waiting lets the next request travel
+    /// back inside the connection instead of meeting the blocked switch. Default 5.
+    pub handback_wait_ms: u64,
+    /// Longest wait for the client to acknowledge the answer before handing back, in ms.
+    /// Default 200.
+    pub drain_wait_ms: u64,
     /// Worker threads of the runtime. Default 1.
     pub workers: usize,
 }
@@ -270,6 +291,8 @@ impl Default for AgentConfig {
             password: None,
             vip: None,
             links_max: 512,
+            handback_wait_ms: 5,
+            drain_wait_ms: 200,
             workers: 1,
         }
     }
@@ -319,7 +342,8 @@ mod tests {
             [dispatcher]
             listen_addr = "10.0.0.100:5432"
             policy = "hybrid"
-            steer_map = "/sys/fs/bpf/x"
+            steer_namespace = "lab-sw"
+            steer_ports = ["v-cli1"]
             [backends.be1]
             agent = "10.0.0.3:7432"
             mac = "02:00:0a:00:00:03"

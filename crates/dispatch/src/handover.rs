@@ -390,6 +390,45 @@ fn repair_error(step: &'static str, source: impl Into<Box<dyn std::error::Error 
     DispatchError::Repair { step, source: std::io::Error::other(source) }
 }
 
+/// Polls of a send queue before waiting between polls becomes a 1 ms sleep.
+const SPIN_POLLS_MAX: u32 = 200;
+
+/// Waits until everything written to `fd` was acknowledged, for at most `wait`. Returns whether
+/// it was. Polls: the kernel signals no event for "all acknowledged".
+pub async fn wait_drained(fd: RawFd, wait: std::time::Duration) -> bool {
+    let deadline = std::time::Instant::now() + wait;
+    let mut polls = 0u32;
+    loop {
+        if send_queue_len(fd).unwrap_or(0) == 0 {
+            return true;
+        }
+        if std::time::Instant::now() >= deadline {
+            return false;
+        }
+        polls += 1;
+        if polls < SPIN_POLLS_MAX {
+            tokio::task::yield_now().await;
+        } else {
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
+    }
+}
+
+/// [`import`], then registered with the current tokio runtime.
+pub fn import_tokio(state: &TcpState) -> Result<tokio::net::TcpStream> {
+    let stream = std::net::TcpStream::from(import(state)?);
+    stream.set_nonblocking(true).map_err(|e| DispatchError::io("non-blocking imported socket", e))?;
+    tokio::net::TcpStream::from_std(stream).map_err(|e| DispatchError::io("registering an imported socket", e))
+}
+
+/// [`export`] of a tokio socket, which is then closed silently (still in repair mode).
+pub fn export_tokio(stream: tokio::net::TcpStream) -> Result<TcpState> {
+    let stream = stream.into_std().map_err(|e| DispatchError::io("deregistering a socket", e))?;
+    let state = export(stream.as_raw_fd());
+    drop(stream);
+    state
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -49,8 +49,9 @@ pub enum Control<'a> {
     ImportFailed,
     /// Agent → dispatcher: the answer is complete and acknowledged; block the flow.
     ReturnReady,
-    /// Agent → dispatcher: the connection, exported again, and the session's status.
-    Returned { status: TransactionStatus, state: &'a [u8] },
+    /// Agent → dispatcher: the connection, exported again, the session's status, and how many
+    /// answer bytes the agent wrote in total (relayed and direct).
+    Returned { status: TransactionStatus, answer_bytes: u64, state: &'a [u8] },
 }
 
 const REQUEST: u8 = 1;
@@ -82,8 +83,9 @@ impl<'a> Control<'a> {
             Control::Imported => buf.push(IMPORTED),
             Control::ImportFailed => buf.push(IMPORT_FAILED),
             Control::ReturnReady => buf.push(RETURN_READY),
-            Control::Returned { status, state } => {
+            Control::Returned { status, answer_bytes, state } => {
                 buf.extend_from_slice(&[RETURNED, status.byte()]);
+                buf.extend_from_slice(&answer_bytes.to_be_bytes());
                 buf.extend_from_slice(state);
             }
         });
@@ -114,9 +116,10 @@ impl<'a> Control<'a> {
             IMPORT_FAILED if rest.is_empty() => Control::ImportFailed,
             RETURN_READY if rest.is_empty() => Control::ReturnReady,
             RETURNED => {
-                let (&status, state) = rest.split_first().ok_or_else(|| bad("returned frame"))?;
+                let (&status, rest) = rest.split_first().ok_or_else(|| bad("returned frame"))?;
                 let status = TransactionStatus::from_byte(status).ok_or_else(|| bad("transaction status"))?;
-                Control::Returned { status, state }
+                let (answer_bytes, state) = rest.split_at_checked(8).ok_or_else(|| bad("returned frame"))?;
+                Control::Returned { status, answer_bytes: u64_at(answer_bytes)?, state }
             }
             _ => return Err(bad("unknown control frame")),
         })
@@ -143,7 +146,7 @@ mod tests {
             Control::Imported,
             Control::ImportFailed,
             Control::ReturnReady,
-            Control::Returned { status: TransactionStatus::InTransaction, state: b"xyz" },
+            Control::Returned { status: TransactionStatus::InTransaction, answer_bytes: 77, state: b"xyz" },
         ];
         for frame in frames {
             let mut buf = Vec::new();

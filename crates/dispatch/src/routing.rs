@@ -194,7 +194,7 @@ pub const CLASSIFY_BYTES_MAX: usize = 64 * 1024;
 /// Most distinct unknown function names collected from one statement.
 const FUNCTIONS_MAX: usize = 16;
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 enum Token {
     /// A keyword or unquoted name, lowercased.
     Word(String),
@@ -420,6 +420,25 @@ fn dollar_quoted_end(sql: &str, start: usize) -> usize {
     }
 }
 
+/// A hash of the statement's shape: words and punctuation kept, literals and numbers dropped,
+/// so `… md5('7:' || i) … 1024 …` and `… md5('8:' || i) … 2048 …` share one fingerprint. The
+/// hybrid policy remembers answer sizes per fingerprint.
+pub fn fingerprint(sql: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    if sql.len() > CLASSIFY_BYTES_MAX {
+        sql.len().hash(&mut hasher);
+        return hasher.finish();
+    }
+    for token in lex(sql).0 {
+        match token {
+            Token::Literal(_) => 0u8.hash(&mut hasher),
+            other => other.hash(&mut hasher),
+        }
+    }
+    hasher.finish()
+}
+
 /// Decides primary or replica for a statement outside a transaction.
 pub fn route(statement: &Statement, session_hint: RouteHint, volatile_calls: bool) -> Route {
     let hint = statement.hint.unwrap_or(session_hint);
@@ -525,6 +544,16 @@ mod tests {
         assert_eq!(route(&read, RouteHint::Auto, true), Route::Primary);
         assert_eq!(route(&classify("/* route=primary */ select 1"), RouteHint::Replica, false), Route::Primary);
         assert_eq!(route(&classify("insert into t values (1)"), RouteHint::Replica, false), Route::Primary);
+    }
+
+    // Goal: statements differing only in literals share a fingerprint, others do not; method:
+    // payload queries of two sizes and seeds against another statement.
+    #[test]
+    fn fingerprints_ignore_literals() {
+        use crate::payload::query;
+        assert_eq!(fingerprint(&query(1, 10)), fingerprint(&query(99, 1 << 27)));
+        assert_ne!(fingerprint(&query(1, 10)), fingerprint("select 1"));
+        assert_eq!(fingerprint("select 'a'"), fingerprint("select 'b'"));
     }
 
     // Goal: strings, quoted names and comments cannot fake keywords; method: tricky inputs.

@@ -1,8 +1,22 @@
 //! One link's life after login: relay requests to PostgreSQL and answers back, and carry out the
 //! hand-over conversation when the dispatcher asks for it.
+//!
+//! ```text
+//!  Relay     : PostgreSQL answer ─► link
+//!  OnDemand  : answer ─► link until the next message would pass `threshold`
+//!              ─► HandOverAt{offset} ─► (hold the answer) ─► Socket ─► import ─► Imported
+//!              ─► rest of the answer ─► client
+//!  Direct    : (hold the answer) ─► Socket ─► import ─► Imported ─► answer ─► client
+//!  hand-back : after ReadyForQuery: client acknowledged all? client's next request here (or
+//!              handback_wait_ms passed)? ─► ReturnReady ─► Blocked ─► export, silent close
+//!              ─► Returned{status, answer bytes, state}
+//! ```
 
-use bypass_wire::frame::{Scanner, Step};
-use bypass_wire::DEFAULT_MESSAGE_SIZE_MAX;
+use std::os::fd::AsRawFd;
+use std::time::Duration;
+
+use bypass_wire::frame::{read_header, Scanner, Step};
+use bypass_wire::{TransactionStatus, DEFAULT_MESSAGE_SIZE_MAX, HEADER_LEN};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
@@ -10,11 +24,11 @@ use super::LINK_BUFFER_BYTES;
 use crate::buffer::{closed, Buffer};
 use crate::config::ValidAgentConfig;
 use crate::error::{DispatchError, Result};
+use crate::handover::{self, TcpState};
 use crate::link::{Control, Delivery, CONTROL_TAG};
 
 /// The state of one link.
 pub struct LinkSession<'a> {
-    #[allow(dead_code)]
     config: &'a ValidAgentConfig,
     link: TcpStream,
     /// Bytes from the dispatcher.
@@ -26,8 +40,13 @@ pub struct LinkSession<'a> {
     up_scanner: Scanner,
     delivery: Delivery,
     threshold: u64,
-    /// Answer bytes of the current request sent so far.
+    /// Answer bytes of the current request written so far (to the link and to the client).
     answer_bytes: u64,
+    /// The handed-over client connection while this agent owns it.
+    client: Option<TcpStream>,
+    /// A socket is on its way: PostgreSQL's answer waits in its socket until it arrives.
+    awaiting_socket: bool,
+    out: Vec<u8>,
 }
 
 impl<'a> LinkSession<'a> {
@@ -43,6 +62,9 @@ impl<'a> LinkSession<'a> {
             delivery: Delivery::Relay,
             threshold: u64::MAX,
             answer_bytes: 0,
+            client: None,
+            awaiting_socket: false,
+            out: Vec::with_capacity(256),
         }
     }
 
@@ -51,6 +73,7 @@ impl<'a> LinkSession<'a> {
         // Bytes that arrived together with the startup packet.
         self.process_down().await?;
         loop {
+            let take_answer = !self.awaiting_socket;
             tokio::select! {
                 ready = self.link.readable() => {
                     ready.map_err(|e| DispatchError::io("waiting on the link", e))?;
@@ -60,7 +83,7 @@ impl<'a> LinkSession<'a> {
                         None => {}
                     }
                 }
-                ready = self.postgres.readable() => {
+                ready = self.postgres.readable(), if take_answer => {
                     ready.map_err(|e| DispatchError::io("waiting on PostgreSQL", e))?;
                     match self.up.try_read_from(&self.postgres).map_err(|e| DispatchError::io("reading PostgreSQL", e))? {
                         Some(0) => return Err(closed("PostgreSQL")),
@@ -97,49 +120,151 @@ impl<'a> LinkSession<'a> {
                 self.down.consume(forward);
             }
             let Some(header) = control else { return Ok(()) };
-            let frame_len = header.frame_len();
-            let body = self.down.pending()[bypass_wire::HEADER_LEN..frame_len].to_vec();
-            self.down.consume(frame_len);
-            self.on_control(&body)?;
+            let body = self.down.pending()[HEADER_LEN..header.frame_len()].to_vec();
+            self.down.consume(header.frame_len());
+            self.on_control(&body).await?;
+            // Answer bytes may have been held while the socket was on its way.
+            if self.client.is_some() && !self.up.is_empty() {
+                self.process_up().await?;
+            }
         }
     }
 
-    fn on_control(&mut self, body: &[u8]) -> Result<()> {
+    async fn on_control(&mut self, body: &[u8]) -> Result<()> {
         match Control::decode(body)? {
             Control::Request { delivery, threshold } => {
                 self.delivery = delivery;
                 self.threshold = threshold;
                 self.answer_bytes = 0;
+                self.awaiting_socket = delivery == Delivery::Direct;
                 Ok(())
             }
+            Control::Socket(state) => self.take_socket(state).await,
             other => Err(DispatchError::Protocol(format!("unexpected control frame from the dispatcher: {other:?}"))),
         }
     }
 
-    /// Sends PostgreSQL's answer bytes on their way.
+    /// Imports the client's connection; on failure the dispatcher takes it back and the
+    /// answer is relayed.
+    async fn take_socket(&mut self, state: &[u8]) -> Result<()> {
+        self.awaiting_socket = false;
+        let imported = TcpState::decode(state).and_then(|state| handover::import_tokio(&state));
+        let reply = match imported {
+            Ok(client) => {
+                self.client = Some(client);
+                Control::Imported
+            }
+            Err(error) => {
+                tracing::warn!(%error, "import failed; the answer will be relayed");
+                self.delivery = Delivery::Relay;
+                Control::ImportFailed
+            }
+        };
+        self.send_control(&reply).await
+    }
+
+    async fn send_control(&mut self, control: &Control<'_>) -> Result<()> {
+        self.out.clear();
+        control.encode(&mut self.out);
+        self.link.write_all(&self.out).await.map_err(|e| DispatchError::io("writing a control frame", e))
+    }
+
+    /// True when the dispatcher should take over before a message of `frame_len` bytes.
+    fn hand_over_before(&self, tag: u8, frame_len: usize, forward: usize) -> bool {
+        self.delivery == Delivery::OnDemand
+            && self.client.is_none()
+            && !matches!(tag, b'Z' | b'C' | b'E')
+            && self.answer_bytes + (forward + frame_len) as u64 > self.threshold
+    }
+
+    /// Sends PostgreSQL's answer bytes on their way: to the link, or to the client once its
+    /// connection is here; hands the connection back after ReadyForQuery.
     async fn process_up(&mut self) -> Result<()> {
         let mut forward = 0;
-        loop {
+        let mut ready = None;
+        let mut hand_over = false;
+        while ready.is_none() {
             let pending = &self.up.pending()[forward..];
+            if self.up_scanner.at_boundary() {
+                if let Some(header) = read_header(pending, DEFAULT_MESSAGE_SIZE_MAX)? {
+                    if self.hand_over_before(header.tag, header.frame_len(), forward) {
+                        hand_over = true;
+                        break;
+                    }
+                }
+            }
             match self.up_scanner.next(pending, self.up.capacity(), DEFAULT_MESSAGE_SIZE_MAX)? {
                 Step::Message(header) => {
-                    forward += header.frame_len();
                     if header.tag == b'Z' {
-                        self.answer_bytes = 0;
+                        ready = TransactionStatus::from_byte(pending[HEADER_LEN]);
                     }
+                    forward += header.frame_len();
                 }
                 Step::LargeStart { chunk_len, .. } | Step::Continuation { chunk_len, .. } => forward += chunk_len,
                 Step::NeedMore => break,
             }
         }
         if forward > 0 {
-            self.link
-                .write_all(&self.up.pending()[..forward])
-                .await
-                .map_err(|e| DispatchError::io("writing to the dispatcher", e))?;
+            let bytes = &self.up.pending()[..forward];
+            match self.client.as_mut() {
+                Some(client) => {
+                    client.write_all(bytes).await.map_err(|e| DispatchError::io("writing to the client", e))?
+                }
+                None => {
+                    self.link.write_all(bytes).await.map_err(|e| DispatchError::io("writing to the dispatcher", e))?
+                }
+            }
             self.answer_bytes += forward as u64;
             self.up.consume(forward);
         }
+        if hand_over {
+            self.awaiting_socket = true;
+            let offset = self.answer_bytes;
+            return self.send_control(&Control::HandOverAt { offset }).await;
+        }
+        if let Some(status) = ready {
+            if self.client.is_some() {
+                self.hand_back(status).await?;
+            }
+            self.delivery = Delivery::Relay;
+            self.answer_bytes = 0;
+        }
         Ok(())
+    }
+
+    /// Gives the client's connection back to the dispatcher (see the module diagram).
+    async fn hand_back(&mut self, status: TransactionStatus) -> Result<()> {
+        let client = self.client.take().expect("hand_back runs only while the agent owns the client");
+        let drain_wait = Duration::from_millis(self.config.settings.drain_wait_ms);
+        handover::wait_drained(client.as_raw_fd(), drain_wait).await;
+        if handover::recv_queue_len(client.as_raw_fd()).unwrap_or(0) == 0 {
+            // The client's next request, if it comes soon, is safest inside the connection.
+            let wait = Duration::from_millis(self.config.settings.handback_wait_ms);
+            let _ = tokio::time::timeout(wait, client.readable()).await;
+        }
+        self.send_control(&Control::ReturnReady).await?;
+        self.wait_for_blocked().await?;
+        // Closed still in repair mode: neither FIN nor RST reaches the client.
+        let state = handover::export_tokio(client);
+        let mut encoded = Vec::new();
+        if let Ok(state) = &state {
+            state.encode(&mut encoded);
+        }
+        let answer_bytes = self.answer_bytes;
+        self.send_control(&Control::Returned { status, answer_bytes, state: &encoded }).await?;
+        state.map(|_| ())
+    }
+
+    /// Reads the link until the dispatcher confirms the flow is blocked.
+    async fn wait_for_blocked(&mut self) -> Result<()> {
+        let header = self.down.read_message(&mut self.link, "the dispatcher").await?;
+        let control = (header.tag == CONTROL_TAG).then(|| Control::decode(self.down.body(header)));
+        let blocked = matches!(control, Some(Ok(Control::Blocked)));
+        self.down.consume(header.frame_len());
+        if blocked {
+            Ok(())
+        } else {
+            Err(DispatchError::Protocol("expected Blocked from the dispatcher".into()))
+        }
     }
 }

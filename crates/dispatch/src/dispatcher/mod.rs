@@ -17,10 +17,11 @@
 mod backend;
 mod health;
 mod session;
+mod transfer;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::net::TcpListener;
@@ -28,10 +29,11 @@ use tokio::sync::{watch, Semaphore};
 
 pub use backend::{BackendState, Link};
 
-use crate::config::ValidDispatcherConfig;
+use crate::config::{Policy, ValidDispatcherConfig};
 use crate::error::{DispatchError, Result};
 use crate::routing::{pick_replica, Candidate};
 use crate::runtime::{self, Running};
+use crate::steer::Switch;
 
 /// Most function names whose volatility the dispatcher remembers.
 const VOLATILITY_CACHE_MAX: usize = 4096;
@@ -45,10 +47,32 @@ pub struct Shared {
     /// Function name → volatile? (from pg_proc on the primary).
     volatility: Mutex<HashMap<String, bool>>,
     clients: Arc<Semaphore>,
+    /// The switch's steering table (hand-over policies only).
+    pub switch: Option<Switch>,
+    /// Statement fingerprint → bytes of its last answer (hybrid policy).
+    history: Mutex<HashMap<u64, u64>>,
+    pub stats: Stats,
+}
+
+/// Counters the tests and the benchmark read.
+#[derive(Default)]
+pub struct Stats {
+    /// Connections handed to an agent (upfront or on demand).
+    pub handovers: AtomicU64,
+    /// Of those, moves an agent asked for in the middle of an answer.
+    pub on_demand: AtomicU64,
+    /// Connections returned by agents.
+    pub handbacks: AtomicU64,
+    /// Imports an agent refused (the answer was relayed instead).
+    pub import_failures: AtomicU64,
+    /// Sessions that ended because the agent owning their connection went away.
+    pub lost_while_away: AtomicU64,
+    /// Sessions whose client closed while an agent owned the connection (it cannot move).
+    pub closed_while_away: AtomicU64,
 }
 
 impl Shared {
-    fn new(config: ValidDispatcherConfig) -> Self {
+    fn new(config: ValidDispatcherConfig, switch: Option<Switch>) -> Self {
         let settings = &config.settings;
         let backends = config
             .backends
@@ -57,7 +81,29 @@ impl Shared {
             .map(|(id, spec)| BackendState::new(id, spec.clone(), settings.link_idle_max, settings.source_addr))
             .collect();
         let clients = Arc::new(Semaphore::new(settings.clients_max));
-        Shared { config, backends, turn: AtomicUsize::new(0), volatility: Mutex::new(HashMap::new()), clients }
+        Shared {
+            config,
+            backends,
+            turn: AtomicUsize::new(0),
+            volatility: Mutex::new(HashMap::new()),
+            clients,
+            switch,
+            history: Mutex::new(HashMap::new()),
+            stats: Stats::default(),
+        }
+    }
+
+    /// Bytes the last answer of a statement with this fingerprint had.
+    fn predicted_bytes(&self, fingerprint: u64) -> Option<u64> {
+        self.history.lock().unwrap_or_else(|p| p.into_inner()).get(&fingerprint).copied()
+    }
+
+    fn remember_bytes(&self, fingerprint: u64, bytes: u64) {
+        let mut history = self.history.lock().unwrap_or_else(|p| p.into_inner());
+        if history.len() >= self.config.settings.size_history_max {
+            history.clear();
+        }
+        history.insert(fingerprint, bytes);
     }
 
     /// The replica for a read: healthy, fresh enough, fewest outstanding requests.
@@ -114,7 +160,11 @@ async fn serve(
         .await
         .map_err(|e| DispatchError::io(format!("dispatcher binding {}", config.listen_addr), e))?;
     let local_addr = listener.local_addr().map_err(|e| DispatchError::io("dispatcher listen address", e))?;
-    let shared = Arc::new(Shared::new(config));
+    let switch = match (&config.settings.policy, &config.settings.steer_namespace) {
+        (Policy::Relay, _) | (_, None) => None,
+        (_, Some(namespace)) => Some(Switch::attach(namespace, &config.settings.steer_ports)?),
+    };
+    let shared = Arc::new(Shared::new(config, switch));
     for id in 0..shared.backends.len() {
         tokio::spawn(health::watch_backend(shared.clone(), id, stop.clone()));
     }

@@ -22,9 +22,12 @@ use tokio::net::TcpStream;
 use tokio::sync::OwnedSemaphorePermit;
 
 use super::health::query_single_value;
+use super::transfer::{self, Moved};
 use super::{Link, Shared};
 use crate::buffer::{closed, Buffer};
+use crate::config::Policy;
 use crate::error::{DispatchError, Result};
+use crate::link::{Control, Delivery, CONTROL_TAG};
 use crate::routing::{self, Kind, Route, RouteHint};
 
 /// Bytes of a client's buffer: the largest request (one Query, or Parse…Sync) the dispatcher
@@ -37,7 +40,10 @@ const READ_ATTEMPTS_MAX: usize = 2;
 
 /// The client's socket and buffers.
 struct Client {
-    stream: TcpStream,
+    /// `None` while a backend's agent owns the connection.
+    stream: Option<TcpStream>,
+    /// The client's address: its flow's key in the switch's steering table.
+    peer: SocketAddr,
     /// Answer bytes written so far (a failed request can be retried only while this is unchanged).
     written: u64,
     buffer: Buffer,
@@ -46,15 +52,24 @@ struct Client {
 }
 
 impl Client {
+    fn stream(&mut self) -> &mut TcpStream {
+        self.stream.as_mut().expect("the dispatcher owns the client connection outside a hand-over")
+    }
+
     async fn flush(&mut self) -> Result<()> {
         if !self.out.is_empty() {
-            self.stream.write_all(&self.out).await.map_err(|e| DispatchError::io("writing to the client", e))?;
+            let stream = self.stream.as_mut().expect("the dispatcher owns the client connection outside a hand-over");
+            stream.write_all(&self.out).await.map_err(|e| DispatchError::io("writing to the client", e))?;
             self.out.clear();
         }
         Ok(())
     }
 
     async fn fatal(&mut self, code: &str, text: &str) {
+        if self.stream.is_none() {
+            // An agent owned the connection and lost it: nothing left to tell.
+            return;
+        }
         self.out.clear();
         build::error_with_code(&mut self.out, Severity::Fatal, code, text);
         let _ = self.flush().await;
@@ -64,7 +79,8 @@ impl Client {
         if self.buffer.spare().is_empty() {
             return Err(DispatchError::Protocol("request larger than the dispatcher's buffer".into()));
         }
-        match self.buffer.read_from(&mut self.stream).await {
+        let stream = self.stream.as_mut().expect("the dispatcher owns the client connection outside a hand-over");
+        match self.buffer.read_from(stream).await {
             Ok(0) => Err(closed("the client")),
             Ok(_) => Ok(()),
             Err(e) => Err(DispatchError::io("reading from the client", e)),
@@ -81,7 +97,8 @@ pub async fn serve_client(
 ) {
     let _ = stream.set_nodelay(true);
     let client = Client {
-        stream,
+        stream: Some(stream),
+        peer,
         written: 0,
         buffer: Buffer::with_capacity(REQUEST_BYTES_MAX),
         scanner: Scanner::new(),
@@ -197,7 +214,7 @@ async fn login(shared: &Arc<Shared>, mut client: Client, admitted: bool) -> Resu
             client.buffer.consume(used);
             match request {
                 Some(request) => break request,
-                None => client.stream.write_all(b"N").await.map_err(|e| DispatchError::io("refusing SSL", e))?,
+                None => client.stream().write_all(b"N").await.map_err(|e| DispatchError::io("refusing SSL", e))?,
             }
             continue;
         }
@@ -431,8 +448,10 @@ impl Session {
         let backend = &shared.backends[backend_id];
         backend.outstanding.fetch_add(1, Ordering::Relaxed);
         backend.requests.fetch_add(1, Ordering::Relaxed);
+        let plan = self.plan(request, backend_id, setting.is_none());
+        let retry_allowed = retry_allowed && plan.delivery != Delivery::Direct;
         let written_before = self.client.written;
-        let outcome = self.send_and_relay(&mut link, request, retry_allowed).await;
+        let outcome = self.send_and_relay(&mut link, request, retry_allowed, &plan).await;
         backend.outstanding.fetch_sub(1, Ordering::Relaxed);
         let answer = match outcome {
             Ok(answer) => answer,
@@ -460,13 +479,49 @@ impl Session {
         Ok(Ran::Done)
     }
 
-    /// Sends the request and relays its answer. When a retry is allowed the request stays in
-    /// the client buffer until the first answer byte arrives.
-    async fn send_and_relay(&mut self, link: &mut Link, request: &Request, retry_allowed: bool) -> Result<Answer> {
-        link.stream
-            .write_all(&self.client.buffer.pending()[..request.len])
-            .await
-            .map_err(|e| DispatchError::io("sending a request to the agent", e))?;
+    /// How the answer to `request` on backend `backend_id` should travel.
+    fn plan(&self, request: &Request, backend_id: usize, plain: bool) -> Plan {
+        let relay = Plan { delivery: Delivery::Relay, threshold: u64::MAX, fingerprint: None, mac: None };
+        let settings = &self.shared.config.settings;
+        let RequestKind::Simple(sql) = &request.kind else { return relay };
+        let mac = self.shared.backends[backend_id].spec.mac;
+        let movable = plain
+            && self.shared.switch.is_some()
+            && self.status == TransactionStatus::Idle
+            && !self.sticky
+            && self.client.peer.is_ipv4()
+            && mac.is_some();
+        if !movable {
+            return relay;
+        }
+        let threshold = settings.handover_min_bytes;
+        let fingerprint = routing::fingerprint(sql);
+        let delivery = match settings.policy {
+            Policy::Relay => return relay,
+            Policy::Handover => Delivery::Direct,
+            Policy::Hybrid if self.shared.predicted_bytes(fingerprint).is_some_and(|b| b >= threshold) => {
+                Delivery::Direct
+            }
+            Policy::Hybrid => Delivery::OnDemand,
+        };
+        Plan { delivery, threshold, fingerprint: Some(fingerprint), mac }
+    }
+
+    /// Sends the request and delivers its answer as planned. When a retry is allowed the
+    /// request stays in the client buffer until the first answer byte arrives.
+    async fn send_and_relay(
+        &mut self,
+        link: &mut Link,
+        request: &Request,
+        retry_allowed: bool,
+        plan: &Plan,
+    ) -> Result<Answer> {
+        let mut out = Vec::with_capacity(request.len + 16);
+        if plan.delivery != Delivery::Relay {
+            Control::Request { delivery: plan.delivery, threshold: plan.threshold }.encode(&mut out);
+        }
+        out.extend_from_slice(&self.client.buffer.pending()[..request.len]);
+        link.stream.write_all(&out).await.map_err(|e| DispatchError::io("sending a request to the agent", e))?;
         if retry_allowed {
             let count = link
                 .buffer
@@ -478,7 +533,49 @@ impl Session {
             }
         }
         self.client.buffer.consume(request.len);
-        relay_answer(link, &mut self.client, request.answers).await
+        let written_before = self.client.written;
+        let mut direct = plan.delivery == Delivery::Direct;
+        loop {
+            if direct {
+                let peer = match self.client.peer {
+                    SocketAddr::V4(peer) => peer,
+                    SocketAddr::V6(_) => unreachable!("plan() hands over IPv4 clients only"),
+                };
+                let mac = plan.mac.expect("plan() hands over only to backends with a MAC");
+                match transfer::hand_over(&self.shared, &mut self.client.stream, peer, link, mac).await? {
+                    Moved::Away => {
+                        let returned = transfer::take_back(&self.shared, &mut self.client.stream, peer, link).await?;
+                        self.remember(plan, returned.answer_bytes);
+                        if returned.closed {
+                            return Err(closed("the client (while away)"));
+                        }
+                        return Ok(Answer { status: returned.status, failed: false });
+                    }
+                    Moved::Refused => {}
+                }
+            }
+            match relay_answer(link, &mut self.client, request.answers).await? {
+                Relayed::Done(answer) => {
+                    self.remember(plan, self.client.written - written_before);
+                    return Ok(answer);
+                }
+                Relayed::HandOverAt(offset) => {
+                    let relayed = self.client.written - written_before;
+                    if offset != relayed {
+                        let text = format!("agent asks for the connection at byte {offset}, {relayed} were relayed");
+                        return Err(DispatchError::Protocol(text));
+                    }
+                    self.shared.stats.on_demand.fetch_add(1, Ordering::Relaxed);
+                    direct = true;
+                }
+            }
+        }
+    }
+
+    fn remember(&self, plan: &Plan, answer_bytes: u64) {
+        if let Some(fingerprint) = plan.fingerprint {
+            self.shared.remember_bytes(fingerprint, answer_bytes);
+        }
     }
 }
 
@@ -488,6 +585,22 @@ enum Ran {
     Retry(DispatchError),
 }
 
+/// How an answer travels.
+struct Plan {
+    delivery: Delivery,
+    threshold: u64,
+    /// Set when the answer's size should be remembered (hand-over policies).
+    fingerprint: Option<u64>,
+    mac: Option<[u8; 6]>,
+}
+
+/// Where relaying stopped.
+enum Relayed {
+    Done(Answer),
+    /// The agent asks for the connection after this many answer bytes.
+    HandOverAt(u64),
+}
+
 /// How an answer ended.
 struct Answer {
     status: TransactionStatus,
@@ -495,16 +608,19 @@ struct Answer {
     failed: bool,
 }
 
-/// Relays the link's answer to the client until `answers` ReadyForQuery messages passed.
-async fn relay_answer(link: &mut Link, client: &mut Client, answers: u32) -> Result<Answer> {
+/// Relays the link's answer to the client until `answers` ReadyForQuery messages passed, or
+/// until the agent asks for the connection.
+async fn relay_answer(link: &mut Link, client: &mut Client, answers: u32) -> Result<Relayed> {
     let mut remaining = answers;
     let mut answer = Answer { status: TransactionStatus::Idle, failed: false };
     loop {
         let mut forward = 0;
         let mut copy_in = false;
-        while remaining > 0 && !copy_in {
+        let mut control = None;
+        while remaining > 0 && !copy_in && control.is_none() {
             let pending = &link.buffer.pending()[forward..];
             match link.scanner.next(pending, link.buffer.capacity(), DEFAULT_MESSAGE_SIZE_MAX)? {
+                Step::Message(header) if header.tag == CONTROL_TAG => control = Some(header),
                 Step::Message(header) => {
                     match header.tag {
                         b'Z' => {
@@ -523,15 +639,25 @@ async fn relay_answer(link: &mut Link, client: &mut Client, answers: u32) -> Res
         }
         if forward > 0 {
             client
-                .stream
+                .stream()
                 .write_all(&link.buffer.pending()[..forward])
                 .await
                 .map_err(|e| DispatchError::io("writing to the client", e))?;
             client.written += forward as u64;
             link.buffer.consume(forward);
         }
+        if let Some(header) = control {
+            let offset = match Control::decode(link.buffer.body(header))? {
+                Control::HandOverAt { offset } => offset,
+                other => {
+                    return Err(DispatchError::Protocol(format!("unexpected control frame in an answer: {other:?}")))
+                }
+            };
+            link.buffer.consume(header.frame_len());
+            return Ok(Relayed::HandOverAt(offset));
+        }
         if remaining == 0 {
-            return Ok(answer);
+            return Ok(Relayed::Done(answer));
         }
         if copy_in {
             pump_copy_in(link, client).await?;

@@ -64,3 +64,57 @@ pub fn wait_until(timeout: Duration, what: &str, mut ready: impl FnMut() -> bool
     }
     Ok(())
 }
+
+use bypass_dispatch::config::Policy;
+use bypass_dispatch::dispatcher::DispatcherInfo;
+use bypass_dispatch::lab::{Lab, LabSpec, AGENT_PORT, SERVICE_PORT, VIP};
+use bypass_dispatch::services::LabPostgres;
+
+/// The whole lab: PostgreSQL and an agent on each backend, the dispatcher on the VIP.
+pub struct LabCluster {
+    pub dispatcher: Running<DispatcherInfo>,
+    pub agents: Vec<Running<SocketAddr>>,
+    pub postgres: Vec<LabPostgres>,
+    pub lab: Lab,
+}
+
+impl LabCluster {
+    pub fn start(tag: &str, policy: Policy, handover_min_bytes: u64) -> anyhow::Result<LabCluster> {
+        let lab = Lab::up_owned(LabSpec { name: unique_lab_name(tag), ..LabSpec::default() })?;
+        let mut postgres = Vec::new();
+        let mut agents = Vec::new();
+        for backend in lab.backends() {
+            postgres.push(LabPostgres::start(&backend.namespace, backend.address, None)?);
+            let config =
+                AgentConfig { listen_addr: format!("0.0.0.0:{AGENT_PORT}"), ..AgentConfig::default() }.validate()?;
+            agents.push(bypass_dispatch::agent::start(config, Some(backend.namespace.clone()))?);
+        }
+        let mut config = DispatcherConfig::default();
+        let settings = &mut config.dispatcher;
+        settings.listen_addr = format!("{VIP}:{SERVICE_PORT}");
+        settings.source_addr = Some(lab.dispatcher().address);
+        settings.policy = policy;
+        settings.handover_min_bytes = handover_min_bytes;
+        settings.steer_namespace = Some(lab.switch_namespace());
+        settings.steer_ports = lab.clients().iter().map(|c| c.switch_port.clone()).collect();
+        for backend in lab.backends() {
+            let entry = BackendEntry {
+                agent: format!("{}:{AGENT_PORT}", backend.address),
+                mac: Some(bypass_dispatch::lab::format_mac(backend.mac)),
+            };
+            config.backends.insert(backend.short.clone(), entry);
+        }
+        let replicas = lab.backends().iter().map(|b| b.short.clone()).collect();
+        config.databases.insert("*".into(), DatabaseEntry { primary: "be1".into(), replicas });
+        let dispatcher = bypass_dispatch::dispatcher::start(config.validate()?, Some(lab.dispatcher().namespace))?;
+        Ok(LabCluster { dispatcher, agents, postgres, lab })
+    }
+
+    pub fn service(&self) -> SocketAddr {
+        SocketAddr::from((VIP, SERVICE_PORT))
+    }
+
+    pub fn stat(&self, read: impl Fn(&bypass_dispatch::dispatcher::Stats) -> &std::sync::atomic::AtomicU64) -> u64 {
+        read(&self.dispatcher.ready.shared.stats).load(Ordering::Relaxed)
+    }
+}

@@ -1,0 +1,185 @@
+//! Moving a client's connection to a backend's agent and back — the dispatcher's half of the
+//! hand-over, in the safe order: the switch drops the client's packets whenever nobody owns the
+//! connection, so no kernel answers them with a reset.
+//!
+//! ```text
+//!  hand over: drain (client acked) ─► BLOCK ─► export, silent close ─► Socket ─► agent imports
+//!             ─► Imported ─► FORWARD to the backend's MAC          (ImportFailed: import here, PASS)
+//!  take back: ◄─ ReturnReady ─► BLOCK ─► Blocked ─► ◄─ Returned{state} ─► import here ─► PASS
+//! ```
+
+use std::net::SocketAddrV4;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use bypass_wire::TransactionStatus;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+
+use super::{Link, Shared};
+use crate::error::{DispatchError, Result};
+use crate::handover::{self, TcpState};
+use crate::link::{Control, CONTROL_TAG};
+use crate::steer::{Action, Switch};
+
+/// How the move went.
+pub enum Moved {
+    /// The agent owns the connection; the answer flows straight to the client.
+    Away,
+    /// The agent could not import it; it is back here and the answer comes relayed.
+    Refused,
+}
+
+/// What came back with the connection.
+pub struct Returned {
+    pub status: TransactionStatus,
+    pub answer_bytes: u64,
+    /// The client closed its side while away: the connection could not move and is gone.
+    pub closed: bool,
+}
+
+fn switch(shared: &Shared) -> Result<&Switch> {
+    shared.switch.as_ref().ok_or_else(|| DispatchError::Steering("hand-over without a steering table".into()))
+}
+
+/// Hands `stream` (the client's connection) to the agent behind `link`.
+pub async fn hand_over(
+    shared: &Shared,
+    stream: &mut Option<TcpStream>,
+    peer: SocketAddrV4,
+    link: &mut Link,
+    mac: [u8; 6],
+) -> Result<Moved> {
+    let switch = switch(shared)?;
+    let client = stream.take().expect("the dispatcher owns the connection it hands over");
+    let drain_wait = Duration::from_millis(shared.config.settings.drain_wait_ms);
+    handover::wait_drained(client.as_raw_fd(), drain_wait).await;
+    switch.set(peer, Action::Block)?;
+    let state = match handover::export_tokio(client) {
+        Ok(state) => state,
+        Err(error) => {
+            // The socket is gone (closed on the error path): so is the session.
+            switch.remove(peer)?;
+            return Err(error);
+        }
+    };
+    let mut frame = Vec::with_capacity(128 + state.recv_queue.len() + state.send_queue.len());
+    let mut encoded = Vec::new();
+    state.encode(&mut encoded);
+    Control::Socket(&encoded).encode(&mut frame);
+    let reply = match link.stream.write_all(&frame).await {
+        Ok(()) => read_control(link).await,
+        Err(error) => Err(DispatchError::io("sending the client's connection", error)),
+    };
+    match reply {
+        Ok(ControlKind::Imported) => {
+            switch.set(peer, Action::Forward { mac, drop_per_million: 0 })?;
+            shared.stats.handovers.fetch_add(1, Ordering::Relaxed);
+            Ok(Moved::Away)
+        }
+        Ok(ControlKind::ImportFailed) => {
+            shared.stats.import_failures.fetch_add(1, Ordering::Relaxed);
+            *stream = Some(bring_home(switch, peer, &state)?);
+            Ok(Moved::Refused)
+        }
+        Ok(ControlKind::ReturnReady) => {
+            *stream = Some(bring_home(switch, peer, &state)?);
+            Err(DispatchError::Protocol("agent answered a hand-over with ReturnReady".into()))
+        }
+        Err(error) => {
+            // The agent never took it: the connection is still ours to restore.
+            *stream = Some(bring_home(switch, peer, &state)?);
+            Err(error)
+        }
+    }
+}
+
+/// Waits for the agent to finish the answer and takes the connection back.
+pub async fn take_back(
+    shared: &Shared,
+    stream: &mut Option<TcpStream>,
+    peer: SocketAddrV4,
+    link: &mut Link,
+) -> Result<Returned> {
+    let switch = switch(shared)?;
+    let outcome = take_back_inner(switch, stream, peer, link).await;
+    match &outcome {
+        Ok(returned) if returned.closed => {
+            shared.stats.closed_while_away.fetch_add(1, Ordering::Relaxed);
+            let _ = switch.remove(peer);
+        }
+        Ok(_) => {
+            shared.stats.handbacks.fetch_add(1, Ordering::Relaxed);
+        }
+        Err(_) => {
+            // Nobody holds the sequence state any more: forget the flow, so the client's next
+            // segment reaches the dispatcher, whose kernel resets it.
+            shared.stats.lost_while_away.fetch_add(1, Ordering::Relaxed);
+            let _ = switch.remove(peer);
+        }
+    }
+    outcome
+}
+
+async fn take_back_inner(
+    switch: &Switch,
+    stream: &mut Option<TcpStream>,
+    peer: SocketAddrV4,
+    link: &mut Link,
+) -> Result<Returned> {
+    match read_control(link).await? {
+        ControlKind::ReturnReady => {}
+        other => return Err(DispatchError::Protocol(format!("expected ReturnReady, got {other:?}"))),
+    }
+    switch.set(peer, Action::Block)?;
+    let mut frame = Vec::with_capacity(8);
+    Control::Blocked.encode(&mut frame);
+    link.stream.write_all(&frame).await.map_err(|e| DispatchError::io("sending Blocked", e))?;
+    let header = link.buffer.read_message(&mut link.stream, "the agent").await?;
+    let returned = match (header.tag, Control::decode(link.buffer.body(header))) {
+        (CONTROL_TAG, Ok(Control::Returned { status, answer_bytes, state: &[] })) => Ok((status, answer_bytes, None)),
+        (CONTROL_TAG, Ok(Control::Returned { status, answer_bytes, state })) => {
+            TcpState::decode(state).map(|state| (status, answer_bytes, Some(state)))
+        }
+        _ => Err(DispatchError::Protocol("expected Returned from the agent".into())),
+    };
+    link.buffer.consume(header.frame_len());
+    let (status, answer_bytes, state) = returned?;
+    let Some(state) = state else {
+        return Ok(Returned { status, answer_bytes, closed: true });
+    };
+    *stream = Some(bring_home(switch, peer, &state)?);
+    Ok(Returned { status, answer_bytes, closed: false })
+}
+
+/// Imports the connection here and lets its packets pass to the dispatcher again.
+fn bring_home(switch: &Switch, peer: SocketAddrV4, state: &TcpState) -> Result<TcpStream> {
+    let stream = handover::import_tokio(state);
+    switch.remove(peer)?;
+    stream
+}
+
+/// The kinds of control frame the dispatcher waits for.
+#[derive(Debug)]
+enum ControlKind {
+    Imported,
+    ImportFailed,
+    ReturnReady,
+}
+
+async fn read_control(link: &mut Link) -> Result<ControlKind> {
+    let header = link.buffer.read_message(&mut link.stream, "the agent").await?;
+    let kind = if header.tag != CONTROL_TAG {
+        Err(DispatchError::Protocol(format!("expected a control frame, got message {:?}", header.tag as char)))
+    } else {
+        match Control::decode(link.buffer.body(header))? {
+            Control::Imported => Ok(ControlKind::Imported),
+            Control::ImportFailed => Ok(ControlKind::ImportFailed),
+            Control::ReturnReady => Ok(ControlKind::ReturnReady),
+            other => Err(DispatchError::Protocol(format!("unexpected control frame {other:?}"))),
+        }
+    };
+    link.buffer.consume(header.frame_len());
+    kind
+}
