@@ -390,6 +390,25 @@ fn repair_error(step: &'static str, source: impl Into<Box<dyn std::error::Error 
     DispatchError::Repair { step, source: std::io::Error::other(source) }
 }
 
+/// `TCP_CLOSE` and `TCP_CLOSE_WAIT` of the kernel's TCP states.
+pub const TCP_STATE_CLOSE: u8 = 7;
+pub const TCP_STATE_CLOSE_WAIT: u8 = 8;
+
+/// The kernel's TCP state of a socket (`tcpi_state`).
+pub fn tcp_state(fd: RawFd) -> Result<u8> {
+    let mut info = [0u8; 8];
+    get_raw(fd, libc::IPPROTO_TCP, libc::TCP_INFO, &mut info, "TCP_INFO")?;
+    Ok(info[0])
+}
+
+/// The first unread byte, if any, without consuming it.
+pub fn peek_first_byte(fd: RawFd) -> Option<u8> {
+    let mut byte = 0u8;
+    // SAFETY: the pointer and length describe `byte`, alive across the call.
+    let got = unsafe { libc::recv(fd, (&mut byte as *mut u8).cast(), 1, libc::MSG_PEEK | libc::MSG_DONTWAIT) };
+    (got == 1).then_some(byte)
+}
+
 /// Polls of a send queue before waiting between polls becomes a 1 ms sleep.
 const SPIN_POLLS_MAX: u32 = 200;
 

@@ -293,6 +293,32 @@ impl Drop for Lab {
     }
 }
 
+/// The kernel's TCP counters (`/proc/net/snmp` `Tcp:` and `/proc/net/netstat` `TcpExt:`) of a
+/// namespace, e.g. `OutRsts`, `RetransSegs`, `PAWSEstabRejected`.
+pub fn tcp_counters(namespace: &str) -> Result<std::collections::BTreeMap<String, u64>> {
+    netns::run_in(namespace, || {
+        let mut counters = std::collections::BTreeMap::new();
+        for file in ["snmp", "netstat"] {
+            // thread-self: the namespace of this thread, not of the process.
+            let path = format!("/proc/thread-self/net/{file}");
+            let text = std::fs::read_to_string(&path).map_err(|e| DispatchError::io(format!("reading {path}"), e))?;
+            let lines: Vec<&str> = text.lines().collect();
+            for pair in lines.chunks(2) {
+                let [names, values] = pair else { continue };
+                let (Some(("Tcp:" | "TcpExt:", names)), Some((_, values))) =
+                    (names.split_once(' '), values.split_once(' '))
+                else {
+                    continue;
+                };
+                for (name, value) in names.split_whitespace().zip(values.split_whitespace()) {
+                    counters.insert(name.to_string(), value.parse().unwrap_or(0));
+                }
+            }
+        }
+        Ok(counters)
+    })
+}
+
 /// Written last by a successful build.
 const COMPLETE_MARKER: &str = "complete";
 

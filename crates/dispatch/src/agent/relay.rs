@@ -242,6 +242,12 @@ impl<'a> LinkSession<'a> {
             let wait = Duration::from_millis(self.config.settings.handback_wait_ms);
             let _ = tokio::time::timeout(wait, client.readable()).await;
         }
+        if client_is_leaving(&client).await {
+            // A closing connection cannot move: finish the goodbye here, then tell the dispatcher.
+            close_gracefully(client).await;
+            let answer_bytes = self.answer_bytes;
+            return self.send_control(&Control::Returned { status, answer_bytes, state: &[] }).await;
+        }
         self.send_control(&Control::ReturnReady).await?;
         self.wait_for_blocked().await?;
         // Closed still in repair mode: neither FIN nor RST reaches the client.
@@ -266,5 +272,39 @@ impl<'a> LinkSession<'a> {
         } else {
             Err(DispatchError::Protocol("expected Blocked from the dispatcher".into()))
         }
+    }
+}
+
+/// How long a client that sent Terminate gets to close its side before its connection moves
+/// home anyway (Terminate and all).
+const GOODBYE_WAIT: Duration = Duration::from_millis(100);
+/// How long a graceful close may take before the socket is dropped regardless.
+const CLOSE_WAIT_MAX: Duration = Duration::from_secs(1);
+
+/// True when the client said Terminate and closed its side (the socket is in CLOSE_WAIT).
+async fn client_is_leaving(client: &TcpStream) -> bool {
+    let fd = client.as_raw_fd();
+    let said_goodbye = handover::peek_first_byte(fd) == Some(b'X');
+    let deadline = tokio::time::Instant::now() + if said_goodbye { GOODBYE_WAIT } else { Duration::ZERO };
+    loop {
+        if handover::tcp_state(fd).ok() == Some(handover::TCP_STATE_CLOSE_WAIT) {
+            return true;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+/// Sends our FIN and waits (bounded) for the client's last ACK while the switch still steers
+/// the flow here, so no segment of this connection ever reaches the dispatcher.
+async fn close_gracefully(client: TcpStream) {
+    let fd = client.as_raw_fd();
+    // SAFETY: shutdown only acts on the descriptor `client` keeps open.
+    unsafe { libc::shutdown(fd, libc::SHUT_WR) };
+    let deadline = tokio::time::Instant::now() + CLOSE_WAIT_MAX;
+    while handover::tcp_state(fd).ok() != Some(handover::TCP_STATE_CLOSE) && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(1)).await;
     }
 }

@@ -63,6 +63,8 @@ pub struct Stats {
     pub on_demand: AtomicU64,
     /// Connections returned by agents.
     pub handbacks: AtomicU64,
+    /// Of those, returns that carried the client's next request in the receive queue.
+    pub returned_with_request: AtomicU64,
     /// Imports an agent refused (the answer was relayed instead).
     pub import_failures: AtomicU64,
     /// Sessions that ended because the agent owning their connection went away.

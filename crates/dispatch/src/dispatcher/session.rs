@@ -230,18 +230,37 @@ async fn login(shared: &Arc<Shared>, mut client: Client, admitted: bool) -> Resu
             .await;
         return Ok(None);
     };
-    let backend = &shared.backends[primary];
-    let link = match backend.acquire(&user, &database).await {
-        Ok(link) => link,
-        Err(DispatchError::Server { code, message }) => {
-            client.fatal(&code, &message).await;
-            return Ok(None);
+    // The welcome comes from the primary, or from a replica while the primary is down.
+    let mut candidates = vec![primary];
+    candidates.extend(replicas.iter().copied().filter(|&r| r != primary));
+    let mut welcome = None;
+    let mut last_error = None;
+    for id in candidates {
+        let backend = &shared.backends[id];
+        if !backend.is_healthy() && id != primary {
+            continue;
         }
-        Err(error) => {
-            client.fatal(SqlState::CONNECTION_FAILURE.code(), &format!("primary unavailable: {error}")).await;
-            return Err(error);
+        match backend.acquire(&user, &database).await {
+            Ok(link) => {
+                welcome = Some((id, link));
+                break;
+            }
+            Err(DispatchError::Server { code, message }) if !is_connection_error_code(&code) => {
+                client.fatal(&code, &message).await;
+                return Ok(None);
+            }
+            Err(error) => {
+                backend.ban(&error);
+                last_error = Some(error);
+            }
         }
+    }
+    let Some((backend_id, link)) = welcome else {
+        let text = format!("no backend available: {}", last_error.map(|e| e.to_string()).unwrap_or_default());
+        client.fatal(SqlState::CONNECTION_FAILURE.code(), &text).await;
+        return Ok(None);
     };
+    let backend = &shared.backends[backend_id];
     build::authentication(&mut client.out, &Authentication::Ok);
     for (name, value) in &link.welcome.parameters {
         build::parameter_status(&mut client.out, name.as_bytes(), value.as_bytes());
@@ -715,9 +734,14 @@ fn is_connection_error(error: &DispatchError) -> bool {
     match error {
         DispatchError::Io { .. } => true,
         // The agent could not log in to its server: the server is down or refusing.
-        DispatchError::Server { code, .. } => code.starts_with("08") || code.starts_with("57P"),
+        DispatchError::Server { code, .. } => is_connection_error_code(code),
         _ => false,
     }
+}
+
+/// SQLSTATEs of a server that is down or going down rather than of a bad statement.
+fn is_connection_error_code(code: &str) -> bool {
+    code.starts_with("08") || code.starts_with("57P")
 }
 
 /// Finds one whole request at the start of `pending`, or `None` when more bytes are needed.

@@ -37,6 +37,8 @@ pub struct Returned {
     pub answer_bytes: u64,
     /// The client closed its side while away: the connection could not move and is gone.
     pub closed: bool,
+    /// The client's next request came home in the connection's receive queue.
+    pub with_request: bool,
 }
 
 fn switch(shared: &Shared) -> Result<&Switch> {
@@ -83,9 +85,9 @@ pub async fn hand_over(
             *stream = Some(bring_home(switch, peer, &state)?);
             Ok(Moved::Refused)
         }
-        Ok(ControlKind::ReturnReady) => {
+        Ok(other @ (ControlKind::ReturnReady | ControlKind::Closed { .. })) => {
             *stream = Some(bring_home(switch, peer, &state)?);
-            Err(DispatchError::Protocol("agent answered a hand-over with ReturnReady".into()))
+            Err(DispatchError::Protocol(format!("agent answered a hand-over with {other:?}")))
         }
         Err(error) => {
             // The agent never took it: the connection is still ours to restore.
@@ -109,8 +111,11 @@ pub async fn take_back(
             shared.stats.closed_while_away.fetch_add(1, Ordering::Relaxed);
             let _ = switch.remove(peer);
         }
-        Ok(_) => {
+        Ok(returned) => {
             shared.stats.handbacks.fetch_add(1, Ordering::Relaxed);
+            if returned.with_request {
+                shared.stats.returned_with_request.fetch_add(1, Ordering::Relaxed);
+            }
         }
         Err(_) => {
             // Nobody holds the sequence state any more: forget the flow, so the client's next
@@ -130,6 +135,9 @@ async fn take_back_inner(
 ) -> Result<Returned> {
     match read_control(link).await? {
         ControlKind::ReturnReady => {}
+        ControlKind::Closed { status, answer_bytes } => {
+            return Ok(Returned { status, answer_bytes, closed: true, with_request: false })
+        }
         other => return Err(DispatchError::Protocol(format!("expected ReturnReady, got {other:?}"))),
     }
     switch.set(peer, Action::Block)?;
@@ -147,10 +155,12 @@ async fn take_back_inner(
     link.buffer.consume(header.frame_len());
     let (status, answer_bytes, state) = returned?;
     let Some(state) = state else {
-        return Ok(Returned { status, answer_bytes, closed: true });
+        return Ok(Returned { status, answer_bytes, closed: true, with_request: false });
     };
+    let with_request = !state.recv_queue.is_empty();
+
     *stream = Some(bring_home(switch, peer, &state)?);
-    Ok(Returned { status, answer_bytes, closed: false })
+    Ok(Returned { status, answer_bytes, closed: false, with_request })
 }
 
 /// Imports the connection here and lets its packets pass to the dispatcher again.
@@ -166,6 +176,11 @@ enum ControlKind {
     Imported,
     ImportFailed,
     ReturnReady,
+    /// The client closed while away; the agent finished the close.
+    Closed {
+        status: TransactionStatus,
+        answer_bytes: u64,
+    },
 }
 
 async fn read_control(link: &mut Link) -> Result<ControlKind> {
@@ -177,6 +192,7 @@ async fn read_control(link: &mut Link) -> Result<ControlKind> {
             Control::Imported => Ok(ControlKind::Imported),
             Control::ImportFailed => Ok(ControlKind::ImportFailed),
             Control::ReturnReady => Ok(ControlKind::ReturnReady),
+            Control::Returned { status, answer_bytes, state: &[] } => Ok(ControlKind::Closed { status, answer_bytes }),
             other => Err(DispatchError::Protocol(format!("unexpected control frame {other:?}"))),
         }
     };

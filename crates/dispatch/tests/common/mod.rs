@@ -79,7 +79,17 @@ pub struct LabCluster {
 }
 
 impl LabCluster {
+    /// Primary be1, replicas be1 and be2.
     pub fn start(tag: &str, policy: Policy, handover_min_bytes: u64) -> anyhow::Result<LabCluster> {
+        LabCluster::start_with(tag, policy, handover_min_bytes, &["be1", "be2"])
+    }
+
+    pub fn start_with(
+        tag: &str,
+        policy: Policy,
+        handover_min_bytes: u64,
+        replicas: &[&str],
+    ) -> anyhow::Result<LabCluster> {
         let lab = Lab::up_owned(LabSpec { name: unique_lab_name(tag), ..LabSpec::default() })?;
         let mut postgres = Vec::new();
         let mut agents = Vec::new();
@@ -104,7 +114,7 @@ impl LabCluster {
             };
             config.backends.insert(backend.short.clone(), entry);
         }
-        let replicas = lab.backends().iter().map(|b| b.short.clone()).collect();
+        let replicas = replicas.iter().map(|r| r.to_string()).collect();
         config.databases.insert("*".into(), DatabaseEntry { primary: "be1".into(), replicas });
         let dispatcher = bypass_dispatch::dispatcher::start(config.validate()?, Some(lab.dispatcher().namespace))?;
         Ok(LabCluster { dispatcher, agents, postgres, lab })
@@ -114,7 +124,23 @@ impl LabCluster {
         SocketAddr::from((VIP, SERVICE_PORT))
     }
 
+    pub fn shared(&self) -> &bypass_dispatch::dispatcher::Shared {
+        &self.dispatcher.ready.shared
+    }
+
     pub fn stat(&self, read: impl Fn(&bypass_dispatch::dispatcher::Stats) -> &std::sync::atomic::AtomicU64) -> u64 {
         read(&self.dispatcher.ready.shared.stats).load(Ordering::Relaxed)
     }
+}
+
+/// TCP resets sent in every host namespace of the lab, with the PAWS rejections.
+pub fn resets(lab: &Lab) -> anyhow::Result<(u64, u64)> {
+    let mut resets = 0;
+    let mut paws = 0;
+    for host in lab.hosts() {
+        let counters = bypass_dispatch::lab::tcp_counters(&host.namespace)?;
+        resets += counters.get("OutRsts").copied().unwrap_or(0);
+        paws += counters.get("PAWSEstabRejected").copied().unwrap_or(0);
+    }
+    Ok((resets, paws))
 }
