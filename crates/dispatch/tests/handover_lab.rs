@@ -179,3 +179,42 @@ fn a_backend_killed_mid_result_fails_only_its_client() -> anyhow::Result<()> {
     })?;
     Ok(())
 }
+
+// Goal: the hybrid policy relays small answers, takes over on demand at the exact byte offset
+// where an unknown answer passes the threshold, and hands over upfront once it has seen the
+// statement's answers are large. Method: one connection; 4 KB, then 4 MB twice, then 4 KB
+// twice, with a 256 KB threshold; read the dispatcher's counters after each step.
+#[test]
+fn hybrid_relays_small_answers_and_hands_over_large_ones() -> anyhow::Result<()> {
+    use bypass_dispatch::payload::{query, Verifier};
+    let cluster = LabCluster::start("hh", Policy::Hybrid, 256 * 1024)?;
+    let service = cluster.service();
+    let shared = cluster.dispatcher.ready.shared.clone();
+    let counters = move || {
+        let s = &shared.stats;
+        let read = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
+        (read(&s.handovers), read(&s.on_demand))
+    };
+    let steps = bypass_dispatch::netns::run_in(&cluster.lab.client(1).namespace, move || {
+        let mut connection = bypass_dispatch::pgclient::PgConnection::connect(
+            service,
+            LoginRequest::trust("postgres", "postgres"),
+            Duration::from_secs(30),
+        )?;
+        let mut seen = Vec::new();
+        for (seed, size) in [(1u64, 4096u64), (2, 4 << 20), (3, 4 << 20), (4, 4096), (5, 4096)] {
+            connection.send_query(&query(seed, size))?;
+            assert_eq!(connection.read_payload(&mut Verifier::new(seed, seed, size))?, size);
+            // The connection may still be on its way home: wait for it before reading counters.
+            std::thread::sleep(Duration::from_millis(50));
+            seen.push(counters());
+        }
+        Ok(seen)
+    })?;
+    assert_eq!(steps[0], (0, 0), "a small unknown answer is relayed");
+    assert_eq!(steps[1], (1, 1), "a large unknown answer is taken over on demand");
+    assert_eq!(steps[2], (2, 1), "a statement known to answer large is handed over upfront");
+    assert_eq!(steps[3], (3, 1), "its next answer is predicted large (and learned small)");
+    assert_eq!(steps[4], (3, 1), "once learned small, it is relayed again");
+    Ok(())
+}
