@@ -103,6 +103,10 @@ impl Host {
         let seed = config.seed ^ (me as u64).wrapping_mul(0x9E37_79B9);
         let history = config.history_dir.as_ref().map(|dir| History::new(dir, me));
         let crash = config.crash.filter(|crash| crash.host == me && crash.point != CrashPoint::BeforeFsync);
+        // Transaction ids must never repeat across restarts (recovery matches writes to commit
+        // records by id): each run numbers from its starting epoch, above every earlier epoch.
+        let start_epoch = region.header().global_epoch.load(Ordering::Acquire);
+        assert!(start_epoch < 1 << 24, "epoch {start_epoch} leaves no room in transaction ids");
         Ok(Host {
             me,
             swcc: Swcc::new(config.effective_backend().build(seed)),
@@ -131,7 +135,7 @@ impl Host {
             receive_buffer: Vec::new(),
             send_buffer: Vec::new(),
             next_request: 0,
-            txn_seq: 0,
+            txn_seq: start_epoch << 32,
             pending_acks: VecDeque::new(),
             driver_totals: (0, 0),
             config,

@@ -192,6 +192,12 @@ impl Pod {
     /// Warm-up, measurement, stop, exit: the whole run after `start`.
     pub fn drive(&mut self) -> Result<RunReport> {
         self.wait_ready()?;
+        if self.config.warmup_ms == 0 && self.config.measure_ms == 0 {
+            // Nothing to run (a recovery check): hosts go straight to their post-run checks.
+            self.set_phase(Phase::Stop);
+            self.wait_finished()?;
+            return Ok(self.report());
+        }
         self.set_phase(Phase::Warmup);
         self.watch(Duration::from_millis(self.config.warmup_ms))?;
         self.set_phase(Phase::Measure);
