@@ -24,7 +24,7 @@ use crate::expr::{evaluate, BinaryOp, Expr};
 use crate::joins::split_conjuncts;
 use crate::plan::{AggregateCall, AggregateFunction, Plan};
 use crate::runtime::Runtime;
-use crate::storage::{ChunkData, Table};
+use crate::storage::{ChunkData, ColumnChunk, Table};
 use crate::types::{DataType, Value};
 use crate::vector::{Batch, Data, Vector};
 
@@ -121,13 +121,20 @@ impl CompiledAggregate {
                         mask: arena.alloc_slice_fill_copy(BLOCK_ROWS, 0u8),
                         selection: arena.alloc_slice_fill_copy(BLOCK_ROWS, 0u32),
                         group_ids: arena.alloc_slice_fill_copy(BLOCK_ROWS, 0u32),
+                        lanes: arena.alloc_slice_fill_copy(self.group_slots * LANES, 0i64),
                     };
                     self.run_morsel(morsel, &mut scratch, &mut accumulators);
                 }
                 None => {
                     let (mut mask, mut selection, mut group_ids) =
                         (vec![0u8; BLOCK_ROWS], vec![0u32; BLOCK_ROWS], vec![0u32; BLOCK_ROWS]);
-                    let mut scratch = Scratch { mask: &mut mask, selection: &mut selection, group_ids: &mut group_ids };
+                    let mut lanes = vec![0i64; self.group_slots * LANES];
+                    let mut scratch = Scratch {
+                        mask: &mut mask,
+                        selection: &mut selection,
+                        group_ids: &mut group_ids,
+                        lanes: &mut lanes,
+                    };
                     self.run_morsel(morsel, &mut scratch, &mut accumulators);
                 }
             });
@@ -150,6 +157,7 @@ impl CompiledAggregate {
 
     fn run_morsel(&self, morsel: usize, scratch: &mut Scratch<'_>, accumulators: &mut Accumulators) {
         let chunk = &self.table.chunks[morsel];
+        let narrow: Vec<bool> = self.calls.iter().map(|c| fits_i64(&c.factors, &chunk.columns)).collect();
         for start in (0..chunk.rows).step_by(BLOCK_ROWS) {
             let end = (start + BLOCK_ROWS).min(chunk.rows);
             let rows = end - start;
@@ -158,32 +166,73 @@ impl CompiledAggregate {
             for predicate in &self.predicates {
                 apply_predicate(predicate, &chunk.columns, start, end, mask);
             }
-            let selected = compact(mask, scratch.selection);
-            let selection = &scratch.selection[..selected];
+            let selected = mask.iter().map(|&m| usize::from(m)).sum::<usize>();
             if selected == 0 {
                 continue;
             }
-            let group_ids = &mut scratch.group_ids[..selected];
-            self.group_ids(&chunk.columns, start, selection, group_ids);
-            for &g in group_ids.iter() {
-                accumulators.counts[g as usize] += 1;
-            }
-            for (call, sums) in self.calls.iter().zip(&mut accumulators.sums) {
-                if !call.factors.is_empty() {
-                    accumulate(&call.factors, &chunk.columns, start, selection, group_ids, sums);
+            // Dense blocks multiply by the mask instead of gathering through a selection.
+            let dense = selected * 2 > rows;
+            let selection: &[u32] = if dense {
+                &[]
+            } else {
+                let count = compact(mask, scratch.selection);
+                &scratch.selection[..count]
+            };
+            let active = if dense { rows } else { selected };
+            let group_ids = &mut scratch.group_ids[..active];
+            self.group_ids(&chunk.columns, start, dense.then_some(rows), selection, group_ids);
+            let lanes = &mut scratch.lanes[..self.group_slots * LANES];
+            lanes.fill(0);
+            let ones = Factor { column: usize::MAX, offset: 1, sign: 0 };
+            let block = Block { start, mask, selection, group_ids, dense };
+            block.sum::<0>(&[], [ones; 3], lanes);
+            fold_lanes(lanes, &mut accumulators.counts);
+            for ((call, sums), &narrow) in self.calls.iter().zip(&mut accumulators.sums).zip(&narrow) {
+                if call.factors.is_empty() {
+                    continue;
+                }
+                if narrow {
+                    lanes.fill(0);
+                    block.sum_factors(&call.factors, &chunk.columns, lanes);
+                    fold_lanes_wide(lanes, sums);
+                } else {
+                    let selection = if dense { compact_owned(mask) } else { selection.to_vec() };
+                    let wide_groups = if dense {
+                        selection.iter().map(|&r| group_ids[r as usize]).collect()
+                    } else {
+                        group_ids.to_vec()
+                    };
+                    accumulate(&call.factors, &chunk.columns, start, &selection, &wide_groups, sums);
                 }
             }
         }
     }
 
-    fn group_ids(&self, columns: &[crate::storage::ColumnChunk], start: usize, selection: &[u32], out: &mut [u32]) {
+    /// Group slot per active row: every row of a dense block, else the selected rows.
+    fn group_ids(
+        &self,
+        columns: &[ColumnChunk],
+        start: usize,
+        dense_rows: Option<usize>,
+        selection: &[u32],
+        out: &mut [u32],
+    ) {
         out.fill(0);
         let mut stride = 1u32;
         for &(column, size) in &self.groups {
             let ChunkData::Text(codes) = &columns[column].data else { unreachable!("group columns are text") };
-            let codes = &codes[start..];
-            for (g, &row) in out.iter_mut().zip(selection) {
-                *g += codes[row as usize] * stride;
+            match dense_rows {
+                Some(rows) => {
+                    for (g, &code) in out.iter_mut().zip(&codes[start..start + rows]) {
+                        *g += code * stride;
+                    }
+                }
+                None => {
+                    let codes = &codes[start..];
+                    for (g, &row) in out.iter_mut().zip(selection) {
+                        *g += codes[row as usize] * stride;
+                    }
+                }
             }
             stride *= size as u32;
         }
@@ -220,6 +269,85 @@ struct Scratch<'a> {
     mask: &'a mut [u8],
     selection: &'a mut [u32],
     group_ids: &'a mut [u32],
+    /// LANES partial sums per group slot (independent chains so updates overlap).
+    lanes: &'a mut [i64],
+}
+
+/// Independent accumulators per group: consecutive rows of one group add into different
+/// lanes, so the additions do not wait on each other.
+const LANES: usize = 4;
+
+/// One block's rows: selected through `mask` (dense) or listed in `selection`.
+struct Block<'b> {
+    start: usize,
+    mask: &'b [u8],
+    selection: &'b [u32],
+    group_ids: &'b [u32],
+    dense: bool,
+}
+
+impl Block<'_> {
+    fn sum_factors(&self, factors: &[Factor], columns: &[ColumnChunk], lanes: &mut [i64]) {
+        let slice = |f: &Factor| -> &[i64] {
+            let ChunkData::I64(v) = &columns[f.column].data else { unreachable!("checked at compile time") };
+            &v[self.start..]
+        };
+        match factors {
+            [a] => self.sum::<1>(&[slice(a)], [*a, *a, *a], lanes),
+            [a, b] => self.sum::<2>(&[slice(a), slice(b)], [*a, *b, *b], lanes),
+            [a, b, c] => self.sum::<3>(&[slice(a), slice(b), slice(c)], [*a, *b, *c], lanes),
+            _ => unreachable!("at most {FACTORS_MAX} factors are compiled"),
+        }
+    }
+
+    /// Σ Π(offset + sign·column) per group into `lanes`, in 64-bit arithmetic (the caller
+    /// proved with the zone maps that it cannot overflow). N = 0 counts rows.
+    #[inline(always)]
+    fn sum<const N: usize>(&self, columns: &[&[i64]], factors: [Factor; 3], lanes: &mut [i64]) {
+        let term = |row: usize| -> i64 {
+            let mut product = 1i64;
+            for k in 0..N {
+                product *= factors[k].offset + factors[k].sign * columns[k][row];
+            }
+            product
+        };
+        if self.dense {
+            for (row, (&group, &keep)) in self.group_ids.iter().zip(self.mask).enumerate() {
+                lanes[group as usize * LANES + (row & (LANES - 1))] += term(row) * i64::from(keep);
+            }
+        } else {
+            for (i, (&group, &row)) in self.group_ids.iter().zip(self.selection).enumerate() {
+                lanes[group as usize * LANES + (i & (LANES - 1))] += term(row as usize);
+            }
+        }
+    }
+}
+
+fn fold_lanes(lanes: &[i64], totals: &mut [i64]) {
+    for (total, group) in totals.iter_mut().zip(lanes.chunks(LANES)) {
+        *total += group.iter().sum::<i64>();
+    }
+}
+
+fn fold_lanes_wide(lanes: &[i64], totals: &mut [i128]) {
+    for (total, group) in totals.iter_mut().zip(lanes.chunks(LANES)) {
+        *total += group.iter().map(|&v| i128::from(v)).sum::<i128>();
+    }
+}
+
+/// Whether Σ over one block of Π factors fits in i64, from the chunk's zone maps.
+fn fits_i64(factors: &[Factor], columns: &[ColumnChunk]) -> bool {
+    let mut bound: i128 = BLOCK_ROWS as i128;
+    for factor in factors {
+        let Some((lo, hi)) = columns[factor.column].min_max else { return false };
+        let at = |v: i64| (i128::from(factor.offset) + i128::from(factor.sign) * i128::from(v)).abs();
+        bound = bound.saturating_mul(at(lo).max(at(hi)).max(1));
+    }
+    bound < i128::from(i64::MAX) / 2
+}
+
+fn compact_owned(mask: &[u8]) -> Vec<u32> {
+    (0..mask.len() as u32).filter(|&r| mask[r as usize] != 0).collect()
 }
 
 /// Branch-free compaction: indexes of the set mask bytes.
@@ -238,13 +366,7 @@ fn range_kernel<T: Copy + PartialOrd>(values: &[T], lo: T, hi: T, mask: &mut [u8
     }
 }
 
-fn apply_predicate(
-    predicate: &Predicate,
-    columns: &[crate::storage::ColumnChunk],
-    start: usize,
-    end: usize,
-    mask: &mut [u8],
-) {
+fn apply_predicate(predicate: &Predicate, columns: &[ColumnChunk], start: usize, end: usize, mask: &mut [u8]) {
     match predicate {
         Predicate::RangeI32 { column, lo, hi } => {
             let ChunkData::I32(v) = &columns[*column].data else { unreachable!("checked at compile time") };
@@ -275,7 +397,7 @@ fn apply_predicate(
 /// monomorphized loop per factor count.
 fn accumulate(
     factors: &[Factor],
-    columns: &[crate::storage::ColumnChunk],
+    columns: &[ColumnChunk],
     start: usize,
     selection: &[u32],
     group_ids: &[u32],

@@ -86,6 +86,25 @@ pub enum ChunkData {
 pub struct ColumnChunk {
     pub data: ChunkData,
     pub validity: Option<PoolBuffer<u8>>,
+    /// Minimum and maximum of an integer chunk (a zone map), set when the table is finished;
+    /// the compiled tier uses it to prove that 64-bit partial sums cannot overflow.
+    pub min_max: Option<(i64, i64)>,
+}
+
+impl ColumnChunk {
+    fn compute_min_max(&mut self) {
+        fn fold<T: Copy + Into<i64>>(values: &[T]) -> Option<(i64, i64)> {
+            values.iter().map(|&v| v.into()).fold(None, |acc, v| match acc {
+                None => Some((v, v)),
+                Some((lo, hi)) => Some((lo.min(v), hi.max(v))),
+            })
+        }
+        self.min_max = match &self.data {
+            ChunkData::I32(v) => fold(v),
+            ChunkData::I64(v) => fold(v),
+            _ => None,
+        };
+    }
 }
 
 /// One morsel: a column chunk per column, all with `rows` rows.
@@ -210,6 +229,7 @@ impl TableBuilder {
                 columns.push(ColumnChunk {
                     data: new_chunk_data(&self.pool, column.data_type, self.chunk_rows)?,
                     validity: None,
+                    min_max: None,
                 });
             }
             self.chunks.push(TableChunk { rows: 0, columns });
@@ -248,8 +268,16 @@ impl TableBuilder {
         Ok(())
     }
 
-    /// Freezes the dictionaries and yields the table.
-    pub fn finish(self) -> Table {
+    /// Freezes the dictionaries, computes the zone maps and yields the table.
+    pub fn finish(mut self) -> Table {
+        let last = self.chunks.len().saturating_sub(1);
+        for (index, chunk) in self.chunks.iter_mut().enumerate() {
+            for column in &mut chunk.columns {
+                if column.min_max.is_none() || index == last {
+                    column.compute_min_max();
+                }
+            }
+        }
         let distinct_counts = self.schema.iter().map(|_| OnceLock::new()).collect();
         Table {
             name: self.name,

@@ -199,7 +199,7 @@ pub fn scan_chunk(table: &Table, chunk: usize, columns: &[usize], start: usize, 
         .iter()
         .map(|&column| {
             let data_type = table.schema[column].data_type;
-            let ColumnChunk { data, validity } = &table_chunk.columns[column];
+            let ColumnChunk { data, validity, .. } = &table_chunk.columns[column];
             let data = match data {
                 ChunkData::Bool(v) => Data::Bool(v[start..end].iter().map(|&b| b != 0).collect()),
                 ChunkData::I32(v) => Data::I32(v[start..end].to_vec()),
