@@ -255,7 +255,7 @@ impl Host {
 
     fn run_transactions(&mut self) -> Result<Option<(Counters, Instant)>> {
         let seed = self.config.seed.wrapping_mul(0x2545_F491_4F6C_DD1D).wrapping_add(self.me as u64);
-        let mut driver = self.workload.driver(self.me, seed);
+        let mut driver = self.workload.driver(self.me, seed, self.txn_seq);
         let mut window = None;
         let mut txn = TxnState::default();
         loop {

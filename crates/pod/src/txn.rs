@@ -19,7 +19,7 @@
 use crate::config::{InjectedFault, Protocol};
 use crate::error::PodError;
 use crate::host::Host;
-use crate::partition::{row_flags, IntMap, RowId, TableId};
+use crate::partition::{row_flags, IntMap, RowId, TableId, SUPREMUM_KEY};
 use crate::region::Off;
 use crate::word::{CatNode, Latched, LocalLock, MetaWord};
 
@@ -277,7 +277,8 @@ impl Host {
             }
             return Ok(Some(index));
         }
-        let owner = self.workload.owner(table, key);
+        // The supremum row of an ordered table belongs to every partition (next-key locking).
+        let owner = if key == SUPREMUM_KEY { self.me } else { self.workload.owner(table, key) };
         match (self.config.protocol, owner == self.me) {
             (_, true) => self.access_owned(txn, table, key, want),
             (Protocol::Tigon, false) => self.tigon_access_remote(txn, table, key, owner, want),
@@ -420,7 +421,7 @@ impl Host {
             }
         }
         let bound = if found.len() == limit { found.last().map_or(high, |(key, _)| *key) } else { high };
-        if bound < crate::partition::SUPREMUM_KEY {
+        if bound < SUPREMUM_KEY {
             let (next_key, _) = self.partition.table(table).next_key(bound);
             self.access(txn, table, next_key, LockMode::Read)?;
         }

@@ -81,7 +81,7 @@ impl Workload for Bank {
         }
         partition.table_mut(LEDGER).insert(host as u64, vec![0u8; ROW_BYTES].into_boxed_slice(), 0);
     }
-    fn driver(&self, host: usize, seed: u64) -> Box<dyn Driver> {
+    fn driver(&self, host: usize, seed: u64, _id_base: u64) -> Box<dyn Driver> {
         Box::new(BankDriver {
             config: self.config.clone(),
             hosts: self.hosts,

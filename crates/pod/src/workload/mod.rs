@@ -23,7 +23,9 @@ pub trait Workload: Send + Sync {
     fn owner(&self, table: TableId, key: u64) -> usize;
     /// Fills `host`'s partition with the initial data (deterministic: recovery reloads it).
     fn load(&self, host: usize, partition: &mut Partition);
-    fn driver(&self, host: usize, seed: u64) -> Box<dyn Driver>;
+    /// `id_base` is unique per run and above every earlier run's (start epoch << 32): drivers
+    /// derive the keys they insert from it, so keys never collide across restarts.
+    fn driver(&self, host: usize, seed: u64, id_base: u64) -> Box<dyn Driver>;
     /// Invariants on `host`'s partition after a run (all CATs moved back out).
     fn check(&self, host: usize, partition: &Partition) -> Check;
 }

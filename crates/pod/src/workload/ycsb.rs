@@ -95,7 +95,7 @@ impl Workload for Ycsb {
             table.insert(key, row.into_boxed_slice(), 0);
         }
     }
-    fn driver(&self, host: usize, seed: u64) -> Box<dyn Driver> {
+    fn driver(&self, host: usize, seed: u64, _id_base: u64) -> Box<dyn Driver> {
         Box::new(YcsbDriver {
             config: self.config.clone(),
             zipf: self.zipf.clone(),
