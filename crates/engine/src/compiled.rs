@@ -166,7 +166,7 @@ impl CompiledAggregate {
             for predicate in &self.predicates {
                 apply_predicate(predicate, &chunk.columns, start, end, mask);
             }
-            let selected = mask.iter().map(|&m| usize::from(m)).sum::<usize>();
+            let selected = count_selected(mask);
             if selected == 0 {
                 continue;
             }
@@ -360,10 +360,51 @@ fn compact(mask: &[u8], selection: &mut [u32]) -> usize {
     count
 }
 
+/// `mask[i] &= lo ≤ values[i] ≤ hi`, compiled twice: for the baseline CPU and for AVX2,
+/// chosen at run time (the workspace builds for baseline x86-64).
 fn range_kernel<T: Copy + PartialOrd>(values: &[T], lo: T, hi: T, mask: &mut [u8]) {
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU supports AVX2 (checked just above).
+        unsafe { range_kernel_avx2(values, lo, hi, mask) };
+        return;
+    }
+    range_kernel_portable(values, lo, hi, mask);
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn range_kernel_avx2<T: Copy + PartialOrd>(values: &[T], lo: T, hi: T, mask: &mut [u8]) {
+    range_kernel_portable(values, lo, hi, mask);
+}
+
+#[inline(always)]
+fn range_kernel_portable<T: Copy + PartialOrd>(values: &[T], lo: T, hi: T, mask: &mut [u8]) {
     for (m, &v) in mask.iter_mut().zip(values) {
         *m &= u8::from(v >= lo) & u8::from(v <= hi);
     }
+}
+
+/// Number of set mask bytes (AVX2 when available, as above).
+fn count_selected(mask: &[u8]) -> usize {
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU supports AVX2 (checked just above).
+        return unsafe { count_selected_avx2(mask) };
+    }
+    count_selected_portable(mask)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn count_selected_avx2(mask: &[u8]) -> usize {
+    count_selected_portable(mask)
+}
+
+#[inline(always)]
+fn count_selected_portable(mask: &[u8]) -> usize {
+    // Sum in u32 lanes over bounded chunks so the loop vectorizes.
+    mask.chunks(255).map(|c| c.iter().map(|&m| u32::from(m)).sum::<u32>() as usize).sum()
 }
 
 fn apply_predicate(predicate: &Predicate, columns: &[ColumnChunk], start: usize, end: usize, mask: &mut [u8]) {
