@@ -35,6 +35,10 @@ pub trait CoherenceOps: Send {
     /// Orders the flushes before later stores, like `sfence`.
     fn fence(&mut self);
     fn name(&self) -> &'static str;
+    /// False when invalidate/write-back/fence cost nothing (all memory coherent): not counted.
+    fn flushes(&self) -> bool {
+        true
+    }
 }
 
 /// Which back-end a host uses.
@@ -118,14 +122,23 @@ impl Swcc {
         self.backend.store(region, offset, data);
     }
     pub fn invalidate(&mut self, region: &Region, offset: u64, len: u64) {
+        if !self.backend.flushes() {
+            return;
+        }
         self.counters.invalidated_lines += lines_spanned(offset, len);
         self.backend.invalidate(region, offset, len);
     }
     pub fn writeback(&mut self, region: &Region, offset: u64, len: u64) {
+        if !self.backend.flushes() {
+            return;
+        }
         self.counters.written_back_lines += lines_spanned(offset, len);
         self.backend.writeback(region, offset, len);
     }
     pub fn fence(&mut self) {
+        if !self.backend.flushes() {
+            return;
+        }
         self.counters.fences += 1;
         self.backend.fence();
     }
@@ -146,6 +159,9 @@ impl CoherenceOps for Noop {
     fn fence(&mut self) {}
     fn name(&self) -> &'static str {
         "noop"
+    }
+    fn flushes(&self) -> bool {
+        false
     }
 }
 

@@ -81,6 +81,9 @@ pub struct PodConfig {
     pub index_buckets_per_host: u64,
     /// Owner reaches its CATs through the shortcut pointer (off: through the CXL index).
     pub shortcut: bool,
+    /// Tigon: move every row of the workload's shareable tables into CXL at start, while the
+    /// budget lasts (Tigon's `--pre_migrate`; its main figures use it, budget sweeps do not).
+    pub pre_migrate: bool,
     /// Log directory; `None` disables logging (acknowledge at commit).
     pub log_dir: Option<PathBuf>,
     pub epoch_ms: u64,
@@ -110,6 +113,7 @@ impl PodConfig {
             swcc_bytes_per_host: 512 << 20,
             index_buckets_per_host: 0,
             shortcut: true,
+            pre_migrate: false,
             log_dir: None,
             epoch_ms: 10,
             warmup_ms: 500,

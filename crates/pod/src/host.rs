@@ -544,6 +544,9 @@ pub fn crash_now() -> ! {
 /// A host process's whole life: attach, run, finish. Errors are left in the region for the launcher.
 pub fn run(me: usize, config: Arc<PodConfig>, region: &'static Region) -> Result<()> {
     let mut host = Host::attach(me, config, region)?;
+    if host.config.pre_migrate && host.config.protocol == Protocol::Tigon {
+        host.pre_migrate()?;
+    }
     let logger = host.start_logger()?;
     host.shared().status.store(HostStatus::Running as u64, Ordering::Release);
     region.header().ready_hosts.fetch_add(1, Ordering::AcqRel);

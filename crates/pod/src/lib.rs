@@ -29,6 +29,7 @@
 
 pub mod alloc;
 pub mod baseline;
+pub mod bench;
 pub mod checker;
 pub mod cli;
 pub mod coherence;

@@ -178,6 +178,15 @@ impl LocalTable {
         (*next, *id)
     }
 
+    /// Row ids of every live row (non-supremum, non-placeholder), in index order.
+    pub fn live_row_ids(&self) -> Vec<RowId> {
+        let ids: Box<dyn Iterator<Item = (&u64, &RowId)>> =
+            if self.spec.ordered { Box::new(self.ordered.iter()) } else { Box::new(self.hash.iter()) };
+        ids.filter(|(key, id)| **key != SUPREMUM_KEY && !self.rows[**id as usize].is(row_flags::PLACEHOLDER))
+            .map(|(_, id)| *id)
+            .collect()
+    }
+
     /// Every live (non-supremum, non-placeholder) row, for checks and recovery.
     pub fn live_rows(&self) -> impl Iterator<Item = (u64, &LocalRow)> {
         let ids: Box<dyn Iterator<Item = (&u64, &RowId)>> =

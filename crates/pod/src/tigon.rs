@@ -231,7 +231,7 @@ impl Host {
     ) -> TxnResult<()> {
         let node_off = self.owner_node(table, row);
         let node: &CatNode = self.region.get(node_off);
-        let mut latched = self.latch(node, node_off)?;
+        let mut latched = self.latch_owned(node, node_off)?;
         let Some(mut word) = transition(latched.value, held, want) else {
             return abort(Abort::Conflict);
         };
@@ -258,7 +258,7 @@ impl Host {
     ) -> TxnResult<()> {
         let node_off = self.owner_node(table, row);
         let node: &CatNode = self.region.get(node_off);
-        let mut latched = self.latch(node, node_off)?;
+        let mut latched = self.latch_owned(node, node_off)?;
         let mut word = latched.value;
         if wrote {
             let len = (BLOCK_HEADER_BYTES + self.row_bytes(table)) as u64;
@@ -326,7 +326,7 @@ impl Host {
             Some(row) if self.partition.table(table).row(row).is(row_flags::MIGRATED) => {
                 let node_off = self.partition.table(table).row(row).shortcut;
                 let node: &CatNode = self.region.get(node_off);
-                let latched = self.latch(node, node_off).map_err(into_pod_error)?;
+                let latched = self.latch_owned(node, node_off).map_err(into_pod_error)?;
                 node.pins.fetch_add(1, Ordering::Relaxed);
                 drop(latched);
                 MigrateOutcome::Moved { node: node_off.raw() }
@@ -371,7 +371,7 @@ impl Host {
         let node = self.hwcc.alloc_node().expect("make_room reserved the node");
         let word = MetaWord(0).with_block_offset(block).with_lock_of(lock).with_only_host_valid(self.me);
         self.index.link(self.region, self.me, node, NewCat { table, key, word, pins })?;
-        self.counters.hwcc_atomics += 1;
+        self.counters.owner_atomics += 1;
         let stored = self.partition.table_mut(table).row_mut(row);
         stored.set(row_flags::MIGRATED, true);
         stored.set(row_flags::MODIFIED_SINCE_MOVED_OUT, false);
@@ -405,7 +405,7 @@ impl Host {
     fn move_out(&mut self, at: usize, force: bool) -> Result<bool> {
         let entry = self.clock[at];
         let node: &CatNode = self.region.get(entry.node);
-        let mut latched = self.latch(node, entry.node).map_err(into_pod_error)?;
+        let mut latched = self.latch_owned(node, entry.node).map_err(into_pod_error)?;
         if node.pins.load(Ordering::Relaxed) > 0 {
             return Ok(false);
         }
@@ -462,6 +462,22 @@ impl Host {
             std::thread::yield_now();
         }
         Ok(())
+    }
+
+    /// Moves rows of the shareable tables in until the budget is full (no eviction); returns how many.
+    pub(crate) fn pre_migrate(&mut self) -> Result<u64> {
+        let mut moved = 0;
+        for table in self.workload.shareable_tables() {
+            let charge = CAT_NODE_BYTES
+                + if self.config.swcc == SwccProtocol::NoSwcc { block_bytes(self.row_bytes(table)) } else { 0 };
+            for row in self.partition.table(table).live_row_ids() {
+                if !self.hwcc.fits(charge) || self.move_in(table, row, 0)?.is_none() {
+                    return Ok(moved);
+                }
+                moved += 1;
+            }
+        }
+        Ok(moved)
     }
 
     /// End of run: every CAT back out, so DRAM is the whole truth (checks, next start).

@@ -333,8 +333,7 @@ impl Host {
             value: None,
             change: Change::None,
         };
-        let data = stored.data.clone();
-        Ok(Some(txn.push(access, Some(&data))?))
+        Ok(Some(txn.push(access, Some(&stored.data))?))
     }
 
     /// NO_WAIT transition `held → want` of an owned row: on its DRAM word, or on its CAT word if
@@ -587,10 +586,17 @@ impl Host {
         }
     }
 
-    /// Latches a CAT word, counting the CAS attempts.
+    /// Latches another host's CAT word, counting the CAS attempts (cross-host atomics).
     pub(crate) fn latch<'r>(&mut self, node: &'r CatNode, node_off: Off<CatNode>) -> TxnResult<Latched<'r>> {
         let (latched, attempts) = Latched::acquire(&node.word, node_off.raw())?;
         self.counters.hwcc_atomics += u64::from(attempts);
+        Ok(latched)
+    }
+
+    /// Latches one of this host's own CAT words (its line usually sits in this host's cache).
+    pub(crate) fn latch_owned<'r>(&mut self, node: &'r CatNode, node_off: Off<CatNode>) -> TxnResult<Latched<'r>> {
+        let (latched, attempts) = Latched::acquire(&node.word, node_off.raw())?;
+        self.counters.owner_atomics += u64::from(attempts);
         Ok(latched)
     }
 }

@@ -90,6 +90,9 @@ impl Workload for Bank {
             plan: (0, 0, 0),
         })
     }
+    fn shareable_tables(&self) -> Vec<TableId> {
+        vec![ACCOUNTS]
+    }
     fn check(&self, host: usize, partition: &Partition) -> Check {
         let balance: i64 = partition.table(ACCOUNTS).live_rows().map(|(_, row)| field::i64_at(&row.data, 0)).sum();
         let ledger = partition

@@ -26,6 +26,8 @@ pub trait Workload: Send + Sync {
     /// `id_base` is unique per run and above every earlier run's (start epoch << 32): drivers
     /// derive the keys they insert from it, so keys never collide across restarts.
     fn driver(&self, host: usize, seed: u64, id_base: u64) -> Box<dyn Driver>;
+    /// Tables other hosts access (Tigon pre-migrates their rows when asked).
+    fn shareable_tables(&self) -> Vec<TableId>;
     /// Invariants on `host`'s partition after a run (all CATs moved back out).
     fn check(&self, host: usize, partition: &Partition) -> Check;
 }

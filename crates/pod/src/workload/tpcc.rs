@@ -318,6 +318,9 @@ impl Workload for Tpcc {
         })
     }
 
+    fn shareable_tables(&self) -> Vec<TableId> {
+        vec![CUSTOMER, STOCK]
+    }
     fn check(&self, host: usize, partition: &Partition) -> Check {
         check_consistency(&self.config, host as u64, partition)
     }

@@ -106,6 +106,9 @@ impl Workload for Ycsb {
             committed_updates: 0,
         })
     }
+    fn shareable_tables(&self) -> Vec<TableId> {
+        vec![USERTABLE]
+    }
     fn check(&self, _host: usize, partition: &Partition) -> Check {
         let sum = partition.table(USERTABLE).live_rows().map(|(_, row)| field::u64_at(&row.data, 0)).sum();
         Check { failures: Vec::new(), value_a: sum, value_b: 0 }
