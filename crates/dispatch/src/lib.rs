@@ -11,6 +11,7 @@
 //!   that are verified byte by byte, with HDR latency histograms.
 
 pub mod agent;
+pub mod bench;
 pub mod buffer;
 pub mod cli;
 pub mod config;

@@ -7,6 +7,7 @@
 //!  per request:  [Request{delivery, threshold}] Query/Parse…Sync ─►
 //!                ◄─ results (relay)  or  ◄─ HandOverAt{offset} (on demand)
 //!  hand-over:    Socket{tcp state} ─►          ◄─ Imported | ImportFailed
+//!                Steered ─►  (the switch forwards the flow to the agent; it may write now)
 //!  hand-back:    ◄─ ReturnReady   Blocked ─►   ◄─ Returned{status, tcp state}
 //! ```
 //! A control frame is `0xB7, Int32 length, kind byte, fields`; it is only ever sent at a
@@ -41,6 +42,10 @@ pub enum Control<'a> {
     Socket(&'a [u8]),
     /// Dispatcher → agent: the flow is blocked at the switch; export and return the connection.
     Blocked,
+    /// Dispatcher → agent: the switch now steers the flow to the agent; start writing. (Writing
+    /// earlier would let the client's quick reply meet the still-blocked switch and wait for a
+    /// retransmission timeout.)
+    Steered,
     /// Agent → dispatcher: `offset` answer bytes went through the link; take the connection now.
     HandOverAt { offset: u64 },
     /// Agent → dispatcher: the connection is imported; answer bytes now go straight to the client.
@@ -62,6 +67,7 @@ const IMPORTED: u8 = 5;
 const IMPORT_FAILED: u8 = 6;
 const RETURN_READY: u8 = 7;
 const RETURNED: u8 = 8;
+const STEERED: u8 = 9;
 
 impl<'a> Control<'a> {
     /// Appends the frame to `buf`.
@@ -76,6 +82,7 @@ impl<'a> Control<'a> {
                 buf.extend_from_slice(state);
             }
             Control::Blocked => buf.push(BLOCKED),
+            Control::Steered => buf.push(STEERED),
             Control::HandOverAt { offset } => {
                 buf.push(HAND_OVER_AT);
                 buf.extend_from_slice(&offset.to_be_bytes());
@@ -111,6 +118,7 @@ impl<'a> Control<'a> {
             }
             SOCKET => Control::Socket(rest),
             BLOCKED if rest.is_empty() => Control::Blocked,
+            STEERED if rest.is_empty() => Control::Steered,
             HAND_OVER_AT => Control::HandOverAt { offset: u64_at(rest)? },
             IMPORTED if rest.is_empty() => Control::Imported,
             IMPORT_FAILED if rest.is_empty() => Control::ImportFailed,
@@ -142,6 +150,7 @@ mod tests {
             Control::Request { delivery: Delivery::OnDemand, threshold: 262_144 },
             Control::Socket(b"state"),
             Control::Blocked,
+            Control::Steered,
             Control::HandOverAt { offset: 1 << 40 },
             Control::Imported,
             Control::ImportFailed,

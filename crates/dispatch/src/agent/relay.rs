@@ -6,7 +6,7 @@
 //!  OnDemand  : answer ─► link until the next message would pass `threshold`
 //!              ─► HandOverAt{offset} ─► (hold the answer) ─► Socket ─► import ─► Imported
 //!              ─► rest of the answer ─► client
-//!  Direct    : (hold the answer) ─► Socket ─► import ─► Imported ─► answer ─► client
+//!  Direct    : (hold the answer) ─► Socket ─► import ─► Imported ─► Steered ─► answer ─► client
 //!  hand-back : after ReadyForQuery: client acknowledged all? client's next request here (or
 //!              handback_wait_ms passed)? ─► ReturnReady ─► Blocked ─► export, silent close
 //!              ─► Returned{status, answer bytes, state}
@@ -149,18 +149,19 @@ impl<'a> LinkSession<'a> {
     async fn take_socket(&mut self, state: &[u8]) -> Result<()> {
         self.awaiting_socket = false;
         let imported = TcpState::decode(state).and_then(|state| handover::import_tokio(&state));
-        let reply = match imported {
+        match imported {
             Ok(client) => {
+                self.send_control(&Control::Imported).await?;
+                self.wait_for(Control::Steered).await?;
                 self.client = Some(client);
-                Control::Imported
+                Ok(())
             }
             Err(error) => {
                 tracing::warn!(%error, "import failed; the answer will be relayed");
                 self.delivery = Delivery::Relay;
-                Control::ImportFailed
+                self.send_control(&Control::ImportFailed).await
             }
-        };
-        self.send_control(&reply).await
+        }
     }
 
     async fn send_control(&mut self, control: &Control<'_>) -> Result<()> {
@@ -249,7 +250,7 @@ impl<'a> LinkSession<'a> {
             return self.send_control(&Control::Returned { status, answer_bytes, state: &[] }).await;
         }
         self.send_control(&Control::ReturnReady).await?;
-        self.wait_for_blocked().await?;
+        self.wait_for(Control::Blocked).await?;
         // Closed still in repair mode: neither FIN nor RST reaches the client.
         let state = handover::export_tokio(client);
         let mut encoded = Vec::new();
@@ -261,16 +262,16 @@ impl<'a> LinkSession<'a> {
         state.map(|_| ())
     }
 
-    /// Reads the link until the dispatcher confirms the flow is blocked.
-    async fn wait_for_blocked(&mut self) -> Result<()> {
+    /// Reads the next frame from the dispatcher, which must be `expected` (a switch change).
+    async fn wait_for(&mut self, expected: Control<'static>) -> Result<()> {
         let header = self.down.read_message(&mut self.link, "the dispatcher").await?;
         let control = (header.tag == CONTROL_TAG).then(|| Control::decode(self.down.body(header)));
-        let blocked = matches!(control, Some(Ok(Control::Blocked)));
+        let matched = matches!(control, Some(Ok(ref control)) if *control == expected);
         self.down.consume(header.frame_len());
-        if blocked {
+        if matched {
             Ok(())
         } else {
-            Err(DispatchError::Protocol("expected Blocked from the dispatcher".into()))
+            Err(DispatchError::Protocol(format!("expected {expected:?} from the dispatcher")))
         }
     }
 }

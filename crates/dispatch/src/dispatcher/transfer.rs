@@ -4,7 +4,7 @@
 //!
 //! ```text
 //!  hand over: drain (client acked) ─► BLOCK ─► export, silent close ─► Socket ─► agent imports
-//!             ─► Imported ─► FORWARD to the backend's MAC          (ImportFailed: import here, PASS)
+//!             ─► Imported ─► FORWARD to the backend's MAC ─► Steered (ImportFailed: import here, PASS)
 //!  take back: ◄─ ReturnReady ─► BLOCK ─► Blocked ─► ◄─ Returned{state} ─► import here ─► PASS
 //! ```
 
@@ -77,6 +77,10 @@ pub async fn hand_over(
     match reply {
         Ok(ControlKind::Imported) => {
             switch.set(peer, Action::Forward { mac, drop_per_million: 0 })?;
+            let mut frame = Vec::with_capacity(8);
+            Control::Steered.encode(&mut frame);
+            // If this fails the link is gone; take_back notices and forgets the flow.
+            let _ = link.stream.write_all(&frame).await;
             shared.stats.handovers.fetch_add(1, Ordering::Relaxed);
             Ok(Moved::Away)
         }

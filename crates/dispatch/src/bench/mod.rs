@@ -1,0 +1,292 @@
+//! `bypass bench dispatch`: one run in the lab, every contender side by side on the same shaped
+//! links — direct to the backends, HAProxy (TCP mode), Bypass relay-only, hand-over-always and
+//! hybrid — over the payload sweep, plus 1-byte latency (the seed's Tables 1 and 2).
+//!
+//! ```text
+//!  lab up ─► PostgreSQL + agent on be1, be2 ─► for each contender: start it, for each size:
+//!     2 clients × 1 persistent connection, warm-up, measure (every byte verified)
+//!  ─► bench/results/dispatch.{json,md,png}
+//! ```
+
+mod plot;
+mod report;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::config::{AgentConfig, BackendEntry, DatabaseEntry, DispatcherConfig, Policy};
+use crate::error::{DispatchError, Result};
+use crate::lab::{self, Lab, LabSpec, AGENT_PORT, POSTGRES_PORT, SERVICE_PORT, VIP};
+use crate::loadgen::{self, LoadReport, LoadSpec, Target};
+use crate::pglogin::LoginRequest;
+use crate::runtime::Running;
+use crate::services::LabPostgres;
+use crate::{agent, dispatcher, netns};
+
+pub use report::BenchResults;
+
+/// Where HAProxy listens (the dispatcher has the service port).
+pub const HAPROXY_PORT: u16 = 5433;
+/// The issue's payload sweep.
+pub const DEFAULT_SIZES: [u64; 8] = [1, 64, 4 << 10, 32 << 10, 256 << 10, 1 << 20, 16 << 20, 128 << 20];
+
+/// The systems compared.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Contender {
+    /// Each client straight to its own backend's PostgreSQL (upper bound).
+    Direct,
+    /// HAProxy in TCP mode on the dispatcher host, least connections.
+    Haproxy,
+    /// Bypass, every byte relayed.
+    Relay,
+    /// Bypass, every answer handed over.
+    Handover,
+    /// Bypass, relay by default, hand-over for large answers.
+    Hybrid,
+}
+
+impl Contender {
+    pub const ALL: [Contender; 5] =
+        [Contender::Direct, Contender::Haproxy, Contender::Relay, Contender::Handover, Contender::Hybrid];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Contender::Direct => "direct",
+            Contender::Haproxy => "HAProxy",
+            Contender::Relay => "Bypass relay",
+            Contender::Handover => "Bypass hand-over",
+            Contender::Hybrid => "Bypass hybrid",
+        }
+    }
+}
+
+/// What to measure.
+#[derive(Debug, Clone)]
+pub struct BenchOptions {
+    pub lab_name: String,
+    pub link_rate_mbit: u32,
+    pub sizes: Vec<u64>,
+    pub contenders: Vec<Contender>,
+    pub warmup: Duration,
+    pub duration: Duration,
+    pub latency_duration: Duration,
+    /// The hybrid policy's `handover_min_bytes`.
+    pub threshold: u64,
+    pub out_dir: PathBuf,
+    /// The command line, recorded with the results.
+    pub command: String,
+    /// Write the result files (a validation run only prints).
+    pub write: bool,
+}
+
+/// One measured point.
+#[derive(Debug, Clone, Serialize)]
+pub struct Point {
+    pub contender: Contender,
+    pub report: LoadReport,
+}
+
+/// Runs the whole benchmark.
+pub fn run(options: &BenchOptions) -> Result<BenchResults> {
+    let load_before = report::load_average();
+    let lab = Lab::up_owned(LabSpec {
+        name: options.lab_name.clone(),
+        link_rate_mbit: options.link_rate_mbit,
+        ..LabSpec::default()
+    })?;
+    let mut backends = Vec::new();
+    let mut agents = Vec::new();
+    for backend in lab.backends() {
+        backends.push(LabPostgres::start(&backend.namespace, backend.address, None)?);
+        let config =
+            AgentConfig { listen_addr: format!("0.0.0.0:{AGENT_PORT}"), ..AgentConfig::default() }.validate()?;
+        agents.push(agent::start(config, Some(backend.namespace.clone()))?);
+    }
+    let mut throughput = Vec::new();
+    let mut latency = Vec::new();
+    let mut resets = Vec::new();
+    let mut handovers = Vec::new();
+    for &contender in &options.contenders {
+        let service = Service::start(&lab, contender, options.threshold)?;
+        let before = lab_resets(&lab)?;
+        for &size in &options.sizes {
+            let report = loadgen::run(&spec(&lab, &service, size, options, false))?;
+            eprintln!(
+                "{:<18} {:>10} B  {:>8.3} Gbit/s  p50 {:>7} µs  errors {}",
+                contender.name(),
+                size,
+                report.throughput_gbit_s,
+                report.latency_p50_us,
+                report.errors
+            );
+            throughput.push(Point { contender, report });
+        }
+        let report = loadgen::run(&spec(&lab, &service, 1, options, true))?;
+        eprintln!(
+            "{:<18} 1 B latency: mean {:.0} µs, p99 {} µs",
+            contender.name(),
+            report.latency_mean_us,
+            report.latency_p99_us
+        );
+        latency.push(Point { contender, report });
+        resets.push((contender, lab_resets(&lab)? - before));
+        if let Some(moves) = service.handovers() {
+            eprintln!("{:<18} hand-overs {} (on demand {})", contender.name(), moves.0, moves.1);
+            handovers.push((contender, moves.0, moves.1));
+        }
+        drop(service);
+    }
+    drop(agents);
+    drop(backends);
+    let mut results = BenchResults::new(options, throughput, latency, resets, load_before);
+    results.handovers = handovers;
+    Ok(results)
+}
+
+fn spec(lab: &Lab, service: &Service, size: u64, options: &BenchOptions, latency: bool) -> LoadSpec {
+    let clients = if latency { vec![lab.client(1)] } else { lab.clients() };
+    let targets = clients
+        .iter()
+        .enumerate()
+        .map(|(i, client)| Target {
+            namespace: Some(client.namespace.clone()),
+            address: service.address(lab, i),
+            connections: 1,
+        })
+        .collect();
+    LoadSpec {
+        targets,
+        size,
+        warmup: options.warmup,
+        duration: if latency { options.latency_duration } else { options.duration },
+        queries_min: 2,
+        queries_max: u64::MAX,
+        login: LoginRequest::trust("postgres", "postgres"),
+        read_timeout: Duration::from_secs(60),
+    }
+}
+
+/// TCP resets sent in all hosts of the lab so far.
+fn lab_resets(lab: &Lab) -> Result<u64> {
+    let mut total = 0;
+    for host in lab.hosts() {
+        total += lab::tcp_counters(&host.namespace)?.get("OutRsts").copied().unwrap_or(0);
+    }
+    Ok(total)
+}
+
+/// A running contender.
+enum Service {
+    Direct,
+    Haproxy(Child),
+    Bypass(Running<dispatcher::DispatcherInfo>),
+}
+
+impl Service {
+    fn start(lab: &Lab, contender: Contender, threshold: u64) -> Result<Service> {
+        match contender {
+            Contender::Direct => Ok(Service::Direct),
+            Contender::Haproxy => start_haproxy(lab),
+            Contender::Relay => start_bypass(lab, Policy::Relay, threshold),
+            Contender::Handover => start_bypass(lab, Policy::Handover, threshold),
+            Contender::Hybrid => start_bypass(lab, Policy::Hybrid, threshold),
+        }
+    }
+
+    /// (hand-overs, of which on demand) so far, for Bypass contenders.
+    fn handovers(&self) -> Option<(u64, u64)> {
+        let Service::Bypass(running) = self else { return None };
+        let stats = &running.ready.shared.stats;
+        let read = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
+        Some((read(&stats.handovers), read(&stats.on_demand)))
+    }
+
+    /// Where client number `index` (0-based) connects.
+    fn address(&self, lab: &Lab, index: usize) -> SocketAddr {
+        match self {
+            // Client i talks to backend i: the two direct paths run side by side.
+            Service::Direct => {
+                let backends = lab.backends();
+                SocketAddr::from((backends[index % backends.len()].address, POSTGRES_PORT))
+            }
+            Service::Haproxy(_) => SocketAddr::from((VIP, HAPROXY_PORT)),
+            Service::Bypass(_) => SocketAddr::from((VIP, SERVICE_PORT)),
+        }
+    }
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        if let Service::Haproxy(child) = self {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn start_bypass(lab: &Lab, policy: Policy, threshold: u64) -> Result<Service> {
+    let mut config = DispatcherConfig::default();
+    let settings = &mut config.dispatcher;
+    settings.listen_addr = format!("{VIP}:{SERVICE_PORT}");
+    settings.source_addr = Some(lab.dispatcher().address);
+    settings.policy = policy;
+    settings.handover_min_bytes = threshold;
+    settings.steer_namespace = Some(lab.switch_namespace());
+    settings.steer_ports = lab.clients().iter().map(|c| c.switch_port.clone()).collect();
+    for backend in lab.backends() {
+        let agent = format!("{}:{AGENT_PORT}", backend.address);
+        config.backends.insert(backend.short.clone(), BackendEntry { agent, mac: Some(lab::format_mac(backend.mac)) });
+    }
+    let replicas = lab.backends().iter().map(|b| b.short.clone()).collect();
+    config.databases.insert("*".into(), DatabaseEntry { primary: "be1".into(), replicas });
+    Ok(Service::Bypass(dispatcher::start(config.validate()?, Some(lab.dispatcher().namespace))?))
+}
+
+fn start_haproxy(lab: &Lab) -> Result<Service> {
+    let dir = lab.spec.state_dir();
+    std::fs::create_dir_all(&dir).map_err(|e| DispatchError::io(format!("creating {}", dir.display()), e))?;
+    let path = dir.join("haproxy.cfg");
+    let servers: String =
+        lab.backends().iter().map(|b| format!("  server {} {}:{POSTGRES_PORT}\n", b.short, b.address)).collect();
+    let config = format!(
+        "global\n  nbthread 2\n  maxconn 1000\ndefaults\n  mode tcp\n  timeout connect 5s\n  timeout client 1h\n  \
+         timeout server 1h\n  option tcpka\nfrontend pg\n  bind {VIP}:{HAPROXY_PORT}\n  default_backend pgs\n\
+         backend pgs\n  balance leastconn\n{servers}"
+    );
+    std::fs::write(&path, config).map_err(|e| DispatchError::io(format!("writing {}", path.display()), e))?;
+    let child = netns::command_in(&lab.dispatcher().namespace, "haproxy")
+        .arg("-db")
+        .arg("-f")
+        .arg(&path)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| DispatchError::io("starting haproxy", e))?;
+    let service = Service::Haproxy(child);
+    let address = SocketAddr::from((VIP, HAPROXY_PORT));
+    let namespace = lab.client(1).namespace;
+    let started = std::time::Instant::now();
+    while !netns::run_in(&namespace, move || Ok(std::net::TcpStream::connect(address).is_ok()))? {
+        if started.elapsed() > Duration::from_secs(10) {
+            return Err(DispatchError::Timeout { what: "haproxy to listen".into(), waited_ms: 10_000 });
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(service)
+}
+
+/// `haproxy -v` for the report.
+pub fn haproxy_version() -> String {
+    Command::new("haproxy")
+        .arg("-v")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|text| text.lines().next().map(str::to_string))
+        .unwrap_or_else(|| "haproxy not found".into())
+}
