@@ -11,6 +11,35 @@ use crate::expr::{evaluate_constant, BinaryOp, DateField, Expr};
 use crate::plan::{AggregateCall, AggregateFunction};
 use crate::types::{add_months, parse_date, parse_decimal, DataType, Value, DECIMAL_PRECISION_MAX};
 
+/// Prefix of the string literal that stands for parameter `$n` while a statement is described
+/// (Describe comes before Bind, so values are unknown); casts record the type each one needs.
+pub const PARAMETER_SENTINEL: &str = "\u{1}bypass-parameter-";
+
+thread_local! {
+    static PARAMETER_TYPES: std::cell::RefCell<Option<std::collections::BTreeMap<usize, DataType>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Runs `f` (a bind) and returns the types the sentinel parameters were cast to.
+pub fn infer_parameter_types<R>(f: impl FnOnce() -> R) -> (R, std::collections::BTreeMap<usize, DataType>) {
+    PARAMETER_TYPES.with(|types| *types.borrow_mut() = Some(Default::default()));
+    let result = f();
+    let types = PARAMETER_TYPES.with(|types| types.borrow_mut().take()).unwrap_or_default();
+    (result, types)
+}
+
+fn record_parameter(text: &str, to: DataType) -> bool {
+    let Some(number) = text.strip_prefix(PARAMETER_SENTINEL).and_then(|n| n.parse::<usize>().ok()) else {
+        return false;
+    };
+    PARAMETER_TYPES.with(|types| {
+        if let Some(map) = types.borrow_mut().as_mut() {
+            map.insert(number, to);
+        }
+    });
+    true
+}
+
 /// A relation visible in a scope.
 #[derive(Debug, Clone)]
 pub struct ScopeRelation {
@@ -634,6 +663,9 @@ pub fn cast_expr(expr: Expr, to: DataType) -> Result<Expr> {
         return Ok(Expr::literal(Value::Null, to));
     }
     if let (Expr::Literal { value: Value::Text(text), .. }, true) = (&expr, to != DataType::Text) {
+        if record_parameter(text, to) {
+            return Ok(Expr::literal(Value::Null, to));
+        }
         let value = match to {
             DataType::Date => Value::Date(parse_date(text)?),
             DataType::Decimal { scale, .. } => Value::Decimal { value: parse_decimal(text, scale)?, scale },

@@ -10,6 +10,17 @@ use crate::tpch;
 /// Subcommands of `bypass engine`.
 #[derive(clap::Subcommand)]
 pub enum Command {
+    /// Serve the engine over the PostgreSQL protocol (psql, psycopg, any driver).
+    Serve {
+        /// Address to listen on.
+        #[arg(long, default_value = "127.0.0.1:5433")]
+        listen: std::net::SocketAddr,
+        /// TPC-H scale factor to generate at start (0 = start empty).
+        #[arg(long, default_value_t = 0.0)]
+        tpch_sf: f64,
+        #[command(flatten)]
+        engine: EngineArgs,
+    },
     /// Generate a data set in memory and report table sizes and the time it took.
     Load {
         /// Which data set (only `tpch`).
@@ -64,6 +75,26 @@ pub struct BenchArgs {}
 
 pub fn run(command: Command) -> anyhow::Result<()> {
     match command {
+        Command::Serve { listen, tpch_sf, engine } => {
+            let engine = std::sync::Arc::new(Engine::new(engine.settings())?);
+            if tpch_sf > 0.0 {
+                let started = Instant::now();
+                tpch::load(&engine, tpch_sf)?;
+                println!("generated TPC-H SF {tpch_sf} in {:.1} s", started.elapsed().as_secs_f64());
+            }
+            let server = crate::server::start(engine, listen)?;
+            println!(
+                "bypass engine listening on {} (psql -h {} -p {})",
+                server.address,
+                server.address.ip(),
+                server.address.port()
+            );
+            loop {
+                // The network thread serves; this thread only keeps the server alive until the
+                // process is interrupted.
+                std::thread::park();
+            }
+        }
         Command::Load { dataset, sf } => {
             anyhow::ensure!(dataset == "tpch", "unknown data set {dataset:?} (only tpch)");
             let engine = Engine::new(EngineSettings::default())?;

@@ -23,6 +23,9 @@ pub const SQL_BYTES_MAX: usize = 1 << 20;
 /// Longest CSV line accepted by COPY (bytes).
 pub const CSV_LINE_BYTES_MAX: usize = 1 << 20;
 
+/// Output column names and types of a statement.
+pub type Description = (Vec<String>, Vec<DataType>);
+
 /// The result of one statement.
 #[derive(Debug, Clone)]
 pub struct QueryResult {
@@ -128,6 +131,30 @@ impl Engine {
     pub fn query(&self, sql: &str) -> Result<QueryResult> {
         let mut results = self.execute(sql)?;
         results.pop().ok_or_else(|| EngineError::Syntax("empty query".into()))
+    }
+
+    /// Like [`Engine::describe`] for a statement whose parameters were replaced by
+    /// [`crate::bind::PARAMETER_SENTINEL`] literals; also returns the inferred parameter types.
+    pub fn describe_with_parameters(
+        &self,
+        sql: &str,
+    ) -> Result<(Option<Description>, std::collections::BTreeMap<usize, DataType>)> {
+        let (described, types) = crate::bind::infer_parameter_types(|| self.describe(sql));
+        Ok((described?, types))
+    }
+
+    /// Output names and types of a query without running it (`None` for other statements).
+    pub fn describe(&self, sql: &str) -> Result<Option<Description>> {
+        let statements = Engine::parse(sql)?;
+        match statements.as_slice() {
+            [ast::Statement::Query(query)] => {
+                let bound = self.bind(query)?;
+                let types = bound.plan.output_types();
+                Ok(Some((bound.names, types)))
+            }
+            [ast::Statement::Explain { .. }] => Ok(Some((vec!["QUERY PLAN".into()], vec![DataType::Text]))),
+            _ => Ok(None),
+        }
     }
 
     pub fn execute_statement(&self, statement: &ast::Statement) -> Result<QueryResult> {

@@ -37,6 +37,7 @@ pub mod plan;
 pub mod pool;
 pub mod query;
 pub mod runtime;
+pub mod server;
 pub mod storage;
 pub mod tpch;
 pub mod types;
