@@ -633,6 +633,8 @@ pub fn fold(expr: Expr) -> Result<Expr> {
 pub fn common_type(a: DataType, b: DataType, op: BinaryOp) -> Result<DataType> {
     use DataType as T;
     Ok(match (a, b) {
+        // Decimal division is done in float64 (PostgreSQL: numeric with more digits).
+        (T::Decimal { .. }, t) | (t, T::Decimal { .. }) if op == BinaryOp::Div && t.is_numeric() => T::Float64,
         _ if a == b => a,
         (T::Float64, t) | (t, T::Float64) if t.is_numeric() => T::Float64,
         (T::Decimal { .. }, t) | (t, T::Decimal { .. }) if t.is_numeric() => {

@@ -58,6 +58,7 @@ fn render(
                 JoinKind::Left => "Left",
                 JoinKind::Semi => "Semi",
                 JoinKind::Anti => "Anti",
+                JoinKind::NullAwareAnti => "NullAwareAnti",
             };
             lines.push(tag(format!("HashJoin {kind} probe [{}]{residual}", keys.join(", "))));
             render(probe, tier, depth + 1, next, Some((pipeline_id, pipeline_tier)), lines);

@@ -12,6 +12,9 @@ pub enum JoinKind {
     Left,
     Semi,
     Anti,
+    /// `x NOT IN (subquery)`: like Anti, but a NULL on either side makes the row unknown
+    /// (dropped), as SQL's three-valued logic demands.
+    NullAwareAnti,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

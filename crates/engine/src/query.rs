@@ -195,8 +195,10 @@ impl<'c> QueryBinder<'c> {
             let order = bind_order(order_by, &names, &exprs, |e| binder.bind(e))?;
             return Ok(Outputs { names, exprs, order, aggregate: None, having: None });
         }
-        let groups =
-            group_exprs.iter().map(|g| binder.bind(resolve_group_reference(g, &items)?)).collect::<Result<Vec<_>>>()?;
+        let groups = group_exprs
+            .iter()
+            .map(|g| binder.bind(resolve_group_reference(g, &items, scope)?))
+            .collect::<Result<Vec<_>>>()?;
         let mut context = AggregateContext { groups: &groups, aggregates: Vec::new() };
         let exprs = items.iter().map(|(e, _)| binder.bind_aggregated(e, &mut context)).collect::<Result<Vec<_>>>()?;
         let having = select.having.as_ref().map(|h| binder.bind_aggregated(h, &mut context)).transpose()?;
@@ -293,7 +295,7 @@ impl<'c> QueryBinder<'c> {
         let build_key = cast_expr(Expr::Column { index: 0, data_type: *build_type }, target)?;
         let rows = 1000.0;
         let build = Planned::from_plan(bound.plan, rows);
-        let kind = if negated { JoinKind::Anti } else { JoinKind::Semi };
+        let kind = if negated { JoinKind::NullAwareAnti } else { JoinKind::Semi };
         let probe_keys = vec![cast_expr(probe, target)?];
         Ok(SubqueryJoin {
             kind,
@@ -720,7 +722,11 @@ fn output_name(expr: &ast::Expr) -> String {
 }
 
 /// GROUP BY 1 and GROUP BY alias refer to select items.
-fn resolve_group_reference<'e>(expr: &'e ast::Expr, items: &'e [(ast::Expr, String)]) -> Result<&'e ast::Expr> {
+fn resolve_group_reference<'e>(
+    expr: &'e ast::Expr,
+    items: &'e [(ast::Expr, String)],
+    scope: &Scope,
+) -> Result<&'e ast::Expr> {
     match expr {
         ast::Expr::Value(v) => match &v.value {
             ast::Value::Number(n, _) => {
@@ -732,12 +738,10 @@ fn resolve_group_reference<'e>(expr: &'e ast::Expr, items: &'e [(ast::Expr, Stri
             }
             _ => Ok(expr),
         },
-        ast::Expr::Identifier(ident) => {
+        // PostgreSQL: an input column of that name wins over an output alias.
+        ast::Expr::Identifier(ident) if ExprBinder { scope }.bind(expr).is_err() => {
             let name = identifier(ident);
-            Ok(items
-                .iter()
-                .find(|(e, n)| *n == name && !matches!(e, ast::Expr::Identifier(_)))
-                .map_or(expr, |(e, _)| e))
+            Ok(items.iter().find(|(_, n)| *n == name).map_or(expr, |(e, _)| e))
         }
         _ => Ok(expr),
     }

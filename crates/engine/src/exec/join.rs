@@ -15,6 +15,13 @@ pub const JOIN_OUTPUT_ROWS_MAX: usize = 8192;
 pub const BUILD_ROWS_MAX: usize = 1 << 30;
 const NO_ROW: u32 = u32::MAX;
 
+/// Matching (probe row, build row) pairs of one probe batch, and which probe rows had a NULL key.
+struct Candidates {
+    probe_rows: Vec<u32>,
+    build_rows: Vec<u32>,
+    has_null: Vec<bool>,
+}
+
 /// The hashed build side.
 pub struct JoinTable {
     pub kind: JoinKind,
@@ -28,6 +35,8 @@ pub struct JoinTable {
     next: Vec<u32>,
     probe_keys: Vec<Expr>,
     residual: Option<Expr>,
+    /// Whether some build row has a NULL key (NOT IN then matches nothing).
+    build_has_null: bool,
 }
 
 impl JoinTable {
@@ -68,7 +77,8 @@ impl JoinTable {
                 }
             }
         }
-        Ok(JoinTable { kind, build, encoder, width, keys, heads, next, probe_keys, residual })
+        let build_has_null = has_null.iter().any(|&n| n);
+        Ok(JoinTable { kind, build, encoder, width, keys, heads, next, probe_keys, residual, build_has_null })
     }
 
     pub fn build_rows(&self) -> usize {
@@ -76,12 +86,7 @@ impl JoinTable {
     }
 
     /// Matching build rows for every probe row: (probe row, build row) pairs.
-    fn candidate_pairs(
-        &self,
-        cache: &mut KeyCache,
-        batch: &Batch,
-        stop_at_first: bool,
-    ) -> Result<(Vec<u32>, Vec<u32>)> {
+    fn candidate_pairs(&self, cache: &mut KeyCache, batch: &Batch, stop_at_first: bool) -> Result<Candidates> {
         let key_vectors = self.probe_keys.iter().map(|k| evaluate(k, batch)).collect::<Result<Vec<_>>>()?;
         let mut words = Vec::with_capacity(batch.rows * self.width);
         let has_null = self.encoder.encode(cache, &key_vectors, batch.rows, false, &mut words);
@@ -108,14 +113,16 @@ impl JoinTable {
                 build_row = self.next[build_row as usize];
             }
         }
-        Ok((probe_rows, build_rows))
+        Ok(Candidates { probe_rows, build_rows, has_null })
     }
 
     /// Joins one probe batch; appends output batches to `out`.
     pub fn probe(&self, cache: &mut KeyCache, batch: &Batch, out: &mut Vec<Batch>) -> Result<()> {
-        let stop_at_first = matches!(self.kind, JoinKind::Semi | JoinKind::Anti) && self.residual.is_none();
-        let (probe_rows, build_rows) = self.candidate_pairs(cache, batch, stop_at_first)?;
-        let (probe_rows, build_rows) = self.apply_residual(batch, probe_rows, build_rows)?;
+        let stop_at_first =
+            matches!(self.kind, JoinKind::Semi | JoinKind::Anti | JoinKind::NullAwareAnti) && self.residual.is_none();
+        let candidates = self.candidate_pairs(cache, batch, stop_at_first)?;
+        let has_null = candidates.has_null;
+        let (probe_rows, build_rows) = self.apply_residual(batch, candidates.probe_rows, candidates.build_rows)?;
         match self.kind {
             JoinKind::Inner => {
                 for (p, b) in probe_rows.chunks(JOIN_OUTPUT_ROWS_MAX).zip(build_rows.chunks(JOIN_OUTPUT_ROWS_MAX)) {
@@ -132,6 +139,22 @@ impl JoinTable {
                 }
             }
             JoinKind::Left => self.left_output(batch, &probe_rows, &build_rows, out),
+            JoinKind::NullAwareAnti => {
+                if self.build.rows == 0 {
+                    out.push(batch.clone());
+                    return Ok(());
+                }
+                if self.build_has_null {
+                    return Ok(());
+                }
+                let mut matched = vec![false; batch.rows];
+                probe_rows.iter().for_each(|&p| matched[p as usize] = true);
+                let rows: Vec<u32> =
+                    (0..batch.rows as u32).filter(|&r| !matched[r as usize] && !has_null[r as usize]).collect();
+                if !rows.is_empty() {
+                    out.push(batch.gather(&rows));
+                }
+            }
         }
         Ok(())
     }
