@@ -1,14 +1,37 @@
 //! Per-query routing across PostgreSQL backends, and TCP connection hand-over so large results
-//! flow from the backend straight to the client (Prism, seed 004).
+//! flow from the backend straight to the client (Prism, seed 004; design:
+//! shared/design/dispatch.md).
 //!
-//! Work in progress; the parts are built in the order of issue 5.
+//! ```text
+//!                       ┌──────────── switch (tc ingress, steering table) ────────────┐
+//!   client ═══ TCP ═════╪═► PASS ─► dispatcher ══ link ══► agent ── PG ──► PostgreSQL │
+//!     ▲                 │   FORWARD(mac) ─────────────────► agent (VIP on lo)          │
+//!     │                 │   BLOCK: drop (connection between owners)                   │
+//!     └───── answers from the backend's agent straight to the client (DSR) ◄──────────┘
+//! ```
 //!
-//! - [`lab`]: network namespaces for clients, the dispatcher and backends, joined by a bridge
-//!   with shaped links (`bypass lab up|down`).
-//! - [`netns`]: entering a namespace from a thread; running commands in one.
-//! - [`payload`], [`pgclient`], [`pglogin`], [`loadgen`]: the load generator — persistent
-//!   PostgreSQL connections asking stock PostgreSQL for deterministic payloads (1 B … 128 MB)
-//!   that are verified byte by byte, with HDR latency histograms.
+//! - [`dispatcher`]: owns client sessions; routes each request ([`routing`]: primary or the
+//!   least-busy healthy, fresh replica); relays answers, or hands the client's connection to
+//!   the backend's agent ([`config::Policy`]: relay, hand-over, hybrid) and takes it back at
+//!   ReadyForQuery.
+//! - [`agent`] (`bypass agent`): beside each backend; holds its PostgreSQL connections and
+//!   writes answers into handed-over connections — stock PostgreSQL needs no change.
+//! - [`handover`]: `TCP_REPAIR` export/import; [`steer`]: the eBPF steering table;
+//!   [`link`]: the dispatcher–agent protocol (PostgreSQL messages plus control frames).
+//! - [`lab`], [`netns`], [`services`]: network namespaces with shaped links (`bypass lab`);
+//!   [`payload`], [`pgclient`], [`pglogin`], [`loadgen`]: the verifying load generator;
+//!   [`bench`]: `bypass bench dispatch`.
+//!
+//! Invariants:
+//! - Exactly one host owns a client connection at any time; while it moves, the switch drops the
+//!   client's packets (BLOCK), so no kernel without the connection answers with a reset. Order:
+//!   hand-over = drain, BLOCK, export, silent close, import, FORWARD, then write; hand-back =
+//!   drain, BLOCK, export, silent close, import, PASS.
+//! - Connections move only at PostgreSQL message boundaries, and come home after every answer:
+//!   the dispatcher sees every request. Bytes a client sends while away wait in the kernel's
+//!   receive queue and travel home with the connection.
+//! - Only the dispatcher writes the steering table; the table is empty when every connection is
+//!   home. A dispatcher restart loses the table and with it any connection that was away.
 
 pub mod agent;
 pub mod bench;
