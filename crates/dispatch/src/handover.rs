@@ -208,9 +208,37 @@ fn read_state(fd: RawFd) -> Result<TcpState> {
     })
 }
 
+/// Attempts at binding the connection's address pair while the previous owner's socket on this
+/// host may still be leaving the kernel's hash tables.
+const IMPORT_ATTEMPTS_MAX: u32 = 50;
+/// Pause between those attempts.
+const IMPORT_RETRY_PAUSE: std::time::Duration = std::time::Duration::from_micros(200);
+
 /// Recreates the connection in the calling thread's namespace and returns its descriptor,
-/// ready for normal use (non-blocking is left to the caller).
+/// ready for normal use (non-blocking is left to the caller). Retries (bounded) while the
+/// address pair is still taken by a socket of this host that was just closed.
 pub fn import(state: &TcpState) -> Result<OwnedFd> {
+    let mut attempt = 1;
+    loop {
+        match import_once(state) {
+            Err(DispatchError::Repair { step: "bind" | "connect", source })
+                if attempt < IMPORT_ATTEMPTS_MAX && address_in_use(&source) =>
+            {
+                attempt += 1;
+                std::thread::sleep(IMPORT_RETRY_PAUSE);
+            }
+            outcome => return outcome,
+        }
+    }
+}
+
+fn address_in_use(error: &std::io::Error) -> bool {
+    let inner = error.get_ref().and_then(|e| e.downcast_ref::<std::io::Error>());
+    let code = inner.and_then(std::io::Error::raw_os_error).or(error.raw_os_error());
+    matches!(code, Some(libc::EADDRINUSE) | Some(libc::EADDRNOTAVAIL))
+}
+
+fn import_once(state: &TcpState) -> Result<OwnedFd> {
     // SAFETY: socket has no memory preconditions; the result is checked before use.
     let raw = unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
     if raw < 0 {
