@@ -69,9 +69,74 @@ impl EngineArgs {
     }
 }
 
-/// Arguments of `bypass bench engine`.
+/// Arguments of `bypass bench engine`: the seed's runtime experiment (specialized vs plain),
+/// the allocator micro-benchmark and TPC-H against DuckDB, DataFusion and Polars.
 #[derive(clap::Args)]
-pub struct BenchArgs {}
+pub struct BenchArgs {
+    /// A short validation run (small grid, 3 trials, TPC-H SF 0.1); results go to --out-dir too.
+    #[arg(long)]
+    pub quick: bool,
+    /// Trials per cell of the seed's grid.
+    #[arg(long, default_value_t = 10)]
+    pub trials: usize,
+    /// TPC-H scale factor.
+    #[arg(long, default_value_t = 1.0)]
+    pub sf: f64,
+    /// Worker threads for every engine.
+    #[arg(long, default_value_t = 2)]
+    pub threads: usize,
+    /// Timed runs per query (after one warm-up).
+    #[arg(long, default_value_t = 5)]
+    pub runs: usize,
+    /// Python with duckdb, datafusion and polars (default: the venv of scripts/engine-venv.sh).
+    #[arg(long)]
+    pub python: Option<std::path::PathBuf>,
+    /// Skip the peers (DuckDB, DataFusion, Polars).
+    #[arg(long)]
+    pub no_peers: bool,
+    /// Skip the seed's grid.
+    #[arg(long)]
+    pub skip_nautdb: bool,
+    /// Skip TPC-H.
+    #[arg(long)]
+    pub skip_tpch: bool,
+    /// Where engine.{json,md,png} go.
+    #[arg(long, default_value = "bench/results")]
+    pub out_dir: std::path::PathBuf,
+}
+
+fn default_python() -> Option<std::path::PathBuf> {
+    let venv = std::env::var("BYPASS_ENGINE_VENV")
+        .ok()
+        .or_else(|| std::env::var("HOME").ok().map(|home| format!("{home}/.cache/bypass/engine-venv")))?;
+    let python = std::path::PathBuf::from(venv).join("bin/python");
+    python.exists().then_some(python)
+}
+
+impl BenchArgs {
+    fn plan(&self) -> crate::bench::Plan {
+        let python = if self.no_peers { None } else { self.python.clone().or_else(default_python) };
+        let (trials, columns, rows_log2, rounds, sf, runs) = if self.quick {
+            (3, vec![2, 32], vec![4, 8, 12], 3, 0.1, 3)
+        } else {
+            (self.trials, crate::bench::COLUMNS.to_vec(), crate::bench::ROWS_LOG2.collect(), 10, self.sf, self.runs)
+        };
+        crate::bench::Plan {
+            trials,
+            columns,
+            rows_log2,
+            allocator_rounds: rounds,
+            allocator_sizes: crate::bench::alloc::SIZES.to_vec(),
+            scale_factor: sf,
+            threads: self.threads,
+            runs,
+            python,
+            out_dir: self.out_dir.clone(),
+            skip_nautdb: self.skip_nautdb,
+            skip_tpch: self.skip_tpch,
+        }
+    }
+}
 
 pub fn run(command: Command) -> anyhow::Result<()> {
     match command {
@@ -127,6 +192,12 @@ pub fn run(command: Command) -> anyhow::Result<()> {
     }
 }
 
-pub fn bench(_args: BenchArgs) -> anyhow::Result<()> {
-    anyhow::bail!("bypass bench engine is not built yet")
+pub fn bench(args: BenchArgs) -> anyhow::Result<()> {
+    let plan = args.plan();
+    if plan.python.is_none() && !plan.skip_tpch {
+        eprintln!("bench engine: no Python venv with the peers (run scripts/engine-venv.sh); TPC-H runs bypass only");
+    }
+    crate::bench::run(&plan)?;
+    println!("wrote {}/engine.{{json,md,png}}", plan.out_dir.display());
+    Ok(())
 }

@@ -92,6 +92,7 @@ impl CompiledAggregate {
             split_conjuncts(filter.clone(), &mut conjuncts);
         }
         let predicates = conjuncts.iter().map(|c| compile_predicate(table, columns, c)).collect::<Option<Vec<_>>>()?;
+        let predicates = merge_ranges(predicates);
         let mut group_columns = Vec::new();
         let mut group_slots = 1usize;
         for group in groups {
@@ -475,6 +476,30 @@ fn product_loop<const N: usize>(
         }
         sums[group as usize] += product;
     }
+}
+
+/// Intersects ranges on the same column (`x >= a AND x <= b` becomes one pass over x).
+fn merge_ranges(predicates: Vec<Predicate>) -> Vec<Predicate> {
+    let mut merged: Vec<Predicate> = Vec::with_capacity(predicates.len());
+    for predicate in predicates {
+        let existing = merged.iter_mut().find_map(|p| match (p, &predicate) {
+            (Predicate::RangeI32 { column: a, lo, hi }, Predicate::RangeI32 { column: b, lo: l, hi: h }) if a == b => {
+                *lo = (*lo).max(*l);
+                *hi = (*hi).min(*h);
+                Some(())
+            }
+            (Predicate::RangeI64 { column: a, lo, hi }, Predicate::RangeI64 { column: b, lo: l, hi: h }) if a == b => {
+                *lo = (*lo).max(*l);
+                *hi = (*hi).min(*h);
+                Some(())
+            }
+            _ => None,
+        });
+        if existing.is_none() {
+            merged.push(predicate);
+        }
+    }
+    merged
 }
 
 fn constant_i64(expr: &Expr) -> Option<i64> {

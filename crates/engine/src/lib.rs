@@ -24,6 +24,7 @@
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+pub mod bench;
 pub mod bind;
 pub mod cli;
 pub mod compiled;

@@ -96,8 +96,21 @@ impl ChunkPool {
         self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
+    /// A buffer of `capacity` elements (length = capacity) that the caller overwrites
+    /// completely. Pool blocks are not zeroed again: their bytes are old values of earlier
+    /// buffers or the kernel's zero pages, so they are initialized, just meaningless.
+    pub fn buffer_for_overwrite<T: Pod>(self: &Arc<Self>, capacity: usize) -> Result<PoolBuffer<T>> {
+        let mut buffer = self.allocate::<T>(capacity, false)?;
+        buffer.len = capacity;
+        Ok(buffer)
+    }
+
     /// A zeroed buffer of `capacity` elements, 64-byte aligned.
     pub fn buffer<T: Pod>(self: &Arc<Self>, capacity: usize) -> Result<PoolBuffer<T>> {
+        self.allocate(capacity, true)
+    }
+
+    fn allocate<T: Pod>(self: &Arc<Self>, capacity: usize, zeroed: bool) -> Result<PoolBuffer<T>> {
         let bytes = (capacity.max(1) * std::mem::size_of::<T>()).next_multiple_of(BUFFER_ALIGN);
         let (address, origin) = match self.mode {
             PoolMode::Plain => (heap_alloc(bytes)?, Origin::Heap(bytes)),
@@ -105,8 +118,10 @@ impl ChunkPool {
             PoolMode::Specialized => {
                 let class = size_class(bytes);
                 let address = self.take_block(class)?;
-                // SAFETY: the block is `1 << (class + MIN)` bytes ≥ `bytes`, owned by us alone now.
-                unsafe { std::ptr::write_bytes(address as *mut u8, 0, bytes) };
+                if zeroed {
+                    // SAFETY: the block is `1 << (class + MIN)` bytes ≥ `bytes`, owned by us alone.
+                    unsafe { std::ptr::write_bytes(address as *mut u8, 0, bytes) };
+                }
                 (address, Origin::Pool(Arc::clone(self), class))
             }
         };

@@ -53,7 +53,7 @@ impl Default for RuntimeSettings {
     fn default() -> Self {
         RuntimeSettings {
             kind: RuntimeKind::Specialized,
-            workers: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            workers: online_cores(),
             sched_fifo: false,
             pool_bytes_max: POOL_BYTES_MAX_DEFAULT,
         }
@@ -77,8 +77,7 @@ impl Runtime {
             RuntimeKind::Plain => PoolMode::Plain,
         };
         let pool = ChunkPool::new(mode, settings.pool_bytes_max);
-        let arenas =
-            (0..settings.workers).map(|_| Mutex::new(bumpalo::Bump::with_capacity(ARENA_BYTES_INITIAL))).collect();
+        let arenas = (0..settings.workers).map(|_| Mutex::new(prefaulted_arena(ARENA_BYTES_INITIAL))).collect();
         Ok(Runtime { settings, pool, arenas })
     }
 
@@ -162,6 +161,20 @@ impl Runtime {
     }
 }
 
+/// An arena of `bytes` whose pages are already faulted in (touched once, then reset), so
+/// query-time allocations from it never fault.
+pub fn prefaulted_arena(bytes: usize) -> bumpalo::Bump {
+    const PAGE_BYTES: usize = 4096;
+    let mut arena = bumpalo::Bump::with_capacity(bytes);
+    let touched = arena.alloc_slice_fill_copy(bytes, 0u8);
+    for offset in (0..touched.len()).step_by(PAGE_BYTES) {
+        // SAFETY: in bounds of the slice we were just given; volatile so it is not elided.
+        unsafe { std::ptr::write_volatile(touched.as_mut_ptr().add(offset), 1) };
+    }
+    arena.reset();
+    arena
+}
+
 fn next_morsel(local: &Worker<usize>, stealers: &[Stealer<usize>], me: usize) -> Option<usize> {
     if let Some(morsel) = local.pop() {
         return Some(morsel);
@@ -185,9 +198,17 @@ fn next_morsel(local: &Worker<usize>, stealers: &[Stealer<usize>], me: usize) ->
     }
 }
 
+/// Cores online. Not `available_parallelism`, which shrinks to the calling thread's affinity
+/// mask (1 once the thread is pinned).
+pub fn online_cores() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let cores = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    usize::try_from(cores).ok().filter(|&c| c > 0).unwrap_or(1).min(WORKERS_MAX)
+}
+
 /// Pins the calling thread to core `index % cores` (best effort).
 pub fn pin_to_core(index: usize) {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let cores = online_cores();
     // SAFETY: cpu_set_t is plain data; CPU_SET writes inside it; sched_setaffinity(0) targets
     // the calling thread and reads the set we pass.
     unsafe {
@@ -199,7 +220,7 @@ pub fn pin_to_core(index: usize) {
 
 /// Lifts every CPU restriction of the calling thread (plain runtime measurements).
 pub fn unpin() {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let cores = online_cores();
     // SAFETY: as in pin_to_core.
     unsafe {
         let mut set: libc::cpu_set_t = std::mem::zeroed();

@@ -1,0 +1,322 @@
+//! The benchmark's markdown and PNG.
+
+use std::fmt::Write;
+use std::path::Path;
+
+use plotters::prelude::*;
+use plotters::style::FontStyle;
+
+use super::{Cell, Results};
+use crate::runtime::RuntimeKind;
+
+const FONT_PATH: &str = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf";
+
+fn find(cells: &[Cell], runtime: RuntimeKind, columns: usize, rows: usize) -> Option<&Cell> {
+    cells.iter().find(|c| c.runtime == runtime && c.columns == columns && c.rows_per_chunk == rows)
+}
+
+fn nautdb_markdown(out: &mut String, results: &Results) {
+    let cells = &results.nautdb;
+    if cells.is_empty() {
+        return;
+    }
+    let trials = cells[0].trials.len();
+    let _ = writeln!(out, "## 1. The seed's experiment (NautDB Figures 2 and 3)\n");
+    let _ = writeln!(
+        out,
+        "256 chunks of uint32 columns, values in 0..100; create, row-oriented sort, column-oriented sort (counting \
+         sort per chunk), select (`c0 = 42`, all columns materialized), free. {trials} trials per cell, alternating \
+         runtimes; medians in ms, CV = coefficient of variation, faults = minor page faults per trial. Ratio = \
+         plain / specialized (> 1: specialized faster). 2-core machine.\n"
+    );
+    let _ = writeln!(out, "| columns | rows/chunk | row sort spec | row sort plain | ratio | CV spec | CV plain | col sort spec | col sort plain | ratio | CV spec | CV plain | create ratio | select ratio | free ratio | faults spec | faults plain |");
+    let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    for s in cells.iter().filter(|c| c.runtime == RuntimeKind::Specialized) {
+        let Some(p) = find(cells, RuntimeKind::Plain, s.columns, s.rows_per_chunk) else { continue };
+        let ratio = |a: f64, b: f64| if a > 0.0 { b / a } else { 0.0 };
+        let _ = writeln!(
+            out,
+            "| {} | {} | {:.2} | {:.2} | {:.2} | {:.3} | {:.3} | {:.2} | {:.2} | {:.2} | {:.3} | {:.3} | {:.2} | {:.2} | {:.2} | {:.0} | {:.0} |",
+            s.columns, s.rows_per_chunk, s.row_sort_ms.median, p.row_sort_ms.median, ratio(s.row_sort_ms.median, p.row_sort_ms.median),
+            s.row_sort_ms.cv, p.row_sort_ms.cv, s.column_sort_ms.median, p.column_sort_ms.median,
+            ratio(s.column_sort_ms.median, p.column_sort_ms.median), s.column_sort_ms.cv, p.column_sort_ms.cv,
+            ratio(s.create_ms.median, p.create_ms.median), ratio(s.select_ms.median, p.select_ms.median),
+            ratio(s.free_ms.median, p.free_ms.median), s.page_faults.median, p.page_faults.median,
+        );
+    }
+    let _ = writeln!(out);
+}
+
+fn allocator_markdown(out: &mut String, results: &Results) {
+    let _ = writeln!(out, "## 2. Allocators (the seed's Figure 1)\n");
+    let _ = writeln!(
+        out,
+        "n objects of one size allocated, one byte touched, all freed (arena: reset); median ns per object.\n"
+    );
+    let _ = writeln!(
+        out,
+        "| size | objects | arena (bumpalo) | mimalloc | glibc malloc | glibc / arena | mimalloc / arena |"
+    );
+    let _ = writeln!(out, "|---|---|---|---|---|---|---|");
+    for r in &results.allocator {
+        let _ = writeln!(
+            out,
+            "| {} B | {} | {:.1} | {:.1} | {:.1} | {:.1}× | {:.1}× |",
+            r.size_bytes,
+            r.objects,
+            r.arena_ns,
+            r.mimalloc_ns,
+            r.glibc_ns,
+            r.glibc_ns / r.arena_ns,
+            r.mimalloc_ns / r.arena_ns
+        );
+    }
+    let _ = writeln!(out);
+}
+
+fn tpch_markdown(out: &mut String, results: &Results) {
+    let Some(tpch) = &results.tpch else { return };
+    let _ = writeln!(out, "## 3. TPC-H SF {} in memory, {} threads\n", tpch.scale_factor, tpch.threads);
+    let _ = writeln!(
+        out,
+        "Minimum of {} runs after a warm-up, ms; same generated rows for every engine (CSV → Arrow for the peers, \
+         decimal128(15,2) and date32 there, scaled int64 and int32 days here); ✓ = same answer as bypass. 2-core machine.\n",
+        tpch.runs
+    );
+    let names: Vec<&String> = tpch.engines.keys().collect();
+    let header: Vec<String> = names.iter().map(|n| format!("{n} {}", tpch.engines[*n].version)).collect();
+    let _ = writeln!(out, "| query | {} | bypass / duckdb |", header.join(" | "));
+    let _ = writeln!(out, "|---|{}---|", "---|".repeat(names.len()));
+    for &q in &crate::tpch::SUPPORTED_QUERIES {
+        let cells: Vec<String> = names
+            .iter()
+            .map(|n| match tpch.engines[*n].queries.get(&q) {
+                Some(t) => match (t.min_ms, &t.error) {
+                    (Some(ms), _) => format!(
+                        "{ms:.1}{}",
+                        if t.same_answer_as_bypass == Some(false) {
+                            " ✗"
+                        } else if t.same_answer_as_bypass == Some(true) {
+                            " ✓"
+                        } else {
+                            ""
+                        }
+                    ),
+                    (None, Some(e)) => format!("error: {}", e.chars().take(60).collect::<String>()),
+                    _ => "–".into(),
+                },
+                None => "–".into(),
+            })
+            .collect();
+        let ratio = match (
+            tpch.engines.get("bypass").and_then(|e| e.queries[&q].min_ms),
+            tpch.engines.get("duckdb").and_then(|e| e.queries.get(&q)).and_then(|t| t.min_ms),
+        ) {
+            (Some(a), Some(b)) => format!("{:.2}", a / b),
+            _ => "–".into(),
+        };
+        let _ = writeln!(out, "| Q{q} | {} | {ratio} |", cells.join(" | "));
+    }
+    let geomeans: Vec<String> =
+        names.iter().map(|n| tpch.engines[*n].geomean_ms.map_or("–".into(), |g| format!("{g:.1}"))).collect();
+    let ratio = match (
+        tpch.engines.get("bypass").and_then(|e| e.geomean_ms),
+        tpch.engines.get("duckdb").and_then(|e| e.geomean_ms),
+    ) {
+        (Some(a), Some(b)) => format!("{:.2}", a / b),
+        _ => "–".into(),
+    };
+    let _ = writeln!(out, "| geomean | {} | {ratio} |\n", geomeans.join(" | "));
+}
+
+pub fn markdown(results: &Results) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "# bypass bench engine\n");
+    let _ = writeln!(out, "Command: `{}`  ", results.command);
+    let m = &results.machine;
+    let _ = writeln!(
+        out,
+        "Machine: {} cores (2-core machine, shared with other engineers' builds), kernel {}, load average before `{}`, after `{}`; THP `{}`, hugetlb pages {}.\n",
+        m.cores, m.kernel, m.load_average_before, m.load_average_after, m.transparent_hugepages, m.hugetlb_pages
+    );
+    nautdb_markdown(&mut out, results);
+    allocator_markdown(&mut out, results);
+    tpch_markdown(&mut out, results);
+    out
+}
+
+fn register_font() -> anyhow::Result<()> {
+    let bytes =
+        std::fs::read(FONT_PATH).map_err(|e| anyhow::anyhow!("{FONT_PATH}: {e} (install fonts-dejavu-core)"))?;
+    // Registered once per process; plotters keeps the bytes for the process lifetime.
+    let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
+    plotters::style::register_font("sans-serif", FontStyle::Normal, bytes)
+        .map_err(|_| anyhow::anyhow!("invalid font {FONT_PATH}"))
+}
+
+type Area<'a> = DrawingArea<BitMapBackend<'a>, plotters::coord::Shift>;
+
+fn draw_error(e: impl std::fmt::Display) -> anyhow::Error {
+    anyhow::anyhow!("drawing: {e}")
+}
+
+fn heat_map(area: &Area<'_>, cells: &[Cell]) -> anyhow::Result<()> {
+    let columns: Vec<usize> =
+        super::COLUMNS.iter().copied().filter(|c| cells.iter().any(|x| x.columns == *c)).collect();
+    let mut chart = ChartBuilder::on(area)
+        .caption("row sort: log10(plain / specialized)", ("sans-serif", 22))
+        .margin(12)
+        .x_label_area_size(36)
+        .y_label_area_size(48)
+        .build_cartesian_2d(0..columns.len(), 4u32..14u32)
+        .map_err(draw_error)?;
+    chart
+        .configure_mesh()
+        .x_labels(columns.len())
+        .x_label_formatter(&|i| columns.get(*i).map_or(String::new(), |c| format!("{c} cols")))
+        .y_desc("log2 rows per chunk")
+        .draw()
+        .map_err(draw_error)?;
+    for (i, &c) in columns.iter().enumerate() {
+        for log2 in super::ROWS_LOG2 {
+            let rows = 1usize << log2;
+            let (Some(s), Some(p)) =
+                (find(cells, RuntimeKind::Specialized, c, rows), find(cells, RuntimeKind::Plain, c, rows))
+            else {
+                continue;
+            };
+            let value = (p.row_sort_ms.median / s.row_sort_ms.median.max(1e-9)).log10();
+            let strength = (value.abs() / 0.2).min(1.0);
+            let shade = (255.0 * (1.0 - strength)) as u8;
+            let color = if value >= 0.0 { RGBColor(shade, shade, 255) } else { RGBColor(255, shade, shade) };
+            chart
+                .draw_series(std::iter::once(Rectangle::new([(i, log2), (i + 1, log2 + 1)], color.filled())))
+                .map_err(draw_error)?;
+            chart
+                .draw_series(std::iter::once(Text::new(format!("{value:+.2}"), (i, log2), ("sans-serif", 14))))
+                .map_err(draw_error)?;
+        }
+    }
+    Ok(())
+}
+
+fn column_sort_lines(area: &Area<'_>, cells: &[Cell]) -> anyhow::Result<()> {
+    let rows = cells.iter().map(|c| c.rows_per_chunk).max().unwrap_or(1);
+    let series = |runtime: RuntimeKind| -> Vec<(f64, f64, f64)> {
+        cells
+            .iter()
+            .filter(|c| c.runtime == runtime && c.rows_per_chunk == rows)
+            .map(|c| ((c.columns as f64).log2(), c.column_sort_ms.median, c.column_sort_ms.cv * c.column_sort_ms.mean))
+            .collect()
+    };
+    let (specialized, plain) = (series(RuntimeKind::Specialized), series(RuntimeKind::Plain));
+    let top = specialized.iter().chain(&plain).map(|(_, m, s)| m + 5.0 * s).fold(1.0, f64::max);
+    let mut chart = ChartBuilder::on(area)
+        .caption(format!("column sort, {rows} rows/chunk: median ± 5σ"), ("sans-serif", 22))
+        .margin(12)
+        .x_label_area_size(36)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0.5f64..7.5f64, 0f64..top * 1.05)
+        .map_err(draw_error)?;
+    chart.configure_mesh().x_desc("log2 columns").y_desc("ms").draw().map_err(draw_error)?;
+    for (points, color, name) in [(&specialized, BLUE, "specialized"), (&plain, RED, "plain")] {
+        chart
+            .draw_series(LineSeries::new(points.iter().map(|(x, m, _)| (*x, *m)), color.stroke_width(2)))
+            .map_err(draw_error)?
+            .label(name)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2)));
+        chart
+            .draw_series(
+                points.iter().map(|(x, m, s)| {
+                    PathElement::new(vec![(*x, m - 5.0 * s), (*x, m + 5.0 * s)], color.stroke_width(3))
+                }),
+            )
+            .map_err(draw_error)?;
+    }
+    chart.configure_series_labels().border_style(BLACK).background_style(WHITE).draw().map_err(draw_error)?;
+    Ok(())
+}
+
+fn allocator_lines(area: &Area<'_>, results: &Results) -> anyhow::Result<()> {
+    let rows = &results.allocator;
+    let top = rows.iter().map(|r| r.glibc_ns.max(r.mimalloc_ns)).fold(10.0, f64::max);
+    let mut chart = ChartBuilder::on(area)
+        .caption("allocation: ns per object", ("sans-serif", 22))
+        .margin(12)
+        .x_label_area_size(36)
+        .y_label_area_size(60)
+        .build_cartesian_2d(3f64..26f64, (0.1f64..top * 2.0).log_scale())
+        .map_err(draw_error)?;
+    chart.configure_mesh().x_desc("log2 object size (bytes)").y_desc("ns (log)").draw().map_err(draw_error)?;
+    type Series = (&'static str, RGBColor, fn(&super::alloc::AllocatorResult) -> f64);
+    let lines: [Series; 3] =
+        [("arena", BLUE, |r| r.arena_ns), ("mimalloc", GREEN, |r| r.mimalloc_ns), ("glibc", RED, |r| r.glibc_ns)];
+    for (name, color, value) in lines {
+        let points: Vec<(f64, f64)> = rows.iter().map(|r| ((r.size_bytes as f64).log2(), value(r).max(0.1))).collect();
+        chart
+            .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))
+            .map_err(draw_error)?
+            .label(name)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2)));
+        chart.draw_series(points.iter().map(|p| Circle::new(*p, 4, color.filled()))).map_err(draw_error)?;
+    }
+    chart.configure_series_labels().border_style(BLACK).background_style(WHITE).draw().map_err(draw_error)?;
+    Ok(())
+}
+
+fn tpch_bars(area: &Area<'_>, results: &Results) -> anyhow::Result<()> {
+    let Some(tpch) = &results.tpch else { return Ok(()) };
+    let engines: Vec<&String> = tpch.engines.keys().collect();
+    let queries = crate::tpch::SUPPORTED_QUERIES;
+    let top = tpch.engines.values().flat_map(|e| e.queries.values().filter_map(|q| q.min_ms)).fold(1.0, f64::max);
+    let mut chart = ChartBuilder::on(area)
+        .caption(format!("TPC-H SF {} ({} threads): min ms", tpch.scale_factor, tpch.threads), ("sans-serif", 22))
+        .margin(12)
+        .x_label_area_size(36)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0f64..queries.len() as f64, (0.5f64..top * 2.0).log_scale())
+        .map_err(draw_error)?;
+    chart
+        .configure_mesh()
+        .x_labels(queries.len())
+        .x_label_formatter(&|x| queries.get(*x as usize).map_or(String::new(), |q| format!("Q{q}")))
+        .y_desc("ms (log)")
+        .draw()
+        .map_err(draw_error)?;
+    let palette = [BLUE, RED, GREEN, MAGENTA, CYAN];
+    let width = 0.8 / engines.len().max(1) as f64;
+    for (e, name) in engines.iter().enumerate() {
+        let color = palette[e % palette.len()];
+        let bars: Vec<Rectangle<(f64, f64)>> = queries
+            .iter()
+            .enumerate()
+            .filter_map(|(i, q)| tpch.engines[*name].queries.get(q).and_then(|t| t.min_ms).map(|ms| (i, ms)))
+            .map(|(i, ms)| {
+                let x = i as f64 + 0.1 + e as f64 * width;
+                Rectangle::new([(x, 0.5), (x + width, ms)], color.filled())
+            })
+            .collect();
+        chart
+            .draw_series(bars)
+            .map_err(draw_error)?
+            .label(name.as_str())
+            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled()));
+    }
+    chart.configure_series_labels().border_style(BLACK).background_style(WHITE).draw().map_err(draw_error)?;
+    Ok(())
+}
+
+pub fn plot(results: &Results, path: &Path) -> anyhow::Result<()> {
+    register_font()?;
+    let root = BitMapBackend::new(path, (1600, 1200)).into_drawing_area();
+    root.fill(&WHITE).map_err(draw_error)?;
+    let panels = root.split_evenly((2, 2));
+    if !results.nautdb.is_empty() {
+        heat_map(&panels[0], &results.nautdb)?;
+        column_sort_lines(&panels[1], &results.nautdb)?;
+    }
+    allocator_lines(&panels[2], results)?;
+    tpch_bars(&panels[3], results)?;
+    root.present().map_err(draw_error)?;
+    Ok(())
+}
