@@ -26,6 +26,26 @@
 //! - strict 2PL NO_WAIT: all locks are held before the commit TID is chosen, TIDs increase per key;
 //! - a transaction is acknowledged only once its epoch is durable on every host;
 //! - CXL contents are soft state: recovery = initial load + every host's log, nothing else.
+//!
+//! How the pod is emulated on one machine: each host is a forked process ([`launcher`]) with
+//! one worker thread (transactions and message handling) and one logger thread; the "CXL
+//! memory" is a `memfd` every host maps at its own address ([`region`]). The machine keeps the
+//! region coherent, so the HWcc/SWcc split is enforced by accounting (the HWcc arena is a hard
+//! budget) and by the coherence back-end ([`coherence`]): real `clflushopt`/`clwb` for cost, or
+//! a simulated non-coherent cache per host under which a missing flush is a stale read. Every
+//! CXL event is counted and priced by a latency table ([`stats`]), so results are reported both
+//! measured and modelled.
+//!
+//! Decisions that differ from Tigon's code, and why:
+//! - No cross-host epoch-based reclamation: a CXL index lookup is only a hint, re-validated
+//!   under the node's latch (key, table, block offset ≠ 0); nodes are never unmapped, a freed
+//!   node's word is zero, and a reused node is re-initialised under its latch ([`cxl_index`]).
+//! - `ref_cnt` (pins) lives in the HWcc node next to the word, and the owner pins a freshly
+//!   moved-in tuple for the requester before replying, so it cannot be evicted in between.
+//! - Inserts, deletes and range scans are owner-only (the workloads need nothing else); remote
+//!   ones are refused with a typed error instead of Tigon's REMOTE_INSERT/DELETE and scan
+//!   migration, so the next/prev-key bits of the word are defined but unused.
+//! - The OCC baseline is Silo-style distributed OCC (lock, validate, 2PC), not Sundial: no leases.
 
 pub mod alloc;
 pub mod baseline;

@@ -1,5 +1,6 @@
-//! Software cache coherence under the simulated non-coherent caches: the whole protocol passes
-//! with random early evictions, and a deliberately missing flush is caught.
+//! Software cache coherence under the simulated non-coherent caches: every protocol and SWcc
+//! variant passes with random early evictions (the other suites run on the simulator too, see
+//! `common::small`), and a deliberately missing flush is caught.
 
 mod common;
 

@@ -2,6 +2,7 @@
 
 mod common;
 
+use bypass_pod::coherence::CoherenceBackend;
 use bypass_pod::error::PodError;
 use bypass_pod::{Pod, PodConfig, Protocol};
 use common::*;
@@ -97,6 +98,22 @@ fn shortcut_off_reaches_own_cats_through_the_index() {
         reads_per_commit.push(report.total.hwcc_lines_read as f64 / report.total.committed as f64);
     }
     assert!(reads_per_commit[1] > reads_per_commit[0], "{reads_per_commit:?}");
+}
+
+#[test]
+fn real_flush_instructions_and_noop_back_ends_run_the_same_workload() {
+    // Goal: the suite's default is the simulator; the two other back-ends must work too. Method:
+    // contended bank with real clflushopt/clwb (which flush the actually coherent region), then with
+    // no flushes at all (the NoSWcc ablation's back-end).
+    let _pod = exclusive();
+    for coherence in [CoherenceBackend::X86Flush, CoherenceBackend::Noop] {
+        let mut config = small(bank(40, 80), Protocol::Tigon);
+        config.coherence = coherence;
+        let report = Pod::run(config.clone()).expect("run");
+        assert_bank(&report, bank_config(&config.workload));
+        let flushed = report.total.swcc_invalidated_lines + report.total.swcc_written_back_lines;
+        assert_eq!(flushed > 0, coherence == CoherenceBackend::X86Flush, "{coherence:?} flushed {flushed} lines");
+    }
 }
 
 #[test]

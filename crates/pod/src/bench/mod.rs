@@ -221,75 +221,97 @@ fn specs(
     results: &mut report::Results,
 ) -> anyhow::Result<Vec<Spec>> {
     let logs = log_root.join(format!("{sweep:?}").to_lowercase());
-    let spec =
-        |panel: &'static str, series: String, x: String, config: PodConfig| Spec { sweep, panel, series, x, config };
+    Ok(match sweep {
+        Sweep::Tpcc => tpcc_specs(args, &logs),
+        Sweep::Ycsb => ycsb_specs(args, &logs),
+        Sweep::Budget => budget_specs(args, &logs, results)?,
+        Sweep::Swcc => swcc_specs(args, &logs),
+        Sweep::Shortcut => shortcut_specs(args, &logs),
+        Sweep::Epoch => epoch_specs(args, &logs),
+    })
+}
+
+fn spec(sweep: Sweep, panel: &'static str, series: impl Into<String>, x: impl Into<String>, config: PodConfig) -> Spec {
+    Spec { sweep, panel, series: series.into(), x: x.into(), config }
+}
+
+fn tpcc_specs(args: &BenchArgs, logs: &std::path::Path) -> Vec<Spec> {
     let mut specs = Vec::new();
-    match sweep {
-        Sweep::Tpcc => {
-            for (new_order, payment) in pick(args, &TPCC_REMOTE, &[0, 3, 6]) {
-                for protocol in PROTOCOLS {
-                    let mut config = base(args, tpcc(args, new_order, payment), protocol, &logs);
-                    // Tigon pre-migrates CUSTOMER and STOCK ("NonPart") except at 0% remote.
-                    config.pre_migrate &= new_order > 0;
-                    specs.push(spec("tpcc", protocol.label().into(), format!("{new_order}/{payment}"), config));
-                }
-            }
-        }
-        Sweep::Ycsb => {
-            for cross in pick(args, &YCSB_CROSS, &[0, 3, 5]) {
-                for protocol in PROTOCOLS {
-                    let mut config = base(args, ycsb(args, 95, cross, 0.7), protocol, &logs);
-                    config.pre_migrate &= cross > 0;
-                    specs.push(spec("ycsb", protocol.label().into(), format!("{cross}%"), config));
-                }
-            }
-            let mixes: &[(u32, f64, &str)] =
-                &[(100, 0.7, "100/0"), (50, 0.7, "50/50"), (0, 0.7, "0/100"), (50, 0.99, "50/50 θ0.99")];
-            for &(read, theta, label) in if args.quick { &mixes[1..2] } else { mixes } {
-                for protocol in PROTOCOLS {
-                    let config = base(args, ycsb(args, read, 100, theta), protocol, &logs);
-                    specs.push(spec("ycsb_mix", protocol.label().into(), label.into(), config));
-                }
-            }
-        }
-        Sweep::Budget => specs.extend(budget_specs(args, &logs, results)?),
-        Sweep::Swcc => {
-            for (panel, workload) in [("swcc_ycsb", ycsb(args, 95, 100, 0.7)), ("swcc_tpcc", tpcc(args, 60, 90))] {
-                for variant in [
-                    SwccProtocol::WriteThrough,
-                    SwccProtocol::NoSharedReader,
-                    SwccProtocol::NonTemporal,
-                    SwccProtocol::NoSwcc,
-                ] {
-                    let mut config = base(args, workload.clone(), Protocol::Tigon, &logs);
-                    config.swcc = variant;
-                    specs.push(spec(panel, panel_workload(panel).into(), format!("{variant:?}"), config));
-                }
-            }
-        }
-        Sweep::Shortcut => {
-            for (panel, workload) in [("shortcut", tpcc(args, 60, 90)), ("shortcut", ycsb(args, 95, 100, 0.7))] {
-                let series = workload.label();
-                for shortcut in [true, false] {
-                    let mut config = base(args, workload.clone(), Protocol::Tigon, &logs);
-                    config.shortcut = shortcut;
-                    specs.push(spec(panel, series.clone(), if shortcut { "on" } else { "off" }.into(), config));
-                }
-            }
-        }
-        Sweep::Epoch => {
-            for epoch in [None, Some(1), Some(10), Some(20), Some(50)] {
-                let mut config = base(args, tpcc(args, 60, 90), Protocol::Tigon, &logs);
-                match epoch {
-                    Some(ms) => config.epoch_ms = ms,
-                    None => config.log_dir = None,
-                }
-                let x = epoch.map_or("no log".to_string(), |ms| format!("{ms} ms"));
-                specs.push(spec("epoch", "TPC-C 60/90".into(), x, config));
-            }
+    for (new_order, payment) in pick(args, &TPCC_REMOTE, &[0, 3, 6]) {
+        for protocol in PROTOCOLS {
+            let mut config = base(args, tpcc(args, new_order, payment), protocol, logs);
+            // Tigon pre-migrates CUSTOMER and STOCK ("NonPart") except at 0% remote.
+            config.pre_migrate &= new_order > 0;
+            specs.push(spec(Sweep::Tpcc, "tpcc", protocol.label(), format!("{new_order}/{payment}"), config));
         }
     }
-    Ok(specs)
+    specs
+}
+
+fn ycsb_specs(args: &BenchArgs, logs: &std::path::Path) -> Vec<Spec> {
+    let mut specs = Vec::new();
+    for cross in pick(args, &YCSB_CROSS, &[0, 3, 5]) {
+        for protocol in PROTOCOLS {
+            let mut config = base(args, ycsb(args, 95, cross, 0.7), protocol, logs);
+            config.pre_migrate &= cross > 0;
+            specs.push(spec(Sweep::Ycsb, "ycsb", protocol.label(), format!("{cross}%"), config));
+        }
+    }
+    let mixes: &[(u32, f64, &str)] =
+        &[(100, 0.7, "100/0"), (50, 0.7, "50/50"), (0, 0.7, "0/100"), (50, 0.99, "50/50 θ0.99")];
+    for &(read, theta, label) in if args.quick { &mixes[1..2] } else { mixes } {
+        for protocol in PROTOCOLS {
+            let config = base(args, ycsb(args, read, 100, theta), protocol, logs);
+            specs.push(spec(Sweep::Ycsb, "ycsb_mix", protocol.label(), label, config));
+        }
+    }
+    specs
+}
+
+fn swcc_specs(args: &BenchArgs, logs: &std::path::Path) -> Vec<Spec> {
+    let mut specs = Vec::new();
+    for (panel, workload) in [("swcc_ycsb", ycsb(args, 95, 100, 0.7)), ("swcc_tpcc", tpcc(args, 60, 90))] {
+        for variant in
+            [SwccProtocol::WriteThrough, SwccProtocol::NoSharedReader, SwccProtocol::NonTemporal, SwccProtocol::NoSwcc]
+        {
+            let mut config = base(args, workload.clone(), Protocol::Tigon, logs);
+            config.swcc = variant;
+            specs.push(spec(Sweep::Swcc, panel, panel_workload(panel), format!("{variant:?}"), config));
+        }
+    }
+    specs
+}
+
+fn shortcut_specs(args: &BenchArgs, logs: &std::path::Path) -> Vec<Spec> {
+    let mut specs = Vec::new();
+    for workload in [tpcc(args, 60, 90), ycsb(args, 95, 100, 0.7)] {
+        for shortcut in [true, false] {
+            let mut config = base(args, workload.clone(), Protocol::Tigon, logs);
+            config.shortcut = shortcut;
+            specs.push(spec(
+                Sweep::Shortcut,
+                "shortcut",
+                workload.label(),
+                if shortcut { "on" } else { "off" },
+                config,
+            ));
+        }
+    }
+    specs
+}
+
+fn epoch_specs(args: &BenchArgs, logs: &std::path::Path) -> Vec<Spec> {
+    let mut specs = Vec::new();
+    for epoch in [None, Some(1), Some(10), Some(20), Some(50)] {
+        let mut config = base(args, tpcc(args, 60, 90), Protocol::Tigon, logs);
+        match epoch {
+            Some(ms) => config.epoch_ms = ms,
+            None => config.log_dir = None,
+        }
+        let x = epoch.map_or("no log".to_string(), |ms| format!("{ms} ms"));
+        specs.push(spec(Sweep::Epoch, "epoch", "TPC-C 60/90", x, config));
+    }
+    specs
 }
 
 fn panel_workload(panel: &str) -> &'static str {
@@ -314,8 +336,7 @@ fn budget_specs(args: &BenchArgs, logs: &std::path::Path, results: &mut report::
         for fraction in pick(args, &BUDGET_FRACTIONS, &[0, 2, 4]) {
             let mut point = config.clone();
             point.hwcc_budget_bytes = ((footprint as f64 * fraction) as u64).max(1);
-            let x = format!("{:.0}%", fraction * 100.0);
-            specs.push(Spec { sweep: Sweep::Budget, panel: "budget", series: workload.label(), x, config: point });
+            specs.push(spec(Sweep::Budget, "budget", workload.label(), format!("{:.0}%", fraction * 100.0), point));
         }
     }
     Ok(specs)

@@ -117,7 +117,6 @@ fn draw_panel(
         .draw()
         .map_err(plot_error)?;
     for (index, name) in series.iter().enumerate() {
-        let colour = COLOURS[index % COLOURS.len()];
         let line = |modelled: bool| -> Vec<(f64, f64)> {
             xs.iter()
                 .enumerate()
@@ -128,16 +127,7 @@ fn draw_panel(
                 })
                 .collect()
         };
-        let measured = line(false);
-        chart
-            .draw_series(LineSeries::new(measured.clone(), colour.stroke_width(2)))
-            .map_err(plot_error)?
-            .label(name.clone())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], colour.stroke_width(2)));
-        chart
-            .draw_series(measured.iter().map(|&(x, y)| Circle::new((x, y), 3, colour.filled())))
-            .map_err(plot_error)?;
-        chart.draw_series(DashedLineSeries::new(line(true), 5, 4, colour.stroke_width(1))).map_err(plot_error)?;
+        draw_series(&mut chart, name, COLOURS[index % COLOURS.len()], line(false), line(true))?;
     }
     chart
         .configure_series_labels()
@@ -147,6 +137,30 @@ fn draw_panel(
         .position(SeriesLabelPosition::UpperRight)
         .draw()
         .map_err(plot_error)?;
+    Ok(())
+}
+
+type Chart<'a> = ChartContext<
+    'a,
+    BitMapBackend<'a>,
+    Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>,
+>;
+
+/// One series: measured as a solid line with dots (and a legend entry), modelled dashed.
+fn draw_series(
+    chart: &mut Chart<'_>,
+    name: &str,
+    colour: RGBColor,
+    measured: Vec<(f64, f64)>,
+    modelled: Vec<(f64, f64)>,
+) -> Result<()> {
+    chart
+        .draw_series(LineSeries::new(measured.clone(), colour.stroke_width(2)))
+        .map_err(plot_error)?
+        .label(name)
+        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], colour.stroke_width(2)));
+    chart.draw_series(measured.iter().map(|&(x, y)| Circle::new((x, y), 3, colour.filled()))).map_err(plot_error)?;
+    chart.draw_series(DashedLineSeries::new(modelled, 5, 4, colour.stroke_width(1))).map_err(plot_error)?;
     Ok(())
 }
 

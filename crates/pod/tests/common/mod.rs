@@ -20,10 +20,13 @@ pub fn exclusive() -> MutexGuard<'static, ()> {
 
 pub const PROTOCOLS: [Protocol; 3] = [Protocol::Tigon, Protocol::Ds2pl, Protocol::Occ];
 
-/// A short run with small arenas.
+/// A short run with small arenas, on the simulated non-coherent caches with random early
+/// write-backs — so the whole integration suite runs under the simulator unless a test picks
+/// another back-end.
 pub fn small(workload: WorkloadConfig, protocol: Protocol) -> PodConfig {
     let mut config = PodConfig::new(workload);
     config.protocol = protocol;
+    config.coherence = incoherent();
     config.warmup_ms = 100;
     config.measure_ms = 600;
     config.swcc_bytes_per_host = 4 << 20;
