@@ -3,8 +3,9 @@
 //! ```text
 //!  DS2PL+  access remote key ──Access(ReadLock|WriteLock)──► owner locks NO_WAIT, replies value
 //!          commit: Prepare(writes) to writing participants ─► they log prepared records, reply
-//!                  coordinator: TID, log local writes + commit record, apply, Decide(commit, TID)
-//!                  read-only participants are released at the lock point (Decide abort = release)
+//!                  coordinator: TID, log local writes + commit record, apply,
+//!                  Decide(commit, TID) ─► participants apply, release, acknowledge (2PC round 2)
+//!                  read-only participants are released at the lock point (one-way Decide abort)
 //!  OCC+    read remote key ──Access(ReadNoLock)──► value + TID, no lock  (Silo-style, not Sundial)
 //!          commit: lock local writes; Lock(keys) round; validate local reads and scans;
 //!                  Prepare(writes, reads to validate) round; TID; log; apply; Decide
@@ -185,8 +186,11 @@ impl Host {
                 self.finish_owned(txn, index, Some(tid))?;
             }
         }
-        for &owner in writers {
-            self.send(owner, &Message::Decide { gid: txn.gid, commit: true, tid })?;
+        let gid = txn.gid;
+        let acks = self.round(writers, |request, _| Message::Decide { request, gid, commit: true, tid })?;
+        if !acks.iter().all(|ack| matches!(ack, Message::Decided { .. })) {
+            let detail = "expected a decision acknowledgement";
+            return Err(TxnError::Fatal(PodError::BadMessage { from: writers[0], detail }));
         }
         self.after_commit(txn, epoch, tid);
         Ok(())
@@ -197,7 +201,7 @@ impl Host {
         let writers: Vec<usize> = parts.iter().filter(|(_, p)| !p.writes.is_empty()).map(|(o, _)| *o).collect();
         let readers: Vec<usize> = parts.keys().copied().filter(|owner| !writers.contains(owner)).collect();
         for &owner in &readers {
-            self.send(owner, &Message::Decide { gid: txn.gid, commit: false, tid: 0 })?;
+            self.send(owner, &Message::Decide { request: 0, gid: txn.gid, commit: false, tid: 0 })?;
         }
         if txn.is_read_only() {
             self.release_all(txn)?;
@@ -290,7 +294,7 @@ impl Host {
         owners.sort_unstable();
         owners.dedup();
         for owner in owners {
-            self.send(owner, &Message::Decide { gid: txn.gid, commit: false, tid: 0 })?;
+            self.send(owner, &Message::Decide { request: 0, gid: txn.gid, commit: false, tid: 0 })?;
         }
         Ok(())
     }
@@ -421,7 +425,7 @@ impl Host {
         self.send(from, &Message::PrepareReply { request, ok, epoch })
     }
 
-    pub(crate) fn serve_decide(&mut self, gid: u64, commit: bool, tid: u64) -> Result<()> {
+    pub(crate) fn serve_decide(&mut self, from: usize, request: u32, gid: u64, commit: bool, tid: u64) -> Result<()> {
         let writes = self.prepared.remove(&gid).unwrap_or_default();
         if commit {
             for write in writes {
@@ -436,6 +440,9 @@ impl Host {
             self.last_tid = self.last_tid.max(tid);
         }
         self.release_holds(gid);
+        if request != 0 {
+            self.send(from, &Message::Decided { request })?;
+        }
         Ok(())
     }
 

@@ -243,7 +243,7 @@ impl Host {
             }
             Message::Lock { request, gid, keys } => self.serve_lock(from, request, gid, &keys),
             Message::Prepare { request, gid, writes, reads } => self.serve_prepare(from, request, gid, writes, &reads),
-            Message::Decide { gid, commit, tid } => self.serve_decide(gid, commit, tid),
+            Message::Decide { request, gid, commit, tid } => self.serve_decide(from, request, gid, commit, tid),
             Message::Ping { request } => self.send(from, &Message::Pong { request }),
             _ => Err(PodError::BadMessage { from, detail: "a reply kind arrived as a request" }),
         };
@@ -520,6 +520,7 @@ fn request_id(message: &Message) -> Option<u32> {
         | Message::Access { request, .. }
         | Message::Lock { request, .. }
         | Message::Prepare { request, .. }
+        | Message::Decide { request, .. }
         | Message::Ping { request } => Some(*request),
         _ => None,
     }

@@ -98,12 +98,17 @@ pub enum Message {
         ok: bool,
         epoch: u64,
     },
-    /// Second phase, one-way: apply the prepared writes with `tid` (or drop them) and release
-    /// every lock `gid` holds here.
+    /// Second phase: apply the prepared writes with `tid` (or drop them) and release every lock
+    /// `gid` holds here. A commit is acknowledged with `Decided` (classic 2PC's second round);
+    /// `request` 0 asks for no reply (aborts, and releasing read-only participants).
     Decide {
+        request: u32,
         gid: u64,
         commit: bool,
         tid: u64,
+    },
+    Decided {
+        request: u32,
     },
     Ping {
         request: u32,
@@ -121,6 +126,7 @@ impl Message {
             | Message::AccessReply { request, .. }
             | Message::LockReply { request, .. }
             | Message::PrepareReply { request, .. }
+            | Message::Decided { request }
             | Message::Pong { request } => Some(*request),
             _ => None,
         }
@@ -165,8 +171,11 @@ impl Message {
             Message::PrepareReply { request, ok, epoch } => {
                 put.u8(8).u32(*request).u8(u8::from(*ok)).u64(*epoch);
             }
-            Message::Decide { gid, commit, tid } => {
-                put.u8(9).u64(*gid).u8(u8::from(*commit)).u64(*tid);
+            Message::Decide { request, gid, commit, tid } => {
+                put.u8(9).u32(*request).u64(*gid).u8(u8::from(*commit)).u64(*tid);
+            }
+            Message::Decided { request } => {
+                put.u8(12).u32(*request);
             }
             Message::Ping { request } => {
                 put.u8(10).u32(*request);
@@ -221,7 +230,8 @@ impl Message {
             6 => Message::LockReply { request: get.u32()?, ok: get.u8()? != 0, max_tid: get.u64()? },
             7 => decode_prepare(&mut get)?,
             8 => Message::PrepareReply { request: get.u32()?, ok: get.u8()? != 0, epoch: get.u64()? },
-            9 => Message::Decide { gid: get.u64()?, commit: get.u8()? != 0, tid: get.u64()? },
+            9 => Message::Decide { request: get.u32()?, gid: get.u64()?, commit: get.u8()? != 0, tid: get.u64()? },
+            12 => Message::Decided { request: get.u32()? },
             10 => Message::Ping { request: get.u32()? },
             11 => Message::Pong { request: get.u32()? },
             _ => return Err(get.bad("message kind")),
@@ -356,7 +366,8 @@ mod tests {
                 reads: vec![ReadCheck { table: 1, key: 2, tid: 3 }],
             },
             Message::PrepareReply { request: 3, ok: false, epoch: 12 },
-            Message::Decide { gid: 11, commit: true, tid: 1 << 32 },
+            Message::Decide { request: 5, gid: 11, commit: true, tid: 1 << 32 },
+            Message::Decided { request: 5 },
             Message::Ping { request: 0 },
             Message::Pong { request: 0 },
         ]
