@@ -105,9 +105,21 @@ impl Transport {
     }
 
     fn reserve(ring: &RingControl) -> Option<u64> {
+        Self::reserve_observed(ring, || {})
+    }
+
+    /// Reserves the next ticket. `head` must be read before `tail`: head ≤ tail at every instant
+    /// and both only grow, so head(t₁) ≤ tail(t₁) ≤ tail(t₂) and `tail − head` never underflows
+    /// (it may overstate the occupancy, which only makes a full answer conservative). Read the
+    /// other way round, another producer and the consumer can move both past the `tail` we saw
+    /// (CI caught that as "attempt to subtract with overflow" with three hosts). `between_loads`
+    /// lets a test run that interleaving deterministically; it is a no-op otherwise.
+    fn reserve_observed(ring: &RingControl, mut between_loads: impl FnMut()) -> Option<u64> {
         loop {
-            let tail = ring.tail.load(Ordering::Acquire);
             let head = ring.head.load(Ordering::Acquire);
+            between_loads();
+            let tail = ring.tail.load(Ordering::Acquire);
+            assert!(head <= tail, "ring head {head} passed tail {tail}");
             if tail - head >= RING_SLOTS as u64 {
                 return None;
             }
@@ -238,6 +250,31 @@ mod tests {
         assert_eq!(sender.counters.full_retries, 1);
         let huge = vec![0u8; MESSAGE_BYTES_MAX + 1];
         assert!(matches!(sender.try_send(&region, &mut cache, 1, &huge), Err(PodError::MessageTooLarge { .. })));
+    }
+
+    #[test]
+    fn reservation_survives_another_producer_and_the_consumer_moving_between_its_loads() {
+        // Goal: the CI failure ("attempt to subtract with overflow" in a 3-host run) cannot recur.
+        // Method: with an empty ring, run the exact interleaving between reserve's two loads —
+        // another producer sends one message and the consumer takes it — then check the
+        // reservation succeeds with the next ticket instead of computing tail − head < 0.
+        let (region, layout) = pod(3);
+        let ring: &RingControl = region.get(layout.ring_control(2));
+        let mut other_producer = Transport::new(layout, 1);
+        let mut consumer = Transport::new(layout, 2);
+        let (mut producer_cache, mut consumer_cache) = (incoherent(1), incoherent(2));
+        let mut out = Vec::new();
+        let mut interleaved = false;
+        let ticket = Transport::reserve_observed(ring, || {
+            if !interleaved {
+                interleaved = true;
+                assert!(other_producer.try_send(&region, &mut producer_cache, 2, b"other").expect("fits"));
+                assert_eq!(consumer.try_receive(&region, &mut consumer_cache, &mut out), Some(1));
+            }
+        });
+        assert!(interleaved);
+        assert_eq!(ticket, Some(1), "the ticket after the other producer's");
+        assert_eq!(ring.tail.load(Ordering::SeqCst), 2);
     }
 
     #[test]
