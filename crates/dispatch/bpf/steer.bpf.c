@@ -3,7 +3,9 @@
  * being moved is dropped (BLOCK), so no host that no longer owns the connection answers with a
  * reset; a handed-over flow gets its destination MAC rewritten to the owning backend (FORWARD),
  * which holds the service address on its loopback (direct server return). Only the dispatcher
- * writes the table. */
+ * writes the table. For tracked flows (every connection that may move) the program also counts
+ * the segments it let through (steer_arrivals), so an owner can wait for the ones still on
+ * their way before it gives the connection up. */
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
 #include <linux/in.h>
@@ -21,6 +23,13 @@ struct {
 	__type(key, struct steer_key);
 	__type(value, struct steer_value);
 } steer_flows SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, STEER_FLOWS_MAX);
+	__type(key, struct steer_key);
+	__type(value, struct steer_arrivals);
+} steer_arrivals SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -51,6 +60,12 @@ int steer_ingress(struct __sk_buff *skb)
 		return TC_ACT_OK;
 
 	struct steer_key key = { .client_addr = ip->saddr, .client_port = tcp->source, .pad = 0 };
+	/* A GSO packet stands for several segments; the receiving socket counts them all. */
+	__u64 segments = skb->gso_segs > 1 ? skb->gso_segs : 1;
+	struct steer_arrivals *arrivals = bpf_map_lookup_elem(&steer_arrivals, &key);
+	/* Counted before the action is read (a full barrier): see struct steer_arrivals. */
+	if (arrivals)
+		__sync_fetch_and_add(&arrivals->arrived, segments);
 	struct steer_value *flow = bpf_map_lookup_elem(&steer_flows, &key);
 	struct steer_stats *stats = counters();
 	if (!flow || flow->action == STEER_PASS) {
@@ -61,11 +76,15 @@ int steer_ingress(struct __sk_buff *skb)
 	if (flow->action == STEER_BLOCK) {
 		if (stats)
 			stats->blocked++;
+		if (arrivals)
+			__sync_fetch_and_add(&arrivals->dropped, segments);
 		return TC_ACT_SHOT;
 	}
 	if (flow->drop_per_million && bpf_get_prandom_u32() % 1000000 < flow->drop_per_million) {
 		if (stats)
 			stats->dropped_random++;
+		if (arrivals)
+			__sync_fetch_and_add(&arrivals->dropped, segments);
 		return TC_ACT_SHOT;
 	}
 	__builtin_memcpy(eth->h_dest, flow->owner_mac, ETH_ALEN);

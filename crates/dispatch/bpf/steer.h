@@ -33,6 +33,17 @@ struct steer_value {
 	__u32 drop_per_million;
 };
 
+/* Segments of one tracked flow that reached the switch port, and of those the ones dropped
+ * there. arrived - dropped is what the flow's current owner must have received before its
+ * socket may be exported: a segment still queued between the switch and the host would
+ * otherwise meet a closed socket (reset) or be acknowledged and lost with it. The program adds
+ * to `arrived` before it reads the flow's action, so a segment that saw the old action is
+ * always counted by the time the dispatcher has changed it. */
+struct steer_arrivals {
+	__u64 arrived;
+	__u64 dropped;
+};
+
 /* Per-CPU packet counters. */
 struct steer_stats {
 	__u64 passed;

@@ -72,6 +72,10 @@ pub struct DispatcherSettings {
     /// Longest wait for the client to acknowledge what it was sent before its connection
     /// moves, in ms; after it, unacknowledged bytes move with the connection. Default 50.
     pub drain_wait_ms: u64,
+    /// Longest wait, after the switch blocked a moving connection, for segments it had already
+    /// let through to reach the dispatcher's socket, in ms. Only a segment lost on the way
+    /// makes the wait last this long. Default 50.
+    pub settle_wait_ms: u64,
     /// Distinct statement shapes whose last answer size is remembered for the hybrid policy.
     /// Default 4096.
     pub size_history_max: usize,
@@ -96,6 +100,7 @@ impl Default for DispatcherSettings {
             steer_namespace: None,
             steer_ports: Vec::new(),
             drain_wait_ms: 50,
+            settle_wait_ms: 50,
             size_history_max: 4096,
             workers: 2,
         }
@@ -279,6 +284,9 @@ pub struct AgentConfig {
     /// Longest wait for the client to acknowledge the answer before handing back, in ms.
     /// Default 200.
     pub drain_wait_ms: u64,
+    /// Longest wait, after the switch blocked a connection on its way home, for the segments
+    /// the switch had let through to reach the agent's socket, in ms. Default 50.
+    pub settle_wait_ms: u64,
     /// Worker threads of the runtime. Default 1.
     pub workers: usize,
 }
@@ -293,6 +301,7 @@ impl Default for AgentConfig {
             links_max: 512,
             handback_wait_ms: 5,
             drain_wait_ms: 200,
+            settle_wait_ms: 50,
             workers: 1,
         }
     }

@@ -429,6 +429,61 @@ pub fn tcp_state(fd: RawFd) -> Result<u8> {
     Ok(info[0])
 }
 
+/// Offset of `tcpi_segs_in` (u32) in the kernel's `struct tcp_info` (stable ABI, Linux ≥ 4.2).
+const TCPI_SEGS_IN_OFFSET: usize = 140;
+
+/// Segments the socket has received (`tcpi_segs_in`, wrapping). An imported socket starts at 0.
+pub fn segments_received(fd: RawFd) -> Result<u32> {
+    let mut info = [0u8; TCPI_SEGS_IN_OFFSET + 4];
+    get_raw(fd, libc::IPPROTO_TCP, libc::TCP_INFO, &mut info, "TCP_INFO")?;
+    let bytes: [u8; 4] = info[TCPI_SEGS_IN_OFFSET..].try_into().expect("the slice is 4 bytes long");
+    Ok(u32::from_ne_bytes(bytes))
+}
+
+/// How [`wait_settled`] ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settled {
+    /// Nothing was on its way.
+    AtOnce,
+    /// Segments were still on their way; they have arrived.
+    AfterWaiting,
+    /// The bound passed (a segment was lost on the way) or a counter could not be read.
+    GaveUp,
+}
+
+/// Waits until the socket has received `expected` segments since it had received `base`, for at
+/// most `wait`: the segments the switch let through before it blocked the flow, some of which
+/// may still be queued on the way (shaper queues, softirq backlog). A segment dropped on the
+/// way never arrives, and then the wait ends by its bound.
+pub async fn wait_settled(
+    fd: RawFd,
+    base: u32,
+    expected: impl Fn() -> Result<u64>,
+    wait: std::time::Duration,
+) -> Settled {
+    let deadline = std::time::Instant::now() + wait;
+    let mut polls = 0u32;
+    loop {
+        let received = segments_received(fd).map(|now| u64::from(now.wrapping_sub(base)));
+        match (received, expected()) {
+            (Ok(received), Ok(expected)) if received >= expected => {
+                return if polls == 0 { Settled::AtOnce } else { Settled::AfterWaiting };
+            }
+            (Err(_), _) | (_, Err(_)) => return Settled::GaveUp,
+            _ => {}
+        }
+        if std::time::Instant::now() >= deadline {
+            return Settled::GaveUp;
+        }
+        polls += 1;
+        if polls < SPIN_POLLS_MAX {
+            tokio::task::yield_now().await;
+        } else {
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
+    }
+}
+
 /// The first unread byte, if any, without consuming it.
 pub fn peek_first_byte(fd: RawFd) -> Option<u8> {
     let mut byte = 0u8;

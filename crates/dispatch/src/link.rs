@@ -8,7 +8,7 @@
 //!                ◄─ results (relay)  or  ◄─ HandOverAt{offset} (on demand)
 //!  hand-over:    Socket{tcp state} ─►          ◄─ Imported | ImportFailed
 //!                Steered ─►  (the switch forwards the flow to the agent; it may write now)
-//!  hand-back:    ◄─ ReturnReady   Blocked ─►   ◄─ Returned{status, tcp state}
+//!  hand-back:    ◄─ ReturnReady   Blocked{segments} ─►   ◄─ Returned{status, tcp state}
 //! ```
 //! A control frame is `0xB7, Int32 length, kind byte, fields`; it is only ever sent at a
 //! PostgreSQL message boundary, so a relay's scanner sees it as one more message.
@@ -40,8 +40,10 @@ pub enum Control<'a> {
     Request { delivery: Delivery, threshold: u64 },
     /// Dispatcher → agent: the exported client connection (see [`crate::handover`]).
     Socket(&'a [u8]),
-    /// Dispatcher → agent: the flow is blocked at the switch; export and return the connection.
-    Blocked,
+    /// Dispatcher → agent: the flow is blocked at the switch; once the connection's socket has
+    /// received `segments` segments since its import (what the switch let through to it),
+    /// export and return the connection.
+    Blocked { segments: u64 },
     /// Dispatcher → agent: the switch now steers the flow to the agent; start writing. (Writing
     /// earlier would let the client's quick reply meet the still-blocked switch and wait for a
     /// retransmission timeout.)
@@ -81,7 +83,10 @@ impl<'a> Control<'a> {
                 buf.push(SOCKET);
                 buf.extend_from_slice(state);
             }
-            Control::Blocked => buf.push(BLOCKED),
+            Control::Blocked { segments } => {
+                buf.push(BLOCKED);
+                buf.extend_from_slice(&segments.to_be_bytes());
+            }
             Control::Steered => buf.push(STEERED),
             Control::HandOverAt { offset } => {
                 buf.push(HAND_OVER_AT);
@@ -117,7 +122,7 @@ impl<'a> Control<'a> {
                 Control::Request { delivery, threshold: u64_at(threshold)? }
             }
             SOCKET => Control::Socket(rest),
-            BLOCKED if rest.is_empty() => Control::Blocked,
+            BLOCKED => Control::Blocked { segments: u64_at(rest)? },
             STEERED if rest.is_empty() => Control::Steered,
             HAND_OVER_AT => Control::HandOverAt { offset: u64_at(rest)? },
             IMPORTED if rest.is_empty() => Control::Imported,
@@ -149,7 +154,7 @@ mod tests {
         let frames = [
             Control::Request { delivery: Delivery::OnDemand, threshold: 262_144 },
             Control::Socket(b"state"),
-            Control::Blocked,
+            Control::Blocked { segments: 12 },
             Control::Steered,
             Control::HandOverAt { offset: 1 << 40 },
             Control::Imported,

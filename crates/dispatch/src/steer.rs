@@ -8,6 +8,12 @@
 //!                 FORWARD mac ─► destination MAC := backend ─► bridge ─► backend (VIP on lo)
 //! ```
 //! Invariant: only the dispatcher writes the table (backends ask it over their link).
+//!
+//! Tracked flows (connections that may move) also have an arrivals counter: segments the
+//! switch let through to the current owner. An owner gives a connection up only once its
+//! socket has received all of them ([`crate::handover::wait_settled`]), because a segment still
+//! queued between the switch and the host would meet a closed socket (a reset) or be
+//! acknowledged and lost with it.
 
 use std::net::SocketAddrV4;
 use std::sync::Mutex;
@@ -40,6 +46,14 @@ pub struct SteerValue {
     pub drop_per_million: u32,
 }
 
+/// `struct steer_arrivals` of bpf/steer.h.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SteerArrivals {
+    pub arrived: u64,
+    pub dropped: u64,
+}
+
 /// `struct steer_stats` of bpf/steer.h.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -55,6 +69,7 @@ const _: () = assert!(std::mem::size_of::<SteerValue>() == 16);
 const _: () = assert!(std::mem::offset_of!(SteerValue, owner_mac) == 4);
 const _: () = assert!(std::mem::offset_of!(SteerValue, drop_per_million) == 12);
 const _: () = assert!(std::mem::size_of::<SteerStats>() == 32);
+const _: () = assert!(std::mem::size_of::<SteerArrivals>() == 16);
 
 // SAFETY: plain `#[repr(C)]` integers and byte arrays with explicit padding fields: every bit
 // pattern is valid and there are no implicit padding bytes.
@@ -63,6 +78,8 @@ unsafe impl aya::Pod for SteerKey {}
 unsafe impl aya::Pod for SteerValue {}
 // SAFETY: as above.
 unsafe impl aya::Pod for SteerStats {}
+// SAFETY: as above.
+unsafe impl aya::Pod for SteerArrivals {}
 
 const STEER_PASS: u32 = 0;
 const STEER_BLOCK: u32 = 1;
@@ -88,6 +105,7 @@ pub struct Switch {
     /// Keeps the program (and so its attachments) alive.
     _ebpf: Ebpf,
     flows: Mutex<HashMap<MapData, SteerKey, SteerValue>>,
+    arrivals: Mutex<HashMap<MapData, SteerKey, SteerArrivals>>,
     counters: PerCpuArray<MapData, SteerStats>,
 }
 
@@ -145,6 +163,48 @@ impl Switch {
         Ok(count)
     }
 
+    /// Starts counting the segments of `client`'s flow (from zero).
+    pub fn track(&self, client: SocketAddrV4) -> Result<()> {
+        let mut arrivals = self.arrivals.lock().unwrap_or_else(|p| p.into_inner());
+        arrivals
+            .insert(key(client), SteerArrivals::default(), 0)
+            .map_err(|e| steering(format!("tracking {client}: {e}")))
+    }
+
+    /// Stops counting `client`'s segments. Absent flows are fine.
+    pub fn untrack(&self, client: SocketAddrV4) -> Result<()> {
+        let mut arrivals = self.arrivals.lock().unwrap_or_else(|p| p.into_inner());
+        match arrivals.remove(&key(client)) {
+            Ok(()) | Err(aya::maps::MapError::KeyNotFound) => Ok(()),
+            Err(aya::maps::MapError::SyscallError(error)) if error.io_error.raw_os_error() == Some(libc::ENOENT) => {
+                Ok(())
+            }
+            Err(error) => Err(steering(format!("untracking {client}: {error}"))),
+        }
+    }
+
+    /// Segments of `client`'s flow the switch let through since [`Switch::track`]. A segment
+    /// being dropped at this very moment may still count as let through: the answer errs on
+    /// the side of waiting longer.
+    pub fn delivered(&self, client: SocketAddrV4) -> Result<u64> {
+        let arrivals = self.arrivals.lock().unwrap_or_else(|p| p.into_inner());
+        match arrivals.get(&key(client), 0) {
+            Ok(counts) => Ok(counts.arrived.saturating_sub(counts.dropped)),
+            Err(error) => Err(steering(format!("reading arrivals of {client}: {error}"))),
+        }
+    }
+
+    /// Flows whose segments are counted (must be zero once every session ended).
+    pub fn tracked_count(&self) -> Result<usize> {
+        let arrivals = self.arrivals.lock().unwrap_or_else(|p| p.into_inner());
+        let mut count = 0;
+        for key in arrivals.keys() {
+            key.map_err(|e| steering(format!("listing tracked flows: {e}")))?;
+            count += 1;
+        }
+        Ok(count)
+    }
+
     /// Packet counters summed over CPUs.
     pub fn stats(&self) -> Result<SteerStats> {
         let values = self.counters.get(&0, 0).map_err(|e| steering(format!("reading counters: {e}")))?;
@@ -174,9 +234,11 @@ fn load_and_attach(ports: &[String]) -> Result<Switch> {
     }
     let flows = ebpf.take_map("steer_flows").ok_or_else(|| steering("map steer_flows missing".into()))?;
     let flows = HashMap::try_from(flows).map_err(|e| steering(format!("steer_flows: {e}")))?;
+    let arrivals = ebpf.take_map("steer_arrivals").ok_or_else(|| steering("map steer_arrivals missing".into()))?;
+    let arrivals = HashMap::try_from(arrivals).map_err(|e| steering(format!("steer_arrivals: {e}")))?;
     let counters = ebpf.take_map("steer_counters").ok_or_else(|| steering("map steer_counters missing".into()))?;
     let counters = PerCpuArray::try_from(counters).map_err(|e| steering(format!("steer_counters: {e}")))?;
-    Ok(Switch { _ebpf: ebpf, flows: Mutex::new(flows), counters })
+    Ok(Switch { _ebpf: ebpf, flows: Mutex::new(flows), arrivals: Mutex::new(arrivals), counters })
 }
 
 fn steering(text: String) -> DispatchError {

@@ -75,13 +75,23 @@ fn ten_thousand_hand_overs_on_sixteen_connections_without_a_reset() -> anyhow::R
     let home = || cluster.stat(|s| &s.handbacks) + cluster.stat(|s| &s.closed_while_away);
     let moved = || 10_000 - cluster.stat(|s| &s.import_failures);
     let waited = common::wait_until(Duration::from_secs(30), "every connection home", || home() == moved());
-    let counters = ["handovers", "handbacks", "closed_while_away", "lost_while_away", "import_failures"];
+    let counters = [
+        "handovers",
+        "handbacks",
+        "closed_while_away",
+        "lost_while_away",
+        "import_failures",
+        "settle_timeouts",
+        "settle_waits",
+    ];
     let values = [
         &cluster.shared().stats.handovers,
         &cluster.shared().stats.handbacks,
         &cluster.shared().stats.closed_while_away,
         &cluster.shared().stats.lost_while_away,
         &cluster.shared().stats.import_failures,
+        &cluster.shared().stats.settle_timeouts,
+        &cluster.shared().stats.settle_waits,
     ];
     let summary: Vec<String> = counters
         .iter()
@@ -95,6 +105,8 @@ fn ten_thousand_hand_overs_on_sixteen_connections_without_a_reset() -> anyhow::R
     assert_eq!(cluster.stat(|s| &s.lost_while_away), 0);
     let switch = cluster.shared().switch.as_ref().expect("hand-over policy has a switch");
     assert_eq!(switch.flow_count()?, 0, "steering entries leaked");
+    eprintln!("{}", summary.join(" "));
+    common::wait_until(Duration::from_secs(10), "sessions to end", || switch.tracked_count().ok() == Some(0))?;
     let (resets, paws) = common::resets(&cluster.lab)?;
     assert_eq!(resets - resets_before, 0, "TCP resets were sent");
     assert_eq!(paws - paws_before, 0, "PAWS rejected segments");

@@ -76,3 +76,62 @@ fn the_switch_passes_forwards_and_blocks_flows() -> anyhow::Result<()> {
     assert_eq!(banner_from(&client.namespace, from(40004), service)?, "disp");
     Ok(())
 }
+
+/// Connects from `local` inside `namespace` to `server` and returns the connection.
+fn connect_from(namespace: &str, local: SocketAddrV4, server: SocketAddr) -> anyhow::Result<std::net::TcpStream> {
+    Ok(netns::run_in(namespace, move || {
+        let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
+            .map_err(|e| DispatchError::io("socket", e))?;
+        socket.set_reuse_address(true).map_err(|e| DispatchError::io("reuse", e))?;
+        socket.bind(&SocketAddr::V4(local).into()).map_err(|e| DispatchError::io("bind", e))?;
+        socket.connect_timeout(&server.into(), Duration::from_secs(2)).map_err(|e| DispatchError::io("connect", e))?;
+        socket.set_nodelay(true).map_err(|e| DispatchError::io("nodelay", e))?;
+        Ok(std::net::TcpStream::from(socket))
+    })?)
+}
+
+// Goal: for a tracked flow the switch counts exactly the segments the owner's socket receives
+// (what an owner waits for before giving a connection up), and a blocked segment is not
+// counted as delivered. Method: a connection from a client to the dispatcher host; 20 one-byte
+// writes, each read before the next; compare the switch's count with the server socket's
+// tcpi_segs_in; then block the flow and write once more.
+#[test]
+fn the_switch_counts_the_segments_it_lets_through() -> anyhow::Result<()> {
+    use std::io::Write;
+    use std::os::fd::AsRawFd;
+    let lab = Lab::up_owned(LabSpec { name: common::unique_lab_name("sc"), ..LabSpec::default() })?;
+    let ports: Vec<String> = lab.clients().iter().map(|c| c.switch_port.clone()).collect();
+    let switch = Switch::attach(&lab.switch_namespace(), &ports)?;
+    let service = SocketAddr::from((VIP, 7001));
+    let listener = netns::run_in(&lab.dispatcher().namespace, move || {
+        TcpListener::bind(service).map_err(|e| DispatchError::io("bind", e))
+    })?;
+    let client_address = SocketAddrV4::new(lab.client(1).address, 40010);
+    let mut client = connect_from(&lab.client(1).namespace, client_address, service)?;
+    let (mut server, _) = listener.accept()?;
+    std::thread::sleep(Duration::from_millis(50));
+    switch.track(client_address)?;
+    let base = bypass_dispatch::handover::segments_received(server.as_raw_fd())?;
+    let mut byte = [0u8; 1];
+    for _ in 0..20 {
+        client.write_all(b"x")?;
+        server.read_exact(&mut byte)?;
+    }
+    std::thread::sleep(Duration::from_millis(50));
+    let received = u64::from(bypass_dispatch::handover::segments_received(server.as_raw_fd())?.wrapping_sub(base));
+    let delivered = switch.delivered(client_address)?;
+    assert!(received >= 20, "the server socket received {received} segments");
+    assert_eq!(delivered, received, "the switch's count must match the owner's socket");
+
+    switch.set(client_address, Action::Block)?;
+    client.write_all(b"y")?;
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(switch.delivered(client_address)?, delivered, "a blocked segment is not delivered");
+    server.set_nonblocking(true)?;
+    assert!(server.read(&mut byte).is_err(), "the blocked byte must not arrive");
+    assert_eq!(switch.tracked_count()?, 1);
+    switch.untrack(client_address)?;
+    switch.remove(client_address)?;
+    assert_eq!(switch.tracked_count()?, 0);
+    Ok(())
+}

@@ -8,7 +8,8 @@
 //!              ─► rest of the answer ─► client
 //!  Direct    : (hold the answer) ─► Socket ─► import ─► Imported ─► Steered ─► answer ─► client
 //!  hand-back : after ReadyForQuery: client acknowledged all? client's next request here (or
-//!              handback_wait_ms passed)? ─► ReturnReady ─► Blocked ─► export, silent close
+//!              handback_wait_ms passed)? ─► ReturnReady ─► Blocked{segments} ─► socket has
+//!              received that many (bounded wait) ─► export, silent close
 //!              ─► Returned{status, answer bytes, state}
 //! ```
 
@@ -24,7 +25,7 @@ use super::LINK_BUFFER_BYTES;
 use crate::buffer::{closed, Buffer};
 use crate::config::ValidAgentConfig;
 use crate::error::{DispatchError, Result};
-use crate::handover::{self, TcpState};
+use crate::handover::{self, Settled, TcpState};
 use crate::link::{Control, Delivery, CONTROL_TAG};
 
 /// The state of one link.
@@ -44,6 +45,8 @@ pub struct LinkSession<'a> {
     answer_bytes: u64,
     /// The handed-over client connection while this agent owns it.
     client: Option<TcpStream>,
+    /// Segments the client's socket had received when it was imported.
+    client_segments_base: u32,
     /// A socket is on its way: PostgreSQL's answer waits in its socket until it arrives.
     awaiting_socket: bool,
     out: Vec<u8>,
@@ -63,6 +66,7 @@ impl<'a> LinkSession<'a> {
             threshold: u64::MAX,
             answer_bytes: 0,
             client: None,
+            client_segments_base: 0,
             awaiting_socket: false,
             out: Vec::with_capacity(256),
         }
@@ -151,8 +155,9 @@ impl<'a> LinkSession<'a> {
         let imported = TcpState::decode(state).and_then(|state| handover::import_tokio(&state));
         match imported {
             Ok(client) => {
+                self.client_segments_base = handover::segments_received(client.as_raw_fd())?;
                 self.send_control(&Control::Imported).await?;
-                self.wait_for(Control::Steered).await?;
+                self.wait_for("Steered", |control| (*control == Control::Steered).then_some(())).await?;
                 self.client = Some(client);
                 Ok(())
             }
@@ -250,7 +255,17 @@ impl<'a> LinkSession<'a> {
             return self.send_control(&Control::Returned { status, answer_bytes, state: &[] }).await;
         }
         self.send_control(&Control::ReturnReady).await?;
-        self.wait_for(Control::Blocked).await?;
+        let segments = self
+            .wait_for("Blocked", |control| match control {
+                Control::Blocked { segments } => Some(*segments),
+                _ => None,
+            })
+            .await?;
+        let settle_wait = Duration::from_millis(self.config.settings.settle_wait_ms);
+        let base = self.client_segments_base;
+        if handover::wait_settled(client.as_raw_fd(), base, || Ok(segments), settle_wait).await != Settled::AtOnce {
+            tracing::debug!(segments, "segments were still on their way to the agent after the block");
+        }
         // Closed still in repair mode: neither FIN nor RST reaches the client.
         let state = handover::export_tokio(client);
         let mut encoded = Vec::new();
@@ -262,17 +277,17 @@ impl<'a> LinkSession<'a> {
         state.map(|_| ())
     }
 
-    /// Reads the next frame from the dispatcher, which must be `expected` (a switch change).
-    async fn wait_for(&mut self, expected: Control<'static>) -> Result<()> {
+    /// Reads the next frame from the dispatcher, which must be the control frame `expected`
+    /// (a switch change) that `accept` takes apart.
+    async fn wait_for<T>(&mut self, expected: &str, accept: impl Fn(&Control) -> Option<T>) -> Result<T> {
         let header = self.down.read_message(&mut self.link, "the dispatcher").await?;
         let control = (header.tag == CONTROL_TAG).then(|| Control::decode(self.down.body(header)));
-        let matched = matches!(control, Some(Ok(ref control)) if *control == expected);
+        let accepted = match control {
+            Some(Ok(ref control)) => accept(control),
+            _ => None,
+        };
         self.down.consume(header.frame_len());
-        if matched {
-            Ok(())
-        } else {
-            Err(DispatchError::Protocol(format!("expected {expected:?} from the dispatcher")))
-        }
+        accepted.ok_or_else(|| DispatchError::Protocol(format!("expected {expected} from the dispatcher")))
     }
 }
 

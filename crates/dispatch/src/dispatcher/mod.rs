@@ -71,6 +71,12 @@ pub struct Stats {
     pub lost_while_away: AtomicU64,
     /// Sessions whose client closed while an agent owned the connection (it cannot move).
     pub closed_while_away: AtomicU64,
+    /// Moves whose owner gave up waiting (`settle_wait_ms`) for segments the switch had let
+    /// through before blocking the flow: one was lost on the way, or the host is very slow.
+    pub settle_timeouts: AtomicU64,
+    /// Moves from the dispatcher that found segments still on their way after the BLOCK, and
+    /// waited for them (each one a reset or a lost request without that wait).
+    pub settle_waits: AtomicU64,
 }
 
 impl Shared {

@@ -44,6 +44,8 @@ struct Client {
     stream: Option<TcpStream>,
     /// The client's address: its flow's key in the switch's steering table.
     peer: SocketAddr,
+    /// Segment counting for the connection's current owner; `None`: the connection never moves.
+    epoch: Option<transfer::Epoch>,
     /// Answer bytes written so far (a failed request can be retried only while this is unchanged).
     written: u64,
     buffer: Buffer,
@@ -96,25 +98,26 @@ pub async fn serve_client(
     slot: Option<OwnedSemaphorePermit>,
 ) {
     let _ = stream.set_nodelay(true);
+    let epoch = transfer::track(&shared, &stream, peer);
     let client = Client {
         stream: Some(stream),
         peer,
+        epoch,
         written: 0,
         buffer: Buffer::with_capacity(REQUEST_BYTES_MAX),
         scanner: Scanner::new(),
         out: Vec::new(),
     };
-    let mut session = match login(&shared, client, slot.is_some()).await {
-        Ok(Some(session)) => session,
-        Ok(None) => return,
-        Err(error) => {
-            tracing::debug!(%peer, %error, "login failed");
-            return;
+    match login(&shared, client, slot.is_some()).await {
+        Ok(Some(mut session)) => {
+            if let Err(error) = session.run().await {
+                tracing::debug!(%peer, %error, "session ended");
+            }
         }
-    };
-    if let Err(error) = session.run().await {
-        tracing::debug!(%peer, %error, "session ended");
+        Ok(None) => {}
+        Err(error) => tracing::debug!(%peer, %error, "login failed"),
     }
+    transfer::untrack(&shared, peer);
     drop(slot);
 }
 
@@ -509,6 +512,7 @@ impl Session {
             && self.status == TransactionStatus::Idle
             && !self.sticky
             && self.client.peer.is_ipv4()
+            && self.client.epoch.is_some()
             && mac.is_some();
         if !movable {
             return relay;
@@ -561,9 +565,13 @@ impl Session {
                     SocketAddr::V6(_) => unreachable!("plan() hands over IPv4 clients only"),
                 };
                 let mac = plan.mac.expect("plan() hands over only to backends with a MAC");
-                match transfer::hand_over(&self.shared, &mut self.client.stream, peer, link, mac).await? {
-                    Moved::Away => {
-                        let returned = transfer::take_back(&self.shared, &mut self.client.stream, peer, link).await?;
+                let client = &mut self.client;
+                let epoch = client.epoch.as_mut().expect("plan() hands over tracked connections only");
+                match transfer::hand_over(&self.shared, &mut client.stream, epoch, peer, link, mac).await? {
+                    Moved::Away { switch_delivered } => {
+                        let returned =
+                            transfer::take_back(&self.shared, &mut client.stream, epoch, peer, link, switch_delivered)
+                                .await?;
                         self.remember(plan, returned.answer_bytes);
                         if returned.closed {
                             return Err(closed("the client (while away)"));

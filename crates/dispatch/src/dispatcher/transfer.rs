@@ -3,12 +3,18 @@
 //! connection, so no kernel answers them with a reset.
 //!
 //! ```text
-//!  hand over: drain (client acked) ─► BLOCK ─► export, silent close ─► Socket ─► agent imports
-//!             ─► Imported ─► FORWARD to the backend's MAC ─► Steered (ImportFailed: import here, PASS)
-//!  take back: ◄─ ReturnReady ─► BLOCK ─► Blocked ─► ◄─ Returned{state} ─► import here ─► PASS
+//!  hand over: drain (client acked) ─► BLOCK ─► settle ─► export, silent close ─► Socket
+//!             ─► agent imports ─► Imported ─► FORWARD to the backend's MAC ─► Steered
+//!             (ImportFailed: import here, PASS)
+//!  take back: ◄─ ReturnReady ─► BLOCK ─► Blocked{segments} ─► agent settles, exports
+//!             ─► ◄─ Returned{state} ─► import here ─► PASS
 //! ```
+//! "Settle": before an owner exports, its socket must have received every segment the switch
+//! let through to it before the BLOCK (counted per flow by the switch, see [`crate::steer`]);
+//! a segment still queued on the way would meet a closed socket (reset) or be acknowledged by
+//! the dying socket and lost.
 
-use std::net::SocketAddrV4;
+use std::net::{SocketAddr, SocketAddrV4};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -19,14 +25,56 @@ use tokio::net::TcpStream;
 
 use super::{Link, Shared};
 use crate::error::{DispatchError, Result};
-use crate::handover::{self, TcpState};
+use crate::handover::{self, Settled, TcpState};
 use crate::link::{Control, CONTROL_TAG};
 use crate::steer::{Action, Switch};
 
+/// Where counting a connection's segments started for its current owner: the owner's socket
+/// had received `socket_segments` when the switch had let `switch_delivered` through.
+#[derive(Debug, Clone, Copy)]
+pub struct Epoch {
+    pub socket_segments: u32,
+    pub switch_delivered: u64,
+}
+
+/// Starts counting the segments of an accepted client connection; `None` when it cannot move
+/// (no steering table, IPv6, table full).
+pub fn track(shared: &Shared, stream: &TcpStream, peer: SocketAddr) -> Option<Epoch> {
+    let (Some(switch), SocketAddr::V4(peer)) = (shared.switch.as_ref(), peer) else { return None };
+    if let Err(error) = switch.track(peer) {
+        tracing::warn!(%peer, %error, "cannot count the flow's segments; its answers will be relayed");
+        return None;
+    }
+    // Read after tracking began: a segment counted by both only makes the first move wait longer.
+    let socket_segments = handover::segments_received(stream.as_raw_fd()).ok()?;
+    Some(Epoch { socket_segments, switch_delivered: 0 })
+}
+
+/// Stops counting the segments of a client connection whose session ended.
+pub fn untrack(shared: &Shared, peer: SocketAddr) {
+    if let (Some(switch), SocketAddr::V4(peer)) = (shared.switch.as_ref(), peer) {
+        let _ = switch.remove(peer);
+        let _ = switch.untrack(peer);
+    }
+}
+
+/// Waits (bounded) until the socket `fd`, owner since `epoch`, has received every segment the
+/// switch let through to it.
+async fn settle(shared: &Shared, switch: &Switch, peer: SocketAddrV4, fd: i32, epoch: Epoch) {
+    let wait = Duration::from_millis(shared.config.settings.settle_wait_ms);
+    let expected = || Ok(switch.delivered(peer)?.saturating_sub(epoch.switch_delivered));
+    match handover::wait_settled(fd, epoch.socket_segments, expected, wait).await {
+        Settled::AtOnce => {}
+        Settled::AfterWaiting => _ = shared.stats.settle_waits.fetch_add(1, Ordering::Relaxed),
+        Settled::GaveUp => _ = shared.stats.settle_timeouts.fetch_add(1, Ordering::Relaxed),
+    }
+}
+
 /// How the move went.
 pub enum Moved {
-    /// The agent owns the connection; the answer flows straight to the client.
-    Away,
+    /// The agent owns the connection; the answer flows straight to the client. The switch had
+    /// let `switch_delivered` segments through when it began forwarding to the agent.
+    Away { switch_delivered: u64 },
     /// The agent could not import it; it is back here and the answer comes relayed.
     Refused,
 }
@@ -49,6 +97,7 @@ fn switch(shared: &Shared) -> Result<&Switch> {
 pub async fn hand_over(
     shared: &Shared,
     stream: &mut Option<TcpStream>,
+    epoch: &mut Epoch,
     peer: SocketAddrV4,
     link: &mut Link,
     mac: [u8; 6],
@@ -58,6 +107,7 @@ pub async fn hand_over(
     let drain_wait = Duration::from_millis(shared.config.settings.drain_wait_ms);
     handover::wait_drained(client.as_raw_fd(), drain_wait).await;
     switch.set(peer, Action::Block)?;
+    settle(shared, switch, peer, client.as_raw_fd(), *epoch).await;
     let state = match handover::export_tokio(client) {
         Ok(state) => state,
         Err(error) => {
@@ -76,40 +126,45 @@ pub async fn hand_over(
     };
     match reply {
         Ok(ControlKind::Imported) => {
+            // Still blocked: nothing reaches the agent's fresh socket before this count.
+            let switch_delivered = switch.delivered(peer)?;
             switch.set(peer, Action::Forward { mac, drop_per_million: 0 })?;
             let mut frame = Vec::with_capacity(8);
             Control::Steered.encode(&mut frame);
             // If this fails the link is gone; take_back notices and forgets the flow.
             let _ = link.stream.write_all(&frame).await;
             shared.stats.handovers.fetch_add(1, Ordering::Relaxed);
-            Ok(Moved::Away)
+            Ok(Moved::Away { switch_delivered })
         }
         Ok(ControlKind::ImportFailed) => {
             shared.stats.import_failures.fetch_add(1, Ordering::Relaxed);
-            *stream = Some(bring_home(switch, peer, &state)?);
+            *stream = Some(bring_home(switch, peer, &state, epoch)?);
             Ok(Moved::Refused)
         }
         Ok(other @ (ControlKind::ReturnReady | ControlKind::Closed { .. })) => {
-            *stream = Some(bring_home(switch, peer, &state)?);
+            *stream = Some(bring_home(switch, peer, &state, epoch)?);
             Err(DispatchError::Protocol(format!("agent answered a hand-over with {other:?}")))
         }
         Err(error) => {
             // The agent never took it: the connection is still ours to restore.
-            *stream = Some(bring_home(switch, peer, &state)?);
+            *stream = Some(bring_home(switch, peer, &state, epoch)?);
             Err(error)
         }
     }
 }
 
-/// Waits for the agent to finish the answer and takes the connection back.
+/// Waits for the agent to finish the answer and takes the connection back. The agent became
+/// the owner when the switch had let `away_since` segments through.
 pub async fn take_back(
     shared: &Shared,
     stream: &mut Option<TcpStream>,
+    epoch: &mut Epoch,
     peer: SocketAddrV4,
     link: &mut Link,
+    away_since: u64,
 ) -> Result<Returned> {
     let switch = switch(shared)?;
-    let outcome = take_back_inner(switch, stream, peer, link).await;
+    let outcome = take_back_inner(switch, stream, epoch, peer, link, away_since).await;
     match &outcome {
         Ok(returned) if returned.closed => {
             shared.stats.closed_while_away.fetch_add(1, Ordering::Relaxed);
@@ -134,8 +189,10 @@ pub async fn take_back(
 async fn take_back_inner(
     switch: &Switch,
     stream: &mut Option<TcpStream>,
+    epoch: &mut Epoch,
     peer: SocketAddrV4,
     link: &mut Link,
+    away_since: u64,
 ) -> Result<Returned> {
     match read_control(link).await? {
         ControlKind::ReturnReady => {}
@@ -145,8 +202,9 @@ async fn take_back_inner(
         other => return Err(DispatchError::Protocol(format!("expected ReturnReady, got {other:?}"))),
     }
     switch.set(peer, Action::Block)?;
-    let mut frame = Vec::with_capacity(8);
-    Control::Blocked.encode(&mut frame);
+    let segments = switch.delivered(peer)?.saturating_sub(away_since);
+    let mut frame = Vec::with_capacity(16);
+    Control::Blocked { segments }.encode(&mut frame);
     link.stream.write_all(&frame).await.map_err(|e| DispatchError::io("sending Blocked", e))?;
     let header = link.buffer.read_message(&mut link.stream, "the agent").await?;
     let returned = match (header.tag, Control::decode(link.buffer.body(header))) {
@@ -163,15 +221,21 @@ async fn take_back_inner(
     };
     let with_request = !state.recv_queue.is_empty();
 
-    *stream = Some(bring_home(switch, peer, &state)?);
+    *stream = Some(bring_home(switch, peer, &state, epoch)?);
     Ok(Returned { status, answer_bytes, closed: false, with_request })
 }
 
-/// Imports the connection here and lets its packets pass to the dispatcher again.
-fn bring_home(switch: &Switch, peer: SocketAddrV4, state: &TcpState) -> Result<TcpStream> {
+/// Imports the connection here, starts a new epoch of segment counting, and lets its packets
+/// pass to the dispatcher again.
+fn bring_home(switch: &Switch, peer: SocketAddrV4, state: &TcpState, epoch: &mut Epoch) -> Result<TcpStream> {
     let stream = handover::import_tokio(state);
+    // Still blocked: the new socket and the switch count from here on together.
+    let switch_delivered = switch.delivered(peer);
     switch.remove(peer)?;
-    stream
+    let stream = stream?;
+    let socket_segments = handover::segments_received(stream.as_raw_fd())?;
+    *epoch = Epoch { socket_segments, switch_delivered: switch_delivered? };
+    Ok(stream)
 }
 
 /// The kinds of control frame the dispatcher waits for.
