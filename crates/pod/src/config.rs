@@ -89,6 +89,13 @@ pub struct PodConfig {
     pub epoch_ms: u64,
     pub warmup_ms: u64,
     pub measure_ms: u64,
+    /// Keep measuring past `measure_ms` until the hosts together acknowledged at least this many
+    /// transactions in the measured window (0 = off), at most [`MEASURE_EXTENSION_MAX`] longer.
+    /// Tests set it so that the amount of work, not the speed of a loaded machine, decides what
+    /// they check.
+    ///
+    /// [`MEASURE_EXTENSION_MAX`]: crate::launcher::MEASURE_EXTENSION_MAX
+    pub measure_acked_min: u64,
     pub seed: u64,
     /// Write every committed transaction's read and write versions here (serializability checker).
     pub history_dir: Option<PathBuf>,
@@ -118,6 +125,7 @@ impl PodConfig {
             epoch_ms: 10,
             warmup_ms: 500,
             measure_ms: 2_000,
+            measure_acked_min: 0,
             seed: 1,
             history_dir: None,
             recover: false,

@@ -30,6 +30,9 @@ use crate::stats::{Counters, LatencyTable};
 pub const LOAD_WAIT_MAX: Duration = Duration::from_secs(600);
 /// Longest hosts may take from Stop to exit (finishing transactions, barrier, checks).
 pub const FINISH_WAIT_MAX: Duration = Duration::from_secs(120);
+/// Longest the measured window may be extended to reach `measure_acked_min` (a hang guard: a
+/// protocol that stops committing ends the run and the test's own assertions report it).
+pub const MEASURE_EXTENSION_MAX: Duration = Duration::from_secs(90);
 
 struct Child {
     host: usize,
@@ -200,8 +203,15 @@ impl Pod {
         }
         self.set_phase(Phase::Warmup);
         self.watch(Duration::from_millis(self.config.warmup_ms))?;
+        let acked_before = self.acked_total();
         self.set_phase(Phase::Measure);
         self.watch(Duration::from_millis(self.config.measure_ms))?;
+        let extended = Instant::now();
+        while self.acked_total() - acked_before < self.config.measure_acked_min
+            && extended.elapsed() < MEASURE_EXTENSION_MAX
+        {
+            self.watch(Duration::from_millis(10))?;
+        }
         self.set_phase(Phase::Stop);
         self.wait_finished()?;
         Ok(self.report())
@@ -249,6 +259,11 @@ impl Pod {
     /// Transactions `host` had acknowledged (readable after it died: the region outlives it).
     pub fn acked(&self, host: usize) -> u64 {
         self.region.host_shared(&self.layout, host).acked_txns.load(Ordering::Acquire)
+    }
+
+    /// Transactions all hosts acknowledged so far (monotonic: each host only adds).
+    fn acked_total(&self) -> u64 {
+        (0..self.config.hosts).map(|host| self.acked(host)).sum()
     }
 
     pub fn host_error(&self, host: usize) -> Option<String> {

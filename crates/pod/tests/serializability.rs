@@ -30,6 +30,7 @@ fn histories_are_serializable_under_contention_with_many_migrations() {
         config.index_buckets_per_host = 16;
         config.hwcc_budget_bytes = 3 * (16 * 8 + 6 * 32);
         config.measure_ms = 1000;
+        config.measure_acked_min = 400;
         let (report, verdict) = run_checked(config);
         assert_ycsb(&report);
         assert!(
@@ -37,8 +38,9 @@ fn histories_are_serializable_under_contention_with_many_migrations() {
             "{protocol:?}: {:?}",
             &verdict.anomalies[..verdict.anomalies.len().min(5)]
         );
-        // DS2PL+ on a loaded 2-core machine commits only ~100–200 here; the edges make it a real test.
-        assert!(verdict.transactions > 50 && verdict.edges > 5 * verdict.transactions, "{protocol:?}: {verdict:?}");
+        // The run lasts until 400 are acknowledged (however loaded the machine), so the checker
+        // always sees a dense graph; the edges make it a real test.
+        assert!(verdict.transactions >= 400 && verdict.edges > 5 * verdict.transactions, "{protocol:?}: {verdict:?}");
         if protocol == Protocol::Tigon {
             assert!(report.total.moves_in > 200 && report.total.moves_out > 200, "{:?}", report.total);
         }

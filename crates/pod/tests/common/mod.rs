@@ -29,6 +29,9 @@ pub fn small(workload: WorkloadConfig, protocol: Protocol) -> PodConfig {
     config.coherence = incoherent();
     config.warmup_ms = 100;
     config.measure_ms = 600;
+    // Count-driven, not clock-driven: on a loaded 2-core machine a slow protocol may commit only a
+    // handful in 600 ms, and the tests' assertions need real work to mean anything.
+    config.measure_acked_min = 200;
     config.swcc_bytes_per_host = 4 << 20;
     config.hwcc_budget_bytes = 1 << 20;
     config
