@@ -83,6 +83,11 @@ pub struct PoolerSettings {
     pub server_reset_query: String,
     /// Largest message accepted from either side, bytes. Default 268435456 (256 MiB).
     pub message_size_max: u32,
+    /// Prepared statements kept per server in transaction mode, where the pooler prepares a
+    /// client's named statements on whichever server it lands on; least recently used ones are
+    /// closed. 0 turns this off (named statements then only work within one transaction).
+    /// Default 200 (as PgBouncer 1.24).
+    pub max_prepared_statements: u32,
     /// Shards: threads with their own runtime and listener (`SO_REUSEPORT`); 0 = one per CPU.
     /// Default 0.
     pub workers: u32,
@@ -110,6 +115,8 @@ impl Default for PoolerSettings {
             client_login_timeout_ms: 60_000,
             server_reset_query: "DISCARD ALL".into(),
             message_size_max: bypass_wire::DEFAULT_MESSAGE_SIZE_MAX,
+            max_prepared_statements: 200,
+
             workers: 0,
             listen_backlog: 4096,
         }

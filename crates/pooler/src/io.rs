@@ -59,6 +59,14 @@ pub async fn read_message(
     }
 }
 
+/// Sleeps until `deadline`, or forever when there is none (a `select!` branch that never fires).
+pub async fn sleep_until(deadline: Option<std::time::Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline.into()).await,
+        None => std::future::pending().await,
+    }
+}
+
 /// The body of the message [`read_message`] returned.
 pub fn body(buffer: &Buffer, header: Header) -> &[u8] {
     &buffer.pending()[bypass_wire::HEADER_LEN..header.frame_len()]

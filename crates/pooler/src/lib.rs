@@ -33,6 +33,7 @@ pub mod io;
 pub mod login;
 pub mod params;
 pub mod pool;
+pub mod prepared;
 pub mod proxy;
 pub mod relay;
 pub mod server;

@@ -27,7 +27,8 @@ use std::time::{Duration, Instant};
 
 use crate::config::PoolMode;
 use crate::error::{PoolerError, TimeoutKind};
-use crate::server::{Credential, LoginTarget, ServerConn, Welcome};
+use crate::prepared::StatementRegistry;
+use crate::server::{Credential, LoginTarget, ServerConn, ServerLimits, Welcome};
 
 /// How far behind the head of the queue a waiter of the releasing shard may have joined and still
 /// be served first: a quarter of the head's wait, within these bounds. It trades a bounded amount
@@ -58,6 +59,8 @@ pub struct PoolSettings {
     pub reset_query: String,
     /// Runtimes (cores) the pooler runs on.
     pub shards: usize,
+    /// Prepared statements kept per server in transaction mode; 0 turns the feature off.
+    pub max_prepared_statements: u32,
 }
 
 /// Servers open for one backend database across all its pools, against `max_db_connections`.
@@ -258,6 +261,8 @@ pub struct Pool {
     pub credential: RwLock<Credential>,
     pub welcome: OnceLock<Arc<Welcome>>,
     pub stats: PoolStats,
+    /// Statement texts prepared through this pool, by id (transaction-mode prepared statements).
+    pub statements: StatementRegistry,
     database: Arc<DatabaseLimit>,
     state: Mutex<PoolState>,
     myself: Weak<Pool>,
@@ -297,6 +302,7 @@ impl Pool {
             credential: RwLock::new(credential),
             welcome: OnceLock::new(),
             stats: PoolStats::new(settings_shards),
+            statements: StatementRegistry::default(),
             database: database.clone(),
             state: Mutex::new(PoolState::new(settings_shards)),
             myself: myself.clone(),
@@ -385,7 +391,12 @@ impl Pool {
         let lease = Lease { pool: self.myself.clone() };
         let credential = self.credential.read().unwrap_or_else(|p| p.into_inner()).clone();
         let timeout = Duration::from_millis(self.settings.server_connect_timeout_ms);
-        let login = ServerConn::login(&self.target, &credential, lease, self.settings.message_size_max, shard);
+        let limits = ServerLimits {
+            message_size_max: self.settings.message_size_max,
+            statements_max: self.settings.max_prepared_statements as usize,
+        };
+        let login = ServerConn::login(&self.target, &credential, lease, limits, shard);
+
         let (server, welcome) = tokio::time::timeout(timeout, login)
             .await
             .map_err(|_| PoolerError::Timeout(TimeoutKind::ServerConnect))??;
@@ -397,7 +408,8 @@ impl Pool {
     pub fn release(&self, mut server: Box<ServerConn>) {
         let now = Instant::now();
         let lifetime = self.settings.server_lifetime_ms;
-        if server.broken || !server.buffer.is_empty() || (lifetime > 0 && server.age_ms(now) >= lifetime) {
+        let in_flight = !server.buffer.is_empty() || !server.plan.is_empty();
+        if server.broken || in_flight || (lifetime > 0 && server.age_ms(now) >= lifetime) {
             drop(server);
             return;
         }

@@ -18,6 +18,7 @@ use crate::error::PoolerError;
 use crate::io::{body, read_message, tune, ReadFailure};
 use crate::params::ParamSet;
 use crate::pool::Lease;
+use crate::prepared::{ResponsePlan, ServerStatements};
 
 /// Bytes of a server connection's read buffer: results stream through it.
 pub const SERVER_BUFFER_BYTES: usize = 64 * 1024;
@@ -64,7 +65,16 @@ impl BackendKey {
     }
 }
 
+/// Bounds a server connection is created with.
+#[derive(Debug, Clone, Copy)]
+pub struct ServerLimits {
+    pub message_size_max: u32,
+    /// Prepared statements kept on the server (least recently used ones are closed).
+    pub statements_max: usize,
+}
+
 /// Everything the first login to a server told us, replayed to clients at their login.
+
 #[derive(Debug, Clone, Default)]
 pub struct Welcome {
     pub parameters: Vec<(String, String)>,
@@ -85,6 +95,11 @@ pub struct ServerConn {
     pub lease: Lease,
     /// The shard whose reactor the socket is registered with.
     pub home: usize,
+    /// Prepared statements this server has (transaction mode).
+    pub statements: ServerStatements,
+    /// Requests in flight on this connection and how their answers are handled (transaction
+    /// mode); empty whenever the server is in the pool. Kept here so its storage is reused.
+    pub plan: ResponsePlan,
     /// Scratch for the pooler's own queries.
     scratch: Vec<u8>,
 }
@@ -95,7 +110,7 @@ impl ServerConn {
         target: &LoginTarget,
         credential: &Credential,
         lease: Lease,
-        message_size_max: u32,
+        limits: ServerLimits,
         shard: usize,
     ) -> Result<(Box<ServerConn>, Welcome), PoolerError> {
         let stream = TcpStream::connect(target.address)
@@ -115,9 +130,11 @@ impl ServerConn {
             broken: false,
             lease,
             home: shard,
+            statements: ServerStatements::new(limits.statements_max),
+            plan: ResponsePlan::default(),
             scratch: Vec::with_capacity(256),
         });
-        let welcome = server.handshake(target, credential, message_size_max).await?;
+        let welcome = server.handshake(target, credential, limits.message_size_max).await?;
         Ok((server, welcome))
     }
 
@@ -234,6 +251,8 @@ impl ServerConn {
             broken,
             lease,
             home: _,
+            statements,
+            plan,
             scratch,
         } = *self;
         let stream = stream.into_std()?;
@@ -254,6 +273,8 @@ impl ServerConn {
             broken,
             lease,
             home: shard,
+            statements,
+            plan,
             scratch,
         };
         Ok(Box::new(server))

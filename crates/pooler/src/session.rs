@@ -8,19 +8,15 @@
 //!    └── Terminate / EOF ──►  Done ◄── Terminate / EOF / error (server reset or closed)
 //! ```
 //! In session mode the client is linked from login to disconnect.
-//!
-//! The relay never decodes what it forwards: it walks message headers in the read buffer, forwards
-//! everything read in one write, and inspects only the few small messages that change state
-//! (ReadyForQuery, ParameterStatus, ErrorResponse, CopyInResponse, Terminate).
+//! The bytes themselves are moved by [`crate::relay`].
 
-use std::future::pending;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bypass_wire::backend::build;
-use bypass_wire::frame::{Header, Scanner, Step};
-use bypass_wire::{BackendMessage, Severity, TransactionStatus, WireError, HEADER_LEN};
+use bypass_wire::frame::{Scanner, Step};
+use bypass_wire::Severity;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
@@ -28,10 +24,11 @@ use crate::buffer::Buffer;
 use crate::cancel::{CancelRoute, Registration};
 use crate::config::PoolMode;
 use crate::error::{PoolerError, TimeoutKind};
-use crate::io::read_some;
+use crate::io::{read_some, sleep_until};
 use crate::params::ParamSet;
 use crate::pool::{Pool, Waiter};
-use crate::relay::TransactionTracker;
+use crate::prepared::ClientStatements;
+use crate::relay::{relay, LinkEnd, Linked, RelayContext, RelayLimits};
 use crate::server::ServerConn;
 use crate::shared::Shared;
 
@@ -74,20 +71,6 @@ impl ClientSide {
     }
 }
 
-/// A client linked to a server.
-struct Linked {
-    server: Box<ServerConn>,
-    tracker: TransactionTracker,
-}
-
-/// How relaying on a link stopped.
-enum LinkEnd {
-    /// The transaction ended: the server may go back to the pool.
-    Released,
-    /// The client sent Terminate or closed its socket.
-    ClientGone,
-}
-
 /// A logged-in client.
 pub struct Session {
     shared: Arc<Shared>,
@@ -100,7 +83,19 @@ pub struct Session {
     linked: Option<Linked>,
     /// The server a session-mode client logged in with, linked when serving starts.
     first_server: Option<Box<ServerConn>>,
+    /// The client's named prepared statements, owned by the pooler in transaction mode.
+    statements: ClientStatements,
     sync_sql: String,
+    /// Scratch for rewritten traffic, reused for the whole session.
+    buffers: RelayBuffers,
+}
+
+/// Reusable output buffers of the relay.
+#[derive(Default)]
+struct RelayBuffers {
+    to_server: Vec<u8>,
+    to_client: Vec<u8>,
+    synthetic: Vec<u8>,
 }
 
 impl Session {
@@ -122,12 +117,19 @@ impl Session {
             cancel,
             linked: None,
             first_server: server,
+            statements: ClientStatements::default(),
             sync_sql: String::new(),
+            buffers: RelayBuffers::default(),
         }
     }
 
     fn transaction_mode(&self) -> bool {
         self.pool.settings.mode == PoolMode::Transaction
+    }
+
+    /// The pooler owns prepared statements in transaction mode unless they are turned off.
+    fn owns_statements(&self) -> bool {
+        self.transaction_mode() && self.pool.settings.max_prepared_statements > 0
     }
 
     /// Serves the client until it leaves; the server it holds is returned or closed on every path.
@@ -137,7 +139,7 @@ impl Session {
         self.pool.stats.clients.fetch_sub(1, Ordering::Relaxed);
         let clean_end = result.is_ok();
         if let Some(linked) = self.linked.take() {
-            if result.is_err() && !client_can_be_told(&linked) {
+            if result.is_err() && !linked.client_can_be_told() {
                 result = Err(PoolerError::ServerTerminated);
             }
             self.finish_server(linked, clean_end).await;
@@ -163,8 +165,18 @@ impl Session {
                 transaction_mode: self.transaction_mode(),
                 shard: self.shard,
             };
+            let owns_statements = self.owns_statements();
             let linked = self.linked.as_mut().expect("linked above");
-            match relay(client, linked, &mut self.wanted, &self.pool, limits).await? {
+            let mut context = RelayContext {
+                limits,
+                pool: &self.pool,
+                wanted: &mut self.wanted,
+                statements: owns_statements.then_some(&mut self.statements),
+                to_server: &mut self.buffers.to_server,
+                to_client: &mut self.buffers.to_client,
+                synthetic: &mut self.buffers.synthetic,
+            };
+            match relay(client, linked, &mut context).await? {
                 LinkEnd::Released => self.unlink(),
                 LinkEnd::ClientGone => return Ok(()),
             }
@@ -205,7 +217,7 @@ impl Session {
     fn attach(&mut self, server: Box<ServerConn>) {
         let route = CancelRoute { address: self.pool.target.address, key: server.key };
         self.cancel.entry.set_route(Some(route));
-        self.linked = Some(Linked { server, tracker: TransactionTracker::default() });
+        self.linked = Some(Linked::new(server));
     }
 
     fn unlink(&mut self) {
@@ -217,8 +229,12 @@ impl Session {
     /// The client is gone or failed: reuse its server only if it is idle and intact.
     async fn finish_server(&mut self, linked: Linked, clean_end: bool) {
         self.cancel.entry.set_route(None);
-        let Linked { mut server, tracker } = linked;
-        let reusable = clean_end && tracker.releasable() && server.buffer.is_empty() && server.scanner.at_boundary();
+        let reusable = clean_end
+            && linked.tracker.releasable()
+            && linked.server.plan.is_empty()
+            && linked.server.buffer.is_empty()
+            && linked.server.scanner.at_boundary();
+        let mut server = linked.server;
         if !reusable {
             return; // Dropping the server closes it; PostgreSQL rolls back whatever it held.
         }
@@ -231,6 +247,7 @@ impl Session {
             {
                 return;
             }
+            server.statements.clear(); // DISCARD ALL dropped them.
         }
         self.pool.release(server);
     }
@@ -244,220 +261,5 @@ fn next_request(client: &ClientSide, message_size_max: u32) -> Result<Option<u8>
         Ok(Step::Continuation { .. }) => Ok(Some(0)),
         Ok(Step::NeedMore) => Ok(None),
         Err(error) => Err(PoolerError::ClientProtocol(error)),
-    }
-}
-
-async fn sleep_until(deadline: Option<Instant>) {
-    match deadline {
-        Some(deadline) => tokio::time::sleep_until(deadline.into()).await,
-        None => pending().await,
-    }
-}
-
-/// What a wait on a link produced: bytes read from one side (0 = closed), or a timeout.
-enum Ready {
-    Client(usize),
-    Server(usize),
-    Timeout,
-}
-
-/// The bounds a relay works within.
-#[derive(Debug, Clone, Copy)]
-struct RelayLimits {
-    message_size_max: u32,
-    idle_transaction_timeout_ms: u64,
-    transaction_mode: bool,
-    shard: usize,
-}
-
-/// Relays between a client and its server until the link should end.
-async fn relay(
-    client: &mut ClientSide,
-    linked: &mut Linked,
-    wanted: &mut ParamSet,
-    pool: &Pool,
-    limits: RelayLimits,
-) -> Result<LinkEnd, PoolerError> {
-    let limit = limits.message_size_max;
-    loop {
-        if forward_client(client, linked, limit).await? {
-            return Ok(LinkEnd::ClientGone);
-        }
-        if limits.transaction_mode && link_is_idle(client, linked) {
-            return Ok(LinkEnd::Released);
-        }
-        let deadline = idle_deadline(linked, limits.idle_transaction_timeout_ms);
-        // Both reads are cancel-safe: the one that loses the race has read nothing.
-        let ready = tokio::select! {
-            biased;
-            read = read_some(&mut linked.server.stream, &mut linked.server.buffer) => {
-                Ready::Server(read.map_err(PoolerError::ServerIo)?)
-            }
-            read = read_some(&mut client.stream, &mut client.buffer) => Ready::Client(read.map_err(PoolerError::ClientIo)?),
-            _ = sleep_until(deadline) => Ready::Timeout,
-        };
-        match ready {
-            Ready::Server(0) => return Err(PoolerError::ServerIo(std::io::ErrorKind::UnexpectedEof.into())),
-            Ready::Server(_) => forward_server(client, linked, wanted, pool, limits).await?,
-            Ready::Client(0) => return Ok(LinkEnd::ClientGone),
-            Ready::Client(_) => {}
-            Ready::Timeout => return Err(PoolerError::Timeout(TimeoutKind::IdleTransaction)),
-        }
-    }
-}
-
-/// An error may be reported unless the server already sent its own FATAL or the client is in the
-/// middle of a message (an error inserted there would corrupt its stream).
-fn client_can_be_told(linked: &Linked) -> bool {
-    !linked.server.broken && linked.server.scanner.at_boundary()
-}
-
-fn link_is_idle(client: &ClientSide, linked: &Linked) -> bool {
-    linked.tracker.releasable()
-        && linked.server.buffer.is_empty()
-        && linked.server.scanner.at_boundary()
-        && client.scanner.at_boundary()
-}
-
-fn idle_deadline(linked: &Linked, timeout_ms: u64) -> Option<Instant> {
-    (timeout_ms > 0 && linked.tracker.idle_in_transaction()).then(|| Instant::now() + Duration::from_millis(timeout_ms))
-}
-
-/// Messages a logged-in client may send.
-fn valid_client_tag(tag: u8) -> bool {
-    matches!(tag, b'B' | b'C' | b'd' | b'c' | b'f' | b'D' | b'E' | b'H' | b'F' | b'P' | b'Q' | b'S' | b'X')
-}
-
-fn check_client_message(header: Header) -> Result<(), PoolerError> {
-    if !valid_client_tag(header.tag) {
-        return Err(PoolerError::ClientProtocol(WireError::UnknownTag(header.tag as char)));
-    }
-    if header.tag == b'X' && header.length != 4 {
-        return Err(PoolerError::ClientProtocol(WireError::BadLength { tag: 'X', length: i64::from(header.length) }));
-    }
-    Ok(())
-}
-
-/// Forwards every complete (or streaming) client message in the buffer to the server in one
-/// write. True when the client sent Terminate, which is consumed and not forwarded.
-async fn forward_client(client: &mut ClientSide, linked: &mut Linked, limit: u32) -> Result<bool, PoolerError> {
-    let capacity = client.buffer.capacity();
-    let pending = client.buffer.pending();
-    let mut end = 0;
-    let mut terminated = false;
-    while end < pending.len() {
-        match client.scanner.next(&pending[end..], capacity, limit).map_err(PoolerError::ClientProtocol)? {
-            Step::Message(header) => {
-                check_client_message(header)?;
-                if header.tag == b'X' {
-                    terminated = true;
-                    break;
-                }
-                linked.tracker.client_message(header.tag);
-                end += header.frame_len();
-            }
-            Step::LargeStart { header, chunk_len } => {
-                check_client_message(header)?;
-                linked.tracker.client_message(header.tag);
-                end += chunk_len;
-            }
-            Step::Continuation { chunk_len, .. } => end += chunk_len,
-            Step::NeedMore => break,
-        }
-    }
-    if end > 0 {
-        linked.server.stream.write_all(&pending[..end]).await.map_err(PoolerError::ServerIo)?;
-        client.buffer.consume(end);
-    }
-    if terminated {
-        client.buffer.consume(HEADER_LEN);
-    }
-    Ok(terminated)
-}
-
-/// Forwards every whole or streaming message the server has sent to the client in one write,
-/// updating the link's state from the messages that change it.
-async fn forward_server(
-    client: &mut ClientSide,
-    linked: &mut Linked,
-    wanted: &mut ParamSet,
-    pool: &Pool,
-    limits: RelayLimits,
-) -> Result<(), PoolerError> {
-    let limit = limits.message_size_max;
-    let server = &mut linked.server;
-    let capacity = server.buffer.capacity();
-    let pending = server.buffer.pending();
-    let mut end = 0;
-    while end < pending.len() {
-        match server.scanner.next(&pending[end..], capacity, limit).map_err(PoolerError::ServerProtocol)? {
-            Step::Message(header) => {
-                let frame = &pending[end..end + header.frame_len()];
-                let effect = inspect_server_message(
-                    header,
-                    &frame[HEADER_LEN..],
-                    &mut linked.tracker,
-                    wanted,
-                    &mut server.params,
-                )?;
-                server.broken |= effect == Effect::Fatal;
-                if effect == Effect::TransactionEnd {
-                    pool.stats.count_transaction(limits.shard);
-                }
-                end += header.frame_len();
-            }
-            Step::LargeStart { header, chunk_len } => {
-                linked.tracker.server_message(header.tag, None);
-                end += chunk_len;
-            }
-            Step::Continuation { chunk_len, .. } => end += chunk_len,
-            Step::NeedMore => break,
-        }
-    }
-    if end > 0 {
-        client.stream.write_all(&pending[..end]).await.map_err(PoolerError::ClientIo)?;
-        server.buffer.consume(end);
-    }
-    Ok(())
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Effect {
-    None,
-    TransactionEnd,
-    Fatal,
-}
-
-/// Applies one whole server message to the link's state.
-fn inspect_server_message(
-    header: Header,
-    body: &[u8],
-    tracker: &mut TransactionTracker,
-    wanted: &mut ParamSet,
-    server_params: &mut ParamSet,
-) -> Result<Effect, PoolerError> {
-    match header.tag {
-        b'Z' => {
-            let status = body.first().copied().and_then(TransactionStatus::from_byte);
-            let status = status
-                .ok_or(PoolerError::ServerProtocol(WireError::BadField { tag: 'Z', field: "transaction status" }))?;
-            tracker.server_message(b'Z', Some(status));
-            Ok(if status == TransactionStatus::Idle { Effect::TransactionEnd } else { Effect::None })
-        }
-        b'S' => {
-            if let Ok(BackendMessage::ParameterStatus { name, value }) = BackendMessage::decode(b'S', body) {
-                server_params.update(name, value);
-                wanted.update(name, value);
-            }
-            Ok(Effect::None)
-        }
-        b'E' => match BackendMessage::decode(b'E', body) {
-            Ok(BackendMessage::ErrorResponse(fields)) if fields.is_fatal() => Ok(Effect::Fatal),
-            _ => Ok(Effect::None),
-        },
-        tag => {
-            tracker.server_message(tag, None);
-            Ok(Effect::None)
-        }
     }
 }

@@ -120,6 +120,7 @@ impl Shared {
             message_size_max: s.message_size_max,
             reset_query: s.server_reset_query.clone(),
             shards: s.worker_count(),
+            max_prepared_statements: s.max_prepared_statements,
         }
     }
 

@@ -16,12 +16,21 @@ pub struct TransactionTracker {
     batch_open: bool,
     /// The server is in COPY FROM STDIN: the client's Syncs are ignored until CopyDone/CopyFail.
     copy_in: bool,
+    /// Syncs sent since the last Execute or Query. If that request turns out to start COPY FROM
+    /// STDIN, the server ignores them (drivers send Bind, Execute, Sync before any copy data).
+    syncs_since_execute: u32,
     status: TransactionStatus,
 }
 
 impl Default for TransactionTracker {
     fn default() -> Self {
-        TransactionTracker { outstanding: 0, batch_open: false, copy_in: false, status: TransactionStatus::Idle }
+        TransactionTracker {
+            outstanding: 0,
+            batch_open: false,
+            copy_in: false,
+            syncs_since_execute: 0,
+            status: TransactionStatus::Idle,
+        }
     }
 }
 
@@ -29,14 +38,23 @@ impl TransactionTracker {
     /// Accounts for a message the client sent to the server.
     pub fn client_message(&mut self, tag: u8) {
         match tag {
-            b'Q' | b'F' => self.outstanding += 1,
+            b'Q' => {
+                self.outstanding += 1;
+                self.syncs_since_execute = 0;
+            }
+            b'F' => self.outstanding += 1,
             b'S' if self.copy_in => {}
             b'S' => {
                 self.outstanding += 1;
+                self.syncs_since_execute += 1;
                 self.batch_open = false;
             }
             b'c' | b'f' => self.copy_in = false,
-            b'P' | b'B' | b'D' | b'E' | b'C' | b'H' => self.batch_open = true,
+            b'E' => {
+                self.syncs_since_execute = 0;
+                self.batch_open = true;
+            }
+            b'P' | b'B' | b'D' | b'C' | b'H' => self.batch_open = true,
             _ => {}
         }
     }
@@ -49,7 +67,11 @@ impl TransactionTracker {
                 self.status = status.unwrap_or(self.status);
                 self.copy_in = false;
             }
-            b'G' => self.copy_in = true,
+            b'G' => {
+                self.copy_in = true;
+                self.outstanding = self.outstanding.saturating_sub(self.syncs_since_execute);
+                self.syncs_since_execute = 0;
+            }
             _ => {}
         }
     }
@@ -117,6 +139,23 @@ mod tests {
         tracker.client_message(b'S'); // ignored by the server during COPY FROM STDIN
         assert!(!tracker.releasable());
         tracker.client_message(b'c');
+        tracker.server_message(b'Z', Some(Idle));
+        assert!(tracker.releasable());
+    }
+
+    #[test]
+    fn sync_sent_before_copy_in_response_is_not_awaited() {
+        // Drivers send Bind, Execute, Sync, then copy data, CopyDone, Sync: one ReadyForQuery.
+        let mut tracker = TransactionTracker::default();
+        for tag in *b"BES" {
+            tracker.client_message(tag);
+        }
+        tracker.server_message(b'2', None);
+        tracker.server_message(b'G', None);
+        for tag in *b"ddcS" {
+            tracker.client_message(tag);
+        }
+        tracker.server_message(b'C', None);
         tracker.server_message(b'Z', Some(Idle));
         assert!(tracker.releasable());
     }

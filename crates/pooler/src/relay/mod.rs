@@ -1,0 +1,376 @@
+//! The relay between a linked client and server.
+//!
+//! It never decodes what it only forwards: it walks message headers in the read buffer, forwards
+//! everything read in one write, and inspects the few small messages that change state
+//! (ReadyForQuery, ParameterStatus, ErrorResponse, CopyInResponse, Terminate). In transaction mode
+//! with prepared statements on, client requests also pass through [`statements`], which rewrites
+//! named statements, and every server answer is matched against the link's response plan.
+//!
+//! ```text
+//!   client buffer ──scan──► tracker (+ statements rewrite) ──Outgoing──► server socket
+//!   server buffer ──scan──► tracker (+ plan: forward / hide / synthetic) ──Outgoing──► client socket
+//! ```
+
+mod outgoing;
+pub mod statements;
+pub mod tracker;
+
+use std::time::{Duration, Instant};
+
+use bypass_wire::frame::{Header, Step};
+use bypass_wire::{BackendMessage, TransactionStatus, WireError, HEADER_LEN};
+use tokio::io::AsyncWriteExt;
+
+use crate::error::{PoolerError, TimeoutKind};
+use crate::io::{read_some, sleep_until};
+use crate::params::ParamSet;
+use crate::pool::Pool;
+use crate::prepared::{ClientStatements, Event, ResponsePlan, Verdict};
+use crate::server::ServerConn;
+use crate::session::ClientSide;
+use outgoing::Outgoing;
+use statements::{large_bind_statement, rewrite_large_bind_start, Statements};
+pub use tracker::TransactionTracker;
+
+/// A client linked to a server.
+pub struct Linked {
+    pub server: Box<ServerConn>,
+    pub tracker: TransactionTracker,
+}
+
+impl Linked {
+    pub fn new(server: Box<ServerConn>) -> Self {
+        debug_assert!(server.plan.is_empty(), "a server with requests in flight was linked");
+        Linked { server, tracker: TransactionTracker::default() }
+    }
+
+    /// True when the server holds no state for this client and no byte is in flight.
+    pub fn is_idle(&self, client: &ClientSide) -> bool {
+        self.tracker.releasable()
+            && self.server.plan.is_empty()
+            && self.server.buffer.is_empty()
+            && self.server.scanner.at_boundary()
+            && client.scanner.at_boundary()
+    }
+
+    /// An error may be reported to the client unless the server already sent its own FATAL or
+    /// the client is in the middle of a message (an error inserted there would corrupt its stream).
+    pub fn client_can_be_told(&self) -> bool {
+        !self.server.broken && self.server.scanner.at_boundary()
+    }
+}
+
+/// How relaying on a link stopped.
+pub enum LinkEnd {
+    /// The transaction ended: the server may go back to the pool.
+    Released,
+    /// The client sent Terminate or closed its socket.
+    ClientGone,
+}
+
+/// The bounds a relay works within.
+#[derive(Debug, Clone, Copy)]
+pub struct RelayLimits {
+    pub message_size_max: u32,
+    pub idle_transaction_timeout_ms: u64,
+    pub transaction_mode: bool,
+    pub shard: usize,
+}
+
+/// What a relay works with besides the two sockets.
+pub struct RelayContext<'a> {
+    pub limits: RelayLimits,
+    pub pool: &'a Pool,
+    /// The client's parameter values, updated from the server's ParameterStatus messages.
+    pub wanted: &'a mut ParamSet,
+    /// The client's named statements when the pooler owns them (transaction mode).
+    pub statements: Option<&'a mut ClientStatements>,
+    pub to_server: &'a mut Vec<u8>,
+    pub to_client: &'a mut Vec<u8>,
+    pub synthetic: &'a mut Vec<u8>,
+}
+
+/// What a wait on a link produced: bytes read from one side (0 = closed), or a timeout.
+enum Ready {
+    Client(usize),
+    Server(usize),
+    Timeout,
+}
+
+/// Relays between a client and its server until the link should end.
+pub async fn relay(
+    client: &mut ClientSide,
+    linked: &mut Linked,
+    context: &mut RelayContext<'_>,
+) -> Result<LinkEnd, PoolerError> {
+    loop {
+        if forward_client(client, linked, context).await? {
+            return Ok(LinkEnd::ClientGone);
+        }
+        if context.limits.transaction_mode && linked.is_idle(client) {
+            return Ok(LinkEnd::Released);
+        }
+        let deadline = idle_deadline(linked, context.limits.idle_transaction_timeout_ms);
+        // Both reads are cancel-safe: the one that loses the race has read nothing.
+        let ready = tokio::select! {
+            biased;
+            read = read_some(&mut linked.server.stream, &mut linked.server.buffer) => {
+                Ready::Server(read.map_err(PoolerError::ServerIo)?)
+            }
+            read = read_some(&mut client.stream, &mut client.buffer) => Ready::Client(read.map_err(PoolerError::ClientIo)?),
+            _ = sleep_until(deadline) => Ready::Timeout,
+        };
+        match ready {
+            Ready::Server(0) => return Err(PoolerError::ServerIo(std::io::ErrorKind::UnexpectedEof.into())),
+            Ready::Server(_) => forward_server(client, linked, context).await?,
+            Ready::Client(0) => return Ok(LinkEnd::ClientGone),
+            Ready::Client(_) => {}
+            Ready::Timeout => return Err(PoolerError::Timeout(TimeoutKind::IdleTransaction)),
+        }
+    }
+}
+
+fn idle_deadline(linked: &Linked, timeout_ms: u64) -> Option<Instant> {
+    (timeout_ms > 0 && linked.tracker.idle_in_transaction()).then(|| Instant::now() + Duration::from_millis(timeout_ms))
+}
+
+/// Messages a logged-in client may send.
+fn valid_client_tag(tag: u8) -> bool {
+    matches!(tag, b'B' | b'C' | b'd' | b'c' | b'f' | b'D' | b'E' | b'H' | b'F' | b'P' | b'Q' | b'S' | b'X')
+}
+
+fn check_client_message(header: Header) -> Result<(), PoolerError> {
+    if !valid_client_tag(header.tag) {
+        return Err(PoolerError::ClientProtocol(WireError::UnknownTag(header.tag as char)));
+    }
+    if header.tag == b'X' && header.length != 4 {
+        return Err(PoolerError::ClientProtocol(WireError::BadLength { tag: 'X', length: i64::from(header.length) }));
+    }
+    Ok(())
+}
+
+/// Forwards every complete (or streaming) client message in the buffer to the server in one
+/// write, rewriting named statements when the pooler owns them. True when the client sent
+/// Terminate, which is consumed and not forwarded.
+async fn forward_client(
+    client: &mut ClientSide,
+    linked: &mut Linked,
+    context: &mut RelayContext<'_>,
+) -> Result<bool, PoolerError> {
+    let capacity = client.buffer.capacity();
+    let limit = context.limits.message_size_max;
+    let pending = client.buffer.pending();
+    let mut out = Outgoing::new(pending, context.to_server);
+    let mut statements = context.statements.as_deref_mut().map(|client_statements| Statements {
+        registry: &context.pool.statements,
+        client: client_statements,
+        server: &mut linked.server.statements,
+        plan: &mut linked.server.plan,
+    });
+    let mut consumed = 0;
+    let mut terminated = false;
+    while consumed < pending.len() {
+        match client.scanner.next(&pending[consumed..], capacity, limit).map_err(PoolerError::ClientProtocol)? {
+            Step::Message(header) => {
+                check_client_message(header)?;
+                if header.tag == b'X' {
+                    terminated = true;
+                    break;
+                }
+                linked.tracker.client_message(header.tag);
+                let range = consumed..consumed + header.frame_len();
+                match statements.as_mut() {
+                    Some(statements) => statements.message(&mut out, &pending[range.clone()], range.clone())?,
+                    None => out.pass(range.clone()),
+                }
+                consumed = range.end;
+            }
+            Step::LargeStart { header, chunk_len } => {
+                check_client_message(header)?;
+                linked.tracker.client_message(header.tag);
+                let range = consumed..consumed + chunk_len;
+                match statements.as_mut() {
+                    Some(statements) => {
+                        large_start(statements, &mut out, header, &pending[range.clone()], range.clone())?
+                    }
+                    None => out.pass(range.clone()),
+                }
+                consumed = range.end;
+            }
+            Step::Continuation { chunk_len, .. } => {
+                out.pass(consumed..consumed + chunk_len);
+                consumed += chunk_len;
+            }
+            Step::NeedMore => break,
+        }
+    }
+    if !out.bytes().is_empty() {
+        linked.server.stream.write_all(out.bytes()).await.map_err(PoolerError::ServerIo)?;
+    }
+    client.buffer.consume(consumed);
+    if terminated {
+        client.buffer.consume(HEADER_LEN);
+    }
+    send_due_answers(client, &mut linked.server.plan, context.synthetic).await?;
+    Ok(terminated)
+}
+
+/// The start of a client message too large for the buffer. Only a Bind can need rewriting there
+/// (its statement name is at the start); a named Parse that large is refused, since its text
+/// must be whole to be registered.
+fn large_start(
+    statements: &mut Statements<'_>,
+    out: &mut Outgoing<'_>,
+    header: Header,
+    chunk: &[u8],
+    range: std::ops::Range<usize>,
+) -> Result<(), PoolerError> {
+    let too_large = || {
+        PoolerError::refused(
+            bypass_wire::SqlState::PROGRAM_LIMIT_EXCEEDED,
+            "a named prepared statement this large is not supported in transaction pooling",
+        )
+    };
+    match header.tag {
+        b'P' if chunk.get(HEADER_LEN) != Some(&0) => Err(too_large()),
+        b'B' => match large_bind_statement(chunk).filter(|name| !name.is_empty()) {
+            Some(name) => match statements.client.get(name).cloned() {
+                Some(statement) => {
+                    statements.ensure_for_large(out, &statement)?;
+                    let name = crate::prepared::server_name(statement.id);
+                    let mut prefix = Vec::with_capacity(64);
+                    let used =
+                        rewrite_large_bind_start(chunk, header.length, &name, &mut prefix).ok_or_else(too_large)?;
+                    out.insert(&prefix);
+                    out.pass(range.start + used..range.end);
+                    statements.expect_unit(crate::prepared::Unit::Bind)
+                }
+                None => statements.pass_large(out, header.tag, range),
+            },
+            None => statements.pass_large(out, header.tag, range),
+        },
+        tag => statements.pass_large(out, tag, range),
+    }
+}
+
+/// Writes synthetic answers that became due (nothing older is still unanswered).
+async fn send_due_answers(
+    client: &mut ClientSide,
+    plan: &mut ResponsePlan,
+    synthetic: &mut Vec<u8>,
+) -> Result<(), PoolerError> {
+    synthetic.clear();
+    plan.take_due(synthetic);
+    if !synthetic.is_empty() {
+        client.stream.write_all(synthetic).await.map_err(PoolerError::ClientIo)?;
+    }
+    Ok(())
+}
+
+/// Forwards every whole or streaming message the server has sent to the client in one write,
+/// updating the link's state from the messages that change it.
+async fn forward_server(
+    client: &mut ClientSide,
+    linked: &mut Linked,
+    context: &mut RelayContext<'_>,
+) -> Result<(), PoolerError> {
+    let limit = context.limits.message_size_max;
+    let planned = context.statements.is_some();
+    let server = &mut linked.server;
+    let capacity = server.buffer.capacity();
+    let pending = server.buffer.pending();
+    let mut out = Outgoing::new(pending, context.to_client);
+    let mut events = Vec::new();
+    let mut consumed = 0;
+    while consumed < pending.len() {
+        let (header, range) =
+            match server.scanner.next(&pending[consumed..], capacity, limit).map_err(PoolerError::ServerProtocol)? {
+                Step::Message(header) => (Some(header), consumed..consumed + header.frame_len()),
+                Step::LargeStart { header, chunk_len } => (Some(header), consumed..consumed + chunk_len),
+                Step::Continuation { chunk_len, .. } => (None, consumed..consumed + chunk_len),
+                Step::NeedMore => break,
+            };
+        consumed = range.end;
+        let Some(header) = header else {
+            out.pass(range);
+            continue;
+        };
+        let verdict = if planned { plan_verdict(&mut server.plan, header.tag, &mut events)? } else { Verdict::Forward };
+        match verdict {
+            Verdict::Forward => out.pass(range.clone()),
+            Verdict::Hide => out.drop_range(range.clone()),
+        }
+        if range.len() == header.frame_len() {
+            let body = &pending[range.start + HEADER_LEN..range.end];
+            let effect = inspect_server_message(header, body, &mut linked.tracker, context.wanted, &mut server.params)?;
+            server.broken |= effect == Effect::Fatal;
+            if effect == Effect::TransactionEnd {
+                context.pool.stats.count_transaction(context.limits.shard);
+            }
+        } else {
+            linked.tracker.server_message(header.tag, None);
+        }
+        if planned {
+            context.synthetic.clear();
+            server.plan.take_due(context.synthetic);
+            if !context.synthetic.is_empty() {
+                out.insert(context.synthetic);
+            }
+        }
+    }
+    for Event::StatementLost(id) in events.drain(..) {
+        server.statements.forget(id);
+    }
+    if !out.bytes().is_empty() {
+        client.stream.write_all(out.bytes()).await.map_err(PoolerError::ClientIo)?;
+    }
+    server.buffer.consume(consumed);
+    Ok(())
+}
+
+fn plan_verdict(plan: &mut ResponsePlan, tag: u8, events: &mut Vec<Event>) -> Result<Verdict, PoolerError> {
+    plan.on_server_message(tag, events).map_err(|unexpected| {
+        PoolerError::ServerProtocol(WireError::BadField { tag: unexpected.0 as char, field: "message order" })
+    })
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Effect {
+    None,
+    TransactionEnd,
+    Fatal,
+}
+
+/// Applies one whole server message to the link's state.
+fn inspect_server_message(
+    header: Header,
+    body: &[u8],
+    tracker: &mut TransactionTracker,
+    wanted: &mut ParamSet,
+    server_params: &mut ParamSet,
+) -> Result<Effect, PoolerError> {
+    match header.tag {
+        b'Z' => {
+            let status = body.first().copied().and_then(TransactionStatus::from_byte);
+            let status = status
+                .ok_or(PoolerError::ServerProtocol(WireError::BadField { tag: 'Z', field: "transaction status" }))?;
+            tracker.server_message(b'Z', Some(status));
+            Ok(if status == TransactionStatus::Idle { Effect::TransactionEnd } else { Effect::None })
+        }
+        b'S' => {
+            if let Ok(BackendMessage::ParameterStatus { name, value }) = BackendMessage::decode(b'S', body) {
+                server_params.update(name, value);
+                wanted.update(name, value);
+            }
+            Ok(Effect::None)
+        }
+        b'E' => match BackendMessage::decode(b'E', body) {
+            Ok(BackendMessage::ErrorResponse(fields)) if fields.is_fatal() => Ok(Effect::Fatal),
+            _ => Ok(Effect::None),
+        },
+        tag => {
+            tracker.server_message(tag, None);
+            Ok(Effect::None)
+        }
+    }
+}
