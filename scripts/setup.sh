@@ -2,8 +2,9 @@
 # Installs the system packages Bypass needs; safe to run again (does nothing when all are present).
 set -euo pipefail
 
-# PostgreSQL (its Debian package includes contrib) and PgBouncer for tests and benchmarks; clang, libbpf and bpftool build and inspect the
-# eBPF programs; HAProxy and iproute2 for the dispatcher's lab; python3-venv for the engine's peers.
+# PostgreSQL (its Debian package includes contrib) and PgBouncer for tests and benchmarks; clang,
+# libbpf and bpftool build and inspect the eBPF programs; HAProxy and iproute2 for the dispatcher's
+# lab; python3-venv for the engine's peers.
 packages=(postgresql-15 pgbouncer haproxy sysstat fonts-dejavu-core
   clang llvm libbpf-dev libelf-dev zlib1g-dev pkg-config bpftool iproute2 python3-venv)
 missing=()
