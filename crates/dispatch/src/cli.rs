@@ -86,9 +86,11 @@ pub struct BenchArgs {
     /// Contenders, comma-separated (default: all).
     #[arg(long, value_delimiter = ',')]
     pub contenders: Vec<Contender>,
-    /// The hybrid policy's hand-over threshold, in bytes.
-    #[arg(long, default_value_t = 262_144)]
-    pub threshold: u64,
+    /// The hybrid policy's hand-over threshold, in bytes. Default: derived in the same run from
+    /// the crossover of relay-only and hand-over-always (the geometric mean of the first size
+    /// where hand-over wins and the size before it), else the configuration default.
+    #[arg(long)]
+    pub threshold: Option<u64>,
     /// Where dispatch.{json,md,png} go.
     #[arg(long, default_value = "bench/results")]
     pub out_dir: PathBuf,

@@ -25,8 +25,13 @@
 //! Invariants:
 //! - Exactly one host owns a client connection at any time; while it moves, the switch drops the
 //!   client's packets (BLOCK), so no kernel without the connection answers with a reset. Order:
-//!   hand-over = drain, BLOCK, export, silent close, import, FORWARD, then write; hand-back =
-//!   drain, BLOCK, export, silent close, import, PASS.
+//!   hand-over = drain, BLOCK, settle, export, silent close, import, FORWARD, then write;
+//!   hand-back = drain, BLOCK, settle, export, silent close, import, PASS.
+//! - Settle: an owner exports only once its socket has received every segment the switch let
+//!   through to it (the switch counts them per flow); a segment still queued between switch and
+//!   host would otherwise meet a closed socket (reset) or be acknowledged and lost.
+//! - A connection's state travels whole, however large its queues (a slow client may leave
+//!   megabytes unacknowledged): control frames may exceed the link buffers.
 //! - Connections move only at PostgreSQL message boundaries, and come home after every answer:
 //!   the dispatcher sees every request. Bytes a client sends while away wait in the kernel's
 //!   receive queue and travel home with the connection.

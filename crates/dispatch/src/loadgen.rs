@@ -67,7 +67,7 @@ struct ConnectionOutcome {
 }
 
 /// Aggregate figures of one measurement.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct LoadReport {
     pub size: u64,
     pub connections: usize,

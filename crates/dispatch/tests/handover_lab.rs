@@ -42,12 +42,14 @@ fn answers_arrive_byte_exact_over_handed_over_connections() -> anyhow::Result<()
     assert_eq!(report.errors, 0, "{:?}", report.error_samples);
     assert_eq!(report.payload_bytes, 40 << 20);
     let stats = (cluster.stat(|s| &s.handovers), cluster.stat(|s| &s.handbacks), cluster.stat(|s| &s.import_failures));
-    assert_eq!(stats.0, 40, "handovers, handbacks, import failures: {stats:?}");
+    // An import the agent refuses (rare, under load) falls back to relaying: correct, not a move.
+    assert_eq!(stats.0 + stats.2, 40, "handovers, handbacks, import failures: {stats:?}");
+    assert!(stats.2 <= 2, "too many imports failed: {stats:?}");
     // The last answer of each connection is complete before its connection comes home.
     // A client that says goodbye while away closes its connection there: it cannot move back.
     let home = || cluster.stat(|s| &s.handbacks) + cluster.stat(|s| &s.closed_while_away);
-    common::wait_until(Duration::from_secs(5), "the last hand-backs", || home() == 40)?;
-    assert!(cluster.stat(|s| &s.handbacks) >= 38, "every answer but a connection's last comes home");
+    common::wait_until(Duration::from_secs(5), "the last hand-backs", || home() == stats.0)?;
+    assert!(cluster.stat(|s| &s.handbacks) >= stats.0 - 2, "every answer but a connection's last comes home");
     assert_eq!(cluster.stat(|s| &s.lost_while_away), 0);
     let switch = cluster.dispatcher.ready.shared.switch.as_ref().expect("hand-over policy has a switch");
     assert_eq!(switch.flow_count()?, 0, "steering entries leaked");

@@ -26,7 +26,7 @@ use crate::buffer::{closed, Buffer};
 use crate::config::ValidAgentConfig;
 use crate::error::{DispatchError, Result};
 use crate::handover::{self, Settled, TcpState};
-use crate::link::{Control, Delivery, CONTROL_TAG};
+use crate::link::{Control, Delivery, CONTROL_FRAME_BYTES_MAX, CONTROL_TAG};
 
 /// The state of one link.
 pub struct LinkSession<'a> {
@@ -103,14 +103,20 @@ impl<'a> LinkSession<'a> {
     async fn process_down(&mut self) -> Result<()> {
         loop {
             let mut forward = 0;
-            let mut control = None;
+            let mut control = false;
             loop {
                 let pending = &self.down.pending()[forward..];
-                match self.down_scanner.next(pending, self.down.capacity(), DEFAULT_MESSAGE_SIZE_MAX)? {
-                    Step::Message(header) if header.tag == CONTROL_TAG => {
-                        control = Some(header);
-                        break;
+                // A control frame may be larger than the buffer (a connection with its queues):
+                // spot it by its header and read it whole below, never pass it on in chunks.
+                if self.down_scanner.at_boundary() {
+                    if let Some(header) = read_header(pending, DEFAULT_MESSAGE_SIZE_MAX)? {
+                        if header.tag == CONTROL_TAG {
+                            control = true;
+                            break;
+                        }
                     }
+                }
+                match self.down_scanner.next(pending, self.down.capacity(), DEFAULT_MESSAGE_SIZE_MAX)? {
                     Step::Message(header) => forward += header.frame_len(),
                     Step::LargeStart { chunk_len, .. } | Step::Continuation { chunk_len, .. } => forward += chunk_len,
                     Step::NeedMore => break,
@@ -123,9 +129,10 @@ impl<'a> LinkSession<'a> {
                     .map_err(|e| DispatchError::io("writing to PostgreSQL", e))?;
                 self.down.consume(forward);
             }
-            let Some(header) = control else { return Ok(()) };
-            let body = self.down.pending()[HEADER_LEN..header.frame_len()].to_vec();
-            self.down.consume(header.frame_len());
+            if !control {
+                return Ok(());
+            }
+            let (_, body) = self.down.read_frame(&mut self.link, "the dispatcher", CONTROL_FRAME_BYTES_MAX).await?;
             self.on_control(&body).await?;
             // Answer bytes may have been held while the socket was on its way.
             if self.client.is_some() && !self.up.is_empty() {
@@ -280,13 +287,12 @@ impl<'a> LinkSession<'a> {
     /// Reads the next frame from the dispatcher, which must be the control frame `expected`
     /// (a switch change) that `accept` takes apart.
     async fn wait_for<T>(&mut self, expected: &str, accept: impl Fn(&Control) -> Option<T>) -> Result<T> {
-        let header = self.down.read_message(&mut self.link, "the dispatcher").await?;
-        let control = (header.tag == CONTROL_TAG).then(|| Control::decode(self.down.body(header)));
+        let (tag, body) = self.down.read_frame(&mut self.link, "the dispatcher", CONTROL_FRAME_BYTES_MAX).await?;
+        let control = (tag == CONTROL_TAG).then(|| Control::decode(&body));
         let accepted = match control {
             Some(Ok(ref control)) => accept(control),
             _ => None,
         };
-        self.down.consume(header.frame_len());
         accepted.ok_or_else(|| DispatchError::Protocol(format!("expected {expected} from the dispatcher")))
     }
 }

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::config::{AgentConfig, BackendEntry, DatabaseEntry, DispatcherConfig, Policy};
+use crate::config::{AgentConfig, BackendEntry, DatabaseEntry, DispatcherConfig, DispatcherSettings, Policy};
 use crate::error::{DispatchError, Result};
 use crate::lab::{self, Lab, LabSpec, AGENT_PORT, POSTGRES_PORT, SERVICE_PORT, VIP};
 use crate::loadgen::{self, LoadReport, LoadSpec, Target};
@@ -75,8 +75,8 @@ pub struct BenchOptions {
     pub warmup: Duration,
     pub duration: Duration,
     pub latency_duration: Duration,
-    /// The hybrid policy's `handover_min_bytes`.
-    pub threshold: u64,
+    /// The hybrid policy's `handover_min_bytes`; `None`: from the crossover measured in the run.
+    pub threshold: Option<u64>,
     pub out_dir: PathBuf,
     /// The command line, recorded with the results.
     pub command: String,
@@ -111,8 +111,15 @@ pub fn run(options: &BenchOptions) -> Result<BenchResults> {
     let mut latency = Vec::new();
     let mut resets = Vec::new();
     let mut handovers = Vec::new();
+    let mut threshold = options.threshold.unwrap_or(DispatcherSettings::default().handover_min_bytes);
     for &contender in &options.contenders {
-        let service = Service::start(&lab, contender, options.threshold)?;
+        if contender == Contender::Hybrid && options.threshold.is_none() {
+            if let Some(measured) = threshold_from_sweep(&throughput) {
+                threshold = measured;
+            }
+            eprintln!("hybrid threshold: {threshold} bytes");
+        }
+        let service = Service::start(&lab, contender, threshold)?;
         let before = lab_resets(&lab)?;
         for &size in &options.sizes {
             let report = loadgen::run(&spec(&lab, &service, size, options, false))?;
@@ -145,7 +152,29 @@ pub fn run(options: &BenchOptions) -> Result<BenchResults> {
     drop(backends);
     let mut results = BenchResults::new(options, throughput, latency, resets, load_before);
     results.handovers = handovers;
+    results.hybrid_threshold_bytes = threshold;
     Ok(results)
+}
+
+/// The hybrid threshold the sweep so far suggests: between the last size where relay-only beat
+/// hand-over-always and the first size from which hand-over-always wins at every larger size
+/// (geometric mean, so answers of either size land on their winning side). `None` without
+/// both contenders' points or without a crossover.
+pub fn threshold_from_sweep(points: &[Point]) -> Option<u64> {
+    let gbit = |contender: Contender, size: u64| {
+        points.iter().find(|p| p.contender == contender && p.report.size == size).map(|p| p.report.throughput_gbit_s)
+    };
+    let mut sizes: Vec<u64> = points.iter().map(|p| p.report.size).collect();
+    sizes.sort_unstable();
+    sizes.dedup();
+    let relay_wins: Vec<(u64, bool)> = sizes
+        .iter()
+        .filter_map(|&size| Some((size, gbit(Contender::Relay, size)? > gbit(Contender::Handover, size)?)))
+        .collect();
+    let last_relay_win = relay_wins.iter().rposition(|&(_, relay_wins)| relay_wins)?;
+    let (crossover, _) = *relay_wins.get(last_relay_win + 1)?;
+    let below = relay_wins[last_relay_win].0;
+    Some(((below as f64) * (crossover as f64)).sqrt().round() as u64)
 }
 
 fn spec(lab: &Lab, service: &Service, size: u64, options: &BenchOptions, latency: bool) -> LoadSpec {
@@ -289,4 +318,35 @@ pub fn haproxy_version() -> String {
         .and_then(|o| String::from_utf8(o.stdout).ok())
         .and_then(|text| text.lines().next().map(str::to_string))
         .unwrap_or_else(|| "haproxy not found".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn point(contender: Contender, size: u64, throughput_gbit_s: f64) -> Point {
+        Point { contender, report: LoadReport { size, throughput_gbit_s, ..LoadReport::default() } }
+    }
+
+    // Goal: the hybrid threshold lands between the last relay win and the crossover, ignoring
+    // a hand-over win that relay-only overturns at a larger size; method: made-up sweeps.
+    #[test]
+    fn threshold_sits_between_the_last_relay_win_and_the_crossover() {
+        let sweep = |pairs: &[(u64, f64, f64)]| -> Vec<Point> {
+            pairs
+                .iter()
+                .flat_map(|&(size, relay, handover)| {
+                    [point(Contender::Relay, size, relay), point(Contender::Handover, size, handover)]
+                })
+                .collect()
+        };
+        let clean = sweep(&[(4096, 0.3, 0.1), (262_144, 0.9, 0.7), (1 << 20, 0.9, 1.5), (16 << 20, 0.9, 1.8)]);
+        assert_eq!(threshold_from_sweep(&clean), Some(524_288));
+        let noisy = sweep(&[(4096, 0.3, 0.4), (32_768, 0.8, 0.5), (1 << 20, 0.9, 1.5)]);
+        assert_eq!(threshold_from_sweep(&noisy), Some(185_364), "a lone early hand-over win is noise");
+        let never = sweep(&[(4096, 0.3, 0.1), (1 << 20, 0.9, 0.8)]);
+        assert_eq!(threshold_from_sweep(&never), None);
+        let always = sweep(&[(4096, 0.3, 0.4), (1 << 20, 0.9, 1.8)]);
+        assert_eq!(threshold_from_sweep(&always), None, "no relay win: no crossover to place it at");
+    }
 }

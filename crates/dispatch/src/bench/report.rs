@@ -66,7 +66,7 @@ impl BenchResults {
             link_rate_mbit: options.link_rate_mbit,
             warmup_s: options.warmup.as_secs_f64(),
             duration_s: options.duration.as_secs_f64(),
-            hybrid_threshold_bytes: options.threshold,
+            hybrid_threshold_bytes: options.threshold.unwrap_or(0),
             sizes: options.sizes.clone(),
             contenders: options.contenders.clone(),
             throughput,

@@ -26,7 +26,7 @@ use tokio::net::TcpStream;
 use super::{Link, Shared};
 use crate::error::{DispatchError, Result};
 use crate::handover::{self, Settled, TcpState};
-use crate::link::{Control, CONTROL_TAG};
+use crate::link::{Control, CONTROL_FRAME_BYTES_MAX, CONTROL_TAG};
 use crate::steer::{Action, Switch};
 
 /// Where counting a connection's segments started for its current owner: the owner's socket
@@ -206,16 +206,15 @@ async fn take_back_inner(
     let mut frame = Vec::with_capacity(16);
     Control::Blocked { segments }.encode(&mut frame);
     link.stream.write_all(&frame).await.map_err(|e| DispatchError::io("sending Blocked", e))?;
-    let header = link.buffer.read_message(&mut link.stream, "the agent").await?;
-    let returned = match (header.tag, Control::decode(link.buffer.body(header))) {
-        (CONTROL_TAG, Ok(Control::Returned { status, answer_bytes, state: &[] })) => Ok((status, answer_bytes, None)),
+    // With the client slow to acknowledge, the state carries megabytes: larger than the buffer.
+    let (tag, body) = link.buffer.read_frame(&mut link.stream, "the agent", CONTROL_FRAME_BYTES_MAX).await?;
+    let (status, answer_bytes, state) = match (tag, Control::decode(&body)) {
+        (CONTROL_TAG, Ok(Control::Returned { status, answer_bytes, state: &[] })) => (status, answer_bytes, None),
         (CONTROL_TAG, Ok(Control::Returned { status, answer_bytes, state })) => {
-            TcpState::decode(state).map(|state| (status, answer_bytes, Some(state)))
+            (status, answer_bytes, Some(TcpState::decode(state)?))
         }
-        _ => Err(DispatchError::Protocol("expected Returned from the agent".into())),
+        _ => return Err(DispatchError::Protocol("expected Returned from the agent".into())),
     };
-    link.buffer.consume(header.frame_len());
-    let (status, answer_bytes, state) = returned?;
     let Some(state) = state else {
         return Ok(Returned { status, answer_bytes, closed: true, with_request: false });
     };
@@ -252,18 +251,15 @@ enum ControlKind {
 }
 
 async fn read_control(link: &mut Link) -> Result<ControlKind> {
-    let header = link.buffer.read_message(&mut link.stream, "the agent").await?;
-    let kind = if header.tag != CONTROL_TAG {
-        Err(DispatchError::Protocol(format!("expected a control frame, got message {:?}", header.tag as char)))
-    } else {
-        match Control::decode(link.buffer.body(header))? {
-            Control::Imported => Ok(ControlKind::Imported),
-            Control::ImportFailed => Ok(ControlKind::ImportFailed),
-            Control::ReturnReady => Ok(ControlKind::ReturnReady),
-            Control::Returned { status, answer_bytes, state: &[] } => Ok(ControlKind::Closed { status, answer_bytes }),
-            other => Err(DispatchError::Protocol(format!("unexpected control frame {other:?}"))),
-        }
-    };
-    link.buffer.consume(header.frame_len());
-    kind
+    let (tag, body) = link.buffer.read_frame(&mut link.stream, "the agent", CONTROL_FRAME_BYTES_MAX).await?;
+    if tag != CONTROL_TAG {
+        return Err(DispatchError::Protocol(format!("expected a control frame, got message {:?}", tag as char)));
+    }
+    match Control::decode(&body)? {
+        Control::Imported => Ok(ControlKind::Imported),
+        Control::ImportFailed => Ok(ControlKind::ImportFailed),
+        Control::ReturnReady => Ok(ControlKind::ReturnReady),
+        Control::Returned { status, answer_bytes, state: &[] } => Ok(ControlKind::Closed { status, answer_bytes }),
+        other => Err(DispatchError::Protocol(format!("unexpected control frame {other:?}"))),
+    }
 }

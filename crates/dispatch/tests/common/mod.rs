@@ -3,6 +3,18 @@
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
+/// Logs of the dispatcher and agents on stderr when `BYPASS_TEST_LOG` names a filter (e.g.
+/// `bypass_dispatch=debug`); silent otherwise.
+pub fn trace() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        if std::env::var_os("BYPASS_TEST_LOG").is_some() {
+            let filter = tracing_subscriber::EnvFilter::from_env("BYPASS_TEST_LOG");
+            let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+        }
+    });
+}
+
 /// A lab name no other test (or concurrent test run) uses: tag + pid + counter, ≤ 12 chars.
 pub fn unique_lab_name(tag: &str) -> String {
     static COUNTER: AtomicU32 = AtomicU32::new(0);
@@ -90,6 +102,7 @@ impl LabCluster {
         handover_min_bytes: u64,
         replicas: &[&str],
     ) -> anyhow::Result<LabCluster> {
+        trace();
         let lab = Lab::up_owned(LabSpec { name: unique_lab_name(tag), ..LabSpec::default() })?;
         let mut postgres = Vec::new();
         let mut agents = Vec::new();
