@@ -218,6 +218,16 @@ const IMPORT_RETRY_PAUSE: std::time::Duration = std::time::Duration::from_micros
 /// ready for normal use (non-blocking is left to the caller). Retries (bounded) while the
 /// address pair is still taken by a socket of this host that was just closed.
 pub fn import(state: &TcpState) -> Result<OwnedFd> {
+    let (fd, sent) = import_leaving_unsent(state)?;
+    let never_sent = &state.send_queue[state.send_queue.len() - state.unsent as usize..];
+    send_all(fd.as_raw_fd(), &never_sent[sent..], "send never-sent bytes")?;
+    Ok(fd)
+}
+
+/// [`import`] without waiting: the descriptor is non-blocking, and of the bytes the exporter
+/// had never sent, only the first `.1` are queued (the rest did not fit the new socket's send
+/// buffer; the caller writes them). A slow or dead client then never blocks a thread.
+pub fn import_leaving_unsent(state: &TcpState) -> Result<(OwnedFd, usize)> {
     let mut attempt = 1;
     loop {
         match import_once(state) {
@@ -238,7 +248,7 @@ fn address_in_use(error: &std::io::Error) -> bool {
     matches!(code, Some(libc::EADDRINUSE) | Some(libc::EADDRNOTAVAIL))
 }
 
-fn import_once(state: &TcpState) -> Result<OwnedFd> {
+fn import_once(state: &TcpState) -> Result<(OwnedFd, usize)> {
     // SAFETY: socket has no memory preconditions; the result is checked before use.
     let raw = unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
     if raw < 0 {
@@ -266,8 +276,37 @@ fn import_once(state: &TcpState) -> Result<OwnedFd> {
     set_struct(raw, TCP_REPAIR_WINDOW, &state.window, "TCP_REPAIR_WINDOW")?;
     set_int(raw, TCP_REPAIR, TCP_REPAIR_OFF_NO_WP, "repair off")?;
     set_int(raw, libc::TCP_NODELAY, 1, "TCP_NODELAY")?;
-    send_all(raw, &state.send_queue[sent_len..], "send never-sent bytes")?;
-    Ok(fd)
+    set_nonblocking(raw)?;
+    let sent = send_some(raw, &state.send_queue[sent_len..], "send never-sent bytes")?;
+    Ok((fd, sent))
+}
+
+fn set_nonblocking(fd: RawFd) -> Result<()> {
+    // SAFETY: fcntl on a descriptor this module owns; no memory is passed.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    check(flags, "F_GETFL")?;
+    // SAFETY: as above.
+    check(unsafe { libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) }, "F_SETFL")
+}
+
+/// Sends what the send buffer takes now; returns how many bytes that was.
+fn send_some(fd: RawFd, bytes: &[u8], step: &'static str) -> Result<usize> {
+    let mut sent_total = 0;
+    while sent_total < bytes.len() {
+        let rest = &bytes[sent_total..];
+        // SAFETY: the pointer and length describe a live slice of `bytes`.
+        let sent = unsafe { libc::send(fd, rest.as_ptr().cast(), rest.len(), libc::MSG_NOSIGNAL) };
+        if sent < 0 {
+            let error = std::io::Error::last_os_error();
+            match error.raw_os_error() {
+                Some(libc::EAGAIN) => break,
+                Some(libc::EINTR) => continue,
+                _ => return Err(repair_error(step, error)),
+            }
+        }
+        sent_total += sent.max(0) as usize;
+    }
+    Ok(sent_total)
 }
 
 fn set_options(fd: RawFd, state: &TcpState) -> Result<()> {
@@ -516,11 +555,36 @@ pub async fn wait_drained(fd: RawFd, wait: std::time::Duration) -> bool {
     }
 }
 
-/// [`import`], then registered with the current tokio runtime.
-pub fn import_tokio(state: &TcpState) -> Result<tokio::net::TcpStream> {
-    let stream = std::net::TcpStream::from(import(state)?);
-    stream.set_nonblocking(true).map_err(|e| DispatchError::io("non-blocking imported socket", e))?;
-    tokio::net::TcpStream::from_std(stream).map_err(|e| DispatchError::io("registering an imported socket", e))
+/// A connection imported into the current tokio runtime.
+pub struct Imported {
+    pub stream: tokio::net::TcpStream,
+    /// Bytes the exporter had never sent that did not fit the new socket's send buffer. Write
+    /// them once the switch delivers the client's packets here: before that its
+    /// acknowledgements are dropped and the write would wait for nothing.
+    pub unsent_tail: Vec<u8>,
+}
+
+/// [`import_leaving_unsent`], registered with the current tokio runtime (a slow client must
+/// not block a runtime thread).
+pub fn import_tokio(state: &TcpState) -> Result<Imported> {
+    let (fd, sent) = import_leaving_unsent(state)?;
+    let stream = tokio::net::TcpStream::from_std(std::net::TcpStream::from(fd))
+        .map_err(|e| DispatchError::io("registering an imported socket", e))?;
+    let never_sent = &state.send_queue[state.send_queue.len() - state.unsent as usize..];
+    Ok(Imported { stream, unsent_tail: never_sent[sent..].to_vec() })
+}
+
+impl Imported {
+    /// Writes the never-sent tail and returns the stream, ready for use.
+    pub async fn finish(self) -> Result<tokio::net::TcpStream> {
+        use tokio::io::AsyncWriteExt;
+        let Imported { mut stream, unsent_tail } = self;
+        stream
+            .write_all(&unsent_tail)
+            .await
+            .map_err(|e| DispatchError::io("sending never-sent bytes of an imported socket", e))?;
+        Ok(stream)
+    }
 }
 
 /// [`export`] of a tokio socket, which is then closed silently (still in repair mode).

@@ -73,3 +73,48 @@ fn exporting_a_listener_is_refused() -> anyhow::Result<()> {
     let _ = listener.into_raw_fd();
     Ok(())
 }
+
+// Goal: a connection whose client has not read megabytes moves with its whole send queue
+// (never-sent bytes that exceed the new socket's send buffer go out asynchronously, without
+// blocking a thread), and the client then reads every byte in order. Method: loopback pair;
+// the server queues 3 MB the client does not read; move the server socket with import_tokio
+// inside a tokio runtime; then the client reads and checks all of it.
+#[test]
+fn a_connection_with_megabytes_unread_moves_whole() -> anyhow::Result<()> {
+    let listener = TcpListener::bind("127.0.0.1:0")?;
+    let mut client = TcpStream::connect(listener.local_addr()?)?;
+    client.set_read_timeout(Some(Duration::from_secs(10)))?;
+    let (server, _) = listener.accept()?;
+    let socket = socket2::Socket::from(server);
+    socket.set_send_buffer_size(8 << 20)?;
+    socket.set_nonblocking(true)?;
+    let server = TcpStream::from(socket);
+    let payload: Vec<u8> = (0..3u32 << 20).map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8).collect();
+    let mut queued = 0;
+    while queued < payload.len() {
+        match (&server).write(&payload[queued..]) {
+            Ok(count) => queued += count,
+            Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => break,
+            Err(error) => return Err(error.into()),
+        }
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    let state = handover::export(server.as_raw_fd())?;
+    drop(server);
+    assert!(state.send_queue.len() > 1 << 20, "only {} bytes were queued", state.send_queue.len());
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let reader = std::thread::spawn(move || -> anyhow::Result<Vec<u8>> {
+        std::thread::sleep(Duration::from_millis(200));
+        let mut got = vec![0u8; queued];
+        client.read_exact(&mut got)?;
+        Ok(got)
+    });
+    let moved = runtime.block_on(async {
+        let imported = handover::import_tokio(&state)?;
+        anyhow::Ok(tokio::time::timeout(Duration::from_secs(20), imported.finish()).await??)
+    })?;
+    let got = reader.join().expect("reader thread")?;
+    assert!(got == payload[..queued], "the client read different bytes");
+    drop(moved);
+    Ok(())
+}

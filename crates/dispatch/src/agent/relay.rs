@@ -161,11 +161,11 @@ impl<'a> LinkSession<'a> {
         self.awaiting_socket = false;
         let imported = TcpState::decode(state).and_then(|state| handover::import_tokio(&state));
         match imported {
-            Ok(client) => {
-                self.client_segments_base = handover::segments_received(client.as_raw_fd())?;
+            Ok(imported) => {
+                self.client_segments_base = handover::segments_received(imported.stream.as_raw_fd())?;
                 self.send_control(&Control::Imported).await?;
                 self.wait_for("Steered", |control| (*control == Control::Steered).then_some(())).await?;
-                self.client = Some(client);
+                self.client = Some(imported.finish().await?);
                 Ok(())
             }
             Err(error) => {

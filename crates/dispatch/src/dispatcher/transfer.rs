@@ -138,16 +138,16 @@ pub async fn hand_over(
         }
         Ok(ControlKind::ImportFailed) => {
             shared.stats.import_failures.fetch_add(1, Ordering::Relaxed);
-            *stream = Some(bring_home(switch, peer, &state, epoch)?);
+            *stream = Some(bring_home(switch, peer, &state, epoch).await?);
             Ok(Moved::Refused)
         }
         Ok(other @ (ControlKind::ReturnReady | ControlKind::Closed { .. })) => {
-            *stream = Some(bring_home(switch, peer, &state, epoch)?);
+            *stream = Some(bring_home(switch, peer, &state, epoch).await?);
             Err(DispatchError::Protocol(format!("agent answered a hand-over with {other:?}")))
         }
         Err(error) => {
             // The agent never took it: the connection is still ours to restore.
-            *stream = Some(bring_home(switch, peer, &state, epoch)?);
+            *stream = Some(bring_home(switch, peer, &state, epoch).await?);
             Err(error)
         }
     }
@@ -220,21 +220,21 @@ async fn take_back_inner(
     };
     let with_request = !state.recv_queue.is_empty();
 
-    *stream = Some(bring_home(switch, peer, &state, epoch)?);
+    *stream = Some(bring_home(switch, peer, &state, epoch).await?);
     Ok(Returned { status, answer_bytes, closed: false, with_request })
 }
 
 /// Imports the connection here, starts a new epoch of segment counting, and lets its packets
 /// pass to the dispatcher again.
-fn bring_home(switch: &Switch, peer: SocketAddrV4, state: &TcpState, epoch: &mut Epoch) -> Result<TcpStream> {
-    let stream = handover::import_tokio(state);
+async fn bring_home(switch: &Switch, peer: SocketAddrV4, state: &TcpState, epoch: &mut Epoch) -> Result<TcpStream> {
+    let imported = handover::import_tokio(state);
     // Still blocked: the new socket and the switch count from here on together.
     let switch_delivered = switch.delivered(peer);
     switch.remove(peer)?;
-    let stream = stream?;
-    let socket_segments = handover::segments_received(stream.as_raw_fd())?;
+    let imported = imported?;
+    let socket_segments = handover::segments_received(imported.stream.as_raw_fd())?;
     *epoch = Epoch { socket_segments, switch_delivered: switch_delivered? };
-    Ok(stream)
+    imported.finish().await
 }
 
 /// The kinds of control frame the dispatcher waits for.
