@@ -3,7 +3,8 @@
 //!
 //! ```text
 //!  Pod::create ─ memfd + header        Pod::start ─ logs: clear | recovery cut ─ fork × hosts
-//!  wait_ready ─ Warmup ─ (warmup_ms) ─ Measure ─ (measure_ms) ─ Stop ─ wait_finished ─ report
+//!  wait_ready ─ Warmup ─ (warmup_ms) ─ Measure ─ (measure_ms, then until measure_acked_min) ─ Stop
+//!  ─ wait_finished ─ report
 //! ```
 //!
 //! Forking from a multi-threaded parent (the test harness) is safe here because the child only

@@ -127,3 +127,20 @@ fn invalid_configuration_lists_every_problem() {
         Ok(_) => panic!("accepted an invalid configuration"),
     }
 }
+
+#[test]
+fn measurement_lasts_until_enough_work_is_acknowledged() {
+    // Goal: tests can ask for an amount of work instead of a duration (a loaded machine must not
+    // make them vacuous). Method: a 1 ms window that must still contain 1500 acknowledged
+    // transactions; the measured window's commits and duration show it was extended.
+    let _pod = exclusive();
+    let mut config = small(ycsb(1000, 50, 50), Protocol::Tigon);
+    config.warmup_ms = 0;
+    config.measure_ms = 1;
+    config.measure_acked_min = 1500;
+    let report = Pod::run(config).expect("run");
+    assert_ycsb(&report);
+    assert!(report.total.committed >= 1500, "window committed only {}", report.total.committed);
+    let longest_ns = report.per_host.iter().map(|host| host.measured_ns).max().unwrap_or(0);
+    assert!(longest_ns > 1_000_000, "the window was not extended past 1 ms: {longest_ns} ns");
+}
