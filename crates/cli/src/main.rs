@@ -18,7 +18,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run the connection pooler with a configuration file.
+    /// Run the connection pooler with a configuration file. SIGHUP reloads the file, SIGTERM
+    /// stops after running transactions (shutdown_timeout_ms), SIGINT stops at once.
     Proxy {
         /// Path to bypass.toml.
         #[arg(long)]
@@ -67,7 +68,7 @@ enum BenchCommand {
 fn main() -> Result<()> {
     init_logging();
     match Cli::parse().command {
-        Command::Proxy { config } => run_proxy(load(&config)?),
+        Command::Proxy { config } => run_proxy(load(&config)?, config),
         Command::CheckConfig { file } => check_config(&file),
         Command::Up(args) => up::run(args),
         Command::Bench { which: BenchCommand::Pooler(args) } => {
@@ -111,15 +112,13 @@ pub fn control_runtime() -> Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting the control runtime")
 }
 
-fn run_proxy(config: ValidConfig) -> Result<()> {
+fn run_proxy(config: ValidConfig, path: std::path::PathBuf) -> Result<()> {
     raise_fd_limit();
     let proxy = Proxy::bind(config).context("binding the listen address")?;
-    tracing::info!(address = %proxy.local_addr(), "pooler listening");
+    tracing::info!(address = %proxy.local_addr(), metrics = ?proxy.metrics_addr(), "pooler listening");
+    *proxy.shared().config_path.lock().unwrap_or_else(|p| p.into_inner()) = Some(path);
     let running = proxy.start().context("starting the shards")?;
-    control_runtime()?.block_on(stop_signal())?;
-    tracing::info!("stopping");
-    running.stop();
-    Ok(())
+    control_runtime()?.block_on(bypass_pooler::proxy::serve_until_stopped(running)).context("waiting for signals")
 }
 
 /// Waits for SIGINT (Ctrl-C), SIGTERM or SIGHUP (terminal closed): each stops us cleanly.

@@ -1,9 +1,12 @@
-//! Cancel keys. Each client gets a key of the pooler's own; a CancelRequest with that key is sent
-//! on, with the server's real key, to whichever server runs the client's query at that moment.
+//! Cancel keys and the list of logged-in clients. Each client gets a key of the pooler's own; a
+//! CancelRequest with that key is sent on, with the server's real key, to whichever server runs
+//! the client's query at that moment. The same entries answer `SHOW CLIENTS` and `KILL`.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::os::fd::RawFd;
 use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
 
 use bypass_wire::scram::constant_time_eq;
 use rand::Rng;
@@ -20,11 +23,25 @@ pub struct CancelRoute {
     pub key: BackendKey,
 }
 
+/// Who a logged-in client is, for the admin console.
+#[derive(Debug, Clone)]
+pub struct ClientInfo {
+    pub user: String,
+    pub database: String,
+    pub peer: Option<SocketAddr>,
+    pub local: Option<SocketAddr>,
+    pub connected_at: SystemTime,
+    /// The client's socket, shut down by `KILL`. Valid while the entry is registered: the entry
+    /// is removed before the session's socket is closed.
+    pub fd: RawFd,
+}
+
 /// One client's cancel key and its current route.
 #[derive(Debug)]
 pub struct CancelEntry {
     pub process_id: i32,
     pub secret: [u8; 4],
+    pub info: ClientInfo,
     route: Mutex<Option<CancelRoute>>,
 }
 
@@ -34,7 +51,7 @@ impl CancelEntry {
         *self.route.lock().unwrap_or_else(|p| p.into_inner()) = route;
     }
 
-    fn route(&self) -> Option<CancelRoute> {
+    pub fn route(&self) -> Option<CancelRoute> {
         *self.route.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
@@ -63,7 +80,7 @@ impl CancelRegistry {
     }
 
     /// Issues a fresh random key; `None` if the registry is full.
-    pub fn register(self: &Arc<Self>) -> Option<Registration> {
+    pub fn register(self: &Arc<Self>, info: ClientInfo) -> Option<Registration> {
         let mut rng = rand::thread_rng();
         let mut entries = self.lock();
         if entries.len() >= REGISTERED_MAX {
@@ -75,7 +92,7 @@ impl CancelRegistry {
                 break candidate;
             }
         };
-        let entry = Arc::new(CancelEntry { process_id, secret: rng.gen(), route: Mutex::new(None) });
+        let entry = Arc::new(CancelEntry { process_id, secret: rng.gen(), info, route: Mutex::new(None) });
         entries.insert(process_id, entry.clone());
         Some(Registration { registry: self.clone(), entry })
     }
@@ -84,6 +101,25 @@ impl CancelRegistry {
     pub fn route_for(&self, process_id: i32, secret: &[u8]) -> Option<CancelRoute> {
         let entry = self.lock().get(&process_id).cloned()?;
         constant_time_eq(&entry.secret, secret).then(|| entry.route()).flatten()
+    }
+
+    /// Every registered client.
+    pub fn entries(&self) -> Vec<Arc<CancelEntry>> {
+        self.lock().values().cloned().collect()
+    }
+
+    /// Disconnects every client `matches` selects (shuts its socket down: its session then ends
+    /// as if the client had left); returns how many.
+    pub fn kill(&self, matches: impl Fn(&ClientInfo) -> bool) -> usize {
+        let entries = self.lock();
+        let mut killed = 0;
+        for entry in entries.values().filter(|entry| matches(&entry.info)) {
+            // SAFETY: the fd stays open while its entry is registered (removal happens before the
+            // socket closes) and we hold the registry lock; shutdown() does not close the fd.
+            unsafe { libc::shutdown(entry.info.fd, libc::SHUT_RDWR) };
+            killed += 1;
+        }
+        killed
     }
 
     pub fn len(&self) -> usize {

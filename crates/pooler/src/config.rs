@@ -93,6 +93,35 @@ pub struct PoolerSettings {
     pub workers: u32,
     /// `listen()` backlog. Default 4096.
     pub listen_backlog: u32,
+    /// Users allowed on the admin console (database `bypass`, alias `pgbouncer`): every command.
+    /// They authenticate like everyone else. Default none.
+    pub admin_users: Vec<String>,
+    /// Users allowed on the admin console for `SHOW` commands only. Default none.
+    pub stats_users: Vec<String>,
+    /// Address of the Prometheus endpoint (`GET /metrics`), e.g. `127.0.0.1:9127`; unset = off.
+    /// Default unset.
+    pub metrics_addr: Option<String>,
+    /// How long SIGTERM and `SHUTDOWN WAIT_FOR_SERVERS` wait for running transactions before
+    /// closing everything, ms. Default 30000.
+    pub shutdown_timeout_ms: u64,
+    /// What transaction mode does with statements that change session state (`SET` other than
+    /// `SET LOCAL`, `RESET`, `LISTEN`, SQL `PREPARE`, `DECLARE … WITH HOLD`), which would otherwise
+    /// stay on the server for the next client: `track` replays `SET`s of tracked parameters
+    /// (client_encoding, DateStyle, IntervalStyle, TimeZone, application_name, search_path, …) on
+    /// whichever server the client gets and warns about the rest; `warn` lets every such statement
+    /// run with a WARNING; `error` refuses the untracked ones with SQLSTATE 0A000. In every mode a
+    /// server whose session state was changed is reset (`DISCARD ALL`) before another client gets
+    /// it. Default `track`.
+    pub session_state: SessionStatePolicy,
+}
+
+/// See [`PoolerSettings::session_state`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SessionStatePolicy {
+    Track,
+    Warn,
+    Error,
 }
 
 impl Default for PoolerSettings {
@@ -116,9 +145,13 @@ impl Default for PoolerSettings {
             server_reset_query: "DISCARD ALL".into(),
             message_size_max: bypass_wire::DEFAULT_MESSAGE_SIZE_MAX,
             max_prepared_statements: 200,
-
             workers: 0,
             listen_backlog: 4096,
+            admin_users: Vec::new(),
+            stats_users: Vec::new(),
+            metrics_addr: None,
+            shutdown_timeout_ms: 30_000,
+            session_state: SessionStatePolicy::Track,
         }
     }
 }
@@ -198,6 +231,9 @@ impl Config {
     pub fn validate(self) -> Result<ValidConfig, ConfigError> {
         let mut problems = Vec::new();
         let listen_addr = resolve(&self.pooler.listen_addr, "pooler.listen_addr", &mut problems);
+        if let Some(metrics_addr) = &self.pooler.metrics_addr {
+            resolve(metrics_addr, "pooler.metrics_addr", &mut problems);
+        }
         self.pooler.check(&mut problems);
         if self.databases.is_empty() {
             problems.push("[databases] is empty: no client could connect anywhere".into());

@@ -24,6 +24,7 @@
 //!   its own core that joined shortly after the head (a quarter of the head's wait, 2–50 ms).
 //! - After login, relaying allocates nothing: each side owns one fixed buffer.
 
+pub mod admin;
 pub mod auth_file;
 pub mod buffer;
 pub mod cancel;
@@ -31,6 +32,7 @@ pub mod config;
 pub mod error;
 pub mod io;
 pub mod login;
+pub mod metrics;
 pub mod params;
 pub mod pool;
 pub mod prepared;
@@ -39,6 +41,7 @@ pub mod relay;
 pub mod server;
 pub mod session;
 pub mod shared;
+pub mod stats;
 
 pub use config::{Config, ConfigError, ValidConfig};
 pub use error::PoolerError;

@@ -23,7 +23,10 @@ use crate::config::{AuthType, PoolMode};
 use crate::error::PoolerError;
 use crate::io::{body, read_message, read_some, ReadFailure};
 use crate::params::{tracked_index, ParamSet, TRACKED};
-use crate::pool::{Pool, Waiter};
+use std::os::fd::AsRawFd;
+
+use crate::cancel::{ClientInfo, Registration};
+use crate::pool::{acquire_current, Pool, Waiter};
 use crate::server::{Credential, ServerConn};
 use crate::session::{ClientSide, Session};
 use crate::shared::Shared;
@@ -43,6 +46,8 @@ pub enum LoginOutcome {
     Session(Box<Session>),
     /// A cancel request was handled; the connection is done.
     Cancelled,
+    /// An admin console session.
+    Admin(crate::admin::Console),
 }
 
 /// Runs connection start on a freshly accepted client. A client over `max_client_conn` is read
@@ -63,16 +68,23 @@ pub async fn login(
             "no more connections allowed (max_client_conn)",
         ));
     }
-    let pool = shared.pool_for(&request.database, &request.user)?;
-    authenticate(shared, client, &request.user, &pool).await?;
+    if crate::admin::is_console(&request.database) {
+        let access = crate::admin::access(&shared.live().settings, &request.user);
+        authenticate(shared, client, &request.user, None).await?;
+        let access = access.ok_or_else(|| {
+            PoolerError::refused(SqlState::INVALID_AUTHORIZATION_SPECIFICATION, "not allowed to use the admin console")
+        })?;
+        let registration = register(shared, client, &request)?;
+        crate::admin::welcome(client, &registration).await?;
+        return Ok(LoginOutcome::Admin(crate::admin::Console::new(shared.clone(), access, registration)));
+    }
+    let mut pool = shared.pool_for(&request.database, &request.user)?;
+    authenticate(shared, client, &request.user, Some(&pool)).await?;
     let waiter = Waiter::new();
-    let server = first_server(&pool, &waiter, shard).await?;
+    let server = first_server(&mut pool, &waiter, shard).await?;
     let welcome = pool.welcome.get().cloned().unwrap_or_default();
     let wanted = wanted_params(&welcome.parameters, &request.wanted);
-    let registration = shared
-        .cancel
-        .register()
-        .ok_or_else(|| PoolerError::refused(SqlState::TOO_MANY_CONNECTIONS, "too many clients"))?;
+    let registration = register(shared, client, &request)?;
     client.out.clear();
     build::authentication(&mut client.out, &Authentication::Ok);
     for (name, value) in &welcome.parameters {
@@ -86,18 +98,30 @@ pub async fn login(
     Ok(LoginOutcome::Session(Box::new(session)))
 }
 
+fn register(shared: &Shared, client: &ClientSide, request: &StartupRequest) -> Result<Registration, PoolerError> {
+    let info = ClientInfo {
+        user: request.user.clone(),
+        database: request.database.clone(),
+        peer: client.stream.peer_addr().ok(),
+        local: client.stream.local_addr().ok(),
+        connected_at: std::time::SystemTime::now(),
+        fd: client.stream.as_raw_fd(),
+    };
+    shared.cancel.register(info).ok_or_else(|| PoolerError::refused(SqlState::TOO_MANY_CONNECTIONS, "too many clients"))
+}
+
 /// Session mode keeps the server it logs in with; transaction mode logs one in only to learn the
 /// server's parameters the first time.
 async fn first_server(
-    pool: &Arc<Pool>,
+    pool: &mut Arc<Pool>,
     waiter: &Arc<Waiter>,
     shard: usize,
 ) -> Result<Option<Box<ServerConn>>, PoolerError> {
     if pool.settings.mode == PoolMode::Session {
-        return pool.acquire(shard, waiter).await.map(Some);
+        return acquire_current(pool, shard, waiter).await.map(Some);
     }
     if pool.welcome.get().is_none() {
-        let server = pool.acquire(shard, waiter).await?;
+        let server = acquire_current(pool, shard, waiter).await?;
         pool.release(server);
     }
     Ok(None)
@@ -191,16 +215,25 @@ fn password_failed(user: &str) -> PoolerError {
 }
 
 /// Proves the client's identity per `auth_type` and the user's stored secret.
-async fn authenticate(shared: &Shared, client: &mut ClientSide, user: &str, pool: &Pool) -> Result<(), PoolerError> {
-    let auth_type = shared.settings.auth_type;
+/// `pool` learns the client's SCRAM keys to log in to servers as that user (none for the console).
+async fn authenticate(
+    shared: &Shared,
+    client: &mut ClientSide,
+    user: &str,
+    pool: Option<&Pool>,
+) -> Result<(), PoolerError> {
+    let live = shared.live();
+    let auth_type = live.settings.auth_type;
     if auth_type == AuthType::Trust {
         return Ok(());
     }
-    let secret = shared.auth.get(user).cloned().ok_or_else(|| password_failed(user))?;
+    let secret = live.auth.get(user).cloned().ok_or_else(|| password_failed(user))?;
     match (&secret, auth_type) {
         (Secret::Scram(verifier), _) | (Secret::Plain { verifier, .. }, AuthType::ScramSha256) => {
             let client_key = scram_exchange(shared, client, user, verifier).await?;
-            pool.learn_scram_keys(client_key, verifier);
+            if let Some(pool) = pool {
+                pool.learn_scram_keys(client_key, verifier);
+            }
             Ok(())
         }
         (Secret::Plain { password, .. }, AuthType::Md5) => {
@@ -217,7 +250,7 @@ async fn md5_exchange(shared: &Shared, client: &mut ClientSide, user: &str, stor
     client.out.clear();
     build::authentication(&mut client.out, &Authentication::Md5Password { salt });
     client.flush().await?;
-    let body = client.read_password_message(shared.settings.message_size_max).await?;
+    let body = client.read_password_message(shared.live().settings.message_size_max).await?;
     let response = auth_messages::decode_password(&body).map_err(PoolerError::ClientProtocol)?;
     if md5::verify_response(stored, salt, response) {
         Ok(())
@@ -233,7 +266,7 @@ async fn scram_exchange(
     user: &str,
     verifier: &bypass_wire::scram::Verifier,
 ) -> Result<[u8; 32], PoolerError> {
-    let limit = shared.settings.message_size_max;
+    let limit = shared.live().settings.message_size_max;
     client.out.clear();
     build::authentication(&mut client.out, &Authentication::Sasl { mechanisms: b"SCRAM-SHA-256\0" });
     client.flush().await?;

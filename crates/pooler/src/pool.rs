@@ -20,7 +20,7 @@
 //! no server is ever dropped while the pool's lock is held (its lease takes that lock).
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
@@ -29,6 +29,7 @@ use crate::config::PoolMode;
 use crate::error::{PoolerError, TimeoutKind};
 use crate::prepared::StatementRegistry;
 use crate::server::{Credential, LoginTarget, ServerConn, ServerLimits, Welcome};
+use crate::stats::PoolStats;
 
 /// How far behind the head of the queue a waiter of the releasing shard may have joined and still
 /// be served first: a quarter of the head's wait, within these bounds. It trades a bounded amount
@@ -45,16 +46,10 @@ pub struct PoolKey {
     pub user: String,
 }
 
-/// Limits and timeouts of one pool, resolved from the configuration.
-#[derive(Debug, Clone)]
+/// What a pool is, fixed for its life: a reload that changes any of it makes a new pool.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PoolSettings {
     pub mode: PoolMode,
-    pub size: u32,
-    pub min_size: u32,
-    pub query_wait_timeout_ms: u64,
-    pub server_idle_timeout_ms: u64,
-    pub server_lifetime_ms: u64,
-    pub server_connect_timeout_ms: u64,
     pub message_size_max: u32,
     pub reset_query: String,
     /// Runtimes (cores) the pooler runs on.
@@ -63,23 +58,53 @@ pub struct PoolSettings {
     pub max_prepared_statements: u32,
 }
 
+/// Everything that identifies a pool's servers: a reload that changes any part replaces the pool.
+#[derive(Debug, Clone)]
+pub struct PoolIdentity {
+    pub key: PoolKey,
+    pub target: LoginTarget,
+    pub settings: PoolSettings,
+    pub credential: Credential,
+}
+
+/// Sizes and timeouts of a pool; a reload changes them while the pool serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolLimits {
+    pub size: u32,
+    pub min_size: u32,
+    pub query_wait_timeout_ms: u64,
+    pub server_idle_timeout_ms: u64,
+    pub server_lifetime_ms: u64,
+    pub server_connect_timeout_ms: u64,
+}
+
 /// Servers open for one backend database across all its pools, against `max_db_connections`.
 #[derive(Debug)]
 pub struct DatabaseLimit {
-    max: u32,
+    /// 0 = unlimited; a reload may change it.
+    max: AtomicU32,
     open: AtomicU32,
     pools: Mutex<Vec<Weak<Pool>>>,
 }
 
 impl DatabaseLimit {
     pub fn new(max: u32) -> Arc<Self> {
-        Arc::new(DatabaseLimit { max, open: AtomicU32::new(0), pools: Mutex::new(Vec::new()) })
+        Arc::new(DatabaseLimit { max: AtomicU32::new(max), open: AtomicU32::new(0), pools: Mutex::new(Vec::new()) })
+    }
+
+    pub fn set_max(&self, max: u32) {
+        self.max.store(max, Ordering::Relaxed);
+    }
+
+    fn max(&self) -> u32 {
+        self.max.load(Ordering::Relaxed)
     }
 
     fn try_take(&self) -> bool {
         self.open
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |open| {
-                (self.max == 0 || open < self.max).then_some(open + 1)
+                let max = self.max();
+                (max == 0 || open < max).then_some(open + 1)
             })
             .is_ok()
     }
@@ -101,6 +126,8 @@ pub enum Grant {
     Connect,
     /// The waiter sat in the queue for `query_wait_timeout`.
     Expired,
+    /// A reload replaced the pool: ask its successor.
+    Moved,
 }
 
 /// A client's place in a pool's queue. Each client owns one for its whole session, so waiting
@@ -151,45 +178,6 @@ impl Waiter {
     }
 }
 
-/// A counter on its own cache line, so shards counting in parallel do not share a line.
-#[derive(Debug, Default)]
-#[repr(align(128))]
-pub struct ShardCounter(pub AtomicU64);
-
-/// Counters read by the status line and, later, metrics. Per-transaction counters are per shard.
-#[derive(Debug)]
-pub struct PoolStats {
-    pub clients: AtomicU32,
-    /// Servers moved from one shard's reactor to another's (a measure of shard imbalance).
-    pub server_moves: AtomicU64,
-    transactions: Box<[ShardCounter]>,
-    wait_time_us: Box<[ShardCounter]>,
-}
-
-impl PoolStats {
-    fn new(shards: usize) -> Self {
-        let counters = || (0..shards.max(1)).map(|_| ShardCounter::default()).collect();
-        PoolStats {
-            clients: AtomicU32::new(0),
-            server_moves: AtomicU64::new(0),
-            transactions: counters(),
-            wait_time_us: counters(),
-        }
-    }
-
-    pub fn count_transaction(&self, shard: usize) {
-        self.transactions[shard].0.fetch_add(1, Ordering::Relaxed);
-    }
-
-    pub fn transactions(&self) -> u64 {
-        self.transactions.iter().map(|c| c.0.load(Ordering::Relaxed)).sum()
-    }
-
-    pub fn wait_time_us(&self) -> u64 {
-        self.wait_time_us.iter().map(|c| c.0.load(Ordering::Relaxed)).sum()
-    }
-}
-
 /// A client in the queue and when it joined.
 struct Queued {
     waiter: Arc<Waiter>,
@@ -203,11 +191,31 @@ struct PoolState {
     /// One FIFO of waiting clients per shard; the oldest waiter overall is the oldest front.
     waiters: Box<[VecDeque<Queued>]>,
     open: u32,
+    limits: PoolLimits,
+    /// PAUSE: no server is handed out; clients queue.
+    paused: bool,
+    /// RECONNECT: servers opened before this instant are closed instead of reused.
+    retire_before: Option<Instant>,
 }
 
 impl PoolState {
-    fn new(shards: usize) -> Self {
-        PoolState { idle: Vec::new(), waiters: (0..shards.max(1)).map(|_| VecDeque::new()).collect(), open: 0 }
+    fn new(shards: usize, limits: PoolLimits) -> Self {
+        PoolState {
+            idle: Vec::new(),
+            waiters: (0..shards.max(1)).map(|_| VecDeque::new()).collect(),
+            open: 0,
+            limits,
+            paused: false,
+            retire_before: None,
+        }
+    }
+
+    /// Whether a released server should be closed instead of reused.
+    fn retired(&self, server: &ServerConn, now: Instant) -> bool {
+        let lifetime = self.limits.server_lifetime_ms;
+        self.retire_before.is_some_and(|before| server.created_at < before)
+            || (lifetime > 0 && server.age_ms(now) >= lifetime)
+            || self.open > self.limits.size
     }
 
     /// An idle server, preferring the most recently used one of `shard`.
@@ -261,22 +269,29 @@ pub struct Pool {
     pub credential: RwLock<Credential>,
     pub welcome: OnceLock<Arc<Welcome>>,
     pub stats: PoolStats,
-    /// Statement texts prepared through this pool, by id (transaction-mode prepared statements).
-    pub statements: StatementRegistry,
+    /// Statement texts prepared through this pool, by id (transaction-mode prepared statements);
+    /// shared with a successor so clients keep their statements across a reload.
+    pub statements: Arc<StatementRegistry>,
     database: Arc<DatabaseLimit>,
     state: Mutex<PoolState>,
+    /// Set when a reload changed what this pool is (backend, credential, mode): its clients move
+    /// to the successor at their next transaction, and it closes servers as they come back.
+    successor: OnceLock<Arc<Pool>>,
     myself: Weak<Pool>,
 }
 
-/// Counts one server connection in its pool; dropping it frees the slot.
+/// Counts one server connection in its pool and database; dropping it frees the slot.
 pub struct Lease {
     pool: Weak<Pool>,
+    database: Arc<DatabaseLimit>,
 }
 
 impl Drop for Lease {
     fn drop(&mut self) {
-        if let Some(pool) = self.pool.upgrade() {
-            pool.slot_freed();
+        match self.pool.upgrade() {
+            Some(pool) => pool.slot_freed(),
+            // The pool is gone (replaced by a reload and left by its last client).
+            None => self.database.give_back(),
         }
     }
 }
@@ -288,23 +303,24 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 impl Pool {
     pub fn new(
-        key: PoolKey,
-        target: LoginTarget,
-        settings: PoolSettings,
-        credential: Credential,
+        identity: PoolIdentity,
+        limits: PoolLimits,
         database: Arc<DatabaseLimit>,
+        statements: Arc<StatementRegistry>,
     ) -> Arc<Self> {
-        let settings_shards = settings.shards;
+        let PoolIdentity { key, target, settings, credential } = identity;
+        let shards = settings.shards;
         let pool = Arc::new_cyclic(|myself| Pool {
             key,
             target,
             settings,
             credential: RwLock::new(credential),
             welcome: OnceLock::new(),
-            stats: PoolStats::new(settings_shards),
-            statements: StatementRegistry::default(),
+            stats: PoolStats::new(shards),
+            statements,
             database: database.clone(),
-            state: Mutex::new(PoolState::new(settings_shards)),
+            state: Mutex::new(PoolState::new(shards, limits)),
+            successor: OnceLock::new(),
             myself: myself.clone(),
         });
         lock(&database.pools).push(Arc::downgrade(&pool));
@@ -313,10 +329,14 @@ impl Pool {
 
     /// Gets a server for a client on `shard`: idle, newly logged in, or from the queue within
     /// `query_wait_timeout`. Must run on that shard's runtime.
-    pub async fn acquire(&self, shard: usize, waiter: &Arc<Waiter>) -> Result<Box<ServerConn>, PoolerError> {
+    /// `None` means a reload replaced this pool: ask [`Pool::successor`] (see [`acquire_current`]).
+    pub async fn acquire(&self, shard: usize, waiter: &Arc<Waiter>) -> Result<Option<Box<ServerConn>>, PoolerError> {
         loop {
             let grant = match self.try_grant(shard, waiter) {
-                Some(grant) => grant,
+                Some(grant) => {
+                    self.stats.shard(shard).wait.observe(Duration::ZERO);
+                    grant
+                }
                 None => self.wait(shard, waiter).await?,
             };
             match grant {
@@ -325,22 +345,30 @@ impl Pool {
                         self.stats.server_moves.fetch_add(1, Ordering::Relaxed);
                     }
                     if let Some(server) = usable(server, shard) {
-                        return Ok(server);
+                        return Ok(Some(server));
                     }
                 }
-                Grant::Connect => return self.connect(shard).await,
+                Grant::Connect => return self.connect(shard).await.map(Some),
                 Grant::Expired => return Err(PoolerError::Timeout(TimeoutKind::QueryWait)),
+                Grant::Moved => return Ok(None),
             }
         }
     }
 
     /// Takes an idle server or a connect slot, or queues `waiter`; `None` means it was queued.
     fn try_grant(&self, shard: usize, waiter: &Arc<Waiter>) -> Option<Grant> {
+        if self.successor.get().is_some() {
+            return Some(Grant::Moved);
+        }
         let mut state = lock(&self.state);
+        if state.paused {
+            state.waiters[shard].push_back(Queued { waiter: waiter.clone(), since: Instant::now() });
+            return None;
+        }
         if let Some(server) = state.take_idle(shard) {
             return Some(Grant::Server(server));
         }
-        if state.open < self.settings.size && self.database.try_take() {
+        if !state.paused && state.open < state.limits.size && self.database.try_take() {
             state.open += 1;
             return Some(Grant::Connect);
         }
@@ -360,7 +388,7 @@ impl Pool {
         // wheel on every transaction once the pool is busy.
         let grant = std::future::poll_fn(|context| waiter.poll_grant(context)).await;
         guard.finished = true;
-        self.stats.wait_time_us[shard].0.fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+        self.stats.shard(shard).wait.observe(started.elapsed());
         Ok(grant)
     }
 
@@ -372,12 +400,12 @@ impl Pool {
 
     /// Expires waiters queued for `query_wait_timeout` or longer; called every maintenance tick.
     pub fn expire_waiters(&self, now: Instant) {
-        let timeout_ms = self.settings.query_wait_timeout_ms;
+        let mut state = lock(&self.state);
+        let timeout_ms = state.limits.query_wait_timeout_ms;
         if timeout_ms == 0 {
             return;
         }
         let timeout = Duration::from_millis(timeout_ms);
-        let mut state = lock(&self.state);
         for queue in state.waiters.iter_mut() {
             while queue.front().is_some_and(|queued| now.duration_since(queued.since) >= timeout) {
                 let queued = queue.pop_front().expect("checked non-empty");
@@ -388,9 +416,9 @@ impl Pool {
 
     /// Logs in a new server on `shard` in a slot already counted in `open`.
     async fn connect(&self, shard: usize) -> Result<Box<ServerConn>, PoolerError> {
-        let lease = Lease { pool: self.myself.clone() };
+        let lease = self.lease();
         let credential = self.credential.read().unwrap_or_else(|p| p.into_inner()).clone();
-        let timeout = Duration::from_millis(self.settings.server_connect_timeout_ms);
+        let timeout = Duration::from_millis(lock(&self.state).limits.server_connect_timeout_ms);
         let limits = ServerLimits {
             message_size_max: self.settings.message_size_max,
             statements_max: self.settings.max_prepared_statements as usize,
@@ -407,18 +435,25 @@ impl Pool {
     /// Returns a server after use. Broken or expired servers are closed instead.
     pub fn release(&self, mut server: Box<ServerConn>) {
         let now = Instant::now();
-        let lifetime = self.settings.server_lifetime_ms;
         let in_flight = !server.buffer.is_empty() || !server.plan.is_empty();
-        if server.broken || in_flight || (lifetime > 0 && server.age_ms(now) >= lifetime) {
-            drop(server);
-            return;
+        if server.broken || in_flight || self.successor.get().is_some() {
+            return; // Dropping the server closes it.
         }
         server.idle_since = now;
         let mut state = lock(&self.state);
-        match state.next_waiter(server.home, now) {
+        if state.retired(&server, now) {
+            drop(state);
+            return;
+        }
+        let next = if state.paused { None } else { state.next_waiter(server.home, now) };
+        match next {
             Some(queued) => queued.waiter.give(Grant::Server(server)),
             None => state.idle.push(server),
         }
+    }
+
+    fn lease(&self) -> Lease {
+        Lease { pool: self.myself.clone(), database: self.database.clone() }
     }
 
     /// Called when a server of this pool is closed: hands its slot to a waiter, here or in a
@@ -428,7 +463,8 @@ impl Pool {
         assert!(state.open > 0, "pool open count underflow");
         state.open -= 1;
         self.database.give_back();
-        if state.waiting() > 0 && self.database.try_take() {
+        let room = !state.paused && state.open < state.limits.size && self.successor.get().is_none();
+        if room && state.waiting() > 0 && self.database.try_take() {
             state.open += 1;
             let queued = state.pop_oldest().expect("checked non-empty");
             queued.waiter.give(Grant::Connect);
@@ -445,7 +481,7 @@ impl Pool {
     /// Gives a connect slot to this pool's first waiter if it may open one; true if it did.
     fn offer_slot(&self) -> bool {
         let mut state = lock(&self.state);
-        if state.waiting() == 0 || state.open >= self.settings.size || !self.database.try_take() {
+        if state.paused || state.waiting() == 0 || state.open >= state.limits.size || !self.database.try_take() {
             return false;
         }
         state.open += 1;
@@ -471,17 +507,17 @@ impl Pool {
     /// Closes idle servers past `server_idle_timeout` or `server_lifetime` (keeping `min_size`)
     /// and returns how many servers should be opened to reach `min_size`.
     pub fn maintain(&self, now: Instant) -> u32 {
-        let settings = &self.settings;
         let mut closing = Vec::new();
         let mut state = lock(&self.state);
+        let settings = state.limits;
         let mut index = 0;
         while index < state.idle.len() {
             let server = &state.idle[index];
             let idle_expired =
                 settings.server_idle_timeout_ms > 0 && server.idle_ms(now) >= settings.server_idle_timeout_ms;
-            let too_old = settings.server_lifetime_ms > 0 && server.age_ms(now) >= settings.server_lifetime_ms;
             let keep_for_min = state.open - closing.len() as u32 <= settings.min_size;
-            if too_old || (idle_expired && !keep_for_min) {
+            let retired = state.retired(server, now) || self.successor.get().is_some();
+            if retired || (idle_expired && !keep_for_min) {
                 closing.push(state.idle.remove(index));
             } else {
                 index += 1;
@@ -497,7 +533,7 @@ impl Pool {
     pub async fn prefill_one(&self, shard: usize) -> Result<(), PoolerError> {
         let counted = {
             let mut state = lock(&self.state);
-            let room = state.open < self.settings.min_size && self.database.try_take();
+            let room = !state.paused && state.open < state.limits.min_size && self.database.try_take();
             if room {
                 state.open += 1;
             }
@@ -510,10 +546,128 @@ impl Pool {
         Ok(())
     }
 
+    /// True when `identity` (from a reloaded configuration) describes this pool's servers.
+    pub fn is(&self, identity: &PoolIdentity) -> bool {
+        let credential = self.credential.read().unwrap_or_else(|p| p.into_inner());
+        self.key == identity.key
+            && self.target == identity.target
+            && self.settings == identity.settings
+            && credential.same_source(&identity.credential)
+    }
+
+    /// The pool that replaced this one in a reload, if any.
+    pub fn successor(&self) -> Option<&Arc<Pool>> {
+        self.successor.get()
+    }
+
+    /// Hands this pool's clients to `successor`: waiters are told to move, idle servers close,
+    /// servers in use close when they come back.
+    pub fn replace_with(&self, successor: Arc<Pool>) {
+        if self.successor.set(successor).is_err() {
+            return;
+        }
+        let (waiters, idle) = {
+            let mut state = lock(&self.state);
+            let waiters: Vec<Queued> = state.waiters.iter_mut().flat_map(|queue| queue.drain(..)).collect();
+            (waiters, std::mem::take(&mut state.idle))
+        };
+        for queued in waiters {
+            queued.waiter.give(Grant::Moved);
+        }
+        drop(idle);
+    }
+
+    pub fn limits(&self) -> PoolLimits {
+        lock(&self.state).limits
+    }
+
+    /// Applies new sizes and timeouts: a larger pool serves its waiters at once, a smaller one
+    /// closes servers as they come back.
+    pub fn set_limits(&self, limits: PoolLimits) {
+        let excess = {
+            let mut state = lock(&self.state);
+            state.limits = limits;
+            let excess = (state.open as usize).saturating_sub(limits.size as usize).min(state.idle.len());
+            state.idle.drain(..excess).collect::<Vec<_>>()
+        };
+        drop(excess);
+        self.serve_waiters();
+    }
+
+    /// PAUSE (true) or RESUME (false).
+    pub fn set_paused(&self, paused: bool) {
+        lock(&self.state).paused = paused;
+        if !paused {
+            self.serve_waiters();
+        }
+    }
+
+    pub fn is_paused(&self) -> bool {
+        lock(&self.state).paused
+    }
+
+    /// RECONNECT: every server open now is closed once idle; new ones replace them on demand.
+    pub fn reconnect(&self) {
+        let idle = {
+            let mut state = lock(&self.state);
+            state.retire_before = Some(Instant::now());
+            std::mem::take(&mut state.idle)
+        };
+        drop(idle);
+    }
+
+    /// Hands idle servers and free slots to waiters (after RESUME or a larger pool size).
+    fn serve_waiters(&self) {
+        let now = Instant::now();
+        let mut state = lock(&self.state);
+        while state.waiting() > 0 && !state.paused {
+            let Some(server) = state.idle.pop() else { break };
+            let queued = state.next_waiter(server.home, now).expect("checked non-empty");
+            queued.waiter.give(Grant::Server(server));
+        }
+        drop(state);
+        while self.offer_slot() {}
+    }
+
+    /// Servers in use by clients now (open minus idle; includes servers logging in).
+    pub fn active_servers(&self) -> u32 {
+        let state = lock(&self.state);
+        state.open - state.idle.len() as u32
+    }
+
     /// (open servers, idle servers, queued clients).
     pub fn counts(&self) -> (u32, u32, u32) {
         let state = lock(&self.state);
         (state.open, state.idle.len() as u32, state.waiting() as u32)
+    }
+
+    /// How long the longest-waiting client has waited.
+    pub fn longest_wait(&self, now: Instant) -> Duration {
+        let state = lock(&self.state);
+        let oldest = state.oldest_shard().and_then(|shard| state.waiters[shard].front().map(|queued| queued.since));
+        oldest.map(|since| now.saturating_duration_since(since)).unwrap_or_default()
+    }
+
+    /// (backend process id, opened at) of every idle server.
+    pub fn idle_servers(&self) -> Vec<(i32, Instant)> {
+        lock(&self.state).idle.iter().map(|server| (server.key.process_id, server.created_at)).collect()
+    }
+}
+
+/// Acquires from `pool` or, when a reload replaced it, from its successor; `pool` is updated to
+/// the pool the server belongs to.
+pub async fn acquire_current(
+    pool: &mut Arc<Pool>,
+    shard: usize,
+    waiter: &Arc<Waiter>,
+) -> Result<Box<ServerConn>, PoolerError> {
+    loop {
+        while let Some(next) = pool.successor() {
+            *pool = next.clone();
+        }
+        if let Some(server) = pool.acquire(shard, waiter).await? {
+            return Ok(server);
+        }
     }
 }
 
@@ -544,13 +698,17 @@ impl Drop for QueueGuard<'_> {
         }
         match self.pool.leave_queue(self.waiter) {
             Some(Grant::Server(server)) => self.pool.release(server),
-            Some(Grant::Connect) => drop(Lease { pool: self.pool.myself.clone() }),
-            Some(Grant::Expired) | None => {}
+            Some(Grant::Connect) => drop(self.pool.lease()),
+            Some(Grant::Expired | Grant::Moved) | None => {}
         }
     }
 }
 
 /// True when this pool could open a server but its database is full.
 fn state_needs_eviction(pool: &Pool) -> bool {
-    pool.database.max > 0 && lock(&pool.state).open < pool.settings.size
+    if pool.database.max() == 0 {
+        return false;
+    }
+    let state = lock(&pool.state);
+    state.open < state.limits.size
 }

@@ -24,12 +24,14 @@ use crate::error::{PoolerError, TimeoutKind};
 use crate::io::tune;
 use crate::login::{login, LoginOutcome};
 use crate::session::ClientSide;
-use crate::shared::Shared;
+use crate::shared::{Shared, StopRequest};
 
 /// How often queued clients are checked against `query_wait_timeout`.
 const QUEUE_CHECK_PERIOD: Duration = Duration::from_millis(100);
 /// Queue checks per pool maintenance round (idle timeouts, lifetimes, `min_pool_size`): 1 s.
 const QUEUE_CHECKS_PER_MAINTENANCE: u32 = 10;
+/// How often a graceful stop checks for running transactions.
+const GRACEFUL_POLL: Duration = Duration::from_millis(20);
 /// How long a stopping shard waits for its tasks to drop.
 const SHARD_STOP_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -38,6 +40,7 @@ pub struct Proxy {
     shared: Arc<Shared>,
     listeners: Vec<std::net::TcpListener>,
     address: SocketAddr,
+    metrics: Option<std::net::TcpListener>,
 }
 
 impl Proxy {
@@ -52,7 +55,16 @@ impl Proxy {
             address = listener.local_addr()?;
             listeners.push(listener);
         }
-        Ok(Proxy { shared: Shared::new(config), listeners, address })
+        let metrics = match &config.config.pooler.metrics_addr {
+            Some(metrics_addr) => Some(bind_metrics(metrics_addr)?),
+            None => None,
+        };
+        Ok(Proxy { shared: Shared::new(config), listeners, address, metrics })
+    }
+
+    /// Where `/metrics` is served, if it is.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics.as_ref().and_then(|listener| listener.local_addr().ok())
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -64,14 +76,15 @@ impl Proxy {
     }
 
     /// Starts one thread per shard; the pooler runs until [`RunningProxy::stop`] or drop.
-    pub fn start(self) -> std::io::Result<RunningProxy> {
+    pub fn start(mut self) -> std::io::Result<RunningProxy> {
         let mut shards = Vec::with_capacity(self.listeners.len());
         for (index, listener) in self.listeners.into_iter().enumerate() {
             let (stop, stopped) = oneshot::channel();
             let shared = self.shared.clone();
+            let metrics = self.metrics.take();
             let thread = std::thread::Builder::new()
                 .name(format!("bypass-shard-{index}"))
-                .spawn(move || run_shard(index, listener, shared, stopped))?;
+                .spawn(move || run_shard(index, (listener, metrics), shared, stopped))?;
             shards.push((stop, thread));
         }
         Ok(RunningProxy { shared: self.shared, address: self.address, shards })
@@ -109,6 +122,20 @@ impl RunningProxy {
         self.stop_shards();
     }
 
+    /// Stops taking new transactions (every pool paused, so clients queue), waits up to
+    /// `timeout` for running ones to finish, then stops.
+    pub async fn stop_gracefully(self, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        let pools = self.shared.pools();
+        for pool in &pools {
+            pool.set_paused(true);
+        }
+        while Instant::now() < deadline && pools.iter().any(|pool| pool.active_servers() > 0) {
+            tokio::time::sleep(GRACEFUL_POLL).await;
+        }
+        self.stop();
+    }
+
     fn stop_shards(&mut self) {
         for (stop, _) in &mut self.shards {
             let _ = std::mem::replace(stop, oneshot::channel().0).send(());
@@ -121,13 +148,54 @@ impl RunningProxy {
     }
 }
 
+/// Serves until told to stop: SIGHUP reloads the configuration file (a bad file is reported and
+/// changes nothing), SIGTERM and `SHUTDOWN WAIT_FOR_SERVERS` stop after running transactions
+/// (up to `shutdown_timeout_ms`), SIGINT and `SHUTDOWN` stop at once.
+pub async fn serve_until_stopped(running: RunningProxy) -> std::io::Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut hangup = signal(SignalKind::hangup())?;
+    let mut terminate = signal(SignalKind::terminate())?;
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    let shared = running.shared();
+    let request = loop {
+        tokio::select! {
+            _ = hangup.recv() => match shared.reload_from_file() {
+                Ok(report) => tracing::info!(?report, "configuration reloaded (SIGHUP)"),
+                Err(problem) => tracing::error!(%problem, "reload refused, configuration unchanged"),
+            },
+            _ = terminate.recv() => break StopRequest::Graceful,
+            _ = interrupt.recv() => break StopRequest::Immediate,
+            request = shared.stop_requested() => break request,
+        }
+    };
+    tracing::info!(?request, "stopping");
+    match request {
+        StopRequest::Graceful => {
+            let timeout = Duration::from_millis(shared.live().settings.shutdown_timeout_ms);
+            running.stop_gracefully(timeout).await;
+        }
+        StopRequest::Immediate => running.stop(),
+    }
+    Ok(())
+}
+
 impl Drop for RunningProxy {
     fn drop(&mut self) {
         self.stop_shards();
     }
 }
 
-fn run_shard(index: usize, listener: std::net::TcpListener, shared: Arc<Shared>, stopped: oneshot::Receiver<()>) {
+fn bind_metrics(address: &str) -> std::io::Result<std::net::TcpListener> {
+    let listener = std::net::TcpListener::bind(address)?;
+    listener.set_nonblocking(true)?;
+    Ok(listener)
+}
+
+/// A shard's client listener, and the metrics listener for the shard that serves it.
+type ShardListeners = (std::net::TcpListener, Option<std::net::TcpListener>);
+
+fn run_shard(index: usize, listeners: ShardListeners, shared: Arc<Shared>, stopped: oneshot::Receiver<()>) {
+    let (listener, mut metrics_listener) = listeners;
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(error) => {
@@ -142,6 +210,9 @@ fn run_shard(index: usize, listener: std::net::TcpListener, shared: Arc<Shared>,
         };
         if index == 0 {
             tokio::spawn(maintain(shared.clone()));
+            if let Some(metrics) = metrics_listener.take().and_then(|l| TcpListener::from_std(l).ok()) {
+                tokio::spawn(crate::metrics::serve(metrics, shared.clone()));
+            }
         }
         tokio::select! {
             _ = accept_loop(index, listener, shared) => {}
@@ -168,7 +239,7 @@ fn admit(shard: usize, shared: &Arc<Shared>, stream: TcpStream) {
     tune(&stream);
     let shared = shared.clone();
     let connected = shared.client_connections.fetch_add(1, Ordering::AcqRel);
-    let over_limit = connected >= shared.settings.max_client_conn;
+    let over_limit = connected >= shared.live().settings.max_client_conn;
     tokio::spawn(async move {
         let client = ClientSide::new(stream);
         run_client(&shared, client, over_limit, shard).await;
@@ -177,18 +248,20 @@ fn admit(shard: usize, shared: &Arc<Shared>, stream: TcpStream) {
 }
 
 async fn run_client(shared: &Arc<Shared>, mut client: ClientSide, over_limit: bool, shard: usize) {
-    let login_timeout = Duration::from_millis(shared.settings.client_login_timeout_ms);
+    let login_timeout = Duration::from_millis(shared.live().settings.client_login_timeout_ms);
     let outcome = match tokio::time::timeout(login_timeout, login(shared, &mut client, over_limit, shard)).await {
         Ok(outcome) => outcome,
         Err(_) => Err(PoolerError::Timeout(TimeoutKind::ClientLogin)),
     };
     let result = match outcome {
         Ok(LoginOutcome::Session(session)) => session.run(&mut client).await,
+        Ok(LoginOutcome::Admin(console)) => console.run(&mut client).await,
         Ok(LoginOutcome::Cancelled) => Ok(()),
         Err(error) => Err(error),
     };
     if let Err(error) = result {
         tracing::debug!(%error, blame = ?error.blame(), "client session ended");
+        shared.errors.count(&error);
         client.send_fatal(&error).await;
     }
 }

@@ -37,8 +37,22 @@ pub enum Credential {
     ScramKeys(ClientSecret),
 }
 
+impl Credential {
+    /// True when both come from the same configured secret (keys learned from a client's SCRAM
+    /// login stand for "none configured").
+    pub fn same_source(&self, other: &Credential) -> bool {
+        match (self, other) {
+            (Credential::None | Credential::ScramKeys(_), Credential::None | Credential::ScramKeys(_)) => true,
+            (Credential::Password(a), Credential::Password(b)) | (Credential::Md5Hash(a), Credential::Md5Hash(b)) => {
+                a == b
+            }
+            _ => false,
+        }
+    }
+}
+
 /// Where and as whom a pool logs in.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LoginTarget {
     pub address: SocketAddr,
     pub dbname: String,

@@ -73,7 +73,6 @@ impl ClientSide {
 
 /// A logged-in client.
 pub struct Session {
-    shared: Arc<Shared>,
     pool: Arc<Pool>,
     /// The runtime (core) this client runs on.
     shard: usize,
@@ -88,6 +87,15 @@ pub struct Session {
     sync_sql: String,
     /// Scratch for rewritten traffic, reused for the whole session.
     buffers: RelayBuffers,
+    /// Timeouts and sizes in force at login (a reload applies to later logins).
+    limits: SessionLimits,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct SessionLimits {
+    client_idle_timeout_ms: u64,
+    idle_transaction_timeout_ms: u64,
+    message_size_max: u32,
 }
 
 /// Reusable output buffers of the relay.
@@ -108,8 +116,14 @@ impl Session {
         cancel: Registration,
         server: Option<Box<ServerConn>>,
     ) -> Self {
+        let settings = &shared.live().settings;
+        let limits = SessionLimits {
+            client_idle_timeout_ms: settings.client_idle_timeout_ms,
+            idle_transaction_timeout_ms: settings.idle_transaction_timeout_ms,
+            message_size_max: settings.message_size_max,
+        };
         Session {
-            shared,
+            limits,
             pool,
             shard,
             wanted,
@@ -156,12 +170,12 @@ impl Session {
                 if !self.wait_for_request(client).await? {
                     return Ok(());
                 }
-                let server = self.pool.acquire(self.shard, &self.waiter).await?;
+                let server = self.acquire().await?;
                 self.link_with(server).await?;
             }
             let limits = RelayLimits {
                 message_size_max: self.pool.settings.message_size_max,
-                idle_transaction_timeout_ms: self.shared.settings.idle_transaction_timeout_ms,
+                idle_transaction_timeout_ms: self.limits.idle_transaction_timeout_ms,
                 transaction_mode: self.transaction_mode(),
                 shard: self.shard,
             };
@@ -183,12 +197,26 @@ impl Session {
         }
     }
 
+    /// A server from the pool, or from its successor once a reload replaced it.
+    async fn acquire(&mut self) -> Result<Box<ServerConn>, PoolerError> {
+        loop {
+            while let Some(next) = self.pool.successor().cloned() {
+                self.pool.stats.clients.fetch_sub(1, Ordering::Relaxed);
+                next.stats.clients.fetch_add(1, Ordering::Relaxed);
+                self.pool = next;
+            }
+            if let Some(server) = self.pool.acquire(self.shard, &self.waiter).await? {
+                return Ok(server);
+            }
+        }
+    }
+
     /// Idle in transaction mode: waits until the client sends a request. False when it left.
     async fn wait_for_request(&mut self, client: &mut ClientSide) -> Result<bool, PoolerError> {
-        let timeout_ms = self.shared.settings.client_idle_timeout_ms;
+        let timeout_ms = self.limits.client_idle_timeout_ms;
         let deadline = (timeout_ms > 0).then(|| Instant::now() + Duration::from_millis(timeout_ms));
         loop {
-            match next_request(client, self.shared.settings.message_size_max)? {
+            match next_request(client, self.limits.message_size_max)? {
                 Some(b'X') => return Ok(false),
                 Some(_) => return Ok(true),
                 None => {}

@@ -1,31 +1,67 @@
-//! State every session shares: settings, the user list, pools by (database, user), cancel keys.
+//! State every session shares: the configuration in force (swapped whole by a reload), pools by
+//! (database, user), cancel keys, and the stop request the admin console can raise.
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 
 use bypass_wire::SqlState;
+use tokio::sync::watch;
 
 use crate::auth_file::{AuthFile, Secret};
 use crate::cancel::CancelRegistry;
-use crate::config::{DatabaseEntry, PoolerSettings, ValidConfig};
+use crate::config::{Config, ConfigError, DatabaseEntry, PoolerSettings, ValidConfig};
 use crate::error::PoolerError;
-use crate::pool::{DatabaseLimit, Pool, PoolKey, PoolSettings};
+use crate::pool::{DatabaseLimit, Pool, PoolIdentity, PoolKey, PoolLimits, PoolSettings};
+use crate::prepared::StatementRegistry;
 use crate::server::{send_cancel, Credential, LoginTarget};
+use crate::stats::ErrorCounters;
 
 /// Bound on pools; each is a (database, user) pair that logged in successfully or is trying to.
 const POOLS_MAX: usize = 10_000;
 
-pub struct Shared {
+/// The configuration in force. A reload replaces it whole; sessions read it at login.
+#[derive(Debug)]
+pub struct Live {
     pub settings: PoolerSettings,
     pub databases: BTreeMap<String, DatabaseEntry>,
     pub auth: AuthFile,
+}
+
+/// How the process should stop, when asked by the admin console.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopRequest {
+    /// Close everything now (SIGINT, `SHUTDOWN`).
+    Immediate,
+    /// Stop taking clients and wait for running transactions (SIGTERM, `SHUTDOWN WAIT_FOR_SERVERS`).
+    Graceful,
+}
+
+/// What a reload did.
+#[derive(Debug, Default)]
+pub struct ReloadReport {
+    /// Pools whose backend, credential or mode changed: their clients move to a new pool.
+    pub replaced_pools: usize,
+    /// Pools whose database left the configuration: their clients stay until they leave.
+    pub dropped_pools: usize,
+    /// Settings that only take effect after a restart.
+    pub needs_restart: Vec<String>,
+}
+
+pub struct Shared {
+    live: RwLock<Arc<Live>>,
+    /// The file `RELOAD` and SIGHUP read, if the configuration came from one.
+    pub config_path: Mutex<Option<PathBuf>>,
     pub cancel: Arc<CancelRegistry>,
     /// Connected client sockets, against `max_client_conn`.
     pub client_connections: AtomicU32,
+    /// Sessions that ended in an error, by kind (for `/metrics`).
+    pub errors: ErrorCounters,
     pools: Mutex<HashMap<PoolKey, Arc<Pool>>>,
     limits: Mutex<HashMap<String, Arc<DatabaseLimit>>>,
+    stop: watch::Sender<Option<StopRequest>>,
 }
 
 /// A point-in-time summary for the status line.
@@ -40,92 +76,128 @@ pub struct Snapshot {
     pub pools: u32,
 }
 
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 impl Shared {
     pub fn new(config: ValidConfig) -> Arc<Self> {
+        let live = Live { settings: config.config.pooler, databases: config.config.databases, auth: config.auth };
         Arc::new(Shared {
-            settings: config.config.pooler,
-            databases: config.config.databases,
-            auth: config.auth,
+            live: RwLock::new(Arc::new(live)),
+            config_path: Mutex::new(None),
             cancel: Arc::new(CancelRegistry::default()),
             client_connections: AtomicU32::new(0),
+            errors: ErrorCounters::default(),
             pools: Mutex::new(HashMap::new()),
             limits: Mutex::new(HashMap::new()),
+            stop: watch::channel(None).0,
         })
+    }
+
+    /// The configuration in force.
+    pub fn live(&self) -> Arc<Live> {
+        self.live.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// The pool for a client's (database, user), created on first use.
     pub fn pool_for(&self, database: &str, user: &str) -> Result<Arc<Pool>, PoolerError> {
+        let live = self.live();
         let key = PoolKey { database: database.to_owned(), user: user.to_owned() };
-        if let Some(pool) = self.pools.lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
+        if let Some(pool) = lock(&self.pools).get(&key) {
             return Ok(pool.clone());
         }
-        let entry = self.databases.get(database).or_else(|| self.databases.get("*")).ok_or_else(|| {
+        let entry = live.databases.get(database).or_else(|| live.databases.get("*")).ok_or_else(|| {
             PoolerError::refused(SqlState::INVALID_CATALOG_NAME, format!("no such database: {database}"))
         })?;
-        let target = self.login_target(database, user, entry)?;
-        let credential = self.credential(entry, &target.user);
-        let limit = self.database_limit(database, entry);
-        let mut pools = self.pools.lock().unwrap_or_else(|p| p.into_inner());
+        let identity = identity(&live, key.clone(), entry)?;
+        let limit = self.database_limit(&live.settings, database, entry);
+        let mut pools = lock(&self.pools);
         if pools.len() >= POOLS_MAX {
             return Err(PoolerError::refused(SqlState::TOO_MANY_CONNECTIONS, "too many pools"));
         }
-        let settings = self.pool_settings(entry);
-        let pool = pools.entry(key.clone()).or_insert_with(|| Pool::new(key, target, settings, credential, limit));
+        let limits = pool_limits(&live.settings, entry);
+        let pool = pools
+            .entry(key)
+            .or_insert_with(|| Pool::new(identity, limits, limit, Arc::new(StatementRegistry::default())));
         Ok(pool.clone())
     }
 
-    fn login_target(&self, database: &str, user: &str, entry: &DatabaseEntry) -> Result<LoginTarget, PoolerError> {
-        let address = resolve(&entry.host, entry.port).ok_or_else(|| PoolerError::ServerConnect {
-            address: format!("{}:{}", entry.host, entry.port),
-            source: std::io::Error::new(std::io::ErrorKind::NotFound, "host name does not resolve"),
-        })?;
-        Ok(LoginTarget {
-            address,
-            dbname: entry.backend_dbname(database).to_owned(),
-            user: entry.user.clone().unwrap_or_else(|| user.to_owned()),
-        })
+    fn database_limit(&self, settings: &PoolerSettings, database: &str, entry: &DatabaseEntry) -> Arc<DatabaseLimit> {
+        let max = entry.max_db_connections.unwrap_or(settings.max_db_connections);
+        lock(&self.limits).entry(database.to_owned()).or_insert_with(|| DatabaseLimit::new(max)).clone()
     }
 
-    /// The backend password: the database entry's, else the backend user's entry in the auth file.
-    fn credential(&self, entry: &DatabaseEntry, backend_user: &str) -> Credential {
-        if let Some(password) = &entry.password {
-            return match bypass_wire::md5::is_stored_hash(password) {
-                true => Credential::Md5Hash(password.clone()),
-                false => Credential::Password(password.clone()),
+    /// Reads the configuration file again and applies it (SIGHUP, `RELOAD`). A bad file changes
+    /// nothing and its problems are returned, all of them.
+    pub fn reload_from_file(&self) -> Result<ReloadReport, ConfigError> {
+        let path = lock(&self.config_path)
+            .clone()
+            .ok_or_else(|| ConfigError::Invalid(vec!["the pooler was not started from a configuration file".into()]))?;
+        Ok(self.reload(Config::load(&path)?))
+    }
+
+    /// Applies a new configuration without dropping clients: pools get their new sizes and
+    /// timeouts at once, pools whose backend changed are replaced (clients move over at their
+    /// next transaction), new databases and users work at the next login.
+    pub fn reload(&self, config: ValidConfig) -> ReloadReport {
+        let ValidConfig { config, auth, .. } = config;
+        let live = Arc::new(Live { settings: config.pooler, databases: config.databases, auth });
+        let mut report = ReloadReport {
+            needs_restart: restart_only_changes(&self.live().settings, &live.settings),
+            ..ReloadReport::default()
+        };
+        *self.live.write().unwrap_or_else(|p| p.into_inner()) = live.clone();
+        for (database, limit) in lock(&self.limits).iter() {
+            if let Some(entry) = live.databases.get(database).or_else(|| live.databases.get("*")) {
+                limit.set_max(entry.max_db_connections.unwrap_or(live.settings.max_db_connections));
+            }
+        }
+        let mut pools = lock(&self.pools);
+        let keys: Vec<PoolKey> = pools.keys().cloned().collect();
+        for key in keys {
+            let entry = live.databases.get(&key.database).or_else(|| live.databases.get("*"));
+            let identity = entry.map(|entry| identity(&live, key.clone(), entry));
+            let (Some(entry), Some(Ok(identity))) = (entry, identity) else {
+                pools.remove(&key);
+                report.dropped_pools += 1;
+                continue;
             };
+            let pool = pools[&key].clone();
+            let limits = pool_limits(&live.settings, entry);
+            if pool.is(&identity) {
+                pool.set_limits(limits);
+            } else {
+                let database = self.database_limit(&live.settings, &key.database, entry);
+                let successor = Pool::new(identity, limits, database, pool.statements.clone());
+                pool.replace_with(successor.clone());
+                pools.insert(key, successor);
+                report.replaced_pools += 1;
+            }
         }
-        match self.auth.get(backend_user) {
-            Some(Secret::Plain { password, .. }) => Credential::Password(password.clone()),
-            Some(Secret::Md5(hash)) => Credential::Md5Hash(hash.clone()),
-            Some(Secret::Scram(_)) | None => Credential::None,
-        }
+        report
     }
 
-    fn database_limit(&self, database: &str, entry: &DatabaseEntry) -> Arc<DatabaseLimit> {
-        let max = entry.max_db_connections.unwrap_or(self.settings.max_db_connections);
-        let mut limits = self.limits.lock().unwrap_or_else(|p| p.into_inner());
-        limits.entry(database.to_owned()).or_insert_with(|| DatabaseLimit::new(max)).clone()
+    /// Asks the process to stop (admin `SHUTDOWN`); [`Shared::stop_requested`] reports it.
+    pub fn request_stop(&self, request: StopRequest) {
+        self.stop.send_replace(Some(request));
     }
 
-    fn pool_settings(&self, entry: &DatabaseEntry) -> PoolSettings {
-        let s = &self.settings;
-        PoolSettings {
-            mode: entry.pool_mode.unwrap_or(s.pool_mode),
-            size: entry.pool_size.unwrap_or(s.default_pool_size),
-            min_size: entry.min_pool_size.unwrap_or(s.min_pool_size),
-            query_wait_timeout_ms: s.query_wait_timeout_ms,
-            server_idle_timeout_ms: s.server_idle_timeout_ms,
-            server_lifetime_ms: s.server_lifetime_ms,
-            server_connect_timeout_ms: s.server_connect_timeout_ms,
-            message_size_max: s.message_size_max,
-            reset_query: s.server_reset_query.clone(),
-            shards: s.worker_count(),
-            max_prepared_statements: s.max_prepared_statements,
+    /// Waits until a stop is requested.
+    pub async fn stop_requested(&self) -> StopRequest {
+        let mut receiver = self.stop.subscribe();
+        loop {
+            if let Some(request) = *receiver.borrow_and_update() {
+                return request;
+            }
+            if receiver.changed().await.is_err() {
+                return StopRequest::Immediate;
+            }
         }
     }
 
     pub fn pools(&self) -> Vec<Arc<Pool>> {
-        self.pools.lock().unwrap_or_else(|p| p.into_inner()).values().cloned().collect()
+        lock(&self.pools).values().cloned().collect()
     }
 
     /// Sends a client's cancel on to the server it is using, in the background.
@@ -154,6 +226,72 @@ impl Shared {
             snapshot.pools += 1;
         }
         snapshot
+    }
+}
+
+/// Settings a running pooler cannot change: they take effect after a restart.
+fn restart_only_changes(old: &PoolerSettings, new: &PoolerSettings) -> Vec<String> {
+    let mut changed = Vec::new();
+    let mut check = |name: &str, differs: bool| {
+        if differs {
+            changed.push(name.to_owned());
+        }
+    };
+    check("listen_addr", old.listen_addr != new.listen_addr);
+    check("workers", old.workers != new.workers);
+    check("listen_backlog", old.listen_backlog != new.listen_backlog);
+    check("metrics_addr", old.metrics_addr != new.metrics_addr);
+    changed
+}
+
+/// What a pool for `key` under `entry` is: backend address, database, user, credential, mode.
+fn identity(live: &Live, key: PoolKey, entry: &DatabaseEntry) -> Result<PoolIdentity, PoolerError> {
+    let address = resolve(&entry.host, entry.port).ok_or_else(|| PoolerError::ServerConnect {
+        address: format!("{}:{}", entry.host, entry.port),
+        source: std::io::Error::new(std::io::ErrorKind::NotFound, "host name does not resolve"),
+    })?;
+    let target = LoginTarget {
+        address,
+        dbname: entry.backend_dbname(&key.database).to_owned(),
+        user: entry.user.clone().unwrap_or_else(|| key.user.clone()),
+    };
+    let credential = credential(&live.auth, entry, &target.user);
+    Ok(PoolIdentity { key, target, settings: pool_settings(&live.settings, entry), credential })
+}
+
+/// The backend password: the database entry's, else the backend user's entry in the auth file.
+fn credential(auth: &AuthFile, entry: &DatabaseEntry, backend_user: &str) -> Credential {
+    if let Some(password) = &entry.password {
+        return match bypass_wire::md5::is_stored_hash(password) {
+            true => Credential::Md5Hash(password.clone()),
+            false => Credential::Password(password.clone()),
+        };
+    }
+    match auth.get(backend_user) {
+        Some(Secret::Plain { password, .. }) => Credential::Password(password.clone()),
+        Some(Secret::Md5(hash)) => Credential::Md5Hash(hash.clone()),
+        Some(Secret::Scram(_)) | None => Credential::None,
+    }
+}
+
+fn pool_settings(s: &PoolerSettings, entry: &DatabaseEntry) -> PoolSettings {
+    PoolSettings {
+        mode: entry.pool_mode.unwrap_or(s.pool_mode),
+        message_size_max: s.message_size_max,
+        reset_query: s.server_reset_query.clone(),
+        shards: s.worker_count(),
+        max_prepared_statements: s.max_prepared_statements,
+    }
+}
+
+fn pool_limits(s: &PoolerSettings, entry: &DatabaseEntry) -> PoolLimits {
+    PoolLimits {
+        size: entry.pool_size.unwrap_or(s.default_pool_size),
+        min_size: entry.min_pool_size.unwrap_or(s.min_pool_size),
+        query_wait_timeout_ms: s.query_wait_timeout_ms,
+        server_idle_timeout_ms: s.server_idle_timeout_ms,
+        server_lifetime_ms: s.server_lifetime_ms,
+        server_connect_timeout_ms: s.server_connect_timeout_ms,
     }
 }
 

@@ -10,15 +10,6 @@ use bypass_wire::FrontendMessage;
 use common::*;
 use futures_util::future::try_join_all;
 
-fn init_pgbench(postgres: &bypass_testkit::Postgres) {
-    let port = postgres.port().to_string();
-    let init = std::process::Command::new(bypass_testkit::pg_bin("pgbench"))
-        .args(["-i", "-q", "-s", "1", "-h", "127.0.0.1", "-U", "postgres", "-p", &port, "postgres"])
-        .output()
-        .expect("pgbench -i");
-    assert!(init.status.success(), "{}", String::from_utf8_lossy(&init.stderr));
-}
-
 #[test]
 fn pgbench_prepared_100_clients_on_a_pool_of_10() {
     // Goal: the classic failure of other poolers does not happen. Method: pgbench -M prepared, 100

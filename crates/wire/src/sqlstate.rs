@@ -16,6 +16,9 @@ impl SqlState {
     pub const INVALID_AUTHORIZATION_SPECIFICATION: SqlState = SqlState("28000");
     pub const INVALID_PASSWORD: SqlState = SqlState("28P01");
     pub const INVALID_CATALOG_NAME: SqlState = SqlState("3D000");
+    pub const SYNTAX_ERROR: SqlState = SqlState("42601");
+    pub const INSUFFICIENT_PRIVILEGE: SqlState = SqlState("42501");
+    pub const CONFIG_FILE_ERROR: SqlState = SqlState("F0000");
     pub const TOO_MANY_CONNECTIONS: SqlState = SqlState("53300");
     pub const PROGRAM_LIMIT_EXCEEDED: SqlState = SqlState("54000");
     pub const QUERY_CANCELED: SqlState = SqlState("57014");

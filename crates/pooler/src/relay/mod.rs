@@ -15,6 +15,7 @@ mod outgoing;
 pub mod statements;
 pub mod tracker;
 
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use bypass_wire::frame::{Header, Step};
@@ -36,12 +37,14 @@ pub use tracker::TransactionTracker;
 pub struct Linked {
     pub server: Box<ServerConn>,
     pub tracker: TransactionTracker,
+    /// When the running transaction's first request was forwarded (for transaction time).
+    transaction_started: Option<Instant>,
 }
 
 impl Linked {
     pub fn new(server: Box<ServerConn>) -> Self {
         debug_assert!(server.plan.is_empty(), "a server with requests in flight was linked");
-        Linked { server, tracker: TransactionTracker::default() }
+        Linked { server, tracker: TransactionTracker::default(), transaction_started: None }
     }
 
     /// True when the server holds no state for this client and no byte is in flight.
@@ -206,6 +209,9 @@ async fn forward_client(
     }
     if !out.bytes().is_empty() {
         linked.server.stream.write_all(out.bytes()).await.map_err(PoolerError::ServerIo)?;
+        let stats = context.pool.stats.shard(context.limits.shard);
+        stats.bytes_received.fetch_add(out.bytes().len() as u64, Ordering::Relaxed);
+        linked.transaction_started.get_or_insert_with(Instant::now);
     }
     client.buffer.consume(consumed);
     if terminated {
@@ -304,9 +310,7 @@ async fn forward_server(
             let body = &pending[range.start + HEADER_LEN..range.end];
             let effect = inspect_server_message(header, body, &mut linked.tracker, context.wanted, &mut server.params)?;
             server.broken |= effect == Effect::Fatal;
-            if effect == Effect::TransactionEnd {
-                context.pool.stats.count_transaction(context.limits.shard);
-            }
+            count_answer(context.pool, context.limits.shard, header.tag, effect, &mut linked.transaction_started);
         } else {
             linked.tracker.server_message(header.tag, None);
         }
@@ -323,9 +327,23 @@ async fn forward_server(
     }
     if !out.bytes().is_empty() {
         client.stream.write_all(out.bytes()).await.map_err(PoolerError::ClientIo)?;
+        let stats = context.pool.stats.shard(context.limits.shard);
+        stats.bytes_sent.fetch_add(out.bytes().len() as u64, Ordering::Relaxed);
     }
     server.buffer.consume(consumed);
     Ok(())
+}
+
+/// Counts a ReadyForQuery as an answered request, and a transaction when it ends one.
+fn count_answer(pool: &Pool, shard: usize, tag: u8, effect: Effect, started: &mut Option<Instant>) {
+    if tag != b'Z' {
+        return;
+    }
+    pool.stats.shard(shard).queries.fetch_add(1, Ordering::Relaxed);
+    if effect == Effect::TransactionEnd {
+        let elapsed = started.take().map(|at| at.elapsed()).unwrap_or_default();
+        pool.stats.count_transaction(shard, elapsed);
+    }
 }
 
 fn plan_verdict(plan: &mut ResponsePlan, tag: u8, events: &mut Vec<Event>) -> Result<Verdict, PoolerError> {

@@ -18,7 +18,9 @@ use tokio_postgres::{Client, NoTls};
 pub struct Pooler {
     pub port: u16,
     pub shared: Arc<Shared>,
-    _running: RunningProxy,
+    /// Where `/metrics` is served, when `metrics_addr` is set.
+    pub metrics: Option<std::net::SocketAddr>,
+    running: Option<RunningProxy>,
 }
 
 impl Pooler {
@@ -27,9 +29,26 @@ impl Pooler {
         if config.pooler.workers == 0 {
             config.pooler.workers = 2;
         }
-        let valid = config.validate().expect("test configuration is valid");
-        let running = Proxy::bind(valid).expect("bind").start().expect("start shards");
-        Pooler { port: running.local_addr().port(), shared: running.shared(), _running: running }
+        Pooler::run(config.validate().expect("test configuration is valid"))
+    }
+
+    /// Starts from a file (which must listen on port 0), so RELOAD can read it again.
+    pub fn start_from_file(path: &std::path::Path) -> Pooler {
+        let pooler = Pooler::run(Config::load(path).expect("test configuration file is valid"));
+        *pooler.shared.config_path.lock().expect("not poisoned") = Some(path.to_owned());
+        pooler
+    }
+
+    fn run(valid: bypass_pooler::ValidConfig) -> Pooler {
+        let proxy = Proxy::bind(valid).expect("bind");
+        let metrics = proxy.metrics_addr();
+        let running = proxy.start().expect("start shards");
+        Pooler { port: running.local_addr().port(), shared: running.shared(), metrics, running: Some(running) }
+    }
+
+    /// The running pooler, for a test that stops it.
+    pub fn take_running(&mut self) -> RunningProxy {
+        self.running.take().expect("still running")
     }
 }
 
@@ -82,22 +101,12 @@ pub fn sqlstate(error: &tokio_postgres::Error) -> Option<String> {
 }
 
 pub fn psql(port: u16, user: &str, password: Option<&str>, sql: &str) -> Output {
+    psql_db(port, user, password, "postgres", sql)
+}
+
+pub fn psql_db(port: u16, user: &str, password: Option<&str>, database: &str, sql: &str) -> Output {
     let mut command = Command::new(pg_bin("psql"));
-    command.args([
-        "-X",
-        "-A",
-        "-t",
-        "-v",
-        "ON_ERROR_STOP=1",
-        "-h",
-        "127.0.0.1",
-        "-U",
-        user,
-        "-d",
-        "postgres",
-        "-c",
-        sql,
-    ]);
+    command.args(["-X", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-h", "127.0.0.1", "-U", user, "-d", database, "-c", sql]);
     command.arg("-p").arg(port.to_string());
     command.env("PGCONNECT_TIMEOUT", "20");
     match password {
@@ -113,6 +122,16 @@ pub fn stdout(output: &Output) -> String {
 
 pub fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).trim().to_owned()
+}
+
+/// Creates pgbench's tables (scale 1) directly in PostgreSQL.
+pub fn init_pgbench(postgres: &bypass_testkit::Postgres) {
+    let port = postgres.port().to_string();
+    let init = std::process::Command::new(bypass_testkit::pg_bin("pgbench"))
+        .args(["-i", "-q", "-s", "1", "-h", "127.0.0.1", "-U", "postgres", "-p", &port, "postgres"])
+        .output()
+        .expect("pgbench -i");
+    assert!(init.status.success(), "{}", String::from_utf8_lossy(&init.stderr));
 }
 
 /// Runs pgbench against `port` and returns (processed transactions, failed transactions, output).

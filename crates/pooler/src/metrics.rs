@@ -1,0 +1,174 @@
+//! The Prometheus endpoint: `GET /metrics` on `metrics_addr`, in the text exposition format.
+//!
+//! A deliberately small HTTP/1.0-style server: one request per connection, the request head
+//! bounded and timed out, anything but `GET /metrics` answered 404. It runs on shard 0 and reads
+//! the same counters as `SHOW STATS`.
+
+use std::fmt::Write as _;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+use crate::pool::Pool;
+use crate::shared::Shared;
+use crate::stats::{HistogramTotals, LATENCY_BUCKETS_US};
+
+/// Largest request head read; longer ones are refused.
+const REQUEST_HEAD_MAX: usize = 8 * 1024;
+/// A scraper must send its request within this time.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+/// Scrapes served at once; more wait in the listen backlog.
+const CONNECTIONS_MAX: usize = 16;
+
+/// Serves scrapes until the shard stops.
+pub async fn serve(listener: TcpListener, shared: Arc<Shared>) {
+    let slots = Arc::new(tokio::sync::Semaphore::new(CONNECTIONS_MAX));
+    loop {
+        let Ok(permit) = slots.clone().acquire_owned().await else { return };
+        match listener.accept().await {
+            Ok((stream, _)) => {
+                let shared = shared.clone();
+                tokio::spawn(async move {
+                    if let Err(error) = answer(stream, &shared).await {
+                        tracing::debug!(%error, "metrics request failed");
+                    }
+                    drop(permit);
+                });
+            }
+            Err(error) => {
+                tracing::warn!(%error, "metrics accept failed");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    }
+}
+
+async fn answer(mut stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
+    let head = tokio::time::timeout(REQUEST_TIMEOUT, read_head(&mut stream))
+        .await
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "request head too slow"))??;
+    let request_line = head.lines().next().unwrap_or_default();
+    let mut parts = request_line.split_whitespace();
+    let (method, path) = (parts.next().unwrap_or_default(), parts.next().unwrap_or_default());
+    let response = if method == "GET" && (path == "/metrics" || path.starts_with("/metrics?")) {
+        let body = render(shared);
+        format!(
+            "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+    } else {
+        "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".to_owned()
+    };
+    stream.write_all(response.as_bytes()).await?;
+    stream.shutdown().await
+}
+
+/// Reads up to the blank line that ends the request head.
+async fn read_head(stream: &mut TcpStream) -> std::io::Result<String> {
+    let mut head = Vec::with_capacity(512);
+    let mut chunk = [0u8; 1024];
+    while !head.windows(4).any(|window| window == b"\r\n\r\n") {
+        if head.len() >= REQUEST_HEAD_MAX {
+            return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, "request head too large"));
+        }
+        let read = stream.read(&mut chunk).await?;
+        if read == 0 {
+            break;
+        }
+        head.extend_from_slice(&chunk[..read]);
+    }
+    Ok(String::from_utf8_lossy(&head).into_owned())
+}
+
+/// Per-pool series: name, type, help; values in [`pool_values`] order.
+const POOL_SERIES: [(&str, &str, &str); 9] = [
+    ("bypass_clients_active", "gauge", "Clients logged in to the pool and not waiting."),
+    ("bypass_clients_waiting", "gauge", "Clients queued for a server."),
+    ("bypass_servers_active", "gauge", "Servers linked to a client."),
+    ("bypass_servers_idle", "gauge", "Servers idle in the pool."),
+    ("bypass_wait_longest_seconds", "gauge", "Wait of the longest-waiting client."),
+    ("bypass_transactions_total", "counter", "Transactions completed."),
+    ("bypass_queries_total", "counter", "Requests answered (ReadyForQuery)."),
+    ("bypass_received_bytes_total", "counter", "Bytes from clients to servers."),
+    ("bypass_sent_bytes_total", "counter", "Bytes from servers to clients."),
+];
+
+fn pool_values(pool: &Pool, now: Instant) -> [f64; POOL_SERIES.len()] {
+    let (open, idle, waiting) = pool.counts();
+    let clients = pool.stats.clients.load(Ordering::Relaxed);
+    let totals = pool.stats.totals();
+    [
+        f64::from(clients.saturating_sub(waiting)),
+        f64::from(waiting),
+        f64::from(open - idle),
+        f64::from(idle),
+        pool.longest_wait(now).as_secs_f64(),
+        totals.transactions as f64,
+        totals.queries as f64,
+        totals.bytes_received as f64,
+        totals.bytes_sent as f64,
+    ]
+}
+
+fn pool_labels(pool: &Pool) -> String {
+    format!("database=\"{}\",user=\"{}\"", escape(&pool.key.database), escape(&pool.key.user))
+}
+
+/// The whole exposition: per-pool gauges and counters, latency histograms, errors by kind.
+pub fn render(shared: &Shared) -> String {
+    let mut text = String::with_capacity(4096);
+    let now = Instant::now();
+    let pools = shared.pools();
+    let values: Vec<(String, [f64; POOL_SERIES.len()])> =
+        pools.iter().map(|pool| (pool_labels(pool), pool_values(pool, now))).collect();
+    for (index, (name, kind, help)) in POOL_SERIES.iter().enumerate() {
+        let _ = writeln!(text, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        for (labels, values) in &values {
+            let _ = writeln!(text, "{name}{{{labels}}} {}", values[index]);
+        }
+    }
+    render_histograms(&mut text, &pools);
+    let _ = writeln!(text, "# HELP bypass_errors_total Client sessions ended by an error, by kind.");
+    let _ = writeln!(text, "# TYPE bypass_errors_total counter");
+    for (kind, count) in shared.errors.totals() {
+        let _ = writeln!(text, "bypass_errors_total{{kind=\"{kind}\"}} {count}");
+    }
+    let _ = writeln!(text, "# HELP bypass_clients_connected Client connections open.");
+    let _ = writeln!(text, "# TYPE bypass_clients_connected gauge");
+    let _ = writeln!(text, "bypass_clients_connected {}", shared.client_connections.load(Ordering::Relaxed));
+    text
+}
+
+fn render_histograms(text: &mut String, pools: &[Arc<Pool>]) {
+    let families = [
+        ("bypass_wait_seconds", "Time a client waited for a server, per transaction."),
+        ("bypass_transaction_seconds", "Time from a transaction's first request to its end."),
+    ];
+    for (index, (name, help)) in families.iter().enumerate() {
+        let _ = writeln!(text, "# HELP {name} {help}\n# TYPE {name} histogram");
+        for pool in pools {
+            let labels = pool_labels(pool);
+            let totals = pool.stats.totals();
+            let histogram = if index == 0 { &totals.wait } else { &totals.transaction_time };
+            write_histogram(text, name, &labels, histogram);
+        }
+    }
+}
+
+fn write_histogram(text: &mut String, name: &str, labels: &str, histogram: &HistogramTotals) {
+    for (bound, count) in LATENCY_BUCKETS_US.iter().zip(&histogram.cumulative) {
+        let seconds = *bound as f64 / 1e6;
+        let _ = writeln!(text, "{name}_bucket{{{labels},le=\"{seconds}\"}} {count}");
+    }
+    let _ = writeln!(text, "{name}_bucket{{{labels},le=\"+Inf\"}} {}", histogram.count);
+    let _ = writeln!(text, "{name}_sum{{{labels}}} {}", histogram.sum_us as f64 / 1e6);
+    let _ = writeln!(text, "{name}_count{{{labels}}} {}", histogram.count);
+}
+
+/// Escapes a label value (backslash, quote, newline).
+fn escape(value: &str) -> String {
+    value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
