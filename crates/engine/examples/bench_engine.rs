@@ -1,6 +1,11 @@
 //! `bypass bench engine` without building the whole `bypass` binary:
 //! `cargo run --release -p bypass-engine --example bench_engine -- [--quick] …` (same flags).
 
+// The engine's global allocator is mimalloc (NautDB's workload-specific allocator); the
+// `bypass` binary leaves it to the feature `global-mimalloc`, this stand-alone binary sets it.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use clap::Parser;
 
 #[derive(Parser)]

@@ -1,6 +1,11 @@
 //! Profiling probe: loads TPC-H, then runs one query many times (`perf record` friendly).
 //! `cargo run --release -p bypass-engine --example tpch_profile -- SF QUERY REPEATS [interpreted]`
 
+// The engine's global allocator is mimalloc (NautDB's workload-specific allocator); the
+// `bypass` binary leaves it to the feature `global-mimalloc`, this stand-alone binary sets it.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use bypass_engine::{tpch, Engine, EngineSettings, Tier};
 
 fn main() -> anyhow::Result<()> {

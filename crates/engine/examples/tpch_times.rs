@@ -1,5 +1,10 @@
 //! Quick TPC-H timing probe: `cargo run --release -p bypass-engine --example tpch_times -- SF [tier] [runtime]`.
 
+// The engine's global allocator is mimalloc (NautDB's workload-specific allocator); the
+// `bypass` binary leaves it to the feature `global-mimalloc`, this stand-alone binary sets it.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::time::Instant;
 
 use bypass_engine::{tpch, Engine, EngineSettings, RuntimeKind, RuntimeSettings, Tier};

@@ -307,13 +307,18 @@ impl Engine {
             return Err(EngineError::unsupported("COPY (query) FROM"));
         };
         let name = object_name(table_name)?;
-        let format = CsvFormat::from_options(options, legacy)?;
+        let parquet = is_parquet_format(options, legacy)?;
+        let format = if parquet { None } else { Some(CsvFormat::from_options(options, legacy)?) };
         let schema = self.table(&name)?.schema.clone();
         let columns: Vec<ast::ObjectName> = columns.iter().map(|c| ast::ObjectName::from(vec![c.clone()])).collect();
         let targets = target_columns(&schema, &columns)?;
-        let file = std::fs::File::open(filename).map_err(|e| EngineError::io(format!("opening {filename}"), e))?;
         let mut builder = self.take_for_append(&name)?;
-        let outcome = copy_lines(std::io::BufReader::new(file), &format, &schema, &targets, &mut builder);
+        let outcome = match format {
+            None => crate::parquet_file::load(filename, &schema, &targets, &mut builder),
+            Some(format) => std::fs::File::open(filename)
+                .map_err(|e| EngineError::io(format!("opening {filename}"), e))
+                .and_then(|file| copy_lines(std::io::BufReader::new(file), &format, &schema, &targets, &mut builder)),
+        };
         self.put_table(builder.finish());
         Ok(QueryResult::command(format!("COPY {}", outcome?)))
     }
@@ -398,6 +403,18 @@ pub fn coerce_value(value: Value, to: DataType) -> Result<Value> {
         Value::Null => unreachable!("handled above"),
     };
     evaluate_constant(&cast_expr(crate::expr::Expr::literal(value, data_type), to)?)
+}
+
+/// Whether COPY reads Parquet (`FORMAT parquet`); Parquet files carry their own schema and
+/// encoding, so no other option applies to them.
+fn is_parquet_format(options: &[ast::CopyOption], legacy: &[ast::CopyLegacyOption]) -> Result<bool> {
+    let parquet = options
+        .iter()
+        .any(|o| matches!(o, ast::CopyOption::Format(ident) if ident.value.eq_ignore_ascii_case("parquet")));
+    if parquet && (options.len() > 1 || !legacy.is_empty()) {
+        return Err(EngineError::unsupported("COPY options other than FORMAT with FORMAT parquet"));
+    }
+    Ok(parquet)
 }
 
 /// COPY's CSV options.

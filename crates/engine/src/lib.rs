@@ -18,6 +18,7 @@
 //!   runtimes must too (tests check every supported TPC-H query both ways).
 //! - Kernels only see operands of one physical type: the binder inserts the casts.
 //! - Every buffer, queue and table is bounded by a named constant or setting.
+//! - COPY reads CSV/text and Parquet (`parquet_file`) through the same row builder as INSERT.
 //! - Unsupported SQL is an `EngineError::Unsupported` (SQLSTATE 0A000) naming the feature.
 
 #[cfg(feature = "global-mimalloc")]
@@ -34,6 +35,7 @@ pub mod exec;
 pub mod explain;
 pub mod expr;
 pub mod joins;
+pub mod parquet_file;
 pub mod plan;
 pub mod pool;
 pub mod query;
