@@ -35,14 +35,16 @@ fn consistency_conditions_hold_for_every_protocol_at_0_0_and_60_90() {
 #[test]
 fn tpcc_on_incoherent_caches_with_a_tight_budget() {
     // Goal: TPC-C stays consistent when Tigon's CATs live behind simulated non-coherent caches and
-    // CLOCK keeps moving them out. Method: 60/90 with room for ~200 CATs per host.
+    // CLOCK keeps moving them out. Method: 60/90 with room for ~40 CATs per host, measured until
+    // 600 transactions are acknowledged (≈ 0.6 moves in per commit, so far more than fit).
     let _pod = exclusive();
     let mut config = small(tpcc(60, 90), Protocol::Tigon);
     config.coherence = incoherent();
     config.swcc_bytes_per_host = 64 << 20;
     config.index_buckets_per_host = 256;
-    config.hwcc_budget_bytes = 2 * (256 * 8 + 200 * 32);
+    config.hwcc_budget_bytes = 2 * (256 * 8 + 40 * 32);
+    config.measure_acked_min = 600;
     let report = Pod::run(config).expect("run");
-    assert!(report.total.moves_out > 0, "{:?}", report.total);
-    assert!(report.total.committed > 50);
+    assert!(report.total.moves_out > 100, "{:?}", report.total);
+    assert!(report.total.committed >= 600);
 }
