@@ -270,8 +270,13 @@ impl<'a> LinkSession<'a> {
             .await?;
         let settle_wait = Duration::from_millis(self.config.settings.settle_wait_ms);
         let base = self.client_segments_base;
-        if handover::wait_settled(client.as_raw_fd(), base, || Ok(segments), settle_wait).await != Settled::AtOnce {
-            tracing::debug!(segments, "segments were still on their way to the agent after the block");
+        match handover::wait_settled(client.as_raw_fd(), base, || Ok(segments), settle_wait).await {
+            Settled::AtOnce => {}
+            Settled::AfterWaiting => tracing::debug!(segments, "segments were still on their way after the block"),
+            Settled::GaveUp => {
+                let received = handover::segments_received(client.as_raw_fd()).map(|n| n.wrapping_sub(base));
+                tracing::warn!(segments, ?received, "gave up waiting for segments on their way after the block");
+            }
         }
         // Closed still in repair mode: neither FIN nor RST reaches the client.
         let state = handover::export_tokio(client);

@@ -142,8 +142,18 @@ pub fn run(options: &BenchOptions) -> Result<BenchResults> {
         );
         latency.push(Point { contender, report });
         resets.push((contender, lab_resets(&lab)? - before));
-        if let Some(moves) = service.handovers() {
-            eprintln!("{:<18} hand-overs {} (on demand {})", contender.name(), moves.0, moves.1);
+        if let (Some(moves), Service::Bypass(running)) = (service.handovers(), &service) {
+            let stats = &running.ready.shared.stats;
+            let read = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
+            eprintln!(
+                "{:<18} hand-overs {} (on demand {}), import failures {}, settle waits {} (gave up {})",
+                contender.name(),
+                moves.0,
+                moves.1,
+                read(&stats.import_failures),
+                read(&stats.settle_waits),
+                read(&stats.settle_timeouts)
+            );
             handovers.push((contender, moves.0, moves.1));
         }
         drop(service);
