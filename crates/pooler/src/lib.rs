@@ -40,6 +40,7 @@ pub mod proxy;
 pub mod relay;
 pub mod server;
 pub mod session;
+pub mod session_state;
 pub mod shared;
 pub mod stats;
 

@@ -311,6 +311,15 @@ impl ClientSide {
 }
 
 impl Pool {
+    /// The parameters a fresh server of this pool reports (what DISCARD ALL returns to).
+    pub fn welcome_params(&self) -> ParamSet {
+        let mut params = ParamSet::default();
+        for (name, value) in self.welcome.get().map(|welcome| welcome.parameters.as_slice()).unwrap_or_default() {
+            params.update(name.as_bytes(), value.as_bytes());
+        }
+        params
+    }
+
     /// Lets the pool log in to servers with a SCRAM client's keys when it has no password.
     pub fn learn_scram_keys(&self, client_key: [u8; 32], verifier: &bypass_wire::scram::Verifier) {
         if self.target.user != self.key.user {

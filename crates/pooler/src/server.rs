@@ -116,6 +116,9 @@ pub struct ServerConn {
     pub plan: ResponsePlan,
     /// Scratch for the pooler's own queries.
     scratch: Vec<u8>,
+    /// A client changed session state here that is not carried over (see
+    /// [`crate::session_state`]): reset before the next client gets this server.
+    pub session_dirty: bool,
 }
 
 impl ServerConn {
@@ -147,6 +150,7 @@ impl ServerConn {
             statements: ServerStatements::new(limits.statements_max),
             plan: ResponsePlan::default(),
             scratch: Vec::with_capacity(256),
+            session_dirty: false,
         });
         let welcome = server.handshake(target, credential, limits.message_size_max).await?;
         Ok((server, welcome))
@@ -268,6 +272,7 @@ impl ServerConn {
             statements,
             plan,
             scratch,
+            session_dirty,
         } = *self;
         let stream = stream.into_std()?;
         match stream.peek(&mut [0u8; 1]) {
@@ -290,6 +295,7 @@ impl ServerConn {
             statements,
             plan,
             scratch,
+            session_dirty,
         };
         Ok(Box::new(server))
     }

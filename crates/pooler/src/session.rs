@@ -22,7 +22,7 @@ use tokio::net::TcpStream;
 
 use crate::buffer::Buffer;
 use crate::cancel::{CancelRoute, Registration};
-use crate::config::PoolMode;
+use crate::config::{PoolMode, SessionStatePolicy};
 use crate::error::{PoolerError, TimeoutKind};
 use crate::io::{read_some, sleep_until};
 use crate::params::ParamSet;
@@ -96,6 +96,7 @@ struct SessionLimits {
     client_idle_timeout_ms: u64,
     idle_transaction_timeout_ms: u64,
     message_size_max: u32,
+    session_state: SessionStatePolicy,
 }
 
 /// Reusable output buffers of the relay.
@@ -121,6 +122,7 @@ impl Session {
             client_idle_timeout_ms: settings.client_idle_timeout_ms,
             idle_transaction_timeout_ms: settings.idle_transaction_timeout_ms,
             message_size_max: settings.message_size_max,
+            session_state: settings.session_state,
         };
         Session {
             limits,
@@ -178,6 +180,7 @@ impl Session {
                 idle_transaction_timeout_ms: self.limits.idle_transaction_timeout_ms,
                 transaction_mode: self.transaction_mode(),
                 shard: self.shard,
+                session_state: self.transaction_mode().then_some(self.limits.session_state),
             };
             let owns_statements = self.owns_statements();
             let linked = self.linked.as_mut().expect("linked above");
@@ -191,7 +194,7 @@ impl Session {
                 synthetic: &mut self.buffers.synthetic,
             };
             match relay(client, linked, &mut context).await? {
-                LinkEnd::Released => self.unlink(),
+                LinkEnd::Released => self.unlink().await,
                 LinkEnd::ClientGone => return Ok(()),
             }
         }
@@ -248,10 +251,24 @@ impl Session {
         self.linked = Some(Linked::new(server));
     }
 
-    fn unlink(&mut self) {
+    async fn unlink(&mut self) {
         let linked = self.linked.take().expect("unlink without a link");
         self.cancel.entry.set_route(None);
-        self.pool.release(linked.server);
+        self.release(linked.server).await;
+    }
+
+    /// Returns a server to the pool, first resetting session state a client left on it.
+    async fn release(&self, mut server: Box<ServerConn>) {
+        if server.session_dirty {
+            let limit = self.pool.settings.message_size_max;
+            if server.run_internal("DISCARD ALL", "session state reset", limit).await.is_err() {
+                return; // Dropping the server closes it.
+            }
+            server.statements.clear();
+            server.params = self.pool.welcome_params();
+            server.session_dirty = false;
+        }
+        self.pool.release(server);
     }
 
     /// The client is gone or failed: reuse its server only if it is idle and intact.
@@ -277,7 +294,7 @@ impl Session {
             }
             server.statements.clear(); // DISCARD ALL dropped them.
         }
-        self.pool.release(server);
+        self.release(server).await;
     }
 }
 

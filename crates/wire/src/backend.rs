@@ -440,6 +440,11 @@ pub mod build {
         notice_or_error(buf, b'N', Severity::Notice, code.code(), text);
     }
 
+    /// A NoticeResponse with another severity (WARNING, INFO, …).
+    pub fn notice_with_severity(buf: &mut Vec<u8>, severity: Severity, code: SqlState, text: &str) {
+        notice_or_error(buf, b'N', severity, code.code(), text);
+    }
+
     fn notice_or_error(buf: &mut Vec<u8>, tag: u8, severity: Severity, code: &str, text: &str) {
         message(buf, Some(tag), |buf| {
             for field in [b'S', b'V'] {

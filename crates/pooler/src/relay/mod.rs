@@ -22,6 +22,7 @@ use bypass_wire::frame::{Header, Step};
 use bypass_wire::{BackendMessage, TransactionStatus, WireError, HEADER_LEN};
 use tokio::io::AsyncWriteExt;
 
+use crate::config::SessionStatePolicy;
 use crate::error::{PoolerError, TimeoutKind};
 use crate::io::{read_some, sleep_until};
 use crate::params::ParamSet;
@@ -29,6 +30,7 @@ use crate::pool::Pool;
 use crate::prepared::{ClientStatements, Event, ResponsePlan, Verdict};
 use crate::server::ServerConn;
 use crate::session::ClientSide;
+use crate::session_state::{self, StateChange};
 use outgoing::Outgoing;
 use statements::{large_bind_statement, rewrite_large_bind_start, Statements};
 pub use tracker::TransactionTracker;
@@ -78,6 +80,8 @@ pub struct RelayLimits {
     pub idle_transaction_timeout_ms: u64,
     pub transaction_mode: bool,
     pub shard: usize,
+    /// The session-state guard's policy; `None` in session mode, where state is the client's.
+    pub session_state: Option<SessionStatePolicy>,
 }
 
 /// What a relay works with besides the two sockets.
@@ -172,6 +176,7 @@ async fn forward_client(
     });
     let mut consumed = 0;
     let mut terminated = false;
+    let mut warnings: Vec<&'static str> = Vec::new(); // Allocates only when a warning is due.
     while consumed < pending.len() {
         match client.scanner.next(&pending[consumed..], capacity, limit).map_err(PoolerError::ClientProtocol)? {
             Step::Message(header) => {
@@ -182,9 +187,29 @@ async fn forward_client(
                 }
                 linked.tracker.client_message(header.tag);
                 let range = consumed..consumed + header.frame_len();
-                match statements.as_mut() {
-                    Some(statements) => statements.message(&mut out, &pending[range.clone()], range.clone())?,
-                    None => out.pass(range.clone()),
+                let frame = &pending[range.clone()];
+                match guard(context.limits.session_state, frame) {
+                    Guard::Pass => match statements.as_mut() {
+                        Some(statements) => statements.message(&mut out, frame, range.clone())?,
+                        None => out.pass(range.clone()),
+                    },
+                    Guard::Warn(kind) => {
+                        warnings.push(kind);
+                        linked.server.session_dirty = true;
+                        match statements.as_mut() {
+                            Some(statements) => statements.message(&mut out, frame, range.clone())?,
+                            None => out.pass(range.clone()),
+                        }
+                    }
+                    Guard::Refuse(kind) => {
+                        out.drop_range(range.clone());
+                        out.insert_with(|buf| {
+                            bypass_wire::frontend::build::query(buf, &session_state::refusal_sql(kind))
+                        });
+                        if let Some(statements) = statements.as_mut() {
+                            statements.expect_unit(crate::prepared::Unit::Query)?;
+                        }
+                    }
                 }
                 consumed = range.end;
             }
@@ -217,8 +242,61 @@ async fn forward_client(
     if terminated {
         client.buffer.consume(HEADER_LEN);
     }
+    send_warnings(client, &warnings).await?;
     send_due_answers(client, &mut linked.server.plan, context.synthetic).await?;
     Ok(terminated)
+}
+
+/// What the session-state guard does with one client message.
+enum Guard {
+    Pass,
+    /// Forward it, warn the client, reset the server after the transaction.
+    Warn(&'static str),
+    /// Replace it by a query that fails with 0A000 (simple queries under `session_state = error`).
+    Refuse(&'static str),
+}
+
+fn guard(policy: Option<SessionStatePolicy>, frame: &[u8]) -> Guard {
+    let Some(policy) = policy else { return Guard::Pass };
+    let Some(sql) = statement_text(frame) else { return Guard::Pass };
+    if !session_state::might_change_state(sql) {
+        return Guard::Pass;
+    }
+    match (session_state::classify(sql), policy) {
+        (StateChange::None, _) | (StateChange::Tracked, SessionStatePolicy::Track | SessionStatePolicy::Error) => {
+            Guard::Pass
+        }
+        (StateChange::Tracked, SessionStatePolicy::Warn) => Guard::Warn("SET"),
+        (StateChange::Untracked(kind), SessionStatePolicy::Error) if frame[0] == b'Q' => Guard::Refuse(kind),
+        (StateChange::Untracked(kind), _) => Guard::Warn(kind),
+    }
+}
+
+/// The SQL of a Query or Parse message.
+fn statement_text(frame: &[u8]) -> Option<&[u8]> {
+    let body = frame.get(HEADER_LEN..)?;
+    let text = match frame[0] {
+        b'Q' => body,
+        b'P' => &body[body.iter().position(|&b| b == 0)? + 1..],
+        _ => return None,
+    };
+    text.iter().position(|&b| b == 0).map(|end| &text[..end])
+}
+
+async fn send_warnings(client: &mut ClientSide, warnings: &[&'static str]) -> Result<(), PoolerError> {
+    if warnings.is_empty() {
+        return Ok(());
+    }
+    let mut out = Vec::new();
+    for kind in warnings {
+        bypass_wire::backend::build::notice_with_severity(
+            &mut out,
+            bypass_wire::Severity::Warning,
+            bypass_wire::SqlState::WARNING,
+            &session_state::warning_text(kind),
+        );
+    }
+    client.stream.write_all(&out).await.map_err(PoolerError::ClientIo)
 }
 
 /// The start of a client message too large for the buffer. Only a Bind can need rewriting there
