@@ -25,6 +25,8 @@ enum Command {
         #[arg(long)]
         config: PathBuf,
     },
+    /// Print the configuration reference (docs/config.md) generated from the code.
+    ConfigReference,
     /// Validate a configuration file and list every problem in it.
     CheckConfig {
         /// Path to bypass.toml.
@@ -70,6 +72,10 @@ fn main() -> Result<()> {
     match Cli::parse().command {
         Command::Proxy { config } => run_proxy(load(&config)?, config),
         Command::CheckConfig { file } => check_config(&file),
+        Command::ConfigReference => {
+            print!("{}", bypass_pooler::config_doc::reference(bypass_pooler::config::SOURCE));
+            Ok(())
+        }
         Command::Up(args) => up::run(args),
         Command::Bench { which: BenchCommand::Pooler(args) } => {
             bypass_bench::pooler::run(args, &std::env::current_exe()?)

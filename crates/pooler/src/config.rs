@@ -12,6 +12,9 @@ use thiserror::Error;
 
 use crate::auth_file::AuthFile;
 
+/// This file's text, for the generated reference ([`crate::config_doc`]).
+pub const SOURCE: &str = include_str!("config.rs");
+
 /// When a server goes back to the pool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -74,6 +77,7 @@ pub struct PoolerSettings {
     /// Bound on connecting and logging in to a server, ms. Default 15000.
     pub server_connect_timeout_ms: u64,
     /// Clients idle (no server) longer than this are disconnected, ms; 0 = never. Default 0.
+    /// This and the other client timeouts apply to clients that log in after a reload.
     pub client_idle_timeout_ms: u64,
     /// Clients idle inside a transaction longer than this are disconnected, ms; 0 = never. Default 0.
     pub idle_transaction_timeout_ms: u64,
@@ -105,11 +109,14 @@ pub struct PoolerSettings {
     /// closing everything, ms. Default 30000.
     pub shutdown_timeout_ms: u64,
     /// What transaction mode does with statements that change session state (`SET` other than
-    /// `SET LOCAL`, `RESET`, `LISTEN`, SQL `PREPARE`, `DECLARE … WITH HOLD`), which would otherwise
-    /// stay on the server for the next client: `track` replays `SET`s of tracked parameters
-    /// (client_encoding, DateStyle, IntervalStyle, TimeZone, application_name, search_path, …) on
-    /// whichever server the client gets and warns about the rest; `warn` lets every such statement
-    /// run with a WARNING; `error` refuses the untracked ones with SQLSTATE 0A000. In every mode a
+    /// `SET LOCAL`, `SET ROLE`, `LISTEN`, SQL `PREPARE`, `DECLARE … WITH HOLD`, temporary tables,
+    /// `LOAD`), which would otherwise
+    /// stay on the server for the next client: `track` replays `SET`s of tracked parameters (those
+    /// PostgreSQL 15 reports: client_encoding, DateStyle, IntervalStyle, TimeZone, application_name,
+    /// standard_conforming_strings) on whichever server the client gets and warns about the rest
+    /// (search_path included: PostgreSQL 15 does not report it); `warn` lets every such statement
+    /// run with a WARNING; `error` refuses the untracked ones with SQLSTATE 0A000
+    /// (in simple queries; through the extended protocol they get the WARNING). In every mode a
     /// server whose session state was changed is reset (`DISCARD ALL`) before another client gets
     /// it. Default `track`.
     pub session_state: SessionStatePolicy,

@@ -29,6 +29,7 @@ pub mod auth_file;
 pub mod buffer;
 pub mod cancel;
 pub mod config;
+pub mod config_doc;
 pub mod error;
 pub mod io;
 pub mod login;
