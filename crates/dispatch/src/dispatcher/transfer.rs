@@ -46,6 +46,9 @@ pub fn track(shared: &Shared, stream: &TcpStream, peer: SocketAddr) -> Option<Ep
         return None;
     }
     // Read after tracking began: a segment counted by both only makes the first move wait longer.
+    // (A login segment that passed the switch just before tracking but arrives after this read
+    // would let the first move settle one segment early; by the first move, long after login,
+    // nothing of that kind is still on its way.)
     let socket_segments = handover::segments_received(stream.as_raw_fd()).ok()?;
     Some(Epoch { socket_segments, switch_delivered: 0 })
 }
