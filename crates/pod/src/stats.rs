@@ -176,10 +176,16 @@ counters! {
     /// Logger: fdatasync calls and bytes written.
     fsyncs,
     log_file_bytes,
+    /// Gauges of the shutdown: how long the host waited for the pod's final group commit, and
+    /// how many commits were still unacknowledged when it gave up (0 after a clean run).
+    ack_drain_ms,
+    unacked_at_end,
 }
 
 impl Counters {
-    const GAUGES: [&'static str; 7] = [
+    const GAUGES: [&'static str; 9] = [
+        "ack_drain_ms",
+        "unacked_at_end",
         "committed_all",
         "hwcc_peak_bytes",
         "swcc_peak_bytes",

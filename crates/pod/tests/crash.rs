@@ -94,6 +94,7 @@ fn clean_shutdown_acknowledges_everything_and_recovers_it_exactly() {
     let report = Pod::run(config.clone()).expect("run");
     assert_bank(&report, bank_config(&config.workload));
     for host in &report.per_host {
+        assert_eq!(host.unacked_at_end, 0, "final group commit not seen after {} ms", host.ack_drain_ms);
         assert_eq!(host.acked, host.committed, "every commit is acknowledged by the end");
         assert!(host.fsyncs > 0 && host.log_file_bytes > 0);
     }
