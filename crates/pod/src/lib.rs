@@ -36,6 +36,11 @@
 //! CXL event is counted and priced by a latency table ([`stats`]), so results are reported both
 //! measured and modelled.
 //!
+//! Testing: the integration suites run on the simulated non-coherent caches by default and are
+//! count-driven — a run measures until `measure_acked_min` transactions are acknowledged, so a
+//! loaded machine changes how long a test takes, never what it checks; time limits are hang
+//! guards only.
+//!
 //! Decisions that differ from Tigon's code, and why:
 //! - No cross-host epoch-based reclamation: a CXL index lookup is only a hint, re-validated
 //!   under the node's latch (key, table, block offset ≠ 0); nodes are never unmapped, a freed
