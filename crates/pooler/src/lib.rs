@@ -39,6 +39,8 @@ pub mod relay;
 pub mod server;
 pub mod session;
 pub mod shared;
+pub mod stream;
+pub mod tls;
 
 pub use config::{Config, ConfigError, ValidConfig};
 pub use error::PoolerError;

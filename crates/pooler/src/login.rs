@@ -16,7 +16,6 @@ use bypass_wire::scram::{ClientSecret, ServerExchange, MECHANISM};
 use bypass_wire::startup::{decode_startup, StartupParams};
 use bypass_wire::{auth_messages, md5, Authentication, BackendMessage, SqlState, StartupPacket, TransactionStatus};
 use rand::Rng;
-use tokio::io::AsyncWriteExt;
 
 use crate::auth_file::Secret;
 use crate::config::{AuthType, PoolMode};
@@ -57,6 +56,7 @@ pub async fn login(
     let Some(request) = read_startup(shared, client).await? else {
         return Ok(LoginOutcome::Cancelled);
     };
+    crate::tls::check_client(shared.tls.client.as_deref(), &client.stream)?;
     if over_limit {
         return Err(PoolerError::refused(
             SqlState::TOO_MANY_CONNECTIONS,

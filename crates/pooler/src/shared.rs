@@ -26,6 +26,8 @@ pub struct Shared {
     pub client_connections: AtomicU32,
     pools: Mutex<HashMap<PoolKey, Arc<Pool>>>,
     limits: Mutex<HashMap<String, Arc<DatabaseLimit>>>,
+    /// TLS of both sides (`None` where disabled).
+    pub tls: crate::tls::TlsContexts,
 }
 
 /// A point-in-time summary for the status line.
@@ -50,6 +52,7 @@ impl Shared {
             client_connections: AtomicU32::new(0),
             pools: Mutex::new(HashMap::new()),
             limits: Mutex::new(HashMap::new()),
+            tls: config.tls,
         })
     }
 
@@ -83,6 +86,8 @@ impl Shared {
             address,
             dbname: entry.backend_dbname(database).to_owned(),
             user: entry.user.clone().unwrap_or_else(|| user.to_owned()),
+            host: entry.host.clone(),
+            tls: self.tls.server.clone(),
         })
     }
 

@@ -19,7 +19,6 @@ use std::time::{Duration, Instant};
 
 use bypass_wire::frame::{Header, Step};
 use bypass_wire::{BackendMessage, TransactionStatus, WireError, HEADER_LEN};
-use tokio::io::AsyncWriteExt;
 
 use crate::error::{PoolerError, TimeoutKind};
 use crate::io::{read_some, sleep_until};

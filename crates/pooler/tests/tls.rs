@@ -1,0 +1,194 @@
+//! TLS on both sides: clients reach the pooler over TLS (SSLRequest and PostgreSQL 17 direct TLS,
+//! psql and tokio-postgres with a test CA), plaintext is refused under `require`, client
+//! certificates are demanded under `verify-full`, and the pooler reaches a TLS PostgreSQL with
+//! `server_tls_sslmode = verify-full`. Certificates are generated per test with rcgen.
+
+mod common;
+
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bypass_pooler::config::PoolMode;
+use bypass_pooler::tls::{ClientSslMode, ServerSslMode};
+use bypass_pooler::Config;
+use bypass_testkit::{pg_bin, Postgres};
+use common::certs::{enable_server_tls, Issued, TestCa};
+use common::*;
+use tokio_postgres::config::{SslMode, SslNegotiation};
+use tokio_postgres_rustls::MakeRustlsConnect;
+
+fn tls_config(postgres: &Postgres, ca: &TestCa, pooler: &Issued, mode: ClientSslMode) -> Config {
+    let mut config = config(postgres, PoolMode::Transaction, 2);
+    config.pooler.client_tls_sslmode = mode;
+    config.pooler.client_tls_cert_file = Some(pooler.cert_file.clone());
+    config.pooler.client_tls_key_file = Some(pooler.key_file.clone());
+    config.pooler.client_tls_ca_file = Some(ca.ca_file());
+    config
+}
+
+/// Runs psql with a libpq connection string and returns (success, stdout + stderr).
+fn psql_conninfo(conninfo: &str, sql: &str) -> (bool, String) {
+    let output = Command::new(pg_bin("psql"))
+        .args(["-X", "-A", "-t", "-v", "ON_ERROR_STOP=1", conninfo, "-c", sql])
+        .env("PGCONNECT_TIMEOUT", "20")
+        .output()
+        .expect("psql runs");
+    let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    (output.status.success(), text)
+}
+
+async fn connect_tls(
+    port: u16,
+    client_config: rustls::ClientConfig,
+    negotiation: SslNegotiation,
+) -> Result<tokio_postgres::Client, tokio_postgres::Error> {
+    let mut config = tokio_postgres::Config::new();
+    config
+        .host("127.0.0.1")
+        .port(port)
+        .user("postgres")
+        .dbname("postgres")
+        .ssl_mode(SslMode::Require)
+        .ssl_negotiation(negotiation)
+        .connect_timeout(Duration::from_secs(20));
+    let (client, connection) = config.connect(MakeRustlsConnect::new(client_config)).await?;
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    Ok(client)
+}
+
+#[test]
+fn psql_connects_with_sslmode_require_and_verify_full() {
+    // Goal: libpq clients get TLS from the pooler. Method: psql with sslmode=require, then
+    // verify-full against the test CA; \conninfo must report an SSL connection.
+    let postgres = postgres();
+    let ca = TestCa::new();
+    let pooler_cert = ca.pooler_certificate();
+    let pooler = Pooler::start(tls_config(&postgres, &ca, &pooler_cert, ClientSslMode::Require));
+    let base = format!("host=127.0.0.1 port={} user=postgres dbname=postgres", pooler.port);
+    let (ok, text) = psql_conninfo(&format!("{base} sslmode=require"), "\\conninfo");
+    assert!(ok && text.contains("SSL connection"), "sslmode=require: {text}");
+    let verify_full = format!("{base} sslmode=verify-full sslrootcert={}", ca.ca_file().display());
+    let (ok, text) = psql_conninfo(&verify_full, "select 40 + 2");
+    assert!(ok && text.trim() == "42", "sslmode=verify-full: {text}");
+    // A CA that did not sign the pooler's certificate must make verify-full fail.
+    let other_ca = TestCa::new();
+    let wrong = format!("{base} sslmode=verify-full sslrootcert={}", other_ca.ca_file().display());
+    let (ok, text) = psql_conninfo(&wrong, "select 1");
+    assert!(!ok, "verify-full with a foreign CA must fail: {text}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn plaintext_client_is_refused_under_require_and_served_under_prefer() {
+    // Goal: `require` refuses plaintext with 28000 after the startup packet; `prefer` serves
+    // both. Method: tokio-postgres without TLS against both modes, and with TLS under prefer.
+    let postgres = postgres();
+    let ca = TestCa::new();
+    let pooler_cert = ca.pooler_certificate();
+    let strict = Pooler::start(tls_config(&postgres, &ca, &pooler_cert, ClientSslMode::Require));
+    let error = connect(strict.port, "postgres", None).await.expect_err("plaintext must be refused");
+    assert_eq!(sqlstate(&error).as_deref(), Some("28000"), "{error}");
+    let relaxed = Pooler::start(tls_config(&postgres, &ca, &pooler_cert, ClientSslMode::Prefer));
+    let plain = connect_ok(relaxed.port).await;
+    assert_eq!(plain.query_one("select 1::int", &[]).await.expect("plaintext query").get::<_, i32>(0), 1);
+    let secure = connect_tls(relaxed.port, ca.client_config(None), SslNegotiation::Postgres).await.expect("TLS");
+    assert_eq!(secure.query_one("select 2::int", &[]).await.expect("TLS query").get::<_, i32>(0), 2);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn tokio_postgres_over_sslrequest_and_direct_tls() {
+    // Goal: both negotiations work, and direct TLS without ALPN "postgresql" is refused. Method:
+    // tokio-postgres-rustls with the test CA, SSLRequest then direct; a direct client without
+    // ALPN must fail; many transactions run over TLS in transaction mode on two shards.
+    let postgres = postgres();
+    let ca = TestCa::new();
+    let pooler_cert = ca.pooler_certificate();
+    let pooler = Pooler::start(tls_config(&postgres, &ca, &pooler_cert, ClientSslMode::Require));
+    for negotiation in [SslNegotiation::Postgres, SslNegotiation::Direct] {
+        let client = connect_tls(pooler.port, ca.client_config(None), negotiation).await.expect("TLS connect");
+        for round in 0..50i32 {
+            let row = client.query_one("select $1::int + 1", &[&round]).await.expect("query over TLS");
+            assert_eq!(row.get::<_, i32>(0), round + 1, "{negotiation:?}");
+        }
+    }
+    let mut without_alpn = ca.client_config(None);
+    without_alpn.alpn_protocols.clear();
+    assert!(
+        connect_tls(pooler.port, without_alpn, SslNegotiation::Direct).await.is_err(),
+        "direct TLS without ALPN must be refused"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn verify_full_demands_a_client_certificate_signed_by_the_ca() {
+    // Goal: `verify-full` lets in only clients with a certificate from client_tls_ca_file.
+    // Method: the same TLS client without a certificate, with a foreign one, with a good one.
+    let postgres = postgres();
+    let ca = TestCa::new();
+    let pooler_cert = ca.pooler_certificate();
+    let pooler = Pooler::start(tls_config(&postgres, &ca, &pooler_cert, ClientSslMode::VerifyFull));
+    let anonymous = connect_tls(pooler.port, ca.client_config(None), SslNegotiation::Postgres).await;
+    assert!(anonymous.is_err(), "a client without a certificate must be refused");
+    let foreign_ca = TestCa::new();
+    let foreign = foreign_ca.issue("foreign", "postgres", &[]);
+    let refused = connect_tls(pooler.port, ca.client_config(Some(&foreign)), SslNegotiation::Postgres).await;
+    assert!(refused.is_err(), "a certificate from another CA must be refused");
+    let good = ca.issue("client", "postgres", &[]);
+    let client = connect_tls(pooler.port, ca.client_config(Some(&good)), SslNegotiation::Postgres).await.expect("ok");
+    assert_eq!(client.query_one("select 7::int", &[]).await.expect("query").get::<_, i32>(0), 7);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn pooler_reaches_a_tls_postgres_with_verify_full() {
+    // Goal: server-side TLS with certificate and host name checks, across shards. Method: a
+    // PostgreSQL with ssl=on and a CA-signed certificate; pg_stat_ssl must show every server
+    // connection encrypted; concurrent clients on two shards make servers move between them;
+    // a foreign CA and `require` against a plaintext PostgreSQL must both fail.
+    let postgres = postgres();
+    let ca = TestCa::new();
+    enable_server_tls(&postgres, &ca);
+    let mut config = config(&postgres, PoolMode::Transaction, 2);
+    config.databases.get_mut("*").expect("wildcard entry").host = "localhost".into();
+    config.pooler.server_tls_sslmode = ServerSslMode::VerifyFull;
+    config.pooler.server_tls_ca_file = Some(ca.ca_file());
+    let pooler = Arc::new(Pooler::start(config));
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let port = pooler.port;
+        tasks.push(tokio::spawn(async move {
+            let client = connect_ok(port).await;
+            for _ in 0..30 {
+                let row = client
+                    .query_one("select ssl from pg_stat_ssl where pid = pg_backend_pid()", &[])
+                    .await
+                    .expect("query through a TLS server");
+                assert!(row.get::<_, bool>(0), "the server connection must be encrypted");
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("client task");
+    }
+    assert!(pooler.shared.snapshot().transactions >= 240, "every query ran");
+
+    let foreign_ca = TestCa::new();
+    let mut config = common::config(&postgres, PoolMode::Transaction, 2);
+    config.pooler.server_tls_sslmode = ServerSslMode::VerifyFull;
+    config.pooler.server_tls_ca_file = Some(foreign_ca.ca_file());
+    let untrusting = Pooler::start(config);
+    let error = connect(untrusting.port, "postgres", None).await.expect_err("foreign CA must fail");
+    assert!(db_message(&error).contains("TLS"), "{error:?}");
+
+    let plain_postgres = common::postgres();
+    let mut config = common::config(&plain_postgres, PoolMode::Transaction, 2);
+    config.pooler.server_tls_sslmode = ServerSslMode::Require;
+    let requiring = Pooler::start(config);
+    let error = connect(requiring.port, "postgres", None).await.expect_err("require against plaintext must fail");
+    assert!(db_message(&error).contains("does not accept TLS"), "{error:?}");
+}
+
+fn db_message(error: &tokio_postgres::Error) -> String {
+    error.as_db_error().map(|db| db.message().to_owned()).unwrap_or_default()
+}
