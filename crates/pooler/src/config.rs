@@ -227,6 +227,8 @@ pub struct ValidConfig {
     pub auth: AuthFile,
     /// Certificates and keys of both sides, loaded.
     pub tls: crate::tls::TlsContexts,
+    /// The parsed `auth_hba_file`, if one is set.
+    pub hba: Option<crate::hba::Hba>,
 }
 
 impl Config {
@@ -257,8 +259,11 @@ impl Config {
         }
         let auth = self.load_auth_file(&mut problems);
         let tls = crate::tls::TlsContexts::load(&self.pooler, &mut problems);
+        let hba = self.pooler.auth_hba_file.as_deref().and_then(|path| {
+            crate::hba::Hba::load(path).map_err(|mut file_problems| problems.append(&mut file_problems)).ok()
+        });
         match (problems.is_empty(), listen_addr) {
-            (true, Some(listen_addr)) => Ok(ValidConfig { config: self, listen_addr, auth, tls }),
+            (true, Some(listen_addr)) => Ok(ValidConfig { config: self, listen_addr, auth, tls, hba }),
             _ => Err(ConfigError::Invalid(problems)),
         }
     }

@@ -25,10 +25,12 @@
 //! - After login, relaying allocates nothing: each side owns one fixed buffer.
 
 pub mod auth_file;
+pub mod auth_query;
 pub mod buffer;
 pub mod cancel;
 pub mod config;
 pub mod error;
+pub mod hba;
 pub mod io;
 pub mod login;
 pub mod params;

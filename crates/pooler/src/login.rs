@@ -12,7 +12,7 @@
 use std::sync::Arc;
 
 use bypass_wire::backend::build;
-use bypass_wire::scram::{ClientSecret, ServerExchange, MECHANISM};
+use bypass_wire::scram::{constant_time_eq, ClientSecret, ServerExchange, MECHANISM};
 use bypass_wire::startup::{decode_startup, StartupParams};
 use bypass_wire::{auth_messages, md5, Authentication, BackendMessage, SqlState, StartupPacket, TransactionStatus};
 use rand::Rng;
@@ -20,6 +20,7 @@ use rand::Rng;
 use crate::auth_file::Secret;
 use crate::config::{AuthType, PoolMode};
 use crate::error::PoolerError;
+use crate::hba::HbaMethod;
 use crate::io::{body, read_message, read_some, ReadFailure};
 use crate::params::{tracked_index, ParamSet, TRACKED};
 use crate::pool::{Pool, Waiter};
@@ -63,8 +64,15 @@ pub async fn login(
             "no more connections allowed (max_client_conn)",
         ));
     }
+    let method = crate::hba::client_method(
+        shared.hba.as_ref(),
+        shared.settings.auth_type,
+        &client.stream,
+        &request.database,
+        &request.user,
+    )?;
     let pool = shared.pool_for(&request.database, &request.user)?;
-    authenticate(shared, client, &request.user, &pool).await?;
+    authenticate(shared, client, &request.user, &pool, method).await?;
     let waiter = Waiter::new();
     let server = first_server(&pool, &waiter, shard).await?;
     let welcome = pool.welcome.get().cloned().unwrap_or_default();
@@ -190,13 +198,25 @@ fn password_failed(user: &str) -> PoolerError {
     PoolerError::refused(SqlState::INVALID_PASSWORD, format!("password authentication failed for user \"{user}\""))
 }
 
-/// Proves the client's identity per `auth_type` and the user's stored secret.
-async fn authenticate(shared: &Shared, client: &mut ClientSide, user: &str, pool: &Pool) -> Result<(), PoolerError> {
-    let auth_type = shared.settings.auth_type;
-    if auth_type == AuthType::Trust {
-        return Ok(());
+/// Proves the client's identity per its method (hba file or `auth_type`) and stored secret.
+async fn authenticate(
+    shared: &Shared,
+    client: &mut ClientSide,
+    user: &str,
+    pool: &Pool,
+    method: HbaMethod,
+) -> Result<(), PoolerError> {
+    let auth_type = match method {
+        HbaMethod::Trust => return Ok(()),
+        HbaMethod::Cert => return crate::hba::check_certificate(&client.stream, user),
+        HbaMethod::Reject => return Err(password_failed(user)),
+        HbaMethod::Md5 | HbaMethod::Password => AuthType::Md5,
+        HbaMethod::ScramSha256 => AuthType::ScramSha256,
+    };
+    let secret = crate::auth_query::secret_for(shared, pool, user).await?;
+    if method == HbaMethod::Password {
+        return cleartext_exchange(shared, client, user, &secret, pool).await;
     }
-    let secret = shared.auth.get(user).cloned().ok_or_else(|| password_failed(user))?;
     match (&secret, auth_type) {
         (Secret::Scram(verifier), _) | (Secret::Plain { verifier, .. }, AuthType::ScramSha256) => {
             let client_key = scram_exchange(shared, client, user, verifier).await?;
@@ -206,10 +226,49 @@ async fn authenticate(shared: &Shared, client: &mut ClientSide, user: &str, pool
         (Secret::Plain { password, .. }, AuthType::Md5) => {
             md5_exchange(shared, client, user, &md5::stored_hash(user.as_bytes(), password.as_bytes())).await
         }
-        (Secret::Md5(stored), AuthType::Md5) => md5_exchange(shared, client, user, stored).await,
+        (Secret::Md5(stored), AuthType::Md5) => {
+            md5_exchange(shared, client, user, stored).await?;
+            pool.learn_md5_hash(stored);
+            Ok(())
+        }
         // An MD5 hash cannot answer SCRAM: refuse as a wrong password would be.
         (Secret::Md5(_), _) | (Secret::Plain { .. }, AuthType::Trust) => Err(password_failed(user)),
     }
+}
+
+/// hba `password`: the client sends its password in clear (over TLS, one hopes); it is checked
+/// against whatever form the secret is stored in.
+async fn cleartext_exchange(
+    shared: &Shared,
+    client: &mut ClientSide,
+    user: &str,
+    secret: &Secret,
+    pool: &Pool,
+) -> Result<(), PoolerError> {
+    client.out.clear();
+    build::authentication(&mut client.out, &Authentication::CleartextPassword);
+    client.flush().await?;
+    let body = client.read_password_message(shared.settings.message_size_max).await?;
+    let password = auth_messages::decode_password(&body).map_err(PoolerError::ClientProtocol)?;
+    let correct = match secret {
+        Secret::Plain { password: stored, .. } => constant_time_eq(stored.as_bytes(), password),
+        Secret::Md5(stored) => {
+            constant_time_eq(md5::stored_hash(user.as_bytes(), password).as_bytes(), stored.as_bytes())
+        }
+        Secret::Scram(verifier) => {
+            let candidate = bypass_wire::scram::Verifier::from_password_and_salt(
+                password,
+                verifier.salt.clone(),
+                verifier.iterations,
+            );
+            constant_time_eq(&candidate.stored_key, &verifier.stored_key)
+        }
+    };
+    if !correct {
+        return Err(password_failed(user));
+    }
+    pool.learn_password(&String::from_utf8_lossy(password));
+    Ok(())
 }
 
 async fn md5_exchange(shared: &Shared, client: &mut ClientSide, user: &str, stored: &str) -> Result<(), PoolerError> {

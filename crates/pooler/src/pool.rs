@@ -273,6 +273,13 @@ pub struct Lease {
     pool: Weak<Pool>,
 }
 
+impl Lease {
+    /// A lease of no pool, for a connection the pooler opens for itself (auth_query).
+    pub fn detached() -> Lease {
+        Lease { pool: Weak::new() }
+    }
+}
+
 impl Drop for Lease {
     fn drop(&mut self) {
         if let Some(pool) = self.pool.upgrade() {

@@ -28,6 +28,10 @@ pub struct Shared {
     limits: Mutex<HashMap<String, Arc<DatabaseLimit>>>,
     /// TLS of both sides (`None` where disabled).
     pub tls: crate::tls::TlsContexts,
+    /// Client access rules from `auth_hba_file`.
+    pub hba: Option<crate::hba::Hba>,
+    /// Secrets recently found with `auth_query`.
+    pub auth_cache: crate::auth_query::AuthCache,
 }
 
 /// A point-in-time summary for the status line.
@@ -53,6 +57,8 @@ impl Shared {
             pools: Mutex::new(HashMap::new()),
             limits: Mutex::new(HashMap::new()),
             tls: config.tls,
+            hba: config.hba,
+            auth_cache: crate::auth_query::AuthCache::default(),
         })
     }
 
