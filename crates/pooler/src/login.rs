@@ -1,5 +1,7 @@
-//! The client side of connection start: startup packet, SSL/GSS refusal, cancel requests,
-//! authentication (trust, MD5, SCRAM-SHA-256) and the welcome a client sees after it.
+//! The client side of connection start: startup packet, SSL/GSS refusal when TLS is off
+//! (encryption is negotiated before, in [`crate::tls`]), cancel requests, the hba decision,
+//! authentication (trust, MD5, SCRAM-SHA-256, cleartext, certificate; secrets from the auth file
+//! or [`crate::auth_query`]) and the welcome a client sees after it.
 //!
 //! ```text
 //!  Startup ─► SSLRequest/GSSENCRequest ─► 'N' ─► Startup

@@ -5,8 +5,8 @@
 
 mod common;
 
+use std::collections::HashSet;
 use std::process::Command;
-use std::sync::Arc;
 use std::time::Duration;
 
 use bypass_pooler::config::PoolMode;
@@ -113,6 +113,12 @@ async fn tokio_postgres_over_sslrequest_and_direct_tls() {
             assert_eq!(row.get::<_, i32>(0), round + 1, "{negotiation:?}");
         }
     }
+    // Large messages both ways: TLS records must be flushed whole, never left in rustls.
+    let client = connect_tls(pooler.port, ca.client_config(None), SslNegotiation::Direct).await.expect("TLS");
+    let big = "y".repeat(1 << 20);
+    let row = client.query_one("select length($1::text), repeat('x', 4000000)", &[&big]).await.expect("big");
+    assert_eq!(row.get::<_, i32>(0), 1 << 20);
+    assert_eq!(row.get::<_, &str>(1).len(), 4_000_000);
     let mut without_alpn = ca.client_config(None);
     without_alpn.alpn_protocols.clear();
     assert!(
@@ -140,44 +146,70 @@ async fn verify_full_demands_a_client_certificate_signed_by_the_ca() {
     assert_eq!(client.query_one("select 7::int", &[]).await.expect("query").get::<_, i32>(0), 7);
 }
 
+fn server_tls_config(postgres: &Postgres, host: &str, mode: ServerSslMode, ca: &TestCa) -> Config {
+    let mut config = config(postgres, PoolMode::Transaction, 2);
+    config.databases.get_mut("*").expect("wildcard entry").host = host.into();
+    config.pooler.server_tls_sslmode = mode;
+    config.pooler.server_tls_ca_file = Some(ca.ca_file());
+    config
+}
+
 #[tokio::test(flavor = "multi_thread")]
-async fn pooler_reaches_a_tls_postgres_with_verify_full() {
-    // Goal: server-side TLS with certificate and host name checks, across shards. Method: a
-    // PostgreSQL with ssl=on and a CA-signed certificate; pg_stat_ssl must show every server
-    // connection encrypted; concurrent clients on two shards make servers move between them;
-    // a foreign CA and `require` against a plaintext PostgreSQL must both fail.
+async fn pooler_reaches_a_tls_postgres_with_verify_full_across_shards() {
+    // Goal: server-side TLS with certificate and host name checks, and TLS servers that move
+    // between shards stay usable. Method: a PostgreSQL with ssl=on and a certificate for
+    // "localhost"; pg_stat_ssl must show every server connection encrypted; 8 clients on two
+    // shards share 2 servers, so servers move, and still only 2 backends are ever used (a
+    // failed move would close the server and open a new backend).
     let postgres = postgres();
     let ca = TestCa::new();
-    enable_server_tls(&postgres, &ca);
-    let mut config = config(&postgres, PoolMode::Transaction, 2);
-    config.databases.get_mut("*").expect("wildcard entry").host = "localhost".into();
-    config.pooler.server_tls_sslmode = ServerSslMode::VerifyFull;
-    config.pooler.server_tls_ca_file = Some(ca.ca_file());
-    let pooler = Arc::new(Pooler::start(config));
+    enable_server_tls(&postgres, &ca, &["localhost"]);
+    let pooler = Pooler::start(server_tls_config(&postgres, "localhost", ServerSslMode::VerifyFull, &ca));
     let mut tasks = Vec::new();
     for _ in 0..8 {
         let port = pooler.port;
         tasks.push(tokio::spawn(async move {
             let client = connect_ok(port).await;
+            let mut pids = HashSet::new();
             for _ in 0..30 {
-                let row = client
-                    .query_one("select ssl from pg_stat_ssl where pid = pg_backend_pid()", &[])
-                    .await
-                    .expect("query through a TLS server");
+                let sql = "select ssl, pg_backend_pid() from pg_stat_ssl where pid = pg_backend_pid()";
+                let row = client.query_one(sql, &[]).await.expect("query through a TLS server");
                 assert!(row.get::<_, bool>(0), "the server connection must be encrypted");
+                pids.insert(row.get::<_, i32>(1));
             }
+            pids
         }));
     }
+    let mut backends = HashSet::new();
     for task in tasks {
-        task.await.expect("client task");
+        backends.extend(task.await.expect("client task"));
     }
-    assert!(pooler.shared.snapshot().transactions >= 240, "every query ran");
+    let snapshot = pooler.shared.snapshot();
+    assert!(snapshot.server_moves > 0, "servers must have moved between shards: {snapshot:?}");
+    assert!(backends.len() <= 2, "moved TLS servers must be reused, not reopened: {backends:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn server_tls_modes_check_what_they_promise() {
+    // Goal: verify-full checks the name, verify-ca only the chain, a foreign CA fails, and
+    // require fails against a plaintext PostgreSQL. Method: a certificate for "localhost" only,
+    // reached as 127.0.0.1 under both verify modes; then a foreign CA; then `require`.
+    let postgres = postgres();
+    let ca = TestCa::new();
+    enable_server_tls(&postgres, &ca, &["localhost"]);
+    let by_address = Pooler::start(server_tls_config(&postgres, "127.0.0.1", ServerSslMode::VerifyFull, &ca));
+    let error = connect(by_address.port, "postgres", None).await.expect_err("name mismatch must fail");
+    assert!(db_message(&error).contains("TLS"), "{error:?}");
+    let chain_only = Pooler::start(server_tls_config(&postgres, "127.0.0.1", ServerSslMode::VerifyCa, &ca));
+    let client = connect_ok(chain_only.port).await;
+    let row = client.query_one("select ssl from pg_stat_ssl where pid = pg_backend_pid()", &[]).await.expect("q");
+    assert!(row.get::<_, bool>(0), "verify-ca must still encrypt");
+    let big = "y".repeat(1 << 20);
+    let row = client.query_one("select length($1::text), repeat('x', 4000000)", &[&big]).await.expect("big");
+    assert_eq!((row.get::<_, i32>(0), row.get::<_, &str>(1).len()), (1 << 20, 4_000_000), "large messages over TLS");
 
     let foreign_ca = TestCa::new();
-    let mut config = common::config(&postgres, PoolMode::Transaction, 2);
-    config.pooler.server_tls_sslmode = ServerSslMode::VerifyFull;
-    config.pooler.server_tls_ca_file = Some(foreign_ca.ca_file());
-    let untrusting = Pooler::start(config);
+    let untrusting = Pooler::start(server_tls_config(&postgres, "localhost", ServerSslMode::VerifyCa, &foreign_ca));
     let error = connect(untrusting.port, "postgres", None).await.expect_err("foreign CA must fail");
     assert!(db_message(&error).contains("TLS"), "{error:?}");
 

@@ -87,10 +87,10 @@ impl TestCa {
     }
 }
 
-/// Turns on TLS in a running PostgreSQL with a certificate for 127.0.0.1/localhost signed by
-/// `ca`: files in its data directory owned by the server user, `ssl = on`, reload.
-pub fn enable_server_tls(postgres: &bypass_testkit::Postgres, ca: &TestCa) {
-    let issued = ca.issue("server", "postgres server", &["localhost", "127.0.0.1"]);
+/// Turns on TLS in a running PostgreSQL with a certificate for `names` signed by `ca`: files in
+/// its data directory owned by the server user, `ssl = on`, reload.
+pub fn enable_server_tls(postgres: &bypass_testkit::Postgres, ca: &TestCa, names: &[&str]) {
+    let issued = ca.issue("server", "postgres server", names);
     let data_dir: &Path = postgres.data_dir();
     for (source, name) in [(&issued.cert_file, "server.crt"), (&issued.key_file, "server.key")] {
         let target = data_dir.join(name);
