@@ -32,11 +32,20 @@ pub const AUTH_CACHE_TTL: Duration = Duration::from_secs(5);
 pub const AUTH_CACHE_MAX: usize = 1_000;
 /// Bound on the lookup's answer messages (a misconfigured query returning a table).
 const ANSWER_MESSAGES_MAX: usize = 64;
+/// Lookups running at once. Their connections count in no pool, so a flood of logins for
+/// unknown users must not become a flood of backend connections.
+pub const AUTH_QUERY_CONCURRENCY_MAX: usize = 4;
 
-/// Recently found secrets by (backend address and database, user).
-#[derive(Default)]
+/// Recently found secrets by (backend address and database, user), and the lookup limiter.
 pub struct AuthCache {
     entries: Mutex<HashMap<(String, String), (Secret, Instant)>>,
+    lookups: tokio::sync::Semaphore,
+}
+
+impl Default for AuthCache {
+    fn default() -> Self {
+        AuthCache { entries: Mutex::default(), lookups: tokio::sync::Semaphore::new(AUTH_QUERY_CONCURRENCY_MAX) }
+    }
 }
 
 impl AuthCache {
@@ -75,7 +84,14 @@ pub async fn secret_for(shared: &Shared, pool: &Pool, user: &str) -> Result<Secr
     if let Some(secret) = shared.auth_cache.get(&scope, user, Instant::now()) {
         return Ok(secret);
     }
-    let secret = look_up(shared, pool, auth_user, user).await?.ok_or_else(|| password_failed(user))?;
+    let permit = shared.auth_cache.lookups.acquire().await.expect("the semaphore is never closed");
+    // Another client may have looked the same user up while this one waited.
+    if let Some(secret) = shared.auth_cache.get(&scope, user, Instant::now()) {
+        return Ok(secret);
+    }
+    let found = look_up(shared, pool, auth_user, user).await;
+    drop(permit);
+    let secret = found?.ok_or_else(|| password_failed(user))?;
     shared.auth_cache.insert(&scope, user, secret.clone(), Instant::now());
     Ok(secret)
 }

@@ -116,6 +116,11 @@ pub struct PoolerSettings {
     /// PEM CA certificates server certificates are checked against; required for `verify-ca`
     /// and `verify-full`. Default none.
     pub server_tls_ca_file: Option<PathBuf>,
+    /// PEM certificate the pooler presents to servers that ask for one (PostgreSQL's `cert`
+    /// method or `clientcert=`); set together with `server_tls_key_file`. Default none.
+    pub server_tls_cert_file: Option<PathBuf>,
+    /// PEM private key of `server_tls_cert_file`. Default none.
+    pub server_tls_key_file: Option<PathBuf>,
     /// PgBouncer-style hba file (`host`, `hostssl`, `hostnossl` lines with database, user, CIDR
     /// and method `trust`, `reject`, `md5`, `scram-sha-256`, `password` or `cert`); when set it
     /// decides each client's method instead of `auth_type`, first matching line wins, no match
@@ -161,6 +166,8 @@ impl Default for PoolerSettings {
             client_tls_ca_file: None,
             server_tls_sslmode: crate::tls::ServerSslMode::Prefer,
             server_tls_ca_file: None,
+            server_tls_cert_file: None,
+            server_tls_key_file: None,
             auth_hba_file: None,
             auth_user: None,
             auth_query: "SELECT usename, passwd FROM pg_shadow WHERE usename=$1".into(),

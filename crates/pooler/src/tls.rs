@@ -155,6 +155,10 @@ fn read_roots(path: &Path, field: &str) -> Result<Arc<RootCertStore>, String> {
     Ok(Arc::new(roots))
 }
 
+fn read_key(path: &Path, field: &str) -> Result<PrivateKeyDer<'static>, String> {
+    PrivateKeyDer::from_pem_file(path).map_err(|error| format!("pooler.{field} = {}: {error}", path.display()))
+}
+
 fn required<'a>(path: &'a Option<PathBuf>, field: &str, mode: &str) -> Result<&'a Path, String> {
     path.as_deref().ok_or_else(|| format!("pooler.{field} is required with {mode}"))
 }
@@ -164,8 +168,7 @@ fn client_tls(settings: &PoolerSettings, mode: ClientSslMode) -> Result<ClientTl
     let cert_path = required(&settings.client_tls_cert_file, "client_tls_cert_file", &mode_name)?;
     let key_path = required(&settings.client_tls_key_file, "client_tls_key_file", &mode_name)?;
     let chain = read_certificates(cert_path, "client_tls_cert_file")?;
-    let key = PrivateKeyDer::from_pem_file(key_path)
-        .map_err(|error| format!("pooler.client_tls_key_file = {}: {error}", key_path.display()))?;
+    let key = read_key(key_path, "client_tls_key_file")?;
     let builder = rustls::ServerConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
         .map_err(|error| format!("client TLS: {error}"))?;
@@ -203,7 +206,18 @@ fn server_tls(settings: &PoolerSettings, mode: ServerSslMode) -> Result<ServerTl
         }
         _ => Arc::new(NoCertificateCheck(provider())),
     };
-    let config = builder.dangerous().with_custom_certificate_verifier(verifier).with_no_client_auth();
+    let builder = builder.dangerous().with_custom_certificate_verifier(verifier);
+    let config = match (&settings.server_tls_cert_file, &settings.server_tls_key_file) {
+        (None, None) => builder.with_no_client_auth(),
+        (Some(cert_path), Some(key_path)) => {
+            let chain = read_certificates(cert_path, "server_tls_cert_file")?;
+            let key = read_key(key_path, "server_tls_key_file")?;
+            builder
+                .with_client_auth_cert(chain, key)
+                .map_err(|error| format!("pooler.server_tls_key_file does not match server_tls_cert_file: {error}"))?
+        }
+        _ => return Err("pooler.server_tls_cert_file and server_tls_key_file go together".into()),
+    };
     Ok(ServerTls { mode, connector: TlsConnector::from(Arc::new(config)) })
 }
 
@@ -449,6 +463,8 @@ impl PoolerSettings {
             &mut self.client_tls_key_file,
             &mut self.client_tls_ca_file,
             &mut self.server_tls_ca_file,
+            &mut self.server_tls_cert_file,
+            &mut self.server_tls_key_file,
             &mut self.auth_hba_file,
         ]
         .into_iter()

@@ -13,7 +13,7 @@ use bypass_pooler::config::PoolMode;
 use bypass_pooler::tls::{ClientSslMode, ServerSslMode};
 use bypass_pooler::Config;
 use bypass_testkit::{pg_bin, Postgres};
-use common::certs::{enable_server_tls, Issued, TestCa};
+use common::certs::{enable_server_tls, require_client_certificate, Issued, TestCa};
 use common::*;
 use tokio_postgres::config::{SslMode, SslNegotiation};
 use tokio_postgres_rustls::MakeRustlsConnect;
@@ -219,6 +219,55 @@ async fn server_tls_modes_check_what_they_promise() {
     let requiring = Pooler::start(config);
     let error = connect(requiring.port, "postgres", None).await.expect_err("require against plaintext must fail");
     assert!(db_message(&error).contains("does not accept TLS"), "{error:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn pooler_presents_its_certificate_to_a_server_that_demands_one() {
+    // Goal: server_tls_cert_file/key_file answer PostgreSQL's `cert` method. Method: a role
+    // that may only log in with a CA-signed certificate naming it; the pooler logs in as that
+    // role with the certificate, and without it the login fails.
+    let postgres = postgres_with_users(vec![bypass_testkit::TestUser::trust("certified")]);
+    let ca = TestCa::new();
+    enable_server_tls(&postgres, &ca, &["localhost"]);
+    require_client_certificate(&postgres, &ca, "certified");
+    let identity = ca.issue("certified", "certified", &[]);
+    let make_config = |with_certificate: bool| {
+        let mut config = server_tls_config(&postgres, "localhost", ServerSslMode::VerifyFull, &ca);
+        config.databases.get_mut("*").expect("wildcard entry").user = Some("certified".into());
+        if with_certificate {
+            config.pooler.server_tls_cert_file = Some(identity.cert_file.clone());
+            config.pooler.server_tls_key_file = Some(identity.key_file.clone());
+        }
+        config
+    };
+    let with_certificate = Pooler::start(make_config(true));
+    let client = connect_ok(with_certificate.port).await;
+    let row = client.query_one("select current_user::text", &[]).await.expect("query as certified");
+    assert_eq!(row.get::<_, &str>(0), "certified");
+    let without_certificate = Pooler::start(make_config(false));
+    let error = connect(without_certificate.port, "postgres", None).await.expect_err("no certificate must fail");
+    assert_eq!(sqlstate(&error).as_deref(), Some("28000"), "{error:?}");
+}
+
+#[test]
+fn gssenc_request_is_declined_before_an_ssl_request() {
+    // Goal: libpq's gssencmode=prefer order works: GSSENCRequest gets 'N', the SSLRequest that
+    // follows gets 'S'. Method: raw requests on one TCP connection.
+    let postgres = postgres();
+    let ca = TestCa::new();
+    let pooler_cert = ca.pooler_certificate();
+    let pooler = Pooler::start(tls_config(&postgres, &ca, &pooler_cert, ClientSslMode::Prefer));
+    let mut client = RawClient::connect(pooler.port);
+    let mut answer = [0u8; 1];
+    for (packet, expected) in
+        [(bypass_wire::StartupPacket::GssEncRequest, b'N'), (bypass_wire::StartupPacket::SslRequest, b'S')]
+    {
+        let mut request = Vec::new();
+        bypass_wire::startup::encode_request(&mut request, &packet);
+        client.send(&request);
+        std::io::Read::read_exact(&mut client.stream, &mut answer).expect("one-byte answer");
+        assert_eq!(answer[0] as char, expected as char, "{packet:?}");
+    }
 }
 
 fn db_message(error: &tokio_postgres::Error) -> String {

@@ -108,3 +108,26 @@ pub fn enable_server_tls(postgres: &bypass_testkit::Postgres, ca: &TestCa, names
     }
     panic!("PostgreSQL did not turn TLS on");
 }
+
+/// Makes PostgreSQL (with TLS on) demand a client certificate from `user`, signed by `ca`:
+/// a `hostssl … cert` line for that user before the catch-all trust line, and `ssl_ca_file`.
+pub fn require_client_certificate(postgres: &bypass_testkit::Postgres, ca: &TestCa, user: &str) {
+    let data_dir = postgres.data_dir();
+    let ca_copy = data_dir.join("client-ca.pem");
+    std::fs::copy(ca.ca_file(), &ca_copy).expect("copy the CA");
+    bypass_testkit::process::chown_to_server_user(&ca_copy).expect("chown the CA");
+    let hba_path = data_dir.join("pg_hba.conf");
+    let hba = std::fs::read_to_string(&hba_path).expect("read pg_hba.conf");
+    let hba = hba.replacen("local all all trust\n", &format!("local all all trust\nhostssl all {user} all cert\n"), 1);
+    bypass_testkit::process::write_server_file(&hba_path, &hba).expect("write pg_hba.conf");
+    postgres.psql(&format!("ALTER SYSTEM SET ssl_ca_file = '{}'", ca_copy.display())).expect("ssl_ca_file");
+    postgres.psql("SELECT pg_reload_conf()").expect("reload");
+    let expected = ca_copy.display().to_string();
+    for _ in 0..100 {
+        if postgres.psql("SHOW ssl_ca_file").expect("show ssl_ca_file") == expected {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    panic!("PostgreSQL did not reload ssl_ca_file");
+}
