@@ -211,3 +211,25 @@ impl Pool {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cache_entries_expire_and_the_map_stays_bounded() {
+        // Goal: found secrets are reused only for AUTH_CACHE_TTL and the map never exceeds
+        // AUTH_CACHE_MAX. Method: insert and read back at chosen instants.
+        let cache = AuthCache::default();
+        let start = Instant::now();
+        cache.insert("db", "carol", Secret::Md5(format!("md5{}", "0".repeat(32))), start);
+        assert!(cache.get("db", "carol", start + AUTH_CACHE_TTL / 2).is_some());
+        assert!(cache.get("db", "carol", start + AUTH_CACHE_TTL).is_none(), "expired");
+        assert!(cache.get("other", "carol", start).is_none(), "scoped by backend database");
+        for index in 0..=AUTH_CACHE_MAX {
+            cache.insert("db", &format!("user{index}"), Secret::Md5(String::new()), start);
+        }
+        let size = cache.entries.lock().expect("not poisoned").len();
+        assert!(size <= AUTH_CACHE_MAX, "{size} entries");
+    }
+}
