@@ -211,7 +211,10 @@ async fn authenticate(
     let auth_type = match method {
         HbaMethod::Trust => return Ok(()),
         HbaMethod::Cert => return crate::hba::check_certificate(&client.stream, user),
-        HbaMethod::Reject => return Err(password_failed(user)),
+        // client_method refuses `reject` before any pool exists; kept total for safety.
+        HbaMethod::Reject => {
+            return Err(PoolerError::refused(SqlState::INVALID_AUTHORIZATION_SPECIFICATION, "rejected by hba"))
+        }
         HbaMethod::Md5 | HbaMethod::Password => AuthType::Md5,
         HbaMethod::ScramSha256 => AuthType::ScramSha256,
     };
