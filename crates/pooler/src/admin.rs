@@ -481,7 +481,6 @@ fn show_databases(shared: &Shared) -> Table {
 fn show_config(settings: &PoolerSettings) -> Table {
     let current = toml::Value::try_from(settings).unwrap_or(toml::Value::Table(Default::default()));
     let defaults = toml::Value::try_from(PoolerSettings::default()).unwrap_or(toml::Value::Table(Default::default()));
-    let restart_only = ["listen_addr", "workers", "listen_backlog", "metrics_addr"];
     let empty = toml::map::Map::new();
     let rows = current
         .as_table()
@@ -489,7 +488,7 @@ fn show_config(settings: &PoolerSettings) -> Table {
         .iter()
         .map(|(key, value)| {
             let default = defaults.get(key).map(toml_text).unwrap_or_default();
-            let changeable = if restart_only.contains(&key.as_str()) { "no" } else { "yes" };
+            let changeable = if crate::config::RESTART_ONLY.contains(&key.as_str()) { "no" } else { "yes" };
             vec![key.clone(), toml_text(value), default, changeable.into()]
         })
         .collect();

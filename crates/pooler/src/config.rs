@@ -15,6 +15,22 @@ use crate::auth_file::AuthFile;
 /// This file's text, for the generated reference ([`crate::config_doc`]).
 pub const SOURCE: &str = include_str!("config.rs");
 
+/// `[pooler]` settings read at start only: a reload reports them as needing a restart.
+pub const RESTART_ONLY: [&str; 12] = [
+    "listen_addr",
+    "workers",
+    "listen_backlog",
+    "metrics_addr",
+    "client_tls_sslmode",
+    "client_tls_cert_file",
+    "client_tls_key_file",
+    "client_tls_ca_file",
+    "server_tls_sslmode",
+    "server_tls_ca_file",
+    "server_tls_cert_file",
+    "server_tls_key_file",
+];
+
 /// When a server goes back to the pool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -120,6 +136,47 @@ pub struct PoolerSettings {
     /// server whose session state was changed is reset (`DISCARD ALL`) before another client gets
     /// it. Default `track`.
     pub session_state: SessionStatePolicy,
+    /// TLS towards clients: `disable`, `allow`, `prefer`, `require`, `verify-ca` or `verify-full`
+    /// (PgBouncer's meanings: `allow`/`prefer` use TLS when the client asks, `require` refuses
+    /// plaintext clients with 28000, `verify-*` also require a client certificate signed by
+    /// `client_tls_ca_file`). SSLRequest and PostgreSQL 17 direct TLS (ALPN `postgresql`) are
+    /// both accepted. Default `disable`.
+    pub client_tls_sslmode: crate::tls::ClientSslMode,
+    /// PEM certificate chain the pooler presents to clients; required unless
+    /// `client_tls_sslmode = "disable"`. Relative to the config file. Default none.
+    pub client_tls_cert_file: Option<PathBuf>,
+    /// PEM private key (PKCS#8, PKCS#1 or SEC1) of `client_tls_cert_file`. Default none.
+    pub client_tls_key_file: Option<PathBuf>,
+    /// PEM CA certificates client certificates are checked against; required for `verify-ca` and
+    /// `verify-full`, optional below (a certificate a client sends is then checked, for the hba
+    /// method `cert`). Default none.
+    pub client_tls_ca_file: Option<PathBuf>,
+    /// TLS towards PostgreSQL: `disable` (no SSLRequest), `prefer` (TLS when the server offers
+    /// it, certificate not checked), `require` (TLS or fail, certificate not checked),
+    /// `verify-ca` (chain checked against `server_tls_ca_file`), `verify-full` (chain and the
+    /// database entry's `host` name). Default `prefer` (as PgBouncer).
+    pub server_tls_sslmode: crate::tls::ServerSslMode,
+    /// PEM CA certificates server certificates are checked against; required for `verify-ca`
+    /// and `verify-full`. Default none.
+    pub server_tls_ca_file: Option<PathBuf>,
+    /// PEM certificate the pooler presents to servers that ask for one (PostgreSQL's `cert`
+    /// method or `clientcert=`); set together with `server_tls_key_file`. Default none.
+    pub server_tls_cert_file: Option<PathBuf>,
+    /// PEM private key of `server_tls_cert_file`. Default none.
+    pub server_tls_key_file: Option<PathBuf>,
+    /// PgBouncer-style hba file (`host`, `hostssl`, `hostnossl` lines with database, user, CIDR
+    /// and method `trust`, `reject`, `md5`, `scram-sha-256`, `password` or `cert`); when set it
+    /// decides each client's method instead of `auth_type`, first matching line wins, no match
+    /// is refused. Relative to the config file. Default none.
+    pub auth_hba_file: Option<PathBuf>,
+    /// User the pooler logs in to PostgreSQL as to look up clients missing from `auth_file`
+    /// with `auth_query`; its own password comes from `auth_file` or the database entry.
+    /// Default none (lookups off).
+    pub auth_user: Option<String>,
+    /// Query returning (user name, SCRAM verifier or MD5 hash) for `$1` = the client's user
+    /// name, run as `auth_user` in the client's database. Default
+    /// `SELECT usename, passwd FROM pg_shadow WHERE usename=$1` (as PgBouncer).
+    pub auth_query: String,
 }
 
 /// See [`PoolerSettings::session_state`].
@@ -159,6 +216,17 @@ impl Default for PoolerSettings {
             metrics_addr: None,
             shutdown_timeout_ms: 30_000,
             session_state: SessionStatePolicy::Track,
+            client_tls_sslmode: crate::tls::ClientSslMode::Disable,
+            client_tls_cert_file: None,
+            client_tls_key_file: None,
+            client_tls_ca_file: None,
+            server_tls_sslmode: crate::tls::ServerSslMode::Prefer,
+            server_tls_ca_file: None,
+            server_tls_cert_file: None,
+            server_tls_key_file: None,
+            auth_hba_file: None,
+            auth_user: None,
+            auth_query: "SELECT usename, passwd FROM pg_shadow WHERE usename=$1".into(),
         }
     }
 }
@@ -220,6 +288,10 @@ pub struct ValidConfig {
     pub config: Config,
     pub listen_addr: SocketAddr,
     pub auth: AuthFile,
+    /// Certificates and keys of both sides, loaded.
+    pub tls: crate::tls::TlsContexts,
+    /// The parsed `auth_hba_file`, if one is set.
+    pub hba: Option<crate::hba::Hba>,
 }
 
 impl Config {
@@ -230,6 +302,9 @@ impl Config {
             .map_err(|source| ConfigError::Parse { path: path.into(), source: Box::new(source) })?;
         if let (Some(auth_file), Some(folder)) = (&config.pooler.auth_file, path.parent()) {
             config.pooler.auth_file = Some(folder.join(auth_file));
+        }
+        if let Some(folder) = path.parent() {
+            config.pooler.resolve_security_paths(folder);
         }
         config.validate()
     }
@@ -249,8 +324,12 @@ impl Config {
             entry.check(name, &self.pooler, &mut problems);
         }
         let auth = self.load_auth_file(&mut problems);
+        let tls = crate::tls::TlsContexts::load(&self.pooler, &mut problems);
+        let hba = self.pooler.auth_hba_file.as_deref().and_then(|path| {
+            crate::hba::Hba::load(path).map_err(|mut file_problems| problems.append(&mut file_problems)).ok()
+        });
         match (problems.is_empty(), listen_addr) {
-            (true, Some(listen_addr)) => Ok(ValidConfig { config: self, listen_addr, auth }),
+            (true, Some(listen_addr)) => Ok(ValidConfig { config: self, listen_addr, auth, tls, hba }),
             _ => Err(ConfigError::Invalid(problems)),
         }
     }

@@ -16,7 +16,7 @@ pub fn reference(source: &str) -> String {
     for (name, table) in TABLES {
         out.push_str(&format!("\n## `{table}`\n\n| key | type | meaning |\n|---|---|---|\n"));
         for field in fields(source, name) {
-            let restart = ["listen_addr", "workers", "listen_backlog", "metrics_addr"].contains(&field.name.as_str());
+            let restart = crate::config::RESTART_ONLY.contains(&field.name.as_str());
             let note = if restart && name == "PoolerSettings" { " *restart*" } else { "" };
             out.push_str(&format!("| `{}` | `{}` | {}{} |\n", field.name, field.kind, field.doc, note));
         }

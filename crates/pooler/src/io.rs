@@ -4,10 +4,10 @@ use std::io;
 
 use bypass_wire::frame::{read_header, Header};
 use bypass_wire::WireError;
-use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 
 use crate::buffer::Buffer;
+use crate::stream::Stream;
 
 /// Why reading a whole message failed, before it is attributed to a client or a server.
 #[derive(Debug)]
@@ -27,7 +27,7 @@ impl From<io::Error> for ReadFailure {
 /// Uses `AsyncRead` rather than `try_read`: on epoll, tokio clears a socket's readiness after a
 /// short read, so the next wait goes straight to epoll instead of costing a `recv` that returns
 /// EAGAIN. `try_read` keeps the stale readiness and wastes that system call.
-pub async fn read_some(stream: &mut TcpStream, buffer: &mut Buffer) -> io::Result<usize> {
+pub async fn read_some(stream: &mut Stream, buffer: &mut Buffer) -> io::Result<usize> {
     let spare = buffer.spare();
     debug_assert!(!spare.is_empty(), "a read into no space would look like EOF");
     let count = stream.read(spare).await?;
@@ -42,7 +42,7 @@ fn closed() -> io::Error {
 /// Waits until the buffer starts with one whole tagged message and returns its header. The
 /// message must fit the buffer: this is for login-time messages, not relayed traffic.
 pub async fn read_message(
-    stream: &mut TcpStream,
+    stream: &mut Stream,
     buffer: &mut Buffer,
     message_size_max: u32,
 ) -> Result<Header, ReadFailure> {

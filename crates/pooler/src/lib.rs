@@ -3,16 +3,18 @@
 
 //!
 //! ```text
-//!  client ──TCP──► proxy (accept, max_client_conn)
+//!  client ──TCP──► proxy (accept, max_client_conn) ─► tls (SSLRequest / direct TLS, rustls)
 //!                    │
 //!                    ▼
-//!                  login (startup, auth: trust/md5/scram, welcome) ──► Session
+//!                  login (startup, hba, auth: trust/md5/scram/password/cert, auth_query,
+//!                         welcome) ──► Session
 //!                                                                       │ Idle ◄──────────┐
 //!                                                                       ▼                 │
 //!                  pool (database, user): idle LIFO, FIFO waiters ──► Linked: relay ──────┘
 //!                    │                                                   (ReadyForQuery 'I',
 //!                    ▼                                                    nothing outstanding)
-//!                  server: login (trust/cleartext/md5/scram), reset, parameter sync
+//!                  server: TLS per server_tls_sslmode, login (trust/cleartext/md5/scram),
+//!                          reset, parameter sync
 //! ```
 //!
 //! Invariants:
@@ -23,14 +25,18 @@
 //! - Waiting clients are served first come, first served; a released server may go to a waiter of
 //!   its own core that joined shortly after the head (a quarter of the head's wait, 2–50 ms).
 //! - After login, relaying allocates nothing: each side owns one fixed buffer.
+//! - Plaintext and TLS share one [`stream::Stream`]: plaintext costs one `match` per read or
+//!   write, and its TCP socket stays reachable for the kernel fast path.
 
 pub mod admin;
 pub mod auth_file;
+pub mod auth_query;
 pub mod buffer;
 pub mod cancel;
 pub mod config;
 pub mod config_doc;
 pub mod error;
+pub mod hba;
 pub mod io;
 pub mod login;
 pub mod metrics;
@@ -44,6 +50,8 @@ pub mod session;
 pub mod session_state;
 pub mod shared;
 pub mod stats;
+pub mod stream;
+pub mod tls;
 
 pub use config::{Config, ConfigError, ValidConfig};
 pub use error::PoolerError;

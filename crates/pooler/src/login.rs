@@ -1,5 +1,7 @@
-//! The client side of connection start: startup packet, SSL/GSS refusal, cancel requests,
-//! authentication (trust, MD5, SCRAM-SHA-256) and the welcome a client sees after it.
+//! The client side of connection start: startup packet, SSL/GSS refusal when TLS is off
+//! (encryption is negotiated before, in [`crate::tls`]), cancel requests, the hba decision,
+//! authentication (trust, MD5, SCRAM-SHA-256, cleartext, certificate; secrets from the auth file
+//! or [`crate::auth_query`]) and the welcome a client sees after it.
 //!
 //! ```text
 //!  Startup ─► SSLRequest/GSSENCRequest ─► 'N' ─► Startup
@@ -12,15 +14,15 @@
 use std::sync::Arc;
 
 use bypass_wire::backend::build;
-use bypass_wire::scram::{ClientSecret, ServerExchange, MECHANISM};
+use bypass_wire::scram::{constant_time_eq, ClientSecret, ServerExchange, MECHANISM};
 use bypass_wire::startup::{decode_startup, StartupParams};
 use bypass_wire::{auth_messages, md5, Authentication, BackendMessage, SqlState, StartupPacket, TransactionStatus};
 use rand::Rng;
-use tokio::io::AsyncWriteExt;
 
 use crate::auth_file::Secret;
 use crate::config::{AuthType, PoolMode};
 use crate::error::PoolerError;
+use crate::hba::HbaMethod;
 use crate::io::{body, read_message, read_some, ReadFailure};
 use crate::params::{tracked_index, ParamSet, TRACKED};
 use std::os::fd::AsRawFd;
@@ -62,15 +64,24 @@ pub async fn login(
     let Some(request) = read_startup(shared, client).await? else {
         return Ok(LoginOutcome::Cancelled);
     };
+    crate::tls::check_client(shared.tls.client.as_deref(), &client.stream)?;
     if over_limit {
         return Err(PoolerError::refused(
             SqlState::TOO_MANY_CONNECTIONS,
             "no more connections allowed (max_client_conn)",
         ));
     }
+    let live = shared.live();
+    let method = crate::hba::client_method(
+        live.hba.as_ref(),
+        live.settings.auth_type,
+        &client.stream,
+        &request.database,
+        &request.user,
+    )?;
     if crate::admin::is_console(&request.database) {
-        let access = crate::admin::access(&shared.live().settings, &request.user);
-        authenticate(shared, client, &request.user, None).await?;
+        let access = crate::admin::access(&live.settings, &request.user);
+        authenticate(shared, client, &request.user, None, method).await?;
         let access = access.ok_or_else(|| {
             PoolerError::refused(SqlState::INVALID_AUTHORIZATION_SPECIFICATION, "not allowed to use the admin console")
         })?;
@@ -79,7 +90,7 @@ pub async fn login(
         return Ok(LoginOutcome::Admin(crate::admin::Console::new(shared.clone(), access, registration)));
     }
     let mut pool = shared.pool_for(&request.database, &request.user)?;
-    authenticate(shared, client, &request.user, Some(&pool)).await?;
+    authenticate(shared, client, &request.user, Some(&pool), method).await?;
     let waiter = Waiter::new();
     let server = first_server(&mut pool, &waiter, shard).await?;
     let welcome = pool.welcome.get().cloned().unwrap_or_default();
@@ -102,10 +113,10 @@ fn register(shared: &Shared, client: &ClientSide, request: &StartupRequest) -> R
     let info = ClientInfo {
         user: request.user.clone(),
         database: request.database.clone(),
-        peer: client.stream.peer_addr().ok(),
-        local: client.stream.local_addr().ok(),
+        peer: client.stream.tcp().peer_addr().ok(),
+        local: client.stream.tcp().local_addr().ok(),
         connected_at: std::time::SystemTime::now(),
-        fd: client.stream.as_raw_fd(),
+        fd: client.stream.tcp().as_raw_fd(),
     };
     shared.cancel.register(info).ok_or_else(|| PoolerError::refused(SqlState::TOO_MANY_CONNECTIONS, "too many clients"))
 }
@@ -214,20 +225,33 @@ fn password_failed(user: &str) -> PoolerError {
     PoolerError::refused(SqlState::INVALID_PASSWORD, format!("password authentication failed for user \"{user}\""))
 }
 
-/// Proves the client's identity per `auth_type` and the user's stored secret.
-/// `pool` learns the client's SCRAM keys to log in to servers as that user (none for the console).
+/// Proves the client's identity per its method (hba file or `auth_type`) and stored secret.
+/// `pool` learns the client's SCRAM keys or MD5 hash to log in to servers as that user; the admin
+/// console has none (its users must be in the auth file).
 async fn authenticate(
     shared: &Shared,
     client: &mut ClientSide,
     user: &str,
     pool: Option<&Pool>,
+    method: HbaMethod,
 ) -> Result<(), PoolerError> {
-    let live = shared.live();
-    let auth_type = live.settings.auth_type;
-    if auth_type == AuthType::Trust {
-        return Ok(());
+    let auth_type = match method {
+        HbaMethod::Trust => return Ok(()),
+        HbaMethod::Cert => return crate::hba::check_certificate(&client.stream, user),
+        // client_method refuses `reject` before any pool exists; kept total for safety.
+        HbaMethod::Reject => {
+            return Err(PoolerError::refused(SqlState::INVALID_AUTHORIZATION_SPECIFICATION, "rejected by hba"))
+        }
+        HbaMethod::Md5 | HbaMethod::Password => AuthType::Md5,
+        HbaMethod::ScramSha256 => AuthType::ScramSha256,
+    };
+    let secret = match pool {
+        Some(pool) => crate::auth_query::secret_for(shared, pool, user).await?,
+        None => shared.live().auth.get(user).cloned().ok_or_else(|| password_failed(user))?,
+    };
+    if method == HbaMethod::Password {
+        return cleartext_exchange(shared, client, user, &secret, pool).await;
     }
-    let secret = live.auth.get(user).cloned().ok_or_else(|| password_failed(user))?;
     match (&secret, auth_type) {
         (Secret::Scram(verifier), _) | (Secret::Plain { verifier, .. }, AuthType::ScramSha256) => {
             let client_key = scram_exchange(shared, client, user, verifier).await?;
@@ -239,10 +263,53 @@ async fn authenticate(
         (Secret::Plain { password, .. }, AuthType::Md5) => {
             md5_exchange(shared, client, user, &md5::stored_hash(user.as_bytes(), password.as_bytes())).await
         }
-        (Secret::Md5(stored), AuthType::Md5) => md5_exchange(shared, client, user, stored).await,
+        (Secret::Md5(stored), AuthType::Md5) => {
+            md5_exchange(shared, client, user, stored).await?;
+            if let Some(pool) = pool {
+                pool.learn_md5_hash(stored);
+            }
+            Ok(())
+        }
         // An MD5 hash cannot answer SCRAM: refuse as a wrong password would be.
         (Secret::Md5(_), _) | (Secret::Plain { .. }, AuthType::Trust) => Err(password_failed(user)),
     }
+}
+
+/// hba `password`: the client sends its password in clear (over TLS, one hopes); it is checked
+/// against whatever form the secret is stored in.
+async fn cleartext_exchange(
+    shared: &Shared,
+    client: &mut ClientSide,
+    user: &str,
+    secret: &Secret,
+    pool: Option<&Pool>,
+) -> Result<(), PoolerError> {
+    client.out.clear();
+    build::authentication(&mut client.out, &Authentication::CleartextPassword);
+    client.flush().await?;
+    let body = client.read_password_message(shared.live().settings.message_size_max).await?;
+    let password = auth_messages::decode_password(&body).map_err(PoolerError::ClientProtocol)?;
+    let correct = match secret {
+        Secret::Plain { password: stored, .. } => constant_time_eq(stored.as_bytes(), password),
+        Secret::Md5(stored) => {
+            constant_time_eq(md5::stored_hash(user.as_bytes(), password).as_bytes(), stored.as_bytes())
+        }
+        Secret::Scram(verifier) => {
+            let candidate = bypass_wire::scram::Verifier::from_password_and_salt(
+                password,
+                verifier.salt.clone(),
+                verifier.iterations,
+            );
+            constant_time_eq(&candidate.stored_key, &verifier.stored_key)
+        }
+    };
+    if !correct {
+        return Err(password_failed(user));
+    }
+    if let Some(pool) = pool {
+        pool.learn_password(&String::from_utf8_lossy(password));
+    }
+    Ok(())
 }
 
 async fn md5_exchange(shared: &Shared, client: &mut ClientSide, user: &str, stored: &str) -> Result<(), PoolerError> {

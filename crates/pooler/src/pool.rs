@@ -283,7 +283,15 @@ pub struct Pool {
 /// Counts one server connection in its pool and database; dropping it frees the slot.
 pub struct Lease {
     pool: Weak<Pool>,
-    database: Arc<DatabaseLimit>,
+    /// `None` for a connection outside every pool (see [`Lease::detached`]).
+    database: Option<Arc<DatabaseLimit>>,
+}
+
+impl Lease {
+    /// A lease of no pool, for a connection the pooler opens for itself (auth_query).
+    pub fn detached() -> Lease {
+        Lease { pool: Weak::new(), database: None }
+    }
 }
 
 impl Drop for Lease {
@@ -291,7 +299,11 @@ impl Drop for Lease {
         match self.pool.upgrade() {
             Some(pool) => pool.slot_freed(),
             // The pool is gone (replaced by a reload and left by its last client).
-            None => self.database.give_back(),
+            None => {
+                if let Some(database) = &self.database {
+                    database.give_back();
+                }
+            }
         }
     }
 }
@@ -453,7 +465,7 @@ impl Pool {
     }
 
     fn lease(&self) -> Lease {
-        Lease { pool: self.myself.clone(), database: self.database.clone() }
+        Lease { pool: self.myself.clone(), database: Some(self.database.clone()) }
     }
 
     /// Called when a server of this pool is closed: hands its slot to a waiter, here or in a
@@ -550,7 +562,7 @@ impl Pool {
     pub fn is(&self, identity: &PoolIdentity) -> bool {
         let credential = self.credential.read().unwrap_or_else(|p| p.into_inner());
         self.key == identity.key
-            && self.target == identity.target
+            && self.target.same_backend(&identity.target)
             && self.settings == identity.settings
             && credential.same_source(&identity.credential)
     }

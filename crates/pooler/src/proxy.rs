@@ -241,8 +241,9 @@ fn admit(shard: usize, shared: &Arc<Shared>, stream: TcpStream) {
     let connected = shared.client_connections.fetch_add(1, Ordering::AcqRel);
     let over_limit = connected >= shared.live().settings.max_client_conn;
     tokio::spawn(async move {
-        let client = ClientSide::new(stream);
-        run_client(&shared, client, over_limit, shard).await;
+        if let Some(client) = crate::tls::accept_within_login_timeout(&shared, stream).await {
+            run_client(&shared, client, over_limit, shard).await;
+        }
         shared.client_connections.fetch_sub(1, Ordering::AcqRel);
     });
 }

@@ -19,6 +19,7 @@ use crate::io::{body, read_message, tune, ReadFailure};
 use crate::params::ParamSet;
 use crate::pool::Lease;
 use crate::prepared::{ResponsePlan, ServerStatements};
+use crate::stream::Stream;
 
 /// Bytes of a server connection's read buffer: results stream through it.
 pub const SERVER_BUFFER_BYTES: usize = 64 * 1024;
@@ -52,11 +53,25 @@ impl Credential {
 }
 
 /// Where and as whom a pool logs in.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct LoginTarget {
     pub address: SocketAddr,
     pub dbname: String,
     pub user: String,
+    /// The configured host name: what `server_tls_sslmode = verify-full` checks.
+    pub host: String,
+    /// TLS towards this server, `None` when disabled.
+    pub tls: Option<Arc<crate::tls::ServerTls>>,
+}
+
+impl LoginTarget {
+    /// Same server, database and user (TLS settings are fixed for the process's life).
+    pub fn same_backend(&self, other: &LoginTarget) -> bool {
+        self.address == other.address
+            && self.dbname == other.dbname
+            && self.user == other.user
+            && self.host == other.host
+    }
 }
 
 /// A server's cancel key.
@@ -96,7 +111,7 @@ pub struct Welcome {
 
 /// A logged-in server connection, owned by a pool or by the client using it.
 pub struct ServerConn {
-    pub stream: TcpStream,
+    pub stream: Stream,
     pub buffer: Buffer,
     pub scanner: Scanner,
     pub key: BackendKey,
@@ -134,6 +149,7 @@ impl ServerConn {
             .await
             .map_err(|source| PoolerError::ServerConnect { address: target.address.to_string(), source })?;
         tune(&stream);
+        let stream = crate::tls::connect_server(target.tls.as_deref(), stream, &target.host).await?;
         let now = Instant::now();
         // Boxed once per connection: pools, grants and links then move a pointer, not 300+ bytes.
         let mut server = Box::new(ServerConn {
@@ -274,13 +290,7 @@ impl ServerConn {
             scratch,
             session_dirty,
         } = *self;
-        let stream = stream.into_std()?;
-        match stream.peek(&mut [0u8; 1]) {
-            Err(error) if error.kind() == io::ErrorKind::WouldBlock => {}
-            _ => return Err(io::Error::new(io::ErrorKind::ConnectionAborted, "server closed or spoke while idle")),
-        }
-        let stream = TcpStream::from_std(stream)?;
-
+        let stream = stream.rehome()?;
         let server = ServerConn {
             stream,
             buffer,

@@ -17,7 +17,6 @@ use std::time::{Duration, Instant};
 use bypass_wire::backend::build;
 use bypass_wire::frame::{Scanner, Step};
 use bypass_wire::Severity;
-use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 use crate::buffer::Buffer;
@@ -31,13 +30,14 @@ use crate::prepared::ClientStatements;
 use crate::relay::{relay, LinkEnd, Linked, RelayContext, RelayLimits};
 use crate::server::ServerConn;
 use crate::shared::Shared;
+use crate::stream::Stream;
 
 /// Bytes of a client's read buffer. Larger client messages stream through in pieces.
 pub const CLIENT_BUFFER_BYTES: usize = 16 * 1024;
 
 /// The client's socket, its read buffer and framing state, and a scratch buffer for replies.
 pub struct ClientSide {
-    pub stream: TcpStream,
+    pub stream: Stream,
     pub buffer: Buffer,
     pub scanner: Scanner,
     pub out: Vec<u8>,
@@ -45,6 +45,11 @@ pub struct ClientSide {
 
 impl ClientSide {
     pub fn new(stream: TcpStream) -> Self {
+        Self::over(Stream::Plain(stream))
+    }
+
+    /// A client on an already negotiated connection (plaintext or TLS).
+    pub fn over(stream: Stream) -> Self {
         ClientSide {
             stream,
             buffer: Buffer::with_capacity(CLIENT_BUFFER_BYTES),

@@ -28,6 +28,8 @@ pub struct Live {
     pub settings: PoolerSettings,
     pub databases: BTreeMap<String, DatabaseEntry>,
     pub auth: AuthFile,
+    /// Client access rules from `auth_hba_file`.
+    pub hba: Option<crate::hba::Hba>,
 }
 
 /// How the process should stop, when asked by the admin console.
@@ -62,6 +64,10 @@ pub struct Shared {
     pools: Mutex<HashMap<PoolKey, Arc<Pool>>>,
     limits: Mutex<HashMap<String, Arc<DatabaseLimit>>>,
     stop: watch::Sender<Option<StopRequest>>,
+    /// TLS of both sides (`None` where disabled); read at start only.
+    pub tls: crate::tls::TlsContexts,
+    /// Secrets recently found with `auth_query`.
+    pub auth_cache: crate::auth_query::AuthCache,
 }
 
 /// A point-in-time summary for the status line.
@@ -82,7 +88,8 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 impl Shared {
     pub fn new(config: ValidConfig) -> Arc<Self> {
-        let live = Live { settings: config.config.pooler, databases: config.config.databases, auth: config.auth };
+        let ValidConfig { config: parsed, auth, tls, hba, .. } = config;
+        let live = Live { settings: parsed.pooler, databases: parsed.databases, auth, hba };
         Arc::new(Shared {
             live: RwLock::new(Arc::new(live)),
             config_path: Mutex::new(None),
@@ -92,6 +99,8 @@ impl Shared {
             pools: Mutex::new(HashMap::new()),
             limits: Mutex::new(HashMap::new()),
             stop: watch::channel(None).0,
+            tls,
+            auth_cache: crate::auth_query::AuthCache::default(),
         })
     }
 
@@ -110,7 +119,7 @@ impl Shared {
         let entry = live.databases.get(database).or_else(|| live.databases.get("*")).ok_or_else(|| {
             PoolerError::refused(SqlState::INVALID_CATALOG_NAME, format!("no such database: {database}"))
         })?;
-        let identity = identity(&live, key.clone(), entry)?;
+        let identity = identity(&live, &self.tls, key.clone(), entry)?;
         let limit = self.database_limit(&live.settings, database, entry);
         let mut pools = lock(&self.pools);
         if pools.len() >= POOLS_MAX {
@@ -141,8 +150,8 @@ impl Shared {
     /// timeouts at once, pools whose backend changed are replaced (clients move over at their
     /// next transaction), new databases and users work at the next login.
     pub fn reload(&self, config: ValidConfig) -> ReloadReport {
-        let ValidConfig { config, auth, .. } = config;
-        let live = Arc::new(Live { settings: config.pooler, databases: config.databases, auth });
+        let ValidConfig { config, auth, hba, .. } = config;
+        let live = Arc::new(Live { settings: config.pooler, databases: config.databases, auth, hba });
         let mut report = ReloadReport {
             needs_restart: restart_only_changes(&self.live().settings, &live.settings),
             ..ReloadReport::default()
@@ -157,7 +166,7 @@ impl Shared {
         let keys: Vec<PoolKey> = pools.keys().cloned().collect();
         for key in keys {
             let entry = live.databases.get(&key.database).or_else(|| live.databases.get("*"));
-            let identity = entry.map(|entry| identity(&live, key.clone(), entry));
+            let identity = entry.map(|entry| identity(&live, &self.tls, key.clone(), entry));
             let (Some(entry), Some(Ok(identity))) = (entry, identity) else {
                 pools.remove(&key);
                 report.dropped_pools += 1;
@@ -241,11 +250,27 @@ fn restart_only_changes(old: &PoolerSettings, new: &PoolerSettings) -> Vec<Strin
     check("workers", old.workers != new.workers);
     check("listen_backlog", old.listen_backlog != new.listen_backlog);
     check("metrics_addr", old.metrics_addr != new.metrics_addr);
+    let tls_files = [
+        old.client_tls_cert_file != new.client_tls_cert_file,
+        old.client_tls_key_file != new.client_tls_key_file,
+        old.client_tls_ca_file != new.client_tls_ca_file,
+        old.server_tls_ca_file != new.server_tls_ca_file,
+        old.server_tls_cert_file != new.server_tls_cert_file,
+        old.server_tls_key_file != new.server_tls_key_file,
+    ];
+    check("client_tls_*/server_tls_* files", tls_files.contains(&true));
+    check("client_tls_sslmode", old.client_tls_sslmode != new.client_tls_sslmode);
+    check("server_tls_sslmode", old.server_tls_sslmode != new.server_tls_sslmode);
     changed
 }
 
 /// What a pool for `key` under `entry` is: backend address, database, user, credential, mode.
-fn identity(live: &Live, key: PoolKey, entry: &DatabaseEntry) -> Result<PoolIdentity, PoolerError> {
+fn identity(
+    live: &Live,
+    tls: &crate::tls::TlsContexts,
+    key: PoolKey,
+    entry: &DatabaseEntry,
+) -> Result<PoolIdentity, PoolerError> {
     let address = resolve(&entry.host, entry.port).ok_or_else(|| PoolerError::ServerConnect {
         address: format!("{}:{}", entry.host, entry.port),
         source: std::io::Error::new(std::io::ErrorKind::NotFound, "host name does not resolve"),
@@ -254,6 +279,8 @@ fn identity(live: &Live, key: PoolKey, entry: &DatabaseEntry) -> Result<PoolIden
         address,
         dbname: entry.backend_dbname(&key.database).to_owned(),
         user: entry.user.clone().unwrap_or_else(|| key.user.clone()),
+        host: entry.host.clone(),
+        tls: tls.server.clone(),
     };
     let credential = credential(&live.auth, entry, &target.user);
     Ok(PoolIdentity { key, target, settings: pool_settings(&live.settings, entry), credential })

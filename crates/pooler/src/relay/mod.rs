@@ -20,7 +20,6 @@ use std::time::{Duration, Instant};
 
 use bypass_wire::frame::{Header, Step};
 use bypass_wire::{BackendMessage, TransactionStatus, WireError, HEADER_LEN};
-use tokio::io::AsyncWriteExt;
 
 use crate::config::SessionStatePolicy;
 use crate::error::{PoolerError, TimeoutKind};

@@ -3,6 +3,8 @@
 //! pgbench, raw TCP).
 #![allow(dead_code)] // Each test binary uses a different subset.
 
+pub mod certs;
+
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::process::{Command, Output};
