@@ -271,6 +271,7 @@ fn import_once(state: &TcpState) -> Result<(OwnedFd, usize)> {
     set_int(raw, TCP_REPAIR_QUEUE, TCP_RECV_QUEUE, "select receive queue")?;
     send_all(raw, &state.recv_queue, "restore receive queue")?;
     let sent_len = state.send_queue.len() - state.unsent as usize;
+    make_room_for_send_queue(raw, state.send_queue.len())?;
     set_int(raw, TCP_REPAIR_QUEUE, TCP_SEND_QUEUE, "select send queue")?;
     send_all(raw, &state.send_queue[..sent_len], "restore send queue")?;
     set_struct(raw, TCP_REPAIR_WINDOW, &state.window, "TCP_REPAIR_WINDOW")?;
@@ -279,6 +280,31 @@ fn import_once(state: &TcpState) -> Result<(OwnedFd, usize)> {
     set_nonblocking(raw)?;
     let sent = send_some(raw, &state.send_queue[sent_len..], "send never-sent bytes")?;
     Ok((fd, sent))
+}
+
+/// Send queues up to this size fit a new socket's send buffer as the kernel sizes it.
+const SEND_QUEUE_AUTOTUNED_BYTES: usize = 64 * 1024;
+/// Send buffer of a socket imported with a larger queue: the kernel's default autotuning
+/// ceiling (`tcp_wmem` max), so the fixed size costs no throughput.
+const SEND_BUFFER_LARGE_BYTES: usize = 4 * 1024 * 1024;
+
+/// Restored bytes count against the send buffer, and a repair-mode send that finds it full
+/// waits for acknowledgements that cannot come (nothing is transmitted in repair mode): size
+/// the buffer for the whole queue first. This fixes the size (no autotuning), so only when
+/// needed.
+fn make_room_for_send_queue(fd: RawFd, queue_len: usize) -> Result<()> {
+    if queue_len <= SEND_QUEUE_AUTOTUNED_BYTES {
+        return Ok(());
+    }
+    let bytes = (2 * queue_len + REPAIR_CHUNK_BYTES).max(SEND_BUFFER_LARGE_BYTES);
+    let value = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
+    let len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: the pointer and length describe `value`, alive across the call. SO_SNDBUFFORCE
+    // (CAP_NET_ADMIN, which repair needs anyway) is not capped by net.core.wmem_max.
+    let status = unsafe {
+        libc::setsockopt(fd, libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, (&value as *const libc::c_int).cast(), len)
+    };
+    check(status, "SO_SNDBUFFORCE")
 }
 
 fn set_nonblocking(fd: RawFd) -> Result<()> {

@@ -288,3 +288,44 @@ fn on_demand_hand_overs_mid_answer_are_byte_exact_without_resets() -> anyhow::Re
     assert_eq!(resets - resets_before, 0, "TCP resets were sent");
     Ok(())
 }
+
+// Goal: connections move with megabytes unacknowledged in both directions (state frames larger
+// than the link buffers, large repair-mode queue restores), byte-exact and without resets.
+// Method: hybrid with a 256 KB threshold and no drain wait at dispatcher or agents, so every
+// move exports right after writing; 2 connections alternate 4 MB and 64 KB answers.
+#[test]
+fn connections_move_with_megabytes_unacknowledged() -> anyhow::Result<()> {
+    use bypass_dispatch::payload::{query, Verifier};
+    let cluster = LabCluster::start_tuned("hm", Policy::Hybrid, 256 * 1024, &["be1", "be2"], |agent, dispatcher| {
+        agent.drain_wait_ms = 0;
+        agent.handback_wait_ms = 0;
+        dispatcher.drain_wait_ms = 0;
+    })?;
+    let (resets_before, _) = common::resets(&cluster.lab)?;
+    let service = cluster.service();
+    let mut threads = Vec::new();
+    for client in cluster.lab.clients() {
+        threads.push(bypass_dispatch::netns::spawn_in(&client.namespace, "unacknowledged", move || {
+            let mut connection = bypass_dispatch::pgclient::PgConnection::connect(
+                service,
+                LoginRequest::trust("postgres", "postgres"),
+                Duration::from_secs(30),
+            )?;
+            for round in 0..6u64 {
+                for (seed, size) in [(round * 2 + 1, 4u64 << 20), (round * 2 + 2, 64 << 10)] {
+                    connection.send_query(&query(seed, size))?;
+                    connection.read_payload(&mut Verifier::new(seed, seed, size))?;
+                }
+            }
+            Ok(())
+        })?);
+    }
+    for thread in threads {
+        thread.join().expect("client thread")?;
+    }
+    assert!(cluster.stat(|s| &s.handovers) >= 12, "hand-overs: {}", cluster.stat(|s| &s.handovers));
+    assert_eq!(cluster.stat(|s| &s.lost_while_away), 0);
+    let (resets, _) = common::resets(&cluster.lab)?;
+    assert_eq!(resets - resets_before, 0, "TCP resets were sent");
+    Ok(())
+}

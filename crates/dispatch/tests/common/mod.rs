@@ -102,15 +102,26 @@ impl LabCluster {
         handover_min_bytes: u64,
         replicas: &[&str],
     ) -> anyhow::Result<LabCluster> {
+        LabCluster::start_tuned(tag, policy, handover_min_bytes, replicas, |_, _| {})
+    }
+
+    /// [`LabCluster::start_with`], with agent and dispatcher settings adjusted by `tune`.
+    pub fn start_tuned(
+        tag: &str,
+        policy: Policy,
+        handover_min_bytes: u64,
+        replicas: &[&str],
+        tune: impl Fn(&mut AgentConfig, &mut bypass_dispatch::config::DispatcherSettings),
+    ) -> anyhow::Result<LabCluster> {
         trace();
         let lab = Lab::up_owned(LabSpec { name: unique_lab_name(tag), ..LabSpec::default() })?;
         let mut postgres = Vec::new();
         let mut agents = Vec::new();
         for backend in lab.backends() {
             postgres.push(LabPostgres::start(&backend.namespace, backend.address, None)?);
-            let config =
-                AgentConfig { listen_addr: format!("0.0.0.0:{AGENT_PORT}"), ..AgentConfig::default() }.validate()?;
-            agents.push(bypass_dispatch::agent::start(config, Some(backend.namespace.clone()))?);
+            let mut config = AgentConfig { listen_addr: format!("0.0.0.0:{AGENT_PORT}"), ..AgentConfig::default() };
+            tune(&mut config, &mut DispatcherConfig::default().dispatcher);
+            agents.push(bypass_dispatch::agent::start(config.validate()?, Some(backend.namespace.clone()))?);
         }
         let mut config = DispatcherConfig::default();
         let settings = &mut config.dispatcher;
@@ -129,6 +140,7 @@ impl LabCluster {
         }
         let replicas = replicas.iter().map(|r| r.to_string()).collect();
         config.databases.insert("*".into(), DatabaseEntry { primary: "be1".into(), replicas });
+        tune(&mut AgentConfig::default(), &mut config.dispatcher);
         let dispatcher = bypass_dispatch::dispatcher::start(config.validate()?, Some(lab.dispatcher().namespace))?;
         Ok(LabCluster { dispatcher, agents, postgres, lab })
     }
