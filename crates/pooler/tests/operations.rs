@@ -262,10 +262,11 @@ fn reload_grows_a_pool_under_load_and_rejects_a_bad_file() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn reload_adds_databases_and_users_and_moves_clients_to_a_new_backend_name() {
-    // Goal: new users work after RELOAD without a restart, and a changed backend database moves
-    // connected clients at their next transaction. Method: md5 auth; a user is added to the auth
-    // file and the `postgres` entry is pointed at `template1`; after RELOAD a client connected
-    // before sees current_database() = template1 and the new user logs in.
+    // Goal: new users and databases work after RELOAD without a restart, and a changed backend
+    // database moves connected clients at their next transaction. Method: md5 auth; a user is
+    // added to the auth file, a database `fresh` is added and the `postgres` entry is pointed at
+    // `template1`; after RELOAD a client connected before sees current_database() = template1,
+    // and the new user logs in to both databases.
     let postgres = postgres();
     postgres.psql("create role newbie login password 'fresh'").expect("role");
     let folder = tempfile::tempdir().expect("tempdir");
@@ -281,12 +282,19 @@ async fn reload_adds_databases_and_users_and_moves_clients_to_a_new_backend_name
     let text = std::fs::read_to_string(&path)
         .expect("read")
         .replace("[databases.postgres]", "[databases.postgres]\ndbname = \"template1\"");
+    let text =
+        format!("{text}\n[databases.fresh]\nport = {}\ndbname = \"postgres\"\nuser = \"postgres\"\n", postgres.port());
     std::fs::write(&path, text).expect("write");
     let admin = console_with(pooler.port, "postgres", Some("secret")).await.expect("console login");
     admin.simple_query("RELOAD").await.expect("RELOAD");
     assert_eq!(database(client.query_one("select current_database()", &[]).await.expect("q")), "template1");
     let newbie = connect(pooler.port, "newbie", Some("fresh")).await.expect("the new user logs in");
     newbie.simple_query("select 1").await.expect("new user's query");
+    let mut config = tokio_postgres::Config::new();
+    config.host("127.0.0.1").port(pooler.port).user("newbie").password("fresh").dbname("fresh");
+    let (fresh, connection) = config.connect(NoTls).await.expect("the new database is served");
+    tokio::spawn(connection);
+    assert_eq!(database(fresh.query_one("select current_database()", &[]).await.expect("q")), "postgres");
 }
 
 #[test]
