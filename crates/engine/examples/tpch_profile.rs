@@ -20,6 +20,9 @@ fn main() -> anyhow::Result<()> {
     tpch::load(&engine, sf)?;
     eprintln!("loaded");
     let sql = tpch::query(query).ok_or_else(|| anyhow::anyhow!("unsupported query"))?;
+    for row in engine.query(&format!("explain {sql}"))?.rows() {
+        eprintln!("{}", row.iter().map(ToString::to_string).collect::<Vec<_>>().join(" "));
+    }
     let started = std::time::Instant::now();
     for _ in 0..repeats {
         engine.query(sql)?;

@@ -29,7 +29,9 @@ pub struct ColumnDef {
 #[derive(Debug, Default, Clone)]
 pub struct Dictionary {
     values: Vec<Box<str>>,
-    index: HashMap<Box<str>, u32>,
+    // hashbrown's default hasher (foldhash), not std's SipHash: interning is on the load path
+    // and the hot path of text join/group keys, and the input is not adversarial.
+    index: hashbrown::HashMap<Box<str>, u32>,
 }
 
 impl Dictionary {

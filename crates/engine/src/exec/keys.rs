@@ -1,11 +1,14 @@
 //! Key normalization for hash tables: every key column becomes one `u64` word per row.
 //!
-//! Integers, dates and decimals are their value, floats their bits, text a code from a
-//! per-operator interner shared by all workers (so equal strings from different dictionaries
-//! get equal words). Aggregates add one word with a null bitmap; joins skip null keys.
+//! Integers, dates and decimals are their value, floats their bits. Text is a code: the first
+//! dictionary a key column meets is *adopted* and its codes are used as they are (every chunk
+//! of a table column shares one dictionary, so the common case costs nothing); strings from
+//! any other dictionary are looked up in the adopted one, and strings it lacks get codes after
+//! its last, from a per-operator interner shared by all workers, so equal strings always get
+//! equal words. Aggregates add one word with a null bitmap; joins skip null keys.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::storage::Dictionary;
 use crate::types::DataType;
@@ -23,9 +26,11 @@ pub fn hash_words(words: &[u64]) -> u64 {
     hash ^ (hash >> 32)
 }
 
-/// Shared text interners, one per key column (None for non-text keys).
+/// Per key column: the adopted dictionary and the interner of strings it lacks (None for
+/// non-text keys).
 pub struct KeyEncoder {
     pub types: Vec<DataType>,
+    adopted: Vec<OnceLock<Arc<Dictionary>>>,
     interners: Vec<Option<Mutex<Dictionary>>>,
 }
 
@@ -44,7 +49,8 @@ const UNTRANSLATED: u32 = u32::MAX;
 impl KeyEncoder {
     pub fn new(types: Vec<DataType>) -> KeyEncoder {
         let interners = types.iter().map(|t| (*t == DataType::Text).then(|| Mutex::new(Dictionary::new()))).collect();
-        KeyEncoder { types, interners }
+        let adopted = types.iter().map(|_| OnceLock::new()).collect();
+        KeyEncoder { types, adopted, interners }
     }
 
     /// Appends `keys.len()` words per row (plus a null bitmap word when `null_word`) to `out`;
@@ -72,9 +78,14 @@ impl KeyEncoder {
                 Data::I64(v) => v.iter().enumerate().for_each(|(r, &x)| out[slot(r)] = x as u64),
                 Data::F64(v) => v.iter().enumerate().for_each(|(r, &x)| out[slot(r)] = (x + 0.0).to_bits()),
                 Data::Text(codes, dictionary) => {
-                    let translation = self.translation(cache, k, dictionary);
-                    for (r, &code) in codes.iter().enumerate() {
-                        out[slot(r)] = u64::from(self.translate(k, translation, dictionary, code));
+                    let adopted = self.adopted[k].get_or_init(|| Arc::clone(dictionary));
+                    if Arc::ptr_eq(adopted, dictionary) {
+                        codes.iter().enumerate().for_each(|(r, &code)| out[slot(r)] = u64::from(code));
+                    } else {
+                        let translation = self.translation(cache, k, dictionary);
+                        for (r, &code) in codes.iter().enumerate() {
+                            out[slot(r)] = u64::from(self.translate(k, adopted, translation, dictionary, code));
+                        }
                     }
                 }
             }
@@ -104,13 +115,44 @@ impl KeyEncoder {
         &mut entry.1
     }
 
-    fn translate(&self, key: usize, translation: &mut [u32], dictionary: &Dictionary, code: u32) -> u32 {
+    /// The word of `dictionary`'s `code`: its code in the adopted dictionary, else one past
+    /// the adopted codes from the interner.
+    fn translate(
+        &self,
+        key: usize,
+        adopted: &Dictionary,
+        translation: &mut [u32],
+        dictionary: &Dictionary,
+        code: u32,
+    ) -> u32 {
         let slot = &mut translation[code as usize];
         if *slot == UNTRANSLATED {
-            let interner = self.interners[key].as_ref().expect("text keys have an interner");
-            *slot = interner.lock().unwrap_or_else(|p| p.into_inner()).intern(dictionary.get(code));
+            let text = dictionary.get(code);
+            *slot = adopted.code_of(text).unwrap_or_else(|| {
+                let interner = self.interners[key].as_ref().expect("text keys have an interner");
+                let extra = interner.lock().unwrap_or_else(|p| p.into_inner()).intern(text);
+                u32::try_from(adopted.len()).expect("dictionary sizes fit u32") + extra
+            });
         }
         *slot
+    }
+
+    /// The dictionary that decodes key column `key`'s words: the adopted one (shared, no
+    /// copy) when no other strings were met, else a copy extended by the interned strings.
+    fn output_dictionary(&self, key: usize) -> Arc<Dictionary> {
+        let interner = self.interners[key].as_ref().expect("text keys have an interner");
+        let extra = interner.lock().unwrap_or_else(|p| p.into_inner());
+        match self.adopted[key].get() {
+            Some(adopted) if extra.is_empty() => Arc::clone(adopted),
+            Some(adopted) => {
+                let mut combined = Dictionary::clone(adopted);
+                extra.values().iter().for_each(|text| {
+                    combined.intern(text);
+                });
+                Arc::new(combined)
+            }
+            None => Arc::new(extra.clone()),
+        }
     }
 
     /// Key column `key` of the given groups' words, as a vector (aggregate output).
@@ -123,14 +165,43 @@ impl KeyEncoder {
             DataType::Int32 | DataType::Date => Data::I32(column.map(|w| w as i64 as i32).collect()),
             DataType::Int64 | DataType::Decimal { .. } => Data::I64(column.map(|w| w as i64).collect()),
             DataType::Float64 => Data::F64(column.map(f64::from_bits).collect()),
-            DataType::Text => {
-                let interner = self.interners[key].as_ref().expect("text keys have an interner");
-                let dictionary = interner.lock().unwrap_or_else(|p| p.into_inner()).clone();
-                Data::Text(column.map(|w| w as u32).collect(), Arc::new(dictionary))
-            }
+            DataType::Text => Data::Text(column.map(|w| w as u32).collect(), self.output_dictionary(key)),
         };
         let validity =
             null_word.then(|| (0..rows).map(|r| words[r * width + width - 1] & (1 << (key % 64)) == 0).collect());
         Vector { data_type, data, validity }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text_vector(dictionary: &Arc<Dictionary>, codes: Vec<u32>) -> Vector {
+        Vector { data_type: DataType::Text, data: Data::Text(codes, Arc::clone(dictionary)), validity: None }
+    }
+
+    // Goal: equal strings get equal key words whichever dictionary they come from, and words
+    // decode back to the right strings. Method: an adopted dictionary and a foreign one that
+    // shares one string and adds another; encode both, compare words, decode.
+    #[test]
+    fn text_keys_from_different_dictionaries_agree() {
+        let mut first = Dictionary::new();
+        let (apple, pear) = (first.intern("apple"), first.intern("pear"));
+        let mut second = Dictionary::new();
+        let (kiwi, pear_again) = (second.intern("kiwi"), second.intern("pear"));
+        let (first, second) = (Arc::new(first), Arc::new(second));
+        let encoder = KeyEncoder::new(vec![DataType::Text]);
+        let mut cache = KeyCache::default();
+        let mut words = Vec::new();
+        encoder.encode(&mut cache, &[text_vector(&first, vec![apple, pear])], 2, false, &mut words);
+        encoder.encode(&mut cache, &[text_vector(&second, vec![pear_again, kiwi])], 2, false, &mut words);
+        assert_eq!(words[1], words[2], "pear has one word");
+        assert_ne!(words[3], words[0], "kiwi is not apple");
+        assert_ne!(words[3], words[1], "kiwi is not pear");
+        let decoded = encoder.decode(0, 1, &words, false);
+        let Data::Text(codes, dictionary) = &decoded.data else { panic!("text decodes to text") };
+        let strings: Vec<&str> = codes.iter().map(|&c| dictionary.get(c)).collect();
+        assert_eq!(strings, ["apple", "pear", "pear", "kiwi"]);
     }
 }
