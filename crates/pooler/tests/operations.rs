@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use bypass_pooler::config::PoolMode;
 use common::*;
-use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
+use tokio_postgres::{Client, SimpleQueryMessage};
 
 /// Connects tokio-postgres to the admin console.
 async fn console(port: u16, user: &str) -> Result<Client, tokio_postgres::Error> {
@@ -16,16 +16,7 @@ async fn console(port: u16, user: &str) -> Result<Client, tokio_postgres::Error>
 }
 
 async fn console_with(port: u16, user: &str, password: Option<&str>) -> Result<Client, tokio_postgres::Error> {
-    let mut config = tokio_postgres::Config::new();
-    config.host("127.0.0.1").port(port).user(user).dbname("bypass").connect_timeout(Duration::from_secs(20));
-    if let Some(password) = password {
-        config.password(password);
-    }
-    let (client, connection) = config.connect(NoTls).await?;
-    tokio::spawn(async move {
-        let _ = connection.await;
-    });
-    Ok(client)
+    connect_db(port, user, password, "bypass").await
 }
 
 /// Rows of a console command as (column → value) lists.
@@ -290,10 +281,7 @@ async fn reload_adds_databases_and_users_and_moves_clients_to_a_new_backend_name
     assert_eq!(database(client.query_one("select current_database()", &[]).await.expect("q")), "template1");
     let newbie = connect(pooler.port, "newbie", Some("fresh")).await.expect("the new user logs in");
     newbie.simple_query("select 1").await.expect("new user's query");
-    let mut config = tokio_postgres::Config::new();
-    config.host("127.0.0.1").port(pooler.port).user("newbie").password("fresh").dbname("fresh");
-    let (fresh, connection) = config.connect(NoTls).await.expect("the new database is served");
-    tokio::spawn(connection);
+    let fresh = connect_db(pooler.port, "newbie", Some("fresh"), "fresh").await.expect("the new database is served");
     assert_eq!(database(fresh.query_one("select current_database()", &[]).await.expect("q")), "postgres");
 }
 

@@ -81,8 +81,18 @@ pub const BOTH_MODES: [PoolMode; 2] = [PoolMode::Session, PoolMode::Transaction]
 
 /// Connects with tokio-postgres and drives the connection in the background.
 pub async fn connect(port: u16, user: &str, password: Option<&str>) -> Result<Client, tokio_postgres::Error> {
+    connect_db(port, user, password, "postgres").await
+}
+
+/// [`connect`] to another database (the admin console is `bypass`).
+pub async fn connect_db(
+    port: u16,
+    user: &str,
+    password: Option<&str>,
+    database: &str,
+) -> Result<Client, tokio_postgres::Error> {
     let mut config = tokio_postgres::Config::new();
-    config.host("127.0.0.1").port(port).user(user).dbname("postgres").connect_timeout(Duration::from_secs(30));
+    config.host("127.0.0.1").port(port).user(user).dbname(database).connect_timeout(Duration::from_secs(30));
     if let Some(password) = password {
         config.password(password);
     }
