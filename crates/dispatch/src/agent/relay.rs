@@ -278,6 +278,9 @@ impl<'a> LinkSession<'a> {
                 tracing::warn!(segments, ?received, "gave up waiting for segments on their way after the block");
             }
         }
+        if handover::tcp_state(client.as_raw_fd()).ok() == Some(handover::TCP_STATE_CLOSE_WAIT) {
+            return self.close_after_block(client, status).await;
+        }
         // Closed still in repair mode: neither FIN nor RST reaches the client.
         let state = handover::export_tokio(client);
         let mut encoded = Vec::new();
@@ -287,6 +290,20 @@ impl<'a> LinkSession<'a> {
         let answer_bytes = self.answer_bytes;
         self.send_control(&Control::Returned { status, answer_bytes, state: &encoded }).await?;
         state.map(|_| ())
+    }
+
+    /// The client closed its side after `client_is_leaving` looked and before the block (its FIN
+    /// is among the settled segments): a closing connection cannot be exported. Tell the
+    /// dispatcher (stateless Returned), wait until the switch steers the flow here again, finish
+    /// the goodbye, and confirm. Closing while blocked would send our FIN, drop the client's
+    /// ACK at the switch, and let the retransmissions' ACKs reach the dispatcher, which resets.
+    async fn close_after_block(&mut self, client: TcpStream, status: TransactionStatus) -> Result<()> {
+        tracing::debug!("the client closed during the hand-back; closing here");
+        let answer_bytes = self.answer_bytes;
+        self.send_control(&Control::Returned { status, answer_bytes, state: &[] }).await?;
+        self.wait_for("Steered", |control| matches!(control, Control::Steered).then_some(())).await?;
+        close_gracefully(client).await;
+        self.send_control(&Control::Returned { status, answer_bytes, state: &[] }).await
     }
 
     /// Reads the next frame from the dispatcher, which must be the control frame `expected`

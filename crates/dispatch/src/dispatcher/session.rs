@@ -569,9 +569,16 @@ impl Session {
                 let epoch = client.epoch.as_mut().expect("plan() hands over tracked connections only");
                 match transfer::hand_over(&self.shared, &mut client.stream, epoch, peer, link, mac).await? {
                     Moved::Away { switch_delivered } => {
-                        let returned =
-                            transfer::take_back(&self.shared, &mut client.stream, epoch, peer, link, switch_delivered)
-                                .await?;
+                        let returned = transfer::take_back(
+                            &self.shared,
+                            &mut client.stream,
+                            epoch,
+                            peer,
+                            link,
+                            switch_delivered,
+                            mac,
+                        )
+                        .await?;
                         self.remember(plan, returned.answer_bytes);
                         if returned.closed {
                             return Err(closed("the client (while away)"));

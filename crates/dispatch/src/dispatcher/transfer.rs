@@ -157,7 +157,7 @@ pub async fn hand_over(
 }
 
 /// Waits for the agent to finish the answer and takes the connection back. The agent became
-/// the owner when the switch had let `away_since` segments through.
+/// the owner when the switch had let `away_since` segments through; `mac` is the agent's host.
 pub async fn take_back(
     shared: &Shared,
     stream: &mut Option<TcpStream>,
@@ -165,9 +165,10 @@ pub async fn take_back(
     peer: SocketAddrV4,
     link: &mut Link,
     away_since: u64,
+    mac: [u8; 6],
 ) -> Result<Returned> {
     let switch = switch(shared)?;
-    let outcome = take_back_inner(switch, stream, epoch, peer, link, away_since).await;
+    let outcome = take_back_inner(switch, stream, epoch, peer, link, away_since, mac).await;
     match &outcome {
         Ok(returned) if returned.closed => {
             shared.stats.closed_while_away.fetch_add(1, Ordering::Relaxed);
@@ -196,6 +197,7 @@ async fn take_back_inner(
     peer: SocketAddrV4,
     link: &mut Link,
     away_since: u64,
+    mac: [u8; 6],
 ) -> Result<Returned> {
     match read_control(link).await? {
         ControlKind::ReturnReady => {}
@@ -219,12 +221,31 @@ async fn take_back_inner(
         _ => return Err(DispatchError::Protocol("expected Returned from the agent".into())),
     };
     let Some(state) = state else {
+        finish_close_away(switch, peer, link, mac).await;
         return Ok(Returned { status, answer_bytes, closed: true, with_request: false });
     };
     let with_request = !state.recv_queue.is_empty();
 
     *stream = Some(bring_home(switch, peer, &state, epoch).await?);
     Ok(Returned { status, answer_bytes, closed: false, with_request })
+}
+
+/// The client closed its side while the flow was blocked for the hand-back (its FIN reached the
+/// agent among the settled segments), so the connection cannot move home. The agent says so
+/// with a stateless Returned and closes it: the flow is steered to the agent again until the
+/// agent confirms, so the client's last ACK reaches the agent's socket and not the dispatcher
+/// (whose kernel, holding no socket for it, would reset it). An agent that could not finish
+/// (link gone) leaves nothing to wait for.
+async fn finish_close_away(switch: &Switch, peer: SocketAddrV4, link: &mut Link, mac: [u8; 6]) {
+    if switch.set(peer, Action::Forward { mac, drop_per_million: 0 }).is_err() {
+        return;
+    }
+    let mut frame = Vec::with_capacity(8);
+    Control::Steered.encode(&mut frame);
+    if link.stream.write_all(&frame).await.is_ok() {
+        // The agent bounds its graceful close (CLOSE_WAIT_MAX); then it confirms or the link ends.
+        let _ = read_control(link).await;
+    }
 }
 
 /// Imports the connection here, starts a new epoch of segment counting, and lets its packets
