@@ -3,6 +3,7 @@
 
 setup:
 	./scripts/setup.sh
+	./scripts/engine-venv.sh >/dev/null
 
 build: setup
 	cargo build --release --locked -p bypass-cli

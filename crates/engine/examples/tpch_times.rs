@@ -1,7 +1,9 @@
 //! Quick TPC-H timing probe: `cargo run --release -p bypass-engine --example tpch_times -- SF [tier] [runtime]`.
 
 // The engine's global allocator is mimalloc (NautDB's workload-specific allocator); the
-// `bypass` binary leaves it to the feature `global-mimalloc`, this stand-alone binary sets it.
+// `bypass` binary enables the feature `global-mimalloc`; this stand-alone binary sets it unless
+// the feature already did (cargo unifies features when the whole workspace builds).
+#[cfg(not(feature = "global-mimalloc"))]
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
