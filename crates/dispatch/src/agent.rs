@@ -22,7 +22,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
 
-use crate::buffer::Buffer;
+use crate::buffer::{Buffer, BufferIo};
 use crate::config::ValidAgentConfig;
 use crate::error::{DispatchError, Result};
 use crate::pglogin::{Login, LoginRequest, LoginStep, Welcome};

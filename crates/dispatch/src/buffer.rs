@@ -1,5 +1,5 @@
-//! A fixed-capacity read buffer with async helpers: bytes are read into the tail and consumed
-//! from the head, so a connection reuses one allocation for its whole life.
+//! Async reads into the shared read buffer ([`bypass_wire::Buffer`]): whole messages, control
+//! frames larger than the buffer, non-blocking reads.
 
 use std::io;
 
@@ -10,66 +10,30 @@ use tokio::net::TcpStream;
 
 use crate::error::{DispatchError, Result};
 
-/// Unconsumed bytes live in `bytes[start..end]`.
-pub struct Buffer {
-    bytes: Box<[u8]>,
-    start: usize,
-    end: usize,
+pub use bypass_wire::Buffer;
+
+/// The dispatcher's reads into a [`Buffer`] (the buffer itself lives in `bypass-wire`, shared
+/// with the pooler).
+#[allow(async_fn_in_trait)] // Used only inside this crate; no caller needs a Send bound.
+pub trait BufferIo {
+    /// Reads once from `stream`; `Ok(0)` means the peer closed.
+    async fn read_from(&mut self, stream: &mut TcpStream) -> io::Result<usize>;
+    /// Reads without waiting; `Ok(None)` when nothing is there yet.
+    fn try_read_from(&mut self, stream: &TcpStream) -> io::Result<Option<usize>>;
+    /// Waits until the buffer starts with one whole message (which must fit) and returns its
+    /// header. For login-time and control messages, not relayed results.
+    async fn read_message(&mut self, stream: &mut TcpStream, what: &str) -> Result<Header>;
+    /// Waits for one whole message at the head and returns its tag and body, consuming it; it
+    /// may be larger than the buffer (up to `frame_bytes_max`).
+    async fn read_frame(&mut self, stream: &mut TcpStream, what: &str, frame_bytes_max: usize)
+        -> Result<(u8, Vec<u8>)>;
+    /// The body of a whole message at the head.
+    fn body(&self, header: Header) -> &[u8];
 }
 
-impl Buffer {
-    pub fn with_capacity(capacity: usize) -> Self {
-        assert!(capacity >= HEADER_LEN, "a buffer holds at least a message header");
-        Buffer { bytes: vec![0; capacity].into_boxed_slice(), start: 0, end: 0 }
-    }
-
-    pub fn capacity(&self) -> usize {
-        self.bytes.len()
-    }
-
-    pub fn pending(&self) -> &[u8] {
-        &self.bytes[self.start..self.end]
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.start == self.end
-    }
-
-    pub fn consume(&mut self, count: usize) {
-        assert!(count <= self.end - self.start, "consumed more than was read");
-        self.start += count;
-        if self.start == self.end {
-            self.start = 0;
-            self.end = 0;
-        }
-    }
-
-    /// Free space at the tail, after moving pending bytes to the front if that makes room.
-    pub fn spare(&mut self) -> &mut [u8] {
-        if self.start > 0 && self.end == self.bytes.len() {
-            self.bytes.copy_within(self.start..self.end, 0);
-            self.end -= self.start;
-            self.start = 0;
-        }
-        &mut self.bytes[self.end..]
-    }
-
-    /// Marks `count` bytes written into [`Self::spare`] as received.
-    pub fn commit(&mut self, count: usize) {
-        assert!(self.end + count <= self.bytes.len(), "committed past the buffer");
-        self.end += count;
-    }
-
-    /// Appends bytes (the caller checked they fit).
-    pub fn push(&mut self, bytes: &[u8]) {
-        let spare = self.spare();
-        assert!(bytes.len() <= spare.len(), "pushed more than fits");
-        spare[..bytes.len()].copy_from_slice(bytes);
-        self.commit(bytes.len());
-    }
-
+impl BufferIo for Buffer {
     /// Reads once from `stream`; `Ok(0)` means the peer closed.
-    pub async fn read_from(&mut self, stream: &mut TcpStream) -> io::Result<usize> {
+    async fn read_from(&mut self, stream: &mut TcpStream) -> io::Result<usize> {
         let spare = self.spare();
         debug_assert!(!spare.is_empty(), "a read into no space would look like EOF");
         let count = stream.read(spare).await?;
@@ -78,7 +42,7 @@ impl Buffer {
     }
 
     /// Reads without waiting; `Ok(None)` when nothing is there yet.
-    pub fn try_read_from(&mut self, stream: &TcpStream) -> io::Result<Option<usize>> {
+    fn try_read_from(&mut self, stream: &TcpStream) -> io::Result<Option<usize>> {
         match stream.try_read(self.spare()) {
             Ok(count) => {
                 self.commit(count);
@@ -91,7 +55,7 @@ impl Buffer {
 
     /// Waits until the buffer starts with one whole message (which must fit) and returns its
     /// header. For login-time and control messages, not relayed results.
-    pub async fn read_message(&mut self, stream: &mut TcpStream, what: &str) -> Result<Header> {
+    async fn read_message(&mut self, stream: &mut TcpStream, what: &str) -> Result<Header> {
         let limit = (self.capacity() - 1) as u32;
         loop {
             if let Some(header) = read_header(self.pending(), limit)? {
@@ -110,7 +74,7 @@ impl Buffer {
     /// Waits for one whole message at the head and returns its tag and body, consuming it. The
     /// message may be larger than the buffer (up to `frame_bytes_max`): a control frame that
     /// carries a connection's queues can be megabytes when the client was slow to acknowledge.
-    pub async fn read_frame(
+    async fn read_frame(
         &mut self,
         stream: &mut TcpStream,
         what: &str,
@@ -121,12 +85,12 @@ impl Buffer {
             if let Some(header) = read_header(self.pending(), limit)? {
                 break header;
             }
-            self.read_more(stream, what).await?;
+            read_more(self, stream, what).await?;
         };
         let frame_len = header.frame_len();
         if frame_len <= self.capacity() {
             while self.pending().len() < frame_len {
-                self.read_more(stream, what).await?;
+                read_more(self, stream, what).await?;
             }
             let body = self.body(header).to_vec();
             self.consume(frame_len);
@@ -145,18 +109,19 @@ impl Buffer {
         Ok((header.tag, body))
     }
 
-    async fn read_more(&mut self, stream: &mut TcpStream, what: &str) -> Result<()> {
-        let count = self.read_from(stream).await.map_err(|e| DispatchError::io(format!("reading from {what}"), e))?;
-        if count == 0 {
-            return Err(closed(what));
-        }
-        Ok(())
-    }
-
     /// The body of a whole message at the head.
-    pub fn body(&self, header: Header) -> &[u8] {
+    fn body(&self, header: Header) -> &[u8] {
         &self.pending()[HEADER_LEN..header.frame_len()]
     }
+}
+
+/// Reads more into `buffer`; the peer closing is an error here.
+async fn read_more(buffer: &mut Buffer, stream: &mut TcpStream, what: &str) -> Result<()> {
+    let count = buffer.read_from(stream).await.map_err(|e| DispatchError::io(format!("reading from {what}"), e))?;
+    if count == 0 {
+        return Err(closed(what));
+    }
+    Ok(())
 }
 
 /// "`what` closed the connection" as an error.
@@ -170,20 +135,6 @@ mod tests {
     use super::*;
 
     // Goal: the buffer compacts only when the tail is full; method: fill, consume, check room.
-    #[test]
-    fn compacts_only_when_the_tail_is_full() {
-        let mut buffer = Buffer::with_capacity(8);
-        buffer.push(b"abcdefgh");
-        buffer.consume(6);
-        assert_eq!(buffer.spare().len(), 6);
-        assert_eq!(buffer.pending(), b"gh");
-        buffer.consume(2);
-        assert!(buffer.is_empty());
-        assert_eq!(buffer.spare().len(), 8);
-    }
-
-    // Goal: a frame larger than the buffer (a connection state with big queues) is read whole,
-    // and a small frame behind it stays intact; method: both over a loopback TCP pair.
     #[test]
     fn frames_larger_than_the_buffer_are_read_whole() {
         use tokio::io::AsyncWriteExt;

@@ -21,7 +21,7 @@ use crate::error::{DispatchError, Result};
 /// The tag byte of control frames (no PostgreSQL message uses it).
 pub const CONTROL_TAG: u8 = 0xB7;
 /// The largest control frame: a connection's state with both queues at their bound. Frames
-/// may exceed the link buffers; they are read with [`crate::buffer::Buffer::read_frame`].
+/// may exceed the link buffers; they are read with [`crate::buffer::BufferIo::read_frame`].
 pub const CONTROL_FRAME_BYTES_MAX: usize = 2 * crate::handover::QUEUE_BYTES_MAX + 4096;
 
 /// How the agent delivers the answer to the next request.

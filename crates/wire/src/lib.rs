@@ -14,6 +14,7 @@
 
 pub mod auth_messages;
 pub mod backend;
+pub mod buffer;
 pub mod error;
 pub mod frame;
 pub mod frontend;
@@ -25,6 +26,7 @@ pub mod startup;
 pub mod write;
 
 pub use backend::{Authentication, BackendMessage, Severity, TransactionStatus};
+pub use buffer::Buffer;
 pub use error::{WireError, WireResult};
 pub use frame::{Header, Scanner, Step, HEADER_LEN};
 pub use frontend::FrontendMessage;

@@ -22,7 +22,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 use super::LINK_BUFFER_BYTES;
-use crate::buffer::{closed, Buffer};
+use crate::buffer::{closed, Buffer, BufferIo};
 use crate::config::ValidAgentConfig;
 use crate::error::{DispatchError, Result};
 use crate::handover::{self, Settled, TcpState};

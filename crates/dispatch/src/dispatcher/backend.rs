@@ -11,7 +11,7 @@ use bypass_wire::BackendMessage;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpSocket, TcpStream};
 
-use crate::buffer::Buffer;
+use crate::buffer::{Buffer, BufferIo};
 use crate::config::BackendSpec;
 use crate::error::{DispatchError, Result};
 use crate::pglogin::{Login, LoginRequest, LoginStep, Welcome};

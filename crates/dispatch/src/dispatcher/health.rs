@@ -11,6 +11,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::sync::watch;
 
 use super::{Link, Shared};
+use crate::buffer::BufferIo;
 use crate::error::{DispatchError, Result};
 use crate::pglogin::{server_error, LoginRequest};
 

@@ -24,7 +24,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use super::health::query_single_value;
 use super::transfer::{self, Moved};
 use super::{Link, Shared};
-use crate::buffer::{closed, Buffer};
+use crate::buffer::{closed, Buffer, BufferIo};
 use crate::config::Policy;
 use crate::error::{DispatchError, Result};
 use crate::link::{Control, Delivery, CONTROL_TAG};

@@ -24,6 +24,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 use super::{Link, Shared};
+use crate::buffer::BufferIo;
 use crate::error::{DispatchError, Result};
 use crate::handover::{self, Settled, TcpState};
 use crate::link::{Control, CONTROL_FRAME_BYTES_MAX, CONTROL_TAG};
