@@ -290,7 +290,7 @@ impl Engine {
         };
         let count = rows.len();
         let mut builder = self.take_for_append(&name)?;
-        let outcome = append_rows(&mut builder, &schema, &targets, rows);
+        let outcome = all_or_nothing(&mut builder, |builder| append_rows(builder, &schema, &targets, rows));
         self.put_table(builder.finish());
         outcome?;
         Ok(QueryResult::command(format!("INSERT 0 {count}")))
@@ -313,12 +313,12 @@ impl Engine {
         let columns: Vec<ast::ObjectName> = columns.iter().map(|c| ast::ObjectName::from(vec![c.clone()])).collect();
         let targets = target_columns(&schema, &columns)?;
         let mut builder = self.take_for_append(&name)?;
-        let outcome = match format {
-            None => crate::parquet_file::load(filename, &schema, &targets, &mut builder),
+        let outcome = all_or_nothing(&mut builder, |builder| match format {
+            None => crate::parquet_file::load(filename, &schema, &targets, builder),
             Some(format) => std::fs::File::open(filename)
                 .map_err(|e| EngineError::io(format!("opening {filename}"), e))
-                .and_then(|file| copy_lines(std::io::BufReader::new(file), &format, &schema, &targets, &mut builder)),
-        };
+                .and_then(|file| copy_lines(std::io::BufReader::new(file), &format, &schema, &targets, builder)),
+        });
         self.put_table(builder.finish());
         Ok(QueryResult::command(format!("COPY {}", outcome?)))
     }
@@ -328,6 +328,17 @@ impl Catalog {
     fn insert_arc(&mut self, table: Arc<Table>) {
         self.insert_shared(table);
     }
+}
+
+/// Runs an append and undoes it if it fails part-way, so a statement that fails leaves the
+/// table unchanged (PostgreSQL's statement atomicity for INSERT and COPY).
+fn all_or_nothing<T>(builder: &mut TableBuilder, append: impl FnOnce(&mut TableBuilder) -> Result<T>) -> Result<T> {
+    let mark = builder.mark();
+    let outcome = append(builder);
+    if outcome.is_err() {
+        builder.roll_back(&mark);
+    }
+    outcome
 }
 
 fn target_columns(schema: &[ColumnDef], columns: &[ast::ObjectName]) -> Result<Vec<usize>> {
@@ -504,12 +515,29 @@ pub fn parse_field(text: &str, data_type: DataType) -> Result<Value> {
             "f" | "false" | "0" | "no" | "off" => Value::Bool(false),
             _ => return Err(invalid()),
         },
-        DataType::Int32 => Value::Int32(text.trim().parse().map_err(|_| invalid())?),
-        DataType::Int64 => Value::Int64(text.trim().parse().map_err(|_| invalid())?),
+        DataType::Int32 => Value::Int32(parse_integer(text, data_type)?),
+        DataType::Int64 => Value::Int64(parse_integer(text, data_type)?),
         DataType::Float64 => Value::Float64(text.trim().parse().map_err(|_| invalid())?),
         DataType::Date => Value::Date(parse_date(text)?),
-        DataType::Decimal { scale, .. } => Value::Decimal { value: parse_decimal(text, scale)?, scale },
+        DataType::Decimal { precision, scale } => {
+            let value = parse_decimal(text, scale)?;
+            // numeric(p, s) holds fewer than 10^p units of 10^-s; PostgreSQL rejects the rest.
+            if u128::from(value.unsigned_abs()) >= 10u128.pow(u32::from(precision)) {
+                return Err(EngineError::Overflow(format!("numeric field overflow: \"{text}\"")));
+            }
+            Value::Decimal { value, scale }
+        }
         DataType::Text => Value::Text(text.to_string()),
+    })
+}
+
+/// Parses an integer field; out-of-range values are overflow (22003), like PostgreSQL.
+fn parse_integer<T: std::str::FromStr<Err = std::num::ParseIntError>>(text: &str, data_type: DataType) -> Result<T> {
+    text.trim().parse().map_err(|e: std::num::ParseIntError| match e.kind() {
+        std::num::IntErrorKind::PosOverflow | std::num::IntErrorKind::NegOverflow => {
+            EngineError::Overflow(format!("value \"{text}\" is out of range for type {}", data_type.sql_name()))
+        }
+        _ => EngineError::InvalidValue(format!("invalid input syntax for type {}: \"{text}\"", data_type.sql_name())),
     })
 }
 
@@ -536,22 +564,20 @@ fn copy_lines(
             continue;
         }
         let fields = split_csv(&line, format);
+        let at_line = |source| EngineError::CopyLine { line: number + 1, source: Box::new(source) };
         if fields.len() != targets.len() {
-            return Err(EngineError::InvalidValue(format!(
-                "COPY line {}: {} fields, expected {}",
-                number + 1,
-                fields.len(),
-                targets.len()
-            )));
+            let shape =
+                if fields.len() > targets.len() { "extra data after last expected column" } else { "missing data" };
+            let detail = format!("{shape}: {} fields, expected {}", fields.len(), targets.len());
+            return Err(at_line(EngineError::CopyFormat(detail)));
         }
         let mut row = vec![Value::Null; schema.len()];
         for (field, &column) in fields.into_iter().zip(targets) {
             if let Some(text) = field {
-                row[column] = parse_field(&text, schema[column].data_type)
-                    .map_err(|e| EngineError::InvalidValue(format!("COPY line {}: {e}", number + 1)))?;
+                row[column] = parse_field(&text, schema[column].data_type).map_err(at_line)?;
             }
         }
-        builder.push_row(&row)?;
+        builder.push_row(&row).map_err(at_line)?;
         count += 1;
     }
     Ok(count)

@@ -27,6 +27,18 @@ pub enum EngineError {
     /// A literal or input value that cannot be read as its type.
     #[error("invalid input: {0}")]
     InvalidValue(String),
+    /// A date that does not parse (PostgreSQL's invalid_datetime_format).
+    #[error("invalid input: {0}")]
+    InvalidDatetime(String),
+    /// A date whose fields are out of range, such as month 13 (datetime_field_overflow).
+    #[error("date/time field value out of range: {0}")]
+    DatetimeOutOfRange(String),
+    /// COPY input that does not have the table's shape: missing or extra fields.
+    #[error("bad COPY file format: {0}")]
+    CopyFormat(String),
+    /// An error in one line of COPY input; it keeps the SQLSTATE of its cause.
+    #[error("COPY line {line}: {source}")]
+    CopyLine { line: usize, source: Box<EngineError> },
     /// Integer or decimal overflow.
     #[error("numeric value out of range: {0}")]
     Overflow(String),
@@ -55,6 +67,10 @@ impl EngineError {
             EngineError::UnknownColumn(_) => "42703",
             EngineError::Type(_) => "42804",
             EngineError::InvalidValue(_) => "22P02",
+            EngineError::InvalidDatetime(_) => "22007",
+            EngineError::DatetimeOutOfRange(_) => "22008",
+            EngineError::CopyFormat(_) => "22P04",
+            EngineError::CopyLine { source, .. } => source.sqlstate(),
             EngineError::Overflow(_) => "22003",
             EngineError::DivisionByZero => "22012",
             EngineError::LimitExceeded(_) => "54000",

@@ -19,6 +19,8 @@
 //! - Kernels only see operands of one physical type: the binder inserts the casts.
 //! - Every buffer, queue and table is bounded by a named constant or setting.
 //! - COPY reads CSV/text and Parquet (`parquet_file`) through the same row builder as INSERT.
+//! - INSERT and COPY are all-or-nothing: a failure part-way rolls the builder back to its mark
+//!   (chunks, validity masks, interned strings), and the error keeps PostgreSQL's SQLSTATE.
 //! - Unsupported SQL is an `EngineError::Unsupported` (SQLSTATE 0A000) naming the feature.
 
 #[cfg(feature = "global-mimalloc")]

@@ -276,6 +276,18 @@ impl<T: Pod> PoolBuffer<T> {
         unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
     }
 
+    /// Shortens to `len` (undoing a failed append); the dropped tail is zeroed again so that
+    /// `set_len_zeroed` may rely on memory past `len` being zero.
+    pub fn truncate(&mut self, len: usize) {
+        if len >= self.len {
+            return;
+        }
+        // SAFETY: elements len..self.len are initialised and ours; T is POD, so all-zero bytes are
+        // a valid value and nothing needs dropping.
+        unsafe { std::ptr::write_bytes(self.ptr.as_ptr().add(len), 0, self.len - len) };
+        self.len = len;
+    }
+
     /// Sets the length to `len` ≤ capacity; the memory is zeroed at allocation, so it is valid.
     pub fn set_len_zeroed(&mut self, len: usize) {
         assert!(len <= self.capacity, "chunk buffer overflow");

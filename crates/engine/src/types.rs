@@ -212,14 +212,15 @@ pub fn add_months(days: i32, months: i32) -> i32 {
 
 /// `"1998-12-01"` → days since the epoch.
 pub fn parse_date(text: &str) -> Result<i32> {
-    let invalid = || EngineError::InvalidValue(format!("invalid input syntax for type date: \"{text}\""));
+    let invalid = || EngineError::InvalidDatetime(format!("invalid input syntax for type date: \"{text}\""));
     let mut parts = text.trim().splitn(3, '-');
     let mut next = || parts.next().ok_or_else(invalid);
     let year: i32 = next()?.parse().map_err(|_| invalid())?;
     let month: u32 = next()?.parse().map_err(|_| invalid())?;
     let day: u32 = next()?.parse().map_err(|_| invalid())?;
+    // Like PostgreSQL: well-formed but impossible fields are a range error, not a syntax error.
     if !(1..=12).contains(&month) || day == 0 || day > days_in_month(year, month) {
-        return Err(invalid());
+        return Err(EngineError::DatetimeOutOfRange(format!("\"{text}\"")));
     }
     Ok(days_from_civil(year, month, day))
 }
