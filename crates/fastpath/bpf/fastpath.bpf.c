@@ -1,0 +1,479 @@
+// SPDX-License-Identifier: GPL-2.0
+/* Bypass kernel fast path: two sk_skb stream verdict programs that forward PostgreSQL traffic
+ * between pooled client and server sockets inside the kernel and return a server to its pool at
+ * the end of each transaction.
+ *
+ *   client skb ─► fp_client: walk messages (count Query/Sync/FunctionCall, spot what only user
+ *                 space may handle) ─► linked or take a FREE server ─► redirect to the server
+ *   server skb ─► fp_server: walk messages (ReadyForQuery) ─► redirect to the client; at 'Z' 'I'
+ *                 with nothing outstanding: unlink, server FREE (or HANDOFF to user-space waiters)
+ *
+ * Anything else goes to user space with SK_PASS: a client whose gate is closed (the sentinel), a
+ * client with no free server, an idle or user-held server. Framing state survives across skbs in
+ * the slot: the bytes left of the current message and a stash for a split 5-byte header. */
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+
+#include "fastpath.h"
+
+struct {
+	__uint(type, BPF_MAP_TYPE_SOCKHASH);
+	__uint(max_entries, FP_CLIENT_SLOTS);
+	__type(key, __u64);
+	__type(value, __u64);
+} fp_clients SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_SOCKHASH);
+	__uint(max_entries, FP_SERVER_SLOTS);
+	__type(key, __u64);
+	__type(value, __u64);
+} fp_servers SEC(".maps");
+
+/* Socket cookie → slot index. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, FP_SLOTS);
+	__type(key, __u64);
+	__type(value, __u32);
+} fp_slot_of SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, FP_SLOTS);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__type(key, __u32);
+	__type(value, struct fp_slot);
+} fp_slots SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, FP_POOLS_MAX);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__type(key, __u32);
+	__type(value, struct fp_pool);
+} fp_pools SEC(".maps");
+
+/* Server slots released while clients wait in user space. */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 1 << 16);
+} fp_handoffs SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct fp_counters);
+} fp_counters SEC(".maps");
+
+#define CAS(ptr, old, new) __sync_val_compare_and_swap((ptr), (old), (new))
+/* Compare-and-swap retries against user space, which touches a word only on slow paths. */
+#define CAS_TRIES 16
+
+static __always_inline struct fp_counters *counters(void)
+{
+	__u32 zero = 0;
+	return bpf_map_lookup_elem(&fp_counters, &zero);
+}
+
+static __always_inline struct fp_slot *slot_at(__u32 index)
+{
+	return bpf_map_lookup_elem(&fp_slots, &index);
+}
+
+static __always_inline struct fp_slot *slot_of_skb(struct __sk_buff *skb, __u32 *index)
+{
+	__u64 cookie = bpf_get_socket_cookie(skb);
+	__u32 *found = bpf_map_lookup_elem(&fp_slot_of, &cookie);
+	if (!found)
+		return 0;
+	*index = *found;
+	return slot_at(*found);
+}
+
+/* ---- message walk ------------------------------------------------------------------------ */
+
+struct walk {
+	struct __sk_buff *skb;
+	__u32 pos;        /* next unread byte of the skb */
+	__u32 len;
+	__u32 frame_left; /* bytes of the current message still to skip */
+	__u8 stash[4];
+	__u8 stash_len;
+	__u8 flags;
+	__u8 is_server;
+	__u8 unsafe;      /* client: a message only user space may handle */
+	__u32 skip;       /* bytes at the skb's start that finish a message begun in an earlier skb */
+	__u32 requests;   /* client: Query, Sync and FunctionCall messages */
+	__u32 ready_count; /* server: ReadyForQuery messages */
+	__u8 last_status;  /* server: the status byte of the last one */
+	__u32 bad;
+	__u32 boundary_seen;        /* a length below 4: the stream is not PostgreSQL */
+};
+
+/* Reads the 5-byte header (and up to 2 body bytes) at w->pos into `out`, after the stashed
+ * start of a header split across skbs. Load sizes are constants (a size computed from the
+ * position would make the verifier track every position apart and never converge); bytes are
+ * composed as one little-endian word, so no pointer is offset by a variable. */
+static __always_inline int read_header(struct walk *w, __u8 *out, __u32 *have)
+{
+	__u32 avail = w->len - w->pos;
+	__u32 stashed = w->stash_len & 3;
+	__u64 loaded = 0, stash = 0;
+	__u32 k;
+	if (avail >= 7) {
+		if (bpf_skb_load_bytes(w->skb, w->pos, &loaded, 7) < 0)
+			return -1;
+	} else {
+		for (k = 0; k < 6; k++) {
+			__u8 byte = 0;
+			if (k >= avail)
+				break;
+			if (bpf_skb_load_bytes(w->skb, w->pos + k, &byte, 1) < 0)
+				return -1;
+			loaded |= (__u64)byte << (8 * k);
+		}
+	}
+	__builtin_memcpy(&stash, w->stash, 4);
+	stash = stashed ? stash & ((1ull << (8 * stashed)) - 1) : 0;
+	__u64 word = stash | (loaded << (8 * stashed));
+	__builtin_memcpy(out, &word, 8);
+	*have = stashed + avail < 7 ? stashed + avail : 7;
+	return 0;
+}
+
+static __always_inline void stash_rest(struct walk *w, __u8 *header, __u32 have)
+{
+	__u32 i;
+	for (i = 0; i < 4; i++)
+		w->stash[i] = i < have ? header[i] : 0;
+	w->stash_len = have;
+	w->pos = w->len;
+}
+
+/* Client messages the kernel must not forward: named statements and portals need the pooler's
+ * per-server statement bookkeeping; Terminate ends the session; a message whose body bytes this
+ * skb lacks cannot be classified. */
+static __always_inline int client_unsafe(__u8 *m, __u32 have)
+{
+	__u8 tag = m[0];
+	if (tag == 'X')
+		return 1;
+	if (tag != 'P' && tag != 'B' && tag != 'D' && tag != 'C')
+		return 0;
+	if (have < 7)
+		return 1;
+	if (tag == 'P')
+		return m[5] != 0;        /* statement name */
+	if (tag == 'B')
+		return m[5] != 0 || m[6] != 0; /* portal name, statement name */
+	return m[5] == 'S' && m[6] != 0; /* Describe/Close of a named statement */
+}
+
+static __always_inline void saw_ready(struct walk *w, __u8 status)
+{
+	w->ready_count += 1;
+	w->last_status = status;
+}
+
+/* Notes where the first message that starts in this skb begins: bytes before it finish a
+ * message the previous skb began (user space must forward them unparsed). */
+static __always_inline void note_boundary(struct walk *w)
+{
+	if (!w->boundary_seen && w->frame_left == 0 && w->stash_len == 0 && !(w->flags & FP_FLAG_STATUS_NEXT)) {
+		w->skip = w->pos;
+		w->boundary_seen = 1;
+	}
+}
+
+/* One bpf_loop iteration: finishes the current message or walks one header. 1 stops the loop. */
+static long walk_step(__u32 i, void *data)
+{
+	struct walk *w = data;
+	__u8 m[8] = {};
+	__u32 have = 0;
+
+	note_boundary(w);
+	if (w->pos >= w->len)
+		return 1;
+	if (w->flags & FP_FLAG_STATUS_NEXT) {
+		__u8 status = 0;
+		if (bpf_skb_load_bytes(w->skb, w->pos, &status, 1) < 0) {
+			w->bad = 1;
+			return 1;
+		}
+		w->flags &= ~FP_FLAG_STATUS_NEXT;
+		saw_ready(w, status);
+		w->pos += 1;
+		return 0;
+	}
+	if (w->frame_left) {
+		__u32 avail = w->len - w->pos;
+		__u32 take = w->frame_left < avail ? w->frame_left : avail;
+		w->frame_left -= take;
+		w->pos += take;
+		return 0;
+	}
+	__u32 stashed = w->stash_len & 3;
+	if (read_header(w, m, &have) < 0) {
+		w->bad = 1;
+		return 1;
+	}
+	if (have < 5) {
+		stash_rest(w, m, have);
+		return 1;
+	}
+	__u32 length = ((__u32)m[1] << 24) | ((__u32)m[2] << 16) | ((__u32)m[3] << 8) | m[4];
+	if (length < 4) {
+		w->bad = 1;
+		return 1;
+	}
+	w->stash_len = 0;
+	w->pos += 5 - stashed;
+	w->frame_left = length - 4;
+	if (w->is_server) {
+		if (m[0] == 'Z' && length == 5) {
+			w->frame_left = 0;
+			if (w->pos >= w->len) {
+				w->flags |= FP_FLAG_STATUS_NEXT;
+				return 1;
+			}
+			saw_ready(w, m[5]);
+			w->pos += 1;
+		}
+		return 0;
+	}
+	if (client_unsafe(m, have))
+		w->unsafe = 1;
+	if (m[0] == 'Q' || m[0] == 'S' || m[0] == 'F')
+		w->requests += 1;
+	return 0;
+}
+
+/* Walks every message of the skb; `skip` is the whole skb when no message starts in it. */
+static __always_inline void walk_all(struct walk *w)
+{
+	bpf_loop(FP_WALK_MAX, walk_step, w, 0);
+	if (!w->boundary_seen)
+		w->skip = w->len;
+}
+
+static __always_inline void walk_init(struct walk *w, struct __sk_buff *skb, struct fp_slot *s)
+{
+	w->skb = skb;
+	w->len = skb->len;
+	w->frame_left = s->frame_left;
+	__builtin_memcpy(w->stash, s->stash, 4);
+	w->stash_len = s->stash_len;
+	w->flags = s->flags;
+}
+
+static __always_inline void walk_commit(struct walk *w, struct fp_slot *s)
+{
+	s->frame_left = w->frame_left;
+	__builtin_memcpy(s->stash, w->stash, 4);
+	s->stash_len = w->stash_len;
+	s->flags = w->flags;
+}
+
+/* ---- servers ----------------------------------------------------------------------------- */
+
+/* The skb's ReadyForQuery messages answer as many requests; when the last one says idle and
+ * answers the last outstanding request, the link is released, in the same compare-and-swap
+ * that a concurrent request from the client would change (then the link stays). */
+static __always_inline int answer_requests(struct fp_slot *c, __u32 server_index, struct walk *w)
+{
+	int tries;
+	if (w->ready_count == 0)
+		return 0;
+	for (tries = 0; tries < CAS_TRIES; tries++) {
+		__u64 link = c->link;
+		__u32 outstanding = FP_LINK_OUTSTANDING(link);
+		if (FP_LINK_PEER(link) != server_index + 1)
+			return 0;
+		__u32 answered = w->ready_count < outstanding ? w->ready_count : outstanding;
+		int release = w->last_status == 'I' && answered == outstanding;
+		__u64 next = release ? 0 : link - answered;
+		if (CAS(&c->link, link, next) == link)
+			return release;
+	}
+	return 0;
+}
+
+/* Gives a released server back: to the kernel's free set, or to user space when clients wait
+ * there (FIFO order is theirs). The second look at `waiters` closes the race with a client
+ * that queued between the first look and the store. */
+static __always_inline void server_give_back(struct fp_slot *s, __u32 index, struct fp_counters *n)
+{
+	__u32 pool_index = s->pool;
+	struct fp_pool *pool = bpf_map_lookup_elem(&fp_pools, &pool_index);
+	s->peer = FP_NO_PEER;
+	if (pool && pool->waiters == 0) {
+		/* An atomic exchange, so the store is ordered before the second look at `waiters`. */
+		__sync_lock_test_and_set(&s->owner, FP_OWNER_FREE);
+		if (pool->waiters == 0 || CAS(&s->owner, FP_OWNER_FREE, FP_OWNER_HANDOFF) != FP_OWNER_FREE)
+			return;
+	} else {
+		s->owner = FP_OWNER_HANDOFF;
+	}
+	if (n)
+		n->handoffs++;
+	bpf_ringbuf_output(&fp_handoffs, &index, sizeof(index), 0);
+}
+
+SEC("sk_skb/stream_verdict")
+int fp_server(struct __sk_buff *skb)
+{
+	struct fp_counters *n = counters();
+	struct walk w = {};
+	__u32 index = 0;
+	struct fp_slot *s = slot_of_skb(skb, &index);
+	if (n)
+		n->server_runs++;
+	if (!s || s->owner != FP_OWNER_KERNEL || s->peer == FP_NO_PEER) {
+		if (n)
+			n->passes_idle_server++;
+		return SK_PASS;
+	}
+	struct fp_slot *c = slot_at(s->peer);
+	if (!c)
+		return SK_PASS;
+	walk_init(&w, skb, s);
+	w.is_server = 1;
+	walk_all(&w);
+	walk_commit(&w, s);
+	int released = answer_requests(c, index - FP_CLIENT_SLOTS, &w);
+	__u64 cookie = c->cookie;
+	__sync_fetch_and_add(&c->redirected, w.len);
+	long verdict = bpf_sk_redirect_hash(skb, &fp_clients, &cookie, 0);
+	if (released && n)
+		n->transactions++;
+	if (verdict != SK_PASS) {
+		/* The client is gone: the bytes go to user space with the server, which decides. */
+		__sync_fetch_and_add(&c->redirected, -(__u64)w.len);
+		if (n)
+			n->redirect_failures++;
+		s->peer = FP_NO_PEER;
+		s->owner = FP_OWNER_HANDOFF;
+		bpf_ringbuf_output(&fp_handoffs, &index, sizeof(index), 0);
+		return SK_PASS;
+	}
+	if (n)
+		n->bytes_to_clients += w.len;
+	if (released)
+		server_give_back(s, index, n);
+	return SK_PASS;
+}
+
+/* ---- clients ----------------------------------------------------------------------------- */
+
+/* Closes the gate (if open) and counts the skb's bytes as passed to user space. */
+static __always_inline int client_pass(struct fp_slot *c, struct __sk_buff *skb, __u32 skip)
+{
+	int tries;
+	for (tries = 0; tries < CAS_TRIES; tries++) {
+		__u64 gate = c->gate;
+		if (gate & FP_GATE_FAST)
+			c->pass_skip = skip;
+		__u64 next = (gate & ~FP_GATE_FAST) + ((__u64)skb->len << 1);
+		if (CAS(&c->gate, gate, next) == gate)
+			return SK_PASS;
+	}
+	/* User space keeps changing the gate: it is re-arming; drop rather than reorder. The client
+	 * sees its request unanswered and user space sees the gate, so this is never silent. */
+	return SK_DROP;
+}
+
+/* Takes a free server of the pool unless clients already wait for one in user space. */
+static __always_inline int take_server(__u32 pool_index, __u32 client_index, __u32 *server_index)
+{
+	struct fp_pool *pool = bpf_map_lookup_elem(&fp_pools, &pool_index);
+	__u32 i;
+	if (!pool || pool->waiters)
+		return -1;
+	__u32 count = pool->servers;
+	if (count > FP_POOL_SERVERS_MAX)
+		count = FP_POOL_SERVERS_MAX;
+	for (i = 0; i < FP_POOL_SERVERS_MAX; i++) {
+		if (i >= count)
+			break;
+		__u32 index = FP_CLIENT_SLOTS + pool_index * FP_POOL_SERVERS_MAX + i;
+		struct fp_slot *s = slot_at(index);
+		if (!s || s->owner != FP_OWNER_FREE)
+			continue;
+		if (CAS(&s->owner, FP_OWNER_FREE, FP_OWNER_KERNEL) != FP_OWNER_FREE)
+			continue;
+		s->peer = client_index;
+		*server_index = pool_index * FP_POOL_SERVERS_MAX + i;
+		return 0;
+	}
+	return -1;
+}
+
+/* Adds this skb's requests to the link; a link released meanwhile reads as "no server". */
+static __always_inline int add_requests(struct fp_slot *c, __u32 requests, __u32 *server_index)
+{
+	int tries;
+	for (tries = 0; tries < CAS_TRIES; tries++) {
+		__u64 link = c->link;
+		if (FP_LINK_PEER(link) == 0)
+			return -1;
+		if (CAS(&c->link, link, link + requests) == link) {
+			*server_index = FP_LINK_PEER(link) - 1;
+			return 0;
+		}
+	}
+	return -1;
+}
+
+SEC("sk_skb/stream_verdict")
+int fp_client(struct __sk_buff *skb)
+{
+	struct fp_counters *n = counters();
+	struct walk w = {};
+	__u32 index = 0, server = 0;
+	struct fp_slot *c = slot_of_skb(skb, &index);
+	if (n)
+		n->client_runs++;
+	if (!c)
+		return SK_PASS;
+	if (!(c->gate & FP_GATE_FAST)) {
+		if (n)
+			n->passes_slow++;
+		return client_pass(c, skb, 0);
+	}
+	walk_init(&w, skb, c);
+	walk_all(&w);
+	if (w.unsafe || w.bad) {
+		if (n)
+			n->passes_unsafe++;
+		return client_pass(c, skb, w.skip);
+	}
+	if (add_requests(c, w.requests, &server) < 0) {
+		if (w.skip || take_server(c->pool, index, &server) < 0) {
+			if (n)
+				n->passes_no_server++;
+			return client_pass(c, skb, w.skip);
+		}
+		c->link = ((__u64)(server + 1) << 32) | w.requests;
+	}
+	struct fp_slot *s = slot_at(FP_CLIENT_SLOTS + server);
+	if (!s)
+		return client_pass(c, skb, w.skip);
+	walk_commit(&w, c);
+	__u64 cookie = s->cookie;
+	__sync_fetch_and_add(&s->redirected, w.len);
+	long verdict = bpf_sk_redirect_hash(skb, &fp_servers, &cookie, 0);
+	if (verdict != SK_PASS) {
+		__sync_fetch_and_add(&s->redirected, -(__u64)w.len);
+		if (n)
+			n->redirect_failures++;
+		return client_pass(c, skb, w.skip);
+	}
+	if (n)
+		n->bytes_to_servers += w.len;
+	return SK_PASS;
+}
+
+char LICENSE[] SEC("license") = "GPL";

@@ -1,0 +1,83 @@
+/* The ABI between the fast-path programs (fastpath.bpf.c) and the pooler (crates/fastpath/src/abi.rs).
+ * Every struct here is mirrored in Rust with #[repr(C)] and compile-time size/offset assertions:
+ * change both together. */
+#ifndef BYPASS_FASTPATH_H
+#define BYPASS_FASTPATH_H
+
+#include <linux/types.h>
+
+/* Slots: clients first, then a fixed range of server slots per pool. */
+#define FP_CLIENT_SLOTS 32768
+#define FP_POOLS_MAX 64
+#define FP_POOL_SERVERS_MAX 64
+#define FP_SERVER_SLOTS (FP_POOLS_MAX * FP_POOL_SERVERS_MAX)
+#define FP_SLOTS (FP_CLIENT_SLOTS + FP_SERVER_SLOTS)
+#define FP_SOCKETS_MAX FP_SLOTS
+#define FP_NO_PEER 0xffffffffu
+
+/* Messages walked per skb at most (bpf_loop bound); 5-byte minimum messages in a 4 MiB skb. */
+#define FP_WALK_MAX (1u << 20)
+
+/* fp_slot.gate, clients only: FAST set = the kernel forwards this client's bytes; clear = every
+ * byte goes to user space (the slow-path sentinel). Bits 1..63 count bytes passed to user space,
+ * so user space can re-arm only when it has read every one of them (compare-and-swap). */
+#define FP_GATE_FAST 1ull
+
+/* fp_slot.link, clients only: peer server slot + 1 in the high half (0 = none), requests
+ * (Query, Sync, FunctionCall) sent and not yet answered by ReadyForQuery in the low half. One
+ * word, so "add a request" and "release at the last ReadyForQuery" cannot interleave. */
+#define FP_LINK_PEER(link) ((__u32)((link) >> 32))
+#define FP_LINK_OUTSTANDING(link) ((__u32)(link))
+
+/* fp_slot.owner, servers only. */
+enum fp_owner {
+	FP_OWNER_ABSENT = 0,  /* no server in this slot */
+	FP_OWNER_FREE = 1,    /* idle, in the kernel's pool: the first client to start takes it */
+	FP_OWNER_KERNEL = 2,  /* linked to a client by the kernel */
+	FP_OWNER_USER = 3,    /* user space holds it */
+	FP_OWNER_HANDOFF = 4, /* released with clients waiting in user space: announced on the ring */
+};
+
+/* fp_slot.flags: framing state that does not fit the counters. */
+#define FP_FLAG_STATUS_NEXT 1 /* a ReadyForQuery header ended the last skb: its status byte is next */
+
+/* Per-socket state, one cache line, in an mmap-able array shared with user space. */
+struct fp_slot {
+	__u64 link;       /* clients: see FP_LINK_*  */
+	__u64 gate;       /* clients: see FP_GATE_FAST */
+	__u64 cookie;     /* the socket's cookie (its key in fp_clients / fp_servers) */
+	__u64 redirected; /* bytes the kernel redirected into this socket */
+	__u32 frame_left; /* bytes of the current message still to come */
+	__u32 pool;       /* pool index (clients and servers) */
+	__u32 peer;       /* servers: the linked client's slot, FP_NO_PEER when none */
+	__u32 owner;      /* servers: enum fp_owner */
+	__u8 stash[4];    /* start of a message header split across skbs */
+	__u8 stash_len;
+	__u8 flags;
+	__u16 pad;
+	__u32 pass_skip;  /* clients: bytes at the start of the first passed skb that finish a message the kernel forwarded */
+	__u32 reserved;
+};
+
+/* Per pool, in an mmap-able array. */
+struct fp_pool {
+	__u32 waiters; /* clients queued in user space: the kernel leaves free servers to them */
+	__u32 servers; /* server slots in use in this pool's range (scan bound) */
+};
+
+/* Per-CPU counters. */
+struct fp_counters {
+	__u64 client_runs;
+	__u64 server_runs;
+	__u64 bytes_to_servers;
+	__u64 bytes_to_clients;
+	__u64 transactions;
+	__u64 passes_no_server;
+	__u64 passes_unsafe;
+	__u64 passes_slow;
+	__u64 passes_idle_server;
+	__u64 handoffs;
+	__u64 redirect_failures;
+};
+
+#endif

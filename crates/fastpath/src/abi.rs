@@ -1,0 +1,98 @@
+//! Rust mirror of `bpf/fastpath.h`: every struct the kernel and the pooler share.
+//!
+//! The slot and pool arrays are mmap-ed from the kernel, so their words are atomics here: the
+//! programs update the same words with compare-and-swap.
+
+use std::mem::{offset_of, size_of};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8};
+
+pub const CLIENT_SLOTS: u32 = 32_768;
+pub const POOLS_MAX: u32 = 64;
+pub const POOL_SERVERS_MAX: u32 = 64;
+pub const SERVER_SLOTS: u32 = POOLS_MAX * POOL_SERVERS_MAX;
+pub const SLOTS: u32 = CLIENT_SLOTS + SERVER_SLOTS;
+pub const NO_PEER: u32 = u32::MAX;
+
+/// `Slot::gate`: set = the kernel forwards; clear = every byte goes to user space.
+pub const GATE_FAST: u64 = 1;
+
+pub const OWNER_ABSENT: u32 = 0;
+pub const OWNER_FREE: u32 = 1;
+pub const OWNER_KERNEL: u32 = 2;
+pub const OWNER_USER: u32 = 3;
+pub const OWNER_HANDOFF: u32 = 4;
+
+/// One socket's state (`struct fp_slot`).
+#[repr(C)]
+pub struct Slot {
+    pub link: AtomicU64,
+    pub gate: AtomicU64,
+    pub cookie: AtomicU64,
+    pub redirected: AtomicU64,
+    pub frame_left: AtomicU32,
+    pub pool: AtomicU32,
+    pub peer: AtomicU32,
+    pub owner: AtomicU32,
+    pub stash: [AtomicU8; 4],
+    pub stash_len: AtomicU8,
+    pub flags: AtomicU8,
+    pub pad: [AtomicU8; 2],
+    pub pass_skip: AtomicU32,
+    pub reserved: AtomicU32,
+}
+
+/// Per pool (`struct fp_pool`).
+#[repr(C)]
+pub struct PoolEntry {
+    pub waiters: AtomicU32,
+    pub servers: AtomicU32,
+}
+
+/// Per-CPU counters (`struct fp_counters`).
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Counters {
+    pub client_runs: u64,
+    pub server_runs: u64,
+    pub bytes_to_servers: u64,
+    pub bytes_to_clients: u64,
+    pub transactions: u64,
+    pub passes_no_server: u64,
+    pub passes_unsafe: u64,
+    pub passes_slow: u64,
+    pub passes_idle_server: u64,
+    pub handoffs: u64,
+    pub redirect_failures: u64,
+}
+
+// SAFETY: plain old data of u64 fields, any bit pattern is valid.
+unsafe impl aya::Pod for Counters {}
+
+const _: () = {
+    assert!(size_of::<Slot>() == 64);
+    assert!(offset_of!(Slot, frame_left) == 32);
+    assert!(offset_of!(Slot, owner) == 44);
+    assert!(offset_of!(Slot, stash) == 48);
+    assert!(offset_of!(Slot, pass_skip) == 56);
+    assert!(size_of::<PoolEntry>() == 8);
+    assert!(size_of::<Counters>() == 88);
+};
+
+/// The peer server slot (relative to the server range) of a client link word.
+pub fn link_peer(link: u64) -> Option<u32> {
+    let peer = (link >> 32) as u32;
+    peer.checked_sub(1)
+}
+
+pub fn link_outstanding(link: u64) -> u32 {
+    link as u32
+}
+
+pub fn link_word(server: u32, outstanding: u32) -> u64 {
+    ((u64::from(server) + 1) << 32) | u64::from(outstanding)
+}
+
+/// Bytes passed to user space so far, from a gate word.
+pub fn gate_passed(gate: u64) -> u64 {
+    gate >> 1
+}

@@ -1,0 +1,116 @@
+//! User space's half of the link protocol: every change a program could race with is a
+//! compare-and-swap on the same word the program changes (see the crate invariants).
+
+use std::sync::atomic::Ordering;
+
+use crate::abi::*;
+use crate::{reset_framing, ClientSlot, FastPath, ServerSlot};
+
+impl FastPath {
+    /// Opens a client's gate again if user space has read every byte the kernel passed it
+    /// (`bytes_read` in total) and holds no partial message. False: more bytes are on the way.
+    pub fn rearm(&self, client: ClientSlot, bytes_read: u64) -> bool {
+        let slot = self.client(client);
+        let gate = slot.gate.load(Ordering::Acquire);
+        if gate & GATE_FAST != 0 {
+            return true;
+        }
+        if gate_passed(gate) != bytes_read {
+            return false;
+        }
+        reset_framing(slot);
+        slot.gate.compare_exchange(gate, gate | GATE_FAST, Ordering::AcqRel, Ordering::Acquire).is_ok()
+    }
+
+    /// Bytes of the first passed skb that finish a message the kernel had begun forwarding.
+    pub fn pass_skip(&self, client: ClientSlot) -> u32 {
+        self.client(client).pass_skip.load(Ordering::Acquire)
+    }
+
+    /// The client's server and its unanswered requests, if it is linked.
+    pub fn link(&self, client: ClientSlot) -> Option<(ServerSlot, u32)> {
+        let link = self.client(client).link.load(Ordering::Acquire);
+        link_peer(link).map(|server| (ServerSlot(server), link_outstanding(link)))
+    }
+
+    /// Links a client (gate closed) to a server user space holds, with `requests` user space is
+    /// about to write to it; the server's answers then flow to the client in the kernel.
+    pub fn link_by_user(&self, client: ClientSlot, server: ServerSlot, requests: u32) {
+        let slot = self.server(server);
+        reset_framing(slot);
+        slot.peer.store(client.0, Ordering::Release);
+        slot.owner.store(OWNER_KERNEL, Ordering::Release);
+        self.client(client).link.store(link_word(server.0, requests), Ordering::Release);
+    }
+
+    /// Adds requests user space writes to a linked client's server. `None`: the kernel released
+    /// the link meanwhile (the bytes start a new transaction).
+    pub fn add_requests(&self, client: ClientSlot, requests: u32) -> Option<ServerSlot> {
+        let word = &self.client(client).link;
+        let mut link = word.load(Ordering::Acquire);
+        loop {
+            let server = link_peer(link)?;
+            match word.compare_exchange(link, link + u64::from(requests), Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return Some(ServerSlot(server)),
+                Err(now) => link = now,
+            }
+        }
+    }
+
+    /// Takes a linked client's server back into user space once every request is answered.
+    /// `None` while requests are outstanding (or when there is no link).
+    pub fn unlink_answered(&self, client: ClientSlot) -> Option<ServerSlot> {
+        let word = &self.client(client).link;
+        let link = word.load(Ordering::Acquire);
+        let server = ServerSlot(link_peer(link)?);
+        if link_outstanding(link) != 0 {
+            return None;
+        }
+        word.compare_exchange(link, 0, Ordering::AcqRel, Ordering::Acquire).ok()?;
+        self.hold(server);
+        Some(server)
+    }
+
+    /// Takes a client's server back whatever it was doing (the client is gone or failed).
+    pub fn unlink_now(&self, client: ClientSlot) -> Option<ServerSlot> {
+        let link = self.client(client).link.swap(0, Ordering::AcqRel);
+        let server = ServerSlot(link_peer(link)?);
+        self.hold(server);
+        Some(server)
+    }
+
+    fn hold(&self, server: ServerSlot) {
+        let slot = self.server(server);
+        slot.owner.store(OWNER_USER, Ordering::Release);
+        slot.peer.store(NO_PEER, Ordering::Release);
+    }
+
+    /// Lends an idle server user space holds to the kernel's free set.
+    pub fn lend(&self, server: ServerSlot) {
+        let slot = self.server(server);
+        reset_framing(slot);
+        slot.peer.store(NO_PEER, Ordering::Release);
+        slot.owner.store(OWNER_FREE, Ordering::Release);
+    }
+
+    /// Takes a free server of `pool` from the kernel, preferring the lowest slot (the hot one).
+    pub fn reclaim(&self, pool: u32) -> Option<ServerSlot> {
+        let used = self.pool(pool).servers.load(Ordering::Acquire).min(POOL_SERVERS_MAX);
+        (0..used).map(|i| ServerSlot(pool * POOL_SERVERS_MAX + i)).find(|&server| {
+            let owner = &self.server(server).owner;
+            owner.compare_exchange(OWNER_FREE, OWNER_USER, Ordering::AcqRel, Ordering::Acquire).is_ok()
+        })
+    }
+
+    /// Accepts a server the kernel announced on the handoff ring.
+    pub fn take_handoff(&self, server: ServerSlot) -> bool {
+        let owner = &self.server(server).owner;
+        owner.compare_exchange(OWNER_HANDOFF, OWNER_USER, Ordering::AcqRel, Ordering::Acquire).is_ok()
+    }
+
+    /// Tells the kernel how many clients of `pool` wait in user space (it then leaves free
+    /// servers to them, keeping the queue FIFO).
+    pub fn set_waiters(&self, pool: u32, waiters: u32) {
+        self.pool(pool).waiters.store(waiters, Ordering::Release);
+    }
+}
