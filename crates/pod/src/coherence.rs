@@ -77,8 +77,9 @@ pub enum SwccProtocol {
     NoSharedReader,
     /// No bits: always invalidate before a read and write back (and drop) after a write.
     NonTemporal,
-    /// All CXL memory treated as hardware-coherent: no flushes, and tuple data counts against the
-    /// HWcc budget.
+    /// All CXL memory treated as hardware-coherent: no flush instructions, tuple data counts
+    /// against the HWcc budget, and the lines hardware coherence moves between hosts (where
+    /// WriteThrough would invalidate or write back) are counted for the model.
     NoSwcc,
 }
 
@@ -104,6 +105,12 @@ pub struct SwccCounters {
     pub fences: u64,
     pub loaded_bytes: u64,
     pub stored_bytes: u64,
+    /// On an all-coherent back-end (NoSWcc): lines hardware coherence would fetch from CXL
+    /// because another host wrote them, where an SWcc host would invalidate and re-read.
+    pub coherent_fetched_lines: u64,
+    /// On an all-coherent back-end: lines whose new data hardware coherence must carry to CXL
+    /// for the next host, where an SWcc host would write back.
+    pub coherent_written_lines: u64,
 }
 
 impl Swcc {
@@ -121,8 +128,11 @@ impl Swcc {
         self.counters.stored_bytes += data.len() as u64;
         self.backend.store(region, offset, data);
     }
+    /// Invalidation points are where another host's data must come from CXL; on an
+    /// all-coherent back-end no instruction runs, but the hardware still moves the lines.
     pub fn invalidate(&mut self, region: &Region, offset: u64, len: u64) {
         if !self.backend.flushes() {
+            self.counters.coherent_fetched_lines += lines_spanned(offset, len);
             return;
         }
         self.counters.invalidated_lines += lines_spanned(offset, len);
@@ -130,6 +140,7 @@ impl Swcc {
     }
     pub fn writeback(&mut self, region: &Region, offset: u64, len: u64) {
         if !self.backend.flushes() {
+            self.counters.coherent_written_lines += lines_spanned(offset, len);
             return;
         }
         self.counters.written_back_lines += lines_spanned(offset, len);

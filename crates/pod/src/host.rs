@@ -29,7 +29,7 @@ use crate::partition::{IntMap, Partition};
 use crate::region::{HostShared, HostStatus, Layout, Phase, Region, HOSTS_MAX, RING_SLOTS};
 use crate::ring::Transport;
 use crate::rng::SplitMix64;
-use crate::stats::Counters;
+use crate::stats::{BusySegments, Counters, LatencyTable};
 use crate::tigon::ClockEntry;
 use crate::txn::{Abort, ActiveTxn, Change, TxnError, TxnState};
 use crate::workload::{Driver, Workload};
@@ -80,6 +80,7 @@ pub struct Host {
     txn_seq: u64,
     pending_acks: VecDeque<(u64, Instant)>,
     driver_totals: (u64, u64),
+    busy: BusySegments,
 }
 
 /// The region layout a configuration implies (launcher and hosts agree on it).
@@ -143,6 +144,7 @@ impl Host {
             txn_seq: start_epoch << 32,
             pending_acks: VecDeque::new(),
             driver_totals: (0, 0),
+            busy: BusySegments::default(),
             config,
         })
     }
@@ -202,9 +204,11 @@ impl Host {
 
     pub(crate) fn await_reply(&mut self, from: usize, request: u32) -> Result<Message> {
         self.counters.round_trips += 1;
+        self.poll_point();
         let started = Instant::now();
         loop {
             if let Some(at) = self.replies.iter().position(|reply| reply.reply_to() == Some(request)) {
+                self.poll_point();
                 return Ok(self.replies.remove(at).expect("position is in range"));
             }
             if !self.poll()? {
@@ -214,6 +218,13 @@ impl Host {
                 self.transport.wait(self.region);
             }
         }
+    }
+
+    /// Marks a point where the worker polls its inbox: the modelled work since the previous
+    /// one is a busy segment, during which a request from another host waits.
+    fn poll_point(&mut self) {
+        let work_now_ns = LatencyTable::default().work_ns(&self.snapshot());
+        self.busy.poll_point(work_now_ns, &mut self.counters);
     }
 
     /// Drains the inbox: replies are queued, requests handled (or deferred while nested).
@@ -271,6 +282,7 @@ impl Host {
             if phase >= Phase::Stop {
                 break;
             }
+            self.poll_point();
             self.poll()?;
             self.process_acks();
             driver.next_transaction();
@@ -424,6 +436,8 @@ impl Host {
         let swcc = self.swcc.counters;
         counters.swcc_invalidated_lines = swcc.invalidated_lines;
         counters.swcc_written_back_lines = swcc.written_back_lines;
+        counters.coherent_fetched_lines = swcc.coherent_fetched_lines;
+        counters.coherent_written_lines = swcc.coherent_written_lines;
         counters.swcc_fences = swcc.fences;
         counters.swcc_loaded_bytes = swcc.loaded_bytes;
         counters.swcc_stored_bytes = swcc.stored_bytes;

@@ -245,8 +245,14 @@ impl LoggerState {
             }
         }
         // After the worker finished (pod-wide done barrier) nothing commits any more: the global
-        // epoch itself is complete. Otherwise the worker may still add to its open epoch.
-        let durable = if finished { global } else { worker_epoch.min(global).saturating_sub(1) };
+        // epoch itself is complete — read again now, since the worker may have committed in a
+        // newer epoch between the first read and its farewell (its last commit would otherwise
+        // never become durable). Otherwise the worker may still add to its open epoch.
+        let durable = if finished {
+            self.region.header().global_epoch.load(Ordering::Acquire)
+        } else {
+            worker_epoch.min(global).saturating_sub(1)
+        };
         if durable > self.last_marker {
             push_frame(&mut out, durable, FRAME_MARKER, &durable.to_le_bytes());
         }

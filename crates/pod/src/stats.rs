@@ -143,6 +143,13 @@ counters! {
     owner_atomics,
     swcc_invalidated_lines,
     swcc_written_back_lines,
+    /// All-coherent back-end (NoSWcc): lines another host wrote that this host fetched from CXL.
+    coherent_fetched_lines,
+    /// All-coherent back-end: lines this host wrote that coherence must carry to CXL for others.
+    coherent_written_lines,
+    /// Σ s² over this host's busy segments s (modelled work between two points where it polls
+    /// its inbox), in ns·µs: the length-biased wait a request sees ([`LatencyTable::modelled_tps`]).
+    busy_segments_squared_ns_us,
     swcc_fences,
     swcc_loaded_bytes,
     swcc_stored_bytes,
@@ -247,15 +254,20 @@ impl Default for LatencyTable {
 
 impl LatencyTable {
     /// Modelled busy time of one host, without waiting for replies, in nanoseconds. CXL line
-    /// reads are the lines a host had to fetch again: SWcc lines it invalidated before reading
-    /// (bounded by what it loaded) and HWcc index lines.
+    /// reads are the lines a host had to fetch again: shared-data lines another host wrote —
+    /// invalidated by SWcc, or a coherence miss under NoSWcc — bounded by what it loaded, and
+    /// HWcc index lines. Lines written for other hosts cost a write-back either way: pod.md §3.2
+    /// prices NoSWcc as "all CXL treated as HWcc" (Tigon's `SCCNoOP` is a plain `memcpy` on
+    /// cacheable memory, so there is a local cache), and §1.1 puts every CXL access at 250–400 ns
+    /// — coherence does not make another host's data free, it only removes the instructions.
     pub fn work_ns(&self, c: &Counters) -> f64 {
         let loaded_lines = c.swcc_loaded_bytes.div_ceil(64);
-        let swcc_fetched = c.swcc_invalidated_lines.min(loaded_lines) as f64;
+        let data_fetched = (c.swcc_invalidated_lines + c.coherent_fetched_lines).min(loaded_lines) as f64;
+        let data_written = (c.swcc_written_back_lines + c.coherent_written_lines) as f64;
         c.attempts as f64 * self.attempt_ns
             + c.dram_tuple_ops as f64 * self.dram_tuple_ns
-            + (swcc_fetched + c.hwcc_lines_read as f64) * self.cxl_line_read_ns
-            + c.swcc_written_back_lines as f64 * self.writeback_line_ns
+            + (data_fetched + c.hwcc_lines_read as f64) * self.cxl_line_read_ns
+            + data_written * self.writeback_line_ns
             + c.hwcc_atomics as f64 * self.cxl_atomic_ns
             + c.owner_atomics as f64 * self.owner_atomic_ns
             + c.swcc_fences as f64 * self.fence_ns
@@ -264,23 +276,64 @@ impl LatencyTable {
     }
 
     /// Modelled throughput of a pod. Each host runs one worker that polls its inbox between
-    /// transactions, so a request waits for the transport plus, on average, half a transaction
-    /// of the peer (its modelled work per attempt); a host's time is its work plus its round
-    /// trips' waits, and the pod's rate is the sum of the hosts' rates.
+    /// transactions and while it waits for a reply (pod.md §2.6: no output threads), so a
+    /// request waits for the transport plus the rest of the peer's current busy segment. A
+    /// request arriving at a random moment lands in a segment with probability proportional to
+    /// its length (the inspection paradox), so its expected wait is Σ s² / (2 · T_peer) over
+    /// the peer's busy segments s and its whole modelled time T_peer — zero while the peer is
+    /// itself waiting and polling, long behind a Delivery or StockLevel. T depends on the
+    /// peers' waits, so the hosts' times are solved together by fixed-point iteration.
     pub fn modelled_tps(&self, hosts: &[Counters]) -> f64 {
         let work: Vec<f64> = hosts.iter().map(|c| self.work_ns(c)).collect();
-        let per_attempt: Vec<f64> = hosts.iter().zip(&work).map(|(c, work)| work / c.attempts.max(1) as f64).collect();
-        let mut tps = 0.0;
-        for (host, counters) in hosts.iter().enumerate() {
-            let peers: Vec<f64> =
-                per_attempt.iter().enumerate().filter(|(peer, _)| *peer != host).map(|(_, w)| *w).collect();
-            let peer_half = if peers.is_empty() { 0.0 } else { 0.5 * peers.iter().sum::<f64>() / peers.len() as f64 };
-            let total = work[host] + counters.round_trips as f64 * (self.transport_round_trip_ns + peer_half);
-            if total > 0.0 {
-                tps += counters.committed as f64 / (total / 1e9);
-            }
+        let squares: Vec<f64> = hosts.iter().map(|c| c.busy_segments_squared_ns_us as f64 * 1e3).collect();
+        let mut time = work.clone();
+        for _ in 0..MODEL_ITERATIONS {
+            let waits: Vec<f64> = (0..hosts.len()).map(|host| Self::poll_wait_ns(host, &squares, &time)).collect();
+            time = (0..hosts.len())
+                .map(|host| work[host] + hosts[host].round_trips as f64 * (self.transport_round_trip_ns + waits[host]))
+                .collect();
         }
-        tps
+        hosts
+            .iter()
+            .zip(&time)
+            .filter(|(_, total)| **total > 0.0)
+            .map(|(counters, total)| counters.committed as f64 / (total / 1e9))
+            .sum()
+    }
+
+    /// Mean wait of a request from `host` for a peer to poll: Σ s² / 2T, averaged over peers.
+    fn poll_wait_ns(host: usize, squares: &[f64], time: &[f64]) -> f64 {
+        let peers: Vec<f64> = (0..time.len())
+            .filter(|peer| *peer != host && time[*peer] > 0.0)
+            .map(|peer| squares[peer] / (2.0 * time[peer]))
+            .collect();
+        if peers.is_empty() {
+            return 0.0;
+        }
+        peers.iter().sum::<f64>() / peers.len() as f64
+    }
+}
+
+/// Fixed-point iterations of [`LatencyTable::modelled_tps`]; each host's wait is at most the
+/// peer's longest segment, so the times converge in a few rounds (50 is far more than needed).
+const MODEL_ITERATIONS: usize = 50;
+
+/// Tracks a host's busy segments for the model: call [`BusySegments::poll_point`] wherever
+/// the worker polls its inbox; the modelled work since the previous poll point is a segment.
+#[derive(Debug, Default)]
+pub struct BusySegments {
+    work_at_last_poll_ns: f64,
+}
+
+impl BusySegments {
+    /// Closes the segment ending now; `work_now_ns` is the host's modelled work so far.
+    pub fn poll_point(&mut self, work_now_ns: f64, counters: &mut Counters) {
+        let segment = work_now_ns - self.work_at_last_poll_ns;
+        self.work_at_last_poll_ns = work_now_ns;
+        if segment > 0.0 {
+            counters.busy_segments_squared_ns_us =
+                counters.busy_segments_squared_ns_us.saturating_add((segment * segment / 1e3) as u64);
+        }
     }
 }
 
@@ -344,5 +397,53 @@ mod tests {
         let pair = |c: &Counters| table.modelled_tps(&[c.clone(), c.clone()]);
         assert!(pair(&by_message) < pair(&by_cxl), "messages must model slower than CXL lines");
         assert!(table.work_ns(&by_cxl) > 0.0);
+    }
+
+    #[test]
+    fn request_waits_are_length_biased_over_the_peers_busy_segments() {
+        // Goal: a request waits Σ s² / 2T of the peer, so the same work in one long segment
+        // delays it more than in many short ones. Method: two pods with equal work, one host
+        // making round trips to a peer whose segments differ; the exact wait is checked.
+        let table = LatencyTable::default();
+        let asker = Counters { committed: 1, attempts: 1, round_trips: 1, ..Counters::default() };
+        let peer = |squared_ns_us: u64| Counters {
+            committed: 1,
+            attempts: 1,
+            busy_segments_squared_ns_us: squared_ns_us,
+            ..Counters::default()
+        };
+        let peer_work = table.work_ns(&peer(0));
+        // One segment of all the peer's work, or ten segments of a tenth each.
+        let one_long = peer(((peer_work * peer_work) / 1e3) as u64);
+        let ten_short = peer((10.0 * (peer_work / 10.0) * (peer_work / 10.0) / 1e3) as u64);
+        let long_tps = table.modelled_tps(&[asker.clone(), one_long]);
+        let short_tps = table.modelled_tps(&[asker.clone(), ten_short]);
+        assert!(long_tps < short_tps, "long peer segments must delay replies more: {long_tps} vs {short_tps}");
+        let asker_ns = table.work_ns(&asker) + table.transport_round_trip_ns + peer_work / 2.0;
+        let expected = 1e9 / asker_ns + 1e9 / peer_work;
+        assert!((long_tps - expected).abs() / expected < 1e-3, "{long_tps} vs {expected}");
+    }
+
+    #[test]
+    fn coherent_line_transfers_are_priced_like_swcc_ones() {
+        // Goal: under NoSWcc, lines another host wrote are not free — hardware coherence moves
+        // them as SWcc would. Method: the same transfers counted as SWcc or coherent cost the same.
+        let table = LatencyTable::default();
+        let base = Counters { committed: 1, attempts: 1, swcc_loaded_bytes: 1024, ..Counters::default() };
+        let swcc = Counters { swcc_invalidated_lines: 16, swcc_written_back_lines: 16, ..base.clone() };
+        let coherent = Counters { coherent_fetched_lines: 16, coherent_written_lines: 16, ..base.clone() };
+        assert!(table.work_ns(&coherent) > table.work_ns(&base));
+        assert_eq!(table.work_ns(&coherent), table.work_ns(&swcc));
+    }
+
+    #[test]
+    fn busy_segments_accumulate_squares_of_positive_segments() {
+        // Goal: poll points turn modelled work into Σ s². Method: 3 µs then nothing then 1 µs.
+        let mut counters = Counters::default();
+        let mut segments = BusySegments::default();
+        segments.poll_point(3_000.0, &mut counters);
+        segments.poll_point(3_000.0, &mut counters);
+        segments.poll_point(4_000.0, &mut counters);
+        assert_eq!(counters.busy_segments_squared_ns_us, 9_000 + 1_000);
     }
 }

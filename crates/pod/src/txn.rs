@@ -538,14 +538,17 @@ impl Host {
         use crate::coherence::SwccProtocol::*;
         let valid = word.host_valid(self.me);
         let skip = self.config.fault == Some(InjectedFault::SkipReaderInvalidate);
+        // NoSWcc runs WriteThrough's bookkeeping on the all-coherent back-end: the host bits are
+        // what a hardware directory tracks, and its "invalidate" is the coherence miss that
+        // fetches another host's lines from CXL (counted, no instruction; see `Swcc`).
         match self.config.swcc {
-            WriteThrough | NoSharedReader if valid => self.counters.swcc_hits += 1,
-            WriteThrough | NoSharedReader => {
+            WriteThrough | NoSharedReader | NoSwcc if valid => self.counters.swcc_hits += 1,
+            WriteThrough | NoSharedReader | NoSwcc => {
                 self.counters.swcc_misses += 1;
                 if !skip {
                     self.swcc.invalidate(self.region, block, len);
                 }
-                *word = if self.config.swcc == WriteThrough {
+                *word = if self.config.swcc != NoSharedReader {
                     word.with_host_valid(self.me)
                 } else {
                     word.with_only_host_valid(self.me)
@@ -557,7 +560,6 @@ impl Host {
                     self.swcc.invalidate(self.region, block, len);
                 }
             }
-            NoSwcc => self.counters.swcc_hits += 1,
         }
     }
 
@@ -568,7 +570,7 @@ impl Host {
         use crate::coherence::SwccProtocol::*;
         let skip = self.config.fault == Some(InjectedFault::SkipWriterWriteback);
         match self.config.swcc {
-            WriteThrough | NoSharedReader => {
+            WriteThrough | NoSharedReader | NoSwcc => {
                 *word = word.with_only_host_valid(self.me);
                 if !skip {
                     self.swcc.writeback(self.region, block, len);
@@ -582,7 +584,6 @@ impl Host {
                     self.swcc.fence();
                 }
             }
-            NoSwcc => {}
         }
     }
 
