@@ -20,14 +20,14 @@ struct {
 	__uint(type, BPF_MAP_TYPE_SOCKHASH);
 	__uint(max_entries, FP_CLIENT_SLOTS);
 	__type(key, __u64);
-	__type(value, __u64);
+	__type(value, __u32);
 } fp_clients SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_SOCKHASH);
 	__uint(max_entries, FP_SERVER_SLOTS);
 	__type(key, __u64);
-	__type(value, __u64);
+	__type(value, __u32);
 } fp_servers SEC(".maps");
 
 /* Socket cookie → slot index. */

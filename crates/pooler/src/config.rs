@@ -16,8 +16,9 @@ use crate::auth_file::AuthFile;
 pub const SOURCE: &str = include_str!("config.rs");
 
 /// `[pooler]` settings read at start only: a reload reports them as needing a restart.
-pub const RESTART_ONLY: [&str; 12] = [
+pub const RESTART_ONLY: [&str; 13] = [
     "listen_addr",
+    "fast_path",
     "workers",
     "listen_backlog",
     "metrics_addr",
@@ -177,6 +178,21 @@ pub struct PoolerSettings {
     /// name, run as `auth_user` in the client's database. Default
     /// `SELECT usename, passwd FROM pg_shadow WHERE usename=$1` (as PgBouncer).
     pub auth_query: String,
+    /// Where steady-state bytes of transaction-mode plaintext clients move: `user` (the pooler
+    /// relays them) or `kernel` (eBPF `sk_skb` programs forward them between client and server
+    /// sockets and return servers to the pool inside the kernel; user space keeps login, TLS,
+    /// cancel, waiting clients and named prepared statements). When the programs cannot load (no
+    /// CAP_BPF/CAP_NET_ADMIN, old kernel) the pooler logs one line and serves in user space.
+    /// Default `user`.
+    pub fast_path: FastPathMode,
+}
+
+/// See [`PoolerSettings::fast_path`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FastPathMode {
+    User,
+    Kernel,
 }
 
 /// See [`PoolerSettings::session_state`].
@@ -227,6 +243,7 @@ impl Default for PoolerSettings {
             auth_hba_file: None,
             auth_user: None,
             auth_query: "SELECT usename, passwd FROM pg_shadow WHERE usename=$1".into(),
+            fast_path: FastPathMode::User,
         }
     }
 }

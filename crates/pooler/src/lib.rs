@@ -47,6 +47,7 @@ pub mod proxy;
 pub mod relay;
 pub mod server;
 pub mod session;
+pub mod kernel;
 pub mod session_state;
 pub mod shared;
 pub mod stats;

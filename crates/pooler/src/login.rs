@@ -104,8 +104,11 @@ pub async fn login(
     }
     build::backend_key_data(&mut client.out, registration.entry.process_id, &registration.entry.secret);
     build::ready_for_query(&mut client.out, TransactionStatus::Idle);
+    // Into the kernel's maps before the ReadyForQuery leaves: the client's first request, sent
+    // right after it, must meet the verdict program.
+    let kernel = pool.kernel().and_then(|kernel| crate::session::KernelClient::enter(kernel, client));
     client.flush().await?;
-    let session = Session::new(shared.clone(), pool, shard, wanted, waiter, registration, server);
+    let session = Session::new(shared.clone(), pool, shard, wanted, waiter, registration, server, kernel);
     Ok(LoginOutcome::Session(Box::new(session)))
 }
 

@@ -278,6 +278,8 @@ pub struct Pool {
     /// to the successor at their next transaction, and it closes servers as they come back.
     successor: OnceLock<Arc<Pool>>,
     myself: Weak<Pool>,
+    /// Set when this pool's transactions run in the kernel: its idle servers are lent there.
+    kernel: OnceLock<crate::kernel::KernelPool>,
 }
 
 /// Counts one server connection in its pool and database; dropping it frees the slot.
@@ -334,6 +336,7 @@ impl Pool {
             state: Mutex::new(PoolState::new(shards, limits)),
             successor: OnceLock::new(),
             myself: myself.clone(),
+            kernel: OnceLock::new(),
         });
         lock(&database.pools).push(Arc::downgrade(&pool));
         pool
@@ -377,6 +380,9 @@ impl Pool {
             state.waiters[shard].push_back(Queued { waiter: waiter.clone(), since: Instant::now() });
             return None;
         }
+        if let Some(server) = self.kernel.get().and_then(|kernel| kernel.reclaim()) {
+            return Some(Grant::Server(server));
+        }
         if let Some(server) = state.take_idle(shard) {
             return Some(Grant::Server(server));
         }
@@ -385,6 +391,13 @@ impl Pool {
             return Some(Grant::Connect);
         }
         state.waiters[shard].push_back(Queued { waiter: waiter.clone(), since: Instant::now() });
+        self.sync_kernel_waiters(&state);
+        // The kernel may have freed a server before it saw this waiter: look once more.
+        if let Some(server) = self.kernel.get().and_then(|kernel| kernel.reclaim()) {
+            state.remove(waiter);
+            self.sync_kernel_waiters(&state);
+            return Some(Grant::Server(server));
+        }
         drop(state);
         if state_needs_eviction(self) {
             self.evict_sibling_idle();
@@ -406,7 +419,10 @@ impl Pool {
 
     /// Leaves the queue; returns a grant that raced in first.
     fn leave_queue(&self, waiter: &Arc<Waiter>) -> Option<Grant> {
-        lock(&self.state).remove(waiter);
+        let mut state = lock(&self.state);
+        state.remove(waiter);
+        self.sync_kernel_waiters(&state);
+        drop(state);
         waiter.take()
     }
 
@@ -424,6 +440,7 @@ impl Pool {
                 queued.waiter.give(Grant::Expired);
             }
         }
+        self.sync_kernel_waiters(&state);
     }
 
     /// Logs in a new server on `shard` in a slot already counted in `open`.
@@ -458,9 +475,50 @@ impl Pool {
             return;
         }
         let next = if state.paused { None } else { state.next_waiter(server.home, now) };
+        self.sync_kernel_waiters(&state);
         match next {
             Some(queued) => queued.waiter.give(Grant::Server(server)),
-            None => state.idle.push(server),
+            None => self.park(&mut state, server),
+        }
+    }
+
+    /// An idle server goes to the kernel's free set when this pool runs there, else to the
+    /// user-space idle list.
+    fn park(&self, state: &mut PoolState, server: Box<ServerConn>) {
+        let server = match self.kernel.get() {
+            Some(kernel) => match kernel.lend(server) {
+                Ok(()) => return,
+                Err(server) => server,
+            },
+            None => server,
+        };
+        state.idle.push(server);
+    }
+
+    /// Tells the kernel how many clients wait here, so it leaves freed servers to them.
+    fn sync_kernel_waiters(&self, state: &PoolState) {
+        if let Some(kernel) = self.kernel.get() {
+            kernel.set_waiters(state.waiting());
+        }
+    }
+
+    /// Runs this pool's transactions in the kernel from now on.
+    pub fn enable_kernel(&self, kernel: crate::kernel::KernelPool) {
+        let _ = self.kernel.set(kernel);
+    }
+
+    pub fn kernel(&self) -> Option<&crate::kernel::KernelPool> {
+        self.kernel.get()
+    }
+
+    /// A server the kernel released while clients waited here: to the first of them.
+    pub fn accept_handoff(&self, slot: bypass_fastpath::ServerSlot) {
+        let Some(kernel) = self.kernel.get() else { return };
+        if !kernel.fast.take_handoff(slot) {
+            return;
+        }
+        if let Some(server) = kernel.take(slot) {
+            self.release(server);
         }
     }
 
@@ -479,6 +537,7 @@ impl Pool {
         if room && state.waiting() > 0 && self.database.try_take() {
             state.open += 1;
             let queued = state.pop_oldest().expect("checked non-empty");
+            self.sync_kernel_waiters(&state);
             queued.waiter.give(Grant::Connect);
             return;
         }
@@ -633,10 +692,12 @@ impl Pool {
         let now = Instant::now();
         let mut state = lock(&self.state);
         while state.waiting() > 0 && !state.paused {
-            let Some(server) = state.idle.pop() else { break };
+            let reclaimed = || self.kernel.get().and_then(|kernel| kernel.reclaim());
+            let Some(server) = state.idle.pop().or_else(reclaimed) else { break };
             let queued = state.next_waiter(server.home, now).expect("checked non-empty");
             queued.waiter.give(Grant::Server(server));
         }
+        self.sync_kernel_waiters(&state);
         drop(state);
         while self.offer_slot() {}
     }

@@ -210,6 +210,9 @@ fn run_shard(index: usize, listeners: ShardListeners, shared: Arc<Shared>, stopp
         };
         if index == 0 {
             tokio::spawn(maintain(shared.clone()));
+            if let Some(fast) = &shared.fastpath {
+                tokio::spawn(crate::kernel::serve_handoffs(fast.clone(), shared.kernel_pools.clone()));
+            }
             if let Some(metrics) = metrics_listener.take().and_then(|l| TcpListener::from_std(l).ok()) {
                 tokio::spawn(crate::metrics::serve(metrics, shared.clone()));
             }

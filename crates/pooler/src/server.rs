@@ -134,6 +134,8 @@ pub struct ServerConn {
     /// A client changed session state here that is not carried over (see
     /// [`crate::session_state`]): reset before the next client gets this server.
     pub session_dirty: bool,
+    /// The socket's place in the kernel fast path's maps, once it was lent there.
+    pub kernel: Option<crate::kernel::KernelSocket>,
 }
 
 impl ServerConn {
@@ -167,6 +169,7 @@ impl ServerConn {
             plan: ResponsePlan::default(),
             scratch: Vec::with_capacity(256),
             session_dirty: false,
+            kernel: None,
         });
         let welcome = server.handshake(target, credential, limits.message_size_max).await?;
         Ok((server, welcome))
@@ -289,6 +292,7 @@ impl ServerConn {
             plan,
             scratch,
             session_dirty,
+            kernel,
         } = *self;
         let stream = stream.rehome()?;
         let server = ServerConn {
@@ -306,6 +310,7 @@ impl ServerConn {
             plan,
             scratch,
             session_dirty,
+            kernel,
         };
         Ok(Box::new(server))
     }

@@ -32,6 +32,9 @@ use crate::server::ServerConn;
 use crate::shared::Shared;
 use crate::stream::Stream;
 
+mod kernel;
+pub use kernel::KernelClient;
+
 /// Bytes of a client's read buffer. Larger client messages stream through in pieces.
 pub const CLIENT_BUFFER_BYTES: usize = 16 * 1024;
 
@@ -94,6 +97,8 @@ pub struct Session {
     buffers: RelayBuffers,
     /// Timeouts and sizes in force at login (a reload applies to later logins).
     limits: SessionLimits,
+    /// Set when this client's transactions run in the kernel fast path.
+    kernel: Option<KernelClient>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -121,6 +126,7 @@ impl Session {
         waiter: Arc<Waiter>,
         cancel: Registration,
         server: Option<Box<ServerConn>>,
+        kernel: Option<KernelClient>,
     ) -> Self {
         let settings = &shared.live().settings;
         let limits = SessionLimits {
@@ -141,6 +147,7 @@ impl Session {
             statements: ClientStatements::default(),
             sync_sql: String::new(),
             buffers: RelayBuffers::default(),
+            kernel,
         }
     }
 
@@ -169,6 +176,9 @@ impl Session {
     }
 
     async fn serve(&mut self, client: &mut ClientSide) -> Result<(), PoolerError> {
+        if self.kernel.is_some() {
+            return self.serve_kernel(client).await;
+        }
         if let Some(server) = self.first_server.take() {
             self.link_with(server).await?;
         }
@@ -180,6 +190,16 @@ impl Session {
                 let server = self.acquire().await?;
                 self.link_with(server).await?;
             }
+            match self.relay_once(client).await? {
+                LinkEnd::Released => self.unlink().await,
+                LinkEnd::ClientGone => return Ok(()),
+            }
+        }
+    }
+
+    /// Relays on the current link until the transaction (or, in session mode, the client) ends.
+    async fn relay_once(&mut self, client: &mut ClientSide) -> Result<LinkEnd, PoolerError> {
+        {
             let limits = RelayLimits {
                 message_size_max: self.pool.settings.message_size_max,
                 idle_transaction_timeout_ms: self.limits.idle_transaction_timeout_ms,
@@ -198,10 +218,7 @@ impl Session {
                 to_client: &mut self.buffers.to_client,
                 synthetic: &mut self.buffers.synthetic,
             };
-            match relay(client, linked, &mut context).await? {
-                LinkEnd::Released => self.unlink().await,
-                LinkEnd::ClientGone => return Ok(()),
-            }
+            relay(client, linked, &mut context).await
         }
     }
 
@@ -242,11 +259,16 @@ impl Session {
 
     /// Brings a server's parameters in line with the client's and links it.
     async fn link_with(&mut self, mut server: Box<ServerConn>) -> Result<(), PoolerError> {
+        self.sync_params(&mut server).await?;
+        self.attach(server);
+        Ok(())
+    }
+
+    async fn sync_params(&mut self, server: &mut ServerConn) -> Result<(), PoolerError> {
         self.sync_sql.clear();
         if server.params.diff_into(&self.wanted, &mut self.sync_sql) > 0 {
             server.run_internal(&self.sync_sql, "parameter sync", self.pool.settings.message_size_max).await?;
         }
-        self.attach(server);
         Ok(())
     }
 

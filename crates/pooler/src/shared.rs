@@ -68,6 +68,10 @@ pub struct Shared {
     pub tls: crate::tls::TlsContexts,
     /// Secrets recently found with `auth_query`.
     pub auth_cache: crate::auth_query::AuthCache,
+    /// The kernel fast path when `fast_path = "kernel"` and the programs loaded.
+    pub fastpath: Option<Arc<bypass_fastpath::FastPath>>,
+    /// Pools running in the kernel, by kernel index (for the handoff ring).
+    pub kernel_pools: Arc<crate::kernel::KernelPools>,
 }
 
 /// A point-in-time summary for the status line.
@@ -90,7 +94,12 @@ impl Shared {
     pub fn new(config: ValidConfig) -> Arc<Self> {
         let ValidConfig { config: parsed, auth, tls, hba, .. } = config;
         let live = Live { settings: parsed.pooler, databases: parsed.databases, auth, hba };
+        let fastpath = (live.settings.fast_path == crate::config::FastPathMode::Kernel)
+            .then(crate::kernel::load)
+            .flatten();
         Arc::new(Shared {
+            fastpath,
+            kernel_pools: Arc::default(),
             live: RwLock::new(Arc::new(live)),
             config_path: Mutex::new(None),
             cancel: Arc::new(CancelRegistry::default()),
@@ -128,8 +137,28 @@ impl Shared {
         let limits = pool_limits(&live.settings, entry);
         let pool = pools
             .entry(key)
-            .or_insert_with(|| Pool::new(identity, limits, limit, Arc::new(StatementRegistry::default())));
+            .or_insert_with(|| {
+                let pool = Pool::new(identity, limits, limit, Arc::new(StatementRegistry::default()));
+                self.run_in_kernel(&pool);
+                pool
+            });
         Ok(pool.clone())
+    }
+
+    /// Lets a transaction-mode plaintext pool run in the kernel when the fast path is loaded.
+    fn run_in_kernel(&self, pool: &Arc<Pool>) {
+        let Some(fast) = &self.fastpath else { return };
+        if pool.settings.mode != crate::config::PoolMode::Transaction || pool.target.tls.is_some() {
+            return;
+        }
+        let mut pools = lock(&self.kernel_pools);
+        let Some(index) = fast.pool_index(&format!("{}/{}#{}", pool.key.database, pool.key.user, pools.len())) else {
+            return tracing::warn!(database = %pool.key.database, "no kernel pool index left; this pool stays in user space");
+        };
+        let wanted = pools.len().max(index as usize + 1);
+        pools.resize(wanted, std::sync::Weak::new());
+        pools[index as usize] = Arc::downgrade(pool);
+        pool.enable_kernel(crate::kernel::KernelPool::new(fast.clone(), index));
     }
 
     fn database_limit(&self, settings: &PoolerSettings, database: &str, entry: &DatabaseEntry) -> Arc<DatabaseLimit> {

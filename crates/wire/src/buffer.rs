@@ -7,12 +7,15 @@ pub struct Buffer {
     bytes: Box<[u8]>,
     start: usize,
     end: usize,
+    /// Bytes committed over the buffer's life (the kernel fast path compares it with the bytes
+    /// it passed to user space before it forwards a client's traffic again).
+    committed: u64,
 }
 
 impl Buffer {
     pub fn with_capacity(capacity: usize) -> Self {
         assert!(capacity >= crate::HEADER_LEN, "a buffer holds at least a message header");
-        Buffer { bytes: vec![0; capacity].into_boxed_slice(), start: 0, end: 0 }
+        Buffer { bytes: vec![0; capacity].into_boxed_slice(), start: 0, end: 0, committed: 0 }
     }
 
     pub fn capacity(&self) -> usize {
@@ -50,6 +53,12 @@ impl Buffer {
     pub fn commit(&mut self, count: usize) {
         assert!(self.end + count <= self.bytes.len(), "committed past the buffer");
         self.end += count;
+        self.committed += count as u64;
+    }
+
+    /// Bytes committed (read into the buffer) since it was made.
+    pub fn committed(&self) -> u64 {
+        self.committed
     }
 
     /// Appends bytes (the caller checked they fit).

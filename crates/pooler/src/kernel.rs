@@ -1,0 +1,155 @@
+//! The pooler's side of the kernel fast path (crate `bypass-fastpath`).
+//!
+//! ```text
+//!  login ─► add_client (gate open) ─► ReadyForQuery ─► kernel forwards transactions
+//!                 ▲                                          │ gate closed (no free server,
+//!                 │ rearm once every passed byte is read     ▼ named statement, Terminate)
+//!             session: link the waiting client to a server and write its request (answers
+//!             flow in the kernel), or serve the transaction in user space (prepared statements)
+//!  pool: idle servers are lent to the kernel (FREE); a waiter takes one back (reclaim) or is
+//!        handed one the kernel released while it waited (handoff ring → accept_handoff)
+//! ```
+//! Servers lent to the kernel stay owned here (`lent`), so their sockets, leases and statement
+//! caches live on; only the right to use them moves.
+
+use std::os::fd::AsRawFd;
+use std::sync::{Arc, Mutex, Weak};
+
+use bypass_fastpath::abi::{CLIENT_SLOTS, POOL_SERVERS_MAX};
+use bypass_fastpath::{FastPath, ServerSlot};
+use tokio::io::unix::AsyncFd;
+
+use crate::pool::Pool;
+use crate::server::ServerConn;
+use crate::stream::Stream;
+
+/// A server socket in the kernel's maps; dropping it takes the socket out.
+pub struct KernelSocket {
+    fast: Arc<FastPath>,
+    pub slot: ServerSlot,
+}
+
+impl Drop for KernelSocket {
+    fn drop(&mut self) {
+        self.fast.remove_server(self.slot);
+    }
+}
+
+/// A pool's share of the fast path: its kernel index and the servers lent to the kernel.
+pub struct KernelPool {
+    pub fast: Arc<FastPath>,
+    pub index: u32,
+    #[allow(clippy::vec_box)]
+    lent: Mutex<Vec<Option<Box<ServerConn>>>>,
+}
+
+impl KernelPool {
+    pub fn new(fast: Arc<FastPath>, index: u32) -> Self {
+        KernelPool { fast, index, lent: Mutex::new((0..POOL_SERVERS_MAX).map(|_| None).collect()) }
+    }
+
+    /// Lends an idle server to the kernel's free set; a server that cannot go there (TLS, no
+    /// slot left) comes back for the user-space idle list.
+    pub fn lend(&self, mut server: Box<ServerConn>) -> Result<(), Box<ServerConn>> {
+        let Some(slot) = self.register(&mut server) else { return Err(server) };
+        lock(&self.lent)[relative(slot)] = Some(server);
+        self.fast.lend(slot);
+        Ok(())
+    }
+
+    /// A free server taken back from the kernel.
+    pub fn reclaim(&self) -> Option<Box<ServerConn>> {
+        let slot = self.fast.reclaim(self.index)?;
+        self.take(slot)
+    }
+
+    /// The server of a slot user space now holds (after reclaim, handoff or unlink).
+    pub fn take(&self, slot: ServerSlot) -> Option<Box<ServerConn>> {
+        lock(&self.lent)[relative(slot)].take()
+    }
+
+    /// Puts a server user space holds into the kernel's maps (once), without lending it.
+    pub fn register(&self, server: &mut ServerConn) -> Option<ServerSlot> {
+        if let Some(socket) = &server.kernel {
+            return Some(socket.slot);
+        }
+        let Stream::Plain(tcp) = &server.stream else { return None };
+        let slot = self.fast.add_server(tcp, self.index).ok()?;
+        server.kernel = Some(KernelSocket { fast: self.fast.clone(), slot });
+        Some(slot)
+    }
+
+    /// The socket of a server in the lent table (linked in the kernel or free).
+    pub fn fd_of(&self, slot: ServerSlot) -> Option<std::os::fd::RawFd> {
+        lock(&self.lent)[relative(slot)].as_ref().map(|server| server.stream.tcp().as_raw_fd())
+    }
+
+    /// Puts back a server user space linked to a client in the kernel (it stays owned here).
+    pub fn keep_linked(&self, server: Box<ServerConn>) {
+        if let Some(slot) = server.kernel.as_ref().map(|socket| socket.slot) {
+            lock(&self.lent)[relative(slot)] = Some(server);
+        }
+    }
+
+    pub fn set_waiters(&self, waiters: usize) {
+        self.fast.set_waiters(self.index, u32::try_from(waiters).unwrap_or(u32::MAX));
+    }
+}
+
+fn relative(slot: ServerSlot) -> usize {
+    (slot.0 % POOL_SERVERS_MAX) as usize
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Loads the programs, or says in one line why the pooler stays in user space.
+pub fn load() -> Option<Arc<FastPath>> {
+    match FastPath::load() {
+        Ok(fast) => {
+            tracing::info!("kernel fast path loaded (sk_skb verdict programs on client and server sockets)");
+            Some(Arc::new(fast))
+        }
+        Err(error) => {
+            tracing::warn!(%error, "kernel fast path unavailable; serving every client in user space");
+            None
+        }
+    }
+}
+
+/// Pools by kernel index, for the handoff ring.
+pub type KernelPools = Mutex<Vec<Weak<Pool>>>;
+
+/// Hands every server the kernel released while clients waited to the pool's queue.
+pub async fn serve_handoffs(fast: Arc<FastPath>, pools: Arc<KernelPools>) {
+    let Some(ring) = fast.take_handoffs() else { return };
+    // SAFETY: the AsyncFd owns the ring, which owns the descriptor: it stays open while registered.
+    let mut ring = match unsafe { AsyncFd::register(ring) } {
+        Ok(ring) => ring,
+        Err(error) => return tracing::error!(%error, "cannot watch the fast path's handoff ring"),
+    };
+    loop {
+        let Ok(mut ready) = ring.readable_mut().await else { return };
+        let ring = ready.get_inner_mut();
+        while let Some(item) = ring.next() {
+            let Some(bytes) = item.get(..4) else { continue };
+            let index = u32::from_ne_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
+            let slot = ServerSlot(index.wrapping_sub(CLIENT_SLOTS));
+            let pool = lock(&pools).get(slot.pool() as usize).and_then(Weak::upgrade);
+            match pool {
+                Some(pool) => pool.accept_handoff(slot),
+                None => tracing::debug!(slot = slot.0, "handoff for a pool that is gone"),
+            }
+        }
+        ready.clear_ready();
+    }
+}
+
+/// The raw descriptor of a client's TCP socket.
+pub fn client_fd(stream: &Stream) -> Option<std::os::fd::RawFd> {
+    match stream {
+        Stream::Plain(tcp) => Some(tcp.as_raw_fd()),
+        Stream::Tls(_) => None,
+    }
+}

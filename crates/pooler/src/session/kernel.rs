@@ -1,0 +1,303 @@
+//! A transaction-mode client whose traffic runs in the kernel fast path.
+//!
+//! User space sees the client's bytes only when the kernel closed its gate: no free server
+//! (clients wait here, FIFO), a named prepared statement or Terminate, or bytes that arrived
+//! before user space re-armed. Then:
+//! - **assign**: every whole message is one the kernel may forward → take a server, link it to
+//!   the client in the kernel, write the request; the answer flows client-ward in the kernel;
+//! - **serve**: otherwise the transaction runs in user space with the ordinary relay (a server
+//!   the kernel had linked is taken back once every request on it is answered);
+//! - **re-arm** when every passed byte is read and handled, so the paths never reorder bytes.
+
+use std::os::fd::RawFd;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bypass_fastpath::{ClientSlot, FastPath, ServerSlot};
+use bypass_wire::HEADER_LEN;
+
+use super::{ClientSide, Session};
+use crate::error::PoolerError;
+use crate::io::read_some;
+use crate::kernel::KernelPool;
+use crate::relay::LinkEnd;
+use crate::server::ServerConn;
+use crate::stream::Stream;
+
+/// How often a client waits to see its kernel-linked requests answered before user space
+/// takes the server back (rare: a named statement in the middle of a kernel transaction).
+const ANSWER_POLL: Duration = Duration::from_millis(1);
+
+/// A client socket in the kernel's maps; dropping it takes the socket out.
+pub struct KernelClient {
+    fast: Arc<FastPath>,
+    slot: ClientSlot,
+    /// The client buffer's committed count when the socket entered the maps.
+    base: u64,
+    /// Bytes at the front of the passed traffic that finish a message the kernel forwarded.
+    raw_left: u32,
+    /// The gate was open: the next passed bytes start a new episode (read `pass_skip`).
+    armed: bool,
+}
+
+impl Drop for KernelClient {
+    fn drop(&mut self) {
+        self.fast.remove_client(self.slot);
+    }
+}
+
+impl KernelClient {
+    /// Puts a logged-in client under the client program; called before its final ReadyForQuery.
+    pub fn enter(kernel: &KernelPool, client: &ClientSide) -> Option<KernelClient> {
+        let Stream::Plain(tcp) = &client.stream else { return None };
+        if !client.buffer.is_empty() {
+            return None; // Bytes read ahead of login stay on the user-space path.
+        }
+        match kernel.fast.add_client(tcp, kernel.index) {
+            Ok(slot) => Some(KernelClient {
+                fast: kernel.fast.clone(),
+                slot,
+                base: client.buffer.committed(),
+                raw_left: 0,
+                armed: true,
+            }),
+            Err(error) => {
+                tracing::debug!(%error, "client stays in user space");
+                None
+            }
+        }
+    }
+}
+
+/// What the front of a passed buffer holds.
+enum Batch {
+    /// Whole messages the kernel may forward: their length and the requests among them.
+    Forward { bytes: usize, requests: u32 },
+    /// Something only user space handles (or a message larger than the buffer).
+    Serve,
+    /// A message is still arriving.
+    Incomplete,
+}
+
+impl Session {
+    pub(super) async fn serve_kernel(&mut self, client: &mut ClientSide) -> Result<(), PoolerError> {
+        let result = self.kernel_loop(client).await;
+        self.drop_kernel_link();
+        result
+    }
+
+    async fn kernel_loop(&mut self, client: &mut ClientSide) -> Result<(), PoolerError> {
+        loop {
+            if client.buffer.is_empty() {
+                if !self.rearm_or_read(client).await? {
+                    return Ok(());
+                }
+                continue;
+            }
+            if self.forward_raw(client).await? {
+                continue;
+            }
+            match classify(client.buffer.pending(), client.buffer.capacity()) {
+                Batch::Incomplete => {
+                    if read_some(&mut client.stream, &mut client.buffer).await.map_err(PoolerError::ClientIo)? == 0 {
+                        return Ok(());
+                    }
+                }
+                Batch::Forward { bytes, requests } => self.forward(client, bytes, requests).await?,
+                Batch::Serve => {
+                    if client.buffer.pending().first() == Some(&b'X') && self.kernel_link().is_none() {
+                        return Ok(());
+                    }
+                    if self.serve_in_user_space(client).await? {
+                        return Ok(());
+                    }
+                }
+            }
+        }
+    }
+
+    fn kernel_client(&mut self) -> &mut KernelClient {
+        self.kernel.as_mut().expect("kernel session without a kernel client")
+    }
+
+    fn kernel_link(&self) -> Option<(ServerSlot, u32)> {
+        let kernel = self.kernel.as_ref()?;
+        kernel.fast.link(kernel.slot)
+    }
+
+    /// With nothing buffered: opens the gate when every passed byte was read, then waits for
+    /// the next bytes the kernel passes. False when the client left.
+    async fn rearm_or_read(&mut self, client: &mut ClientSide) -> Result<bool, PoolerError> {
+        let read = client.buffer.committed() - self.kernel_client().base;
+        let kernel = self.kernel_client();
+        if kernel.fast.rearm(kernel.slot, read) {
+            kernel.armed = true;
+            return self.wait_for_request(client).await.map(|more| more || !client.buffer.is_empty());
+        }
+        let count = read_some(&mut client.stream, &mut client.buffer).await.map_err(PoolerError::ClientIo)?;
+        Ok(count > 0)
+    }
+
+    /// At the start of a passed episode, bytes finishing a message the kernel forwarded go to
+    /// that message's server unparsed. True when it forwarded something.
+    async fn forward_raw(&mut self, client: &mut ClientSide) -> Result<bool, PoolerError> {
+        let kernel = self.kernel_client();
+        if kernel.armed {
+            kernel.armed = false;
+            kernel.raw_left = kernel.fast.pass_skip(kernel.slot);
+        }
+        if kernel.raw_left == 0 {
+            return Ok(false);
+        }
+        let take = (kernel.raw_left as usize).min(client.buffer.pending().len());
+        let server = kernel.fast.add_requests(kernel.slot, 0).ok_or(PoolerError::ServerTerminated)?;
+        kernel.raw_left -= take as u32;
+        let fd = self.server_fd(server).ok_or(PoolerError::ServerTerminated)?;
+        send_all(fd, &client.buffer.pending()[..take]).await?;
+        client.buffer.consume(take);
+        Ok(true)
+    }
+
+    /// Sends whole kernel-safe messages: on the client's kernel link if it still holds, else on
+    /// a server taken from the pool and linked in the kernel.
+    async fn forward(&mut self, client: &mut ClientSide, bytes: usize, requests: u32) -> Result<(), PoolerError> {
+        let kernel = self.kernel.as_ref().expect("kernel session");
+        let server = match kernel.fast.add_requests(kernel.slot, requests) {
+            Some(server) => server,
+            None => self.link_new_server(requests).await?,
+        };
+        let fd = self.server_fd(server).ok_or(PoolerError::ServerTerminated)?;
+        send_all(fd, &client.buffer.pending()[..bytes]).await?;
+        client.buffer.consume(bytes);
+        Ok(())
+    }
+
+    /// A server from the pool, parameters in line with the client's, linked in the kernel with
+    /// `requests` about to be written.
+    async fn link_new_server(&mut self, requests: u32) -> Result<ServerSlot, PoolerError> {
+        let mut server = self.acquire().await?;
+        self.sync_params(&mut server).await?;
+        let pool = self.pool.clone();
+        let kernel_pool = pool.kernel().ok_or(PoolerError::ServerTerminated)?;
+        let Some(slot) = kernel_pool.register(&mut server) else {
+            pool.release(server);
+            return Err(PoolerError::ServerTerminated);
+        };
+        let kernel = self.kernel.as_ref().expect("kernel session");
+        // Owned by the pool's lent table before the kernel can release it.
+        kernel_pool.keep_linked(server);
+        kernel.fast.link_by_user(kernel.slot, slot, requests);
+        Ok(slot)
+    }
+
+    fn server_fd(&self, server: ServerSlot) -> Option<RawFd> {
+        self.pool.kernel()?.fd_of(server)
+    }
+
+    /// Runs one transaction in user space with the ordinary relay. True when the client left.
+    async fn serve_in_user_space(&mut self, client: &mut ClientSide) -> Result<bool, PoolerError> {
+        let server = match self.kernel_link() {
+            Some(_) => self.take_back_answered().await?,
+            None => {
+                let mut server = self.acquire().await?;
+                self.sync_params(&mut server).await?;
+                server
+            }
+        };
+        self.attach(server);
+        match self.relay_once(client).await? {
+            LinkEnd::Released => {
+                self.unlink().await;
+                Ok(false)
+            }
+            LinkEnd::ClientGone => Ok(true),
+        }
+    }
+
+    /// Waits until every request the kernel forwarded is answered, then takes the server back.
+    async fn take_back_answered(&mut self) -> Result<Box<ServerConn>, PoolerError> {
+        loop {
+            let kernel = self.kernel.as_ref().expect("kernel session");
+            if let Some(slot) = kernel.fast.unlink_answered(kernel.slot) {
+                let pool = self.pool.kernel().ok_or(PoolerError::ServerTerminated)?;
+                return pool.take(slot).ok_or(PoolerError::ServerTerminated);
+            }
+            if kernel.fast.link(kernel.slot).is_none() {
+                return self.acquire().await; // Released meanwhile: a fresh transaction.
+            }
+            tokio::time::sleep(ANSWER_POLL).await;
+        }
+    }
+
+    /// The client is gone: a server still linked to it in the kernel is closed (PostgreSQL
+    /// rolls back whatever it held), never reused.
+    fn drop_kernel_link(&mut self) {
+        let Some(kernel) = self.kernel.as_ref() else { return };
+        if let Some(slot) = kernel.fast.unlink_now(kernel.slot) {
+            if let Some(pool) = self.pool.kernel() {
+                drop(pool.take(slot));
+            }
+        }
+    }
+}
+
+/// Classifies the whole messages at the front of `pending` (see [`Batch`]).
+fn classify(pending: &[u8], capacity: usize) -> Batch {
+    let (mut at, mut requests) = (0usize, 0u32);
+    while pending.len() - at >= HEADER_LEN {
+        let tag = pending[at];
+        let length = u32::from_be_bytes([pending[at + 1], pending[at + 2], pending[at + 3], pending[at + 4]]) as usize;
+        if length < 4 || length + 1 > capacity {
+            return if at > 0 { Batch::Forward { bytes: at, requests } } else { Batch::Serve };
+        }
+        let end = at + 1 + length;
+        if end > pending.len() {
+            break;
+        }
+        if !kernel_may_forward(tag, &pending[at + HEADER_LEN..end]) {
+            return if at > 0 { Batch::Forward { bytes: at, requests } } else { Batch::Serve };
+        }
+        requests += u32::from(matches!(tag, b'Q' | b'S' | b'F'));
+        at = end;
+    }
+    if at > 0 {
+        Batch::Forward { bytes: at, requests }
+    } else {
+        Batch::Incomplete
+    }
+}
+
+/// The same rule as the client program: named statements and portals need the pooler's
+/// statement bookkeeping, Terminate ends the session.
+fn kernel_may_forward(tag: u8, body: &[u8]) -> bool {
+    let byte = |i: usize| body.get(i).copied().unwrap_or(0);
+    match tag {
+        b'X' => false,
+        b'P' => byte(0) == 0,
+        b'B' => byte(0) == 0 && byte(1) == 0,
+        b'D' | b'C' => !(byte(0) == b'S' && byte(1) != 0),
+        _ => true,
+    }
+}
+
+/// Writes all of `bytes` to a server socket the kernel also writes to (through its redirect
+/// queue). Requests are small; a full send buffer is waited out briefly.
+async fn send_all(fd: RawFd, mut bytes: &[u8]) -> Result<(), PoolerError> {
+    while !bytes.is_empty() {
+        // SAFETY: `fd` is an open socket owned by a ServerConn in the pool's lent table, which
+        // keeps it open while the client's link to it holds; `bytes` is a valid slice.
+        let sent = unsafe {
+            libc::send(fd, bytes.as_ptr().cast(), bytes.len(), libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL)
+        };
+        if sent >= 0 {
+            bytes = &bytes[sent as usize..];
+            continue;
+        }
+        let error = std::io::Error::last_os_error();
+        if error.kind() != std::io::ErrorKind::WouldBlock {
+            return Err(PoolerError::ServerIo(error));
+        }
+        tokio::time::sleep(ANSWER_POLL).await;
+    }
+    Ok(())
+}
