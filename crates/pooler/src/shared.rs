@@ -145,10 +145,11 @@ impl Shared {
         Ok(pool.clone())
     }
 
-    /// Lets a transaction-mode plaintext pool run in the kernel when the fast path is loaded.
+    /// Lets a transaction-mode pool run in the kernel when the fast path is loaded.
     fn run_in_kernel(&self, pool: &Arc<Pool>) {
         let Some(fast) = &self.fastpath else { return };
-        if pool.settings.mode != crate::config::PoolMode::Transaction || pool.target.tls.is_some() {
+        // TLS servers are refused one by one when lent (only plaintext sockets enter the maps).
+        if pool.settings.mode != crate::config::PoolMode::Transaction {
             return;
         }
         let mut pools = lock(&self.kernel_pools);
