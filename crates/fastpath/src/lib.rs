@@ -31,8 +31,8 @@ use aya::maps::{HashMap, Map, MapData, PerCpuArray, RingBuf, SockHash};
 use aya::programs::SkSkb;
 use aya::Ebpf;
 
-pub use abi::{Counters, PoolEntry, Slot};
 use abi::*;
+pub use abi::{Counters, PoolEntry, Slot};
 
 /// The compiled programs, aligned for the ELF parser.
 static PROGRAMS: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/fastpath.bpf.o"));

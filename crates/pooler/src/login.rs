@@ -108,7 +108,7 @@ pub async fn login(
     // right after it, must meet the verdict program.
     let kernel = pool.kernel().and_then(|kernel| crate::session::KernelClient::enter(kernel, client));
     client.flush().await?;
-    let session = Session::new(shared.clone(), pool, shard, wanted, waiter, registration, server, kernel);
+    let session = Session::new(shared.clone(), pool, shard, wanted, waiter, registration, server).in_kernel(kernel);
     Ok(LoginOutcome::Session(Box::new(session)))
 }
 

@@ -126,7 +126,6 @@ impl Session {
         waiter: Arc<Waiter>,
         cancel: Registration,
         server: Option<Box<ServerConn>>,
-        kernel: Option<KernelClient>,
     ) -> Self {
         let settings = &shared.live().settings;
         let limits = SessionLimits {
@@ -147,8 +146,14 @@ impl Session {
             statements: ClientStatements::default(),
             sync_sql: String::new(),
             buffers: RelayBuffers::default(),
-            kernel,
+            kernel: None,
         }
+    }
+
+    /// Runs this client's transactions in the kernel fast path.
+    pub fn in_kernel(mut self, kernel: Option<KernelClient>) -> Self {
+        self.kernel = kernel;
+        self
     }
 
     fn transaction_mode(&self) -> bool {

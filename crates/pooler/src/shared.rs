@@ -94,9 +94,8 @@ impl Shared {
     pub fn new(config: ValidConfig) -> Arc<Self> {
         let ValidConfig { config: parsed, auth, tls, hba, .. } = config;
         let live = Live { settings: parsed.pooler, databases: parsed.databases, auth, hba };
-        let fastpath = (live.settings.fast_path == crate::config::FastPathMode::Kernel)
-            .then(crate::kernel::load)
-            .flatten();
+        let fastpath =
+            (live.settings.fast_path == crate::config::FastPathMode::Kernel).then(crate::kernel::load).flatten();
         Arc::new(Shared {
             fastpath,
             kernel_pools: Arc::default(),
@@ -135,13 +134,11 @@ impl Shared {
             return Err(PoolerError::refused(SqlState::TOO_MANY_CONNECTIONS, "too many pools"));
         }
         let limits = pool_limits(&live.settings, entry);
-        let pool = pools
-            .entry(key)
-            .or_insert_with(|| {
-                let pool = Pool::new(identity, limits, limit, Arc::new(StatementRegistry::default()));
-                self.run_in_kernel(&pool);
-                pool
-            });
+        let pool = pools.entry(key).or_insert_with(|| {
+            let pool = Pool::new(identity, limits, limit, Arc::new(StatementRegistry::default()));
+            self.run_in_kernel(&pool);
+            pool
+        });
         Ok(pool.clone())
     }
 

@@ -286,9 +286,8 @@ async fn send_all(fd: RawFd, mut bytes: &[u8]) -> Result<(), PoolerError> {
     while !bytes.is_empty() {
         // SAFETY: `fd` is an open socket owned by a ServerConn in the pool's lent table, which
         // keeps it open while the client's link to it holds; `bytes` is a valid slice.
-        let sent = unsafe {
-            libc::send(fd, bytes.as_ptr().cast(), bytes.len(), libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL)
-        };
+        let sent =
+            unsafe { libc::send(fd, bytes.as_ptr().cast(), bytes.len(), libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL) };
         if sent >= 0 {
             bytes = &bytes[sent as usize..];
             continue;
