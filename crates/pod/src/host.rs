@@ -254,6 +254,9 @@ impl Host {
         self.handling = true;
         let result = match message {
             Message::Migrate { request, table, key } => self.serve_migrate(from, request, table, key),
+            Message::MigrateScan { request, table, low, high, limit } => {
+                self.serve_migrate_scan(from, request, table, low, high, limit)
+            }
             Message::Access { request, gid, table, key, mode } => {
                 self.serve_access(from, request, gid, table, key, mode)
             }
@@ -539,6 +542,7 @@ impl Host {
 fn request_id(message: &Message) -> Option<u32> {
     match message {
         Message::Migrate { request, .. }
+        | Message::MigrateScan { request, .. }
         | Message::Access { request, .. }
         | Message::Lock { request, .. }
         | Message::Prepare { request, .. }

@@ -47,9 +47,12 @@
 //!   node's word is zero, and a reused node is re-initialised under its latch ([`cxl_index`]).
 //! - `ref_cnt` (pins) lives in the HWcc node next to the word, and the owner pins a freshly
 //!   moved-in tuple for the requester before replying, so it cannot be evicted in between.
-//! - Inserts, deletes and range scans are owner-only (the workloads need nothing else); remote
-//!   ones are refused with a typed error instead of Tigon's REMOTE_INSERT/DELETE and scan
-//!   migration, so the next/prev-key bits of the word are defined but unused.
+//! - Remote range scans (Tigon-style) move the range and its next key in with the owner taking
+//!   the read locks for the requester before it replies ([`next_key`]); the owner keeps the
+//!   next/prev-key bits of the word true on move-in, move-out, insert and delete. Inserts and
+//!   deletes stay owner-only: remote ones are refused with a typed error instead of Tigon's
+//!   REMOTE_INSERT/DELETE messages (the workloads need none), and the baselines scan only their
+//!   own partition.
 //! - The OCC baseline is Silo-style distributed OCC (lock, validate, 2PC), not Sundial: no leases.
 
 pub mod alloc;
@@ -66,6 +69,7 @@ pub mod host;
 pub mod launcher;
 pub mod log;
 pub mod message;
+pub mod next_key;
 pub mod partition;
 pub mod recovery;
 pub mod region;

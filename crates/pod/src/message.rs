@@ -1,7 +1,8 @@
 //! Messages between hosts, encoded little-endian into ring slots. Sans-I/O: values in, bytes out,
 //! and a decoder that names what is wrong with a malformed payload.
 //!
-//! Tigon-style hosts only exchange `Migrate` (move a tuple into CXL) and its reply; the DS2PL+ and
+//! Tigon-style hosts only exchange `Migrate` (move a tuple into CXL), `MigrateScan` (move a key
+//! range plus its next key in, read-locked for the requester) and their replies; the DS2PL+ and
 //! OCC+ baselines read and lock remote tuples by message and commit with two-phase commit.
 
 use crate::error::{PodError, Result};
@@ -24,6 +25,20 @@ pub enum MigrateOutcome {
     },
     NotFound,
     /// The owner's HWcc budget (or SWcc arena) has no room even after eviction: FAIL_OOM.
+    OutOfMemory,
+}
+
+/// Most rows (range plus next key) one remote scan may move in: bounds the reply's size.
+pub const SCAN_ROWS_MAX: usize = 64;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ScanOutcome {
+    /// `(key, node)` of every row in the range, then the next key's: CATs read-locked and pinned
+    /// once on the requester's behalf, contiguous in the owner's partition.
+    Locked { rows: Vec<(u64, u64)>, next: Option<(u64, u64)> },
+    /// A row of the run is being inserted or is write-locked (NO_WAIT).
+    Conflict,
+    /// No room in CXL for the run.
     OutOfMemory,
 }
 
@@ -61,6 +76,19 @@ pub enum Message {
     MigrateReply {
         request: u32,
         outcome: MigrateOutcome,
+    },
+    /// Tigon's DATA_MIGRATION_REQUEST_FOR_SCAN: keys in `[low, high]` (at most `limit`) and the
+    /// key after them (next-key locking).
+    MigrateScan {
+        request: u32,
+        table: TableId,
+        low: u64,
+        high: u64,
+        limit: u32,
+    },
+    MigrateScanReply {
+        request: u32,
+        outcome: ScanOutcome,
     },
     Access {
         request: u32,
@@ -123,6 +151,7 @@ impl Message {
     pub fn reply_to(&self) -> Option<u32> {
         match self {
             Message::MigrateReply { request, .. }
+            | Message::MigrateScanReply { request, .. }
             | Message::AccessReply { request, .. }
             | Message::LockReply { request, .. }
             | Message::PrepareReply { request, .. }
@@ -147,6 +176,10 @@ impl Message {
                     MigrateOutcome::OutOfMemory => put.u8(2),
                 };
             }
+            Message::MigrateScan { request, table, low, high, limit } => {
+                put.u8(13).u32(*request).u8(*table).u64(*low).u64(*high).u32(*limit);
+            }
+            Message::MigrateScanReply { request, outcome } => encode_scan_reply(&mut put, *request, outcome),
             Message::Access { request, gid, table, key, mode } => {
                 put.u8(3).u32(*request).u64(*gid).u8(*table).u64(*key).u8(*mode as u8);
             }
@@ -232,6 +265,14 @@ impl Message {
             8 => Message::PrepareReply { request: get.u32()?, ok: get.u8()? != 0, epoch: get.u64()? },
             9 => Message::Decide { request: get.u32()?, gid: get.u64()?, commit: get.u8()? != 0, tid: get.u64()? },
             12 => Message::Decided { request: get.u32()? },
+            13 => Message::MigrateScan {
+                request: get.u32()?,
+                table: get.u8()?,
+                low: get.u64()?,
+                high: get.u64()?,
+                limit: get.u32()?,
+            },
+            14 => decode_scan_reply(&mut get)?,
             10 => Message::Ping { request: get.u32()? },
             11 => Message::Pong { request: get.u32()? },
             _ => return Err(get.bad("message kind")),
@@ -241,6 +282,51 @@ impl Message {
         }
         Ok(message)
     }
+}
+
+fn encode_scan_reply(put: &mut Put<'_>, request: u32, outcome: &ScanOutcome) {
+    put.u8(14).u32(request);
+    match outcome {
+        ScanOutcome::Locked { rows, next } => {
+            put.u8(0).u32(rows.len() as u32);
+            for (key, node) in rows {
+                put.u64(*key).u64(*node);
+            }
+            match next {
+                Some((key, node)) => put.u8(1).u64(*key).u64(*node),
+                None => put.u8(0),
+            };
+        }
+        ScanOutcome::Conflict => {
+            put.u8(1);
+        }
+        ScanOutcome::OutOfMemory => {
+            put.u8(2);
+        }
+    }
+}
+
+fn decode_scan_reply(get: &mut Get<'_>) -> Result<Message> {
+    let request = get.u32()?;
+    let outcome = match get.u8()? {
+        0 => {
+            let count = get.count()?;
+            if count > SCAN_ROWS_MAX {
+                return Err(get.bad("scan reply rows"));
+            }
+            let rows = (0..count).map(|_| Ok((get.u64()?, get.u64()?))).collect::<Result<_>>()?;
+            let next = match get.u8()? {
+                0 => None,
+                1 => Some((get.u64()?, get.u64()?)),
+                _ => return Err(get.bad("scan reply next key")),
+            };
+            ScanOutcome::Locked { rows, next }
+        }
+        1 => ScanOutcome::Conflict,
+        2 => ScanOutcome::OutOfMemory,
+        _ => return Err(get.bad("scan outcome")),
+    };
+    Ok(Message::MigrateScanReply { request, outcome })
 }
 
 fn encode_prepare(put: &mut Put<'_>, request: u32, gid: u64, writes: &[RemoteWrite], reads: &[ReadCheck]) {
@@ -370,6 +456,13 @@ mod tests {
             Message::Decided { request: 5 },
             Message::Ping { request: 0 },
             Message::Pong { request: 0 },
+            Message::MigrateScan { request: 7, table: 3, low: 10, high: 20, limit: 5 },
+            Message::MigrateScanReply {
+                request: 7,
+                outcome: ScanOutcome::Locked { rows: vec![(10, 0x40), (12, 0x80)], next: Some((u64::MAX, 0xc0)) },
+            },
+            Message::MigrateScanReply { request: 7, outcome: ScanOutcome::Locked { rows: vec![], next: None } },
+            Message::MigrateScanReply { request: 7, outcome: ScanOutcome::Conflict },
         ]
     }
 

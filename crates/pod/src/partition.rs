@@ -178,6 +178,12 @@ impl LocalTable {
         (*next, *id)
     }
 
+    /// The last key strictly below `key`, if any (placeholders included, like [`Self::next_key`]).
+    pub fn prev_key(&self, key: u64) -> Option<(u64, RowId)> {
+        assert!(self.spec.ordered);
+        self.ordered.range(..key).next_back().map(|(prev, id)| (*prev, *id))
+    }
+
     /// Row ids of every live row (non-supremum, non-placeholder), in index order.
     pub fn live_row_ids(&self) -> Vec<RowId> {
         let ids: Box<dyn Iterator<Item = (&u64, &RowId)>> =

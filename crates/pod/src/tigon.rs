@@ -55,7 +55,7 @@ enum Pinned {
     Conflict,
 }
 
-fn transition(word: MetaWord, held: LockMode, want: LockMode) -> Option<MetaWord> {
+pub(crate) fn transition(word: MetaWord, held: LockMode, want: LockMode) -> Option<MetaWord> {
     match (held, want) {
         (LockMode::None, LockMode::Read) => word.try_read_lock(),
         (LockMode::None, LockMode::Write) => word.try_write_lock(),
@@ -64,7 +64,7 @@ fn transition(word: MetaWord, held: LockMode, want: LockMode) -> Option<MetaWord
     }
 }
 
-fn release(word: MetaWord, held: LockMode) -> MetaWord {
+pub(crate) fn release(word: MetaWord, held: LockMode) -> MetaWord {
     match held {
         LockMode::None => word,
         LockMode::Read => word.release_read(),
@@ -73,7 +73,7 @@ fn release(word: MetaWord, held: LockMode) -> MetaWord {
 }
 
 impl Host {
-    fn row_bytes(&self, table: TableId) -> usize {
+    pub(crate) fn row_bytes(&self, table: TableId) -> usize {
         self.partition.table(table).spec.row_bytes
     }
 
@@ -175,7 +175,7 @@ impl Host {
     }
 
     /// Reads a block's TID and row through this host's cache (caller holds a lock on it).
-    fn load_block(&mut self, node_off: Off<CatNode>, table: TableId) -> (u64, Vec<u8>) {
+    pub(crate) fn load_block(&mut self, node_off: Off<CatNode>, table: TableId) -> (u64, Vec<u8>) {
         let word = MetaWord(self.region.get(node_off).word.load(Ordering::Acquire));
         let mut bytes = vec![0u8; BLOCK_HEADER_BYTES + self.row_bytes(table)];
         self.swcc.load(self.region, word.block_offset(), &mut bytes);
@@ -378,6 +378,7 @@ impl Host {
         stored.shortcut = node;
         stored.retained_block = block;
         self.clock.push(ClockEntry { node, table, row });
+        self.link_neighbour_bits(table, key)?;
         self.counters.moves_in += 1;
         self.shared().hwcc_used_bytes.store(self.hwcc.used_bytes(), Ordering::Relaxed);
         Ok(Some(node))
@@ -416,6 +417,8 @@ impl Host {
         self.evict_latched(entry, &mut latched);
         drop(latched);
         self.clock.swap_remove(at);
+        let key = self.partition.table(entry.table).row(entry.row).key;
+        self.unlink_neighbour_bits(entry.table, key)?;
         Ok(true)
     }
 

@@ -173,8 +173,9 @@ pub trait TxnOps {
     fn insert(&mut self, table: TableId, key: u64, value: &[u8]) -> TxnResult<()>;
     /// Deletes a tuple of this host's partition (no-op if absent).
     fn delete(&mut self, table: TableId, key: u64) -> TxnResult<()>;
-    /// Keys in `[low, high]` (at most `limit`) of an ordered table in this host's partition,
-    /// each read-locked, plus the next key (phantom protection).
+    /// Keys in `[low, high]` (at most `limit`) of an ordered table, each read-locked, plus the
+    /// next key (phantom protection). The range lies in one partition; another host's is scanned
+    /// through shared tuples (Tigon-style only, fewer than 64 rows).
     fn scan(&mut self, table: TableId, low: u64, high: u64, limit: usize) -> TxnResult<Vec<u64>>;
 }
 
@@ -393,6 +394,8 @@ impl Host {
             self.access(txn, table, next_key, LockMode::Write)?;
         }
         let row = self.partition.table_mut(table).insert(key, value.to_vec().into_boxed_slice(), 0);
+        // The new row separates its neighbours: CATs beside it may no longer promise adjacency.
+        self.unlink_neighbour_bits(table, key)?;
         let stored = self.partition.table_mut(table).row_mut(row);
         stored.set(row_flags::PLACEHOLDER, true);
         stored.lock = LocalLock::unlocked(0).try_write_lock().expect("a fresh row is unlocked");
@@ -411,7 +414,13 @@ impl Host {
 
     /// Locks (2PL) or records (OCC) every key in the range and the key after it.
     fn scan(&mut self, txn: &mut TxnState, table: TableId, low: u64, high: u64, limit: usize) -> TxnResult<Vec<u64>> {
-        self.require_owned(table, low, "scans of another host's partition")?;
+        let owner = self.workload.owner(table, low);
+        if owner != self.me {
+            if self.config.protocol != Protocol::Tigon {
+                return Err(TxnError::Fatal(PodError::Unsupported("baseline scans of another host's partition")));
+            }
+            return self.tigon_scan_remote(txn, table, (low, high, limit), owner);
+        }
         let found = self.partition.table(table).range(low, high, limit);
         let mut keys = Vec::with_capacity(found.len());
         for (key, _) in &found {

@@ -1,11 +1,13 @@
 //! Workloads, written once against [`TxnOps`] and run unchanged by every protocol: YCSB, a
-//! bank-transfer variant of YCSB that keeps its total, and TPC-C.
+//! bank-transfer variant of YCSB that keeps its total, TPC-C, and a registry that probes
+//! next-key locking for phantoms.
 //!
 //! A workload names its tables, says which host owns a key, loads a host's partition
 //! deterministically from the seed (the "checkpoint" recovery starts from), drives transactions,
 //! and checks its invariants on a host's partition after a run.
 
 pub mod bank;
+pub mod registry;
 pub mod tpcc;
 pub mod ycsb;
 
@@ -61,6 +63,7 @@ pub enum WorkloadConfig {
     Ycsb(ycsb::YcsbConfig),
     Bank(bank::BankConfig),
     Tpcc(tpcc::TpccConfig),
+    Registry(registry::RegistryConfig),
 }
 
 impl WorkloadConfig {
@@ -69,6 +72,7 @@ impl WorkloadConfig {
             WorkloadConfig::Ycsb(config) => Arc::new(ycsb::Ycsb::new(config.clone(), hosts)),
             WorkloadConfig::Bank(config) => Arc::new(bank::Bank::new(config.clone(), hosts)),
             WorkloadConfig::Tpcc(config) => Arc::new(tpcc::Tpcc::new(config.clone(), hosts)),
+            WorkloadConfig::Registry(config) => Arc::new(registry::Registry::new(config.clone(), hosts)),
         }
     }
 
@@ -77,6 +81,7 @@ impl WorkloadConfig {
             WorkloadConfig::Ycsb(config) => config.problems(),
             WorkloadConfig::Bank(config) => config.problems(),
             WorkloadConfig::Tpcc(config) => config.problems(hosts),
+            WorkloadConfig::Registry(config) => config.problems(),
         }
     }
 
@@ -86,6 +91,7 @@ impl WorkloadConfig {
             WorkloadConfig::Ycsb(config) => config.keys_per_host,
             WorkloadConfig::Bank(config) => config.accounts_per_host,
             WorkloadConfig::Tpcc(config) => config.shareable_rows_per_host(),
+            WorkloadConfig::Registry(_) => 64,
         }
     }
 
@@ -102,6 +108,7 @@ impl WorkloadConfig {
             WorkloadConfig::Tpcc(config) => {
                 format!("TPC-C {}/{}", config.remote_new_order_percent, config.remote_payment_percent)
             }
+            WorkloadConfig::Registry(config) => format!("registry cross {}%", config.cross_percent),
         }
     }
 }

@@ -1,0 +1,335 @@
+//! Next-key locking across hosts for ordered tables (Tigon's DATA_MIGRATION_REQUEST_FOR_SCAN and
+//! the next/prev-key bits of the metadata word, pod.md §2.3 and §3.3).
+//!
+//! ```text
+//!  requester                                owner
+//!  MigrateScan(table, low, high, limit) ──► rows in [low, high] (≤ limit) + the next key:
+//!                                           refuse if one is a placeholder (insert in flight);
+//!                                           move each in (or reuse its CAT), read-lock + pin it
+//!                                           for the requester, mark the run contiguous
+//!  ◄── MigrateScanReply(Locked{rows, next}) (keys, CAT nodes)
+//!  read each CAT through the CXL (locks already held), check the run's next-key bits
+//! ```
+//!
+//! The owner takes the read locks itself, before replying, so there is no window between its
+//! view of the range and the requester's locks: an insert into the range must write-lock the key
+//! after the new one (a locked row of the run, or the locked next key), a delete must write-lock
+//! the row — both fail NO_WAIT until the scanner commits or aborts. Lock state lives in exactly
+//! one tier, so read-locking a moved-in CAT is the same lock the owner's own transactions see.
+//!
+//! Bits: `NEXT_KEY_REAL` on a CAT says "the key after mine in the owner's partition is a CAT too"
+//! and `PREV_KEY_REAL` the same for the key before. The owner keeps them true: it sets both when
+//! it moves a row in next to a CAT, and clears the neighbours' bits when it moves a CAT out (also
+//! on a delete) or inserts a row between two CATs. Our CXL index is a hash table with no ordered
+//! walk, so a remote scan always asks the owner; the bits are the owner's promise that the run
+//! it returned has no gaps, and the requester checks that promise on the words it locked.
+//!
+//! Invariant: a node the owner granted is read-locked and pinned once for the requester until
+//! the requester's transaction ends (commit or abort releases it like any other CAT access).
+
+use std::sync::atomic::Ordering;
+
+use crate::error::{PodError, Result};
+use crate::host::Host;
+use crate::message::{Message, ScanOutcome, SCAN_ROWS_MAX};
+use crate::partition::{row_flags, RowId, TableId, SUPREMUM_KEY};
+use crate::region::Off;
+use crate::tigon::{release, transition, BLOCK_HEADER_BYTES};
+use crate::txn::{abort, Abort, Access, Change, LockMode, Place, TxnError, TxnResult, TxnState};
+use crate::word::{CatNode, MetaWord};
+
+/// Why the owner could not grant one row of a run.
+enum Refusal {
+    Conflict,
+    OutOfMemory,
+}
+
+impl Host {
+    // ---- owner side ----
+
+    /// Serves a remote range scan: the run becomes CATs read-locked for `from` (module docs).
+    pub(crate) fn serve_migrate_scan(
+        &mut self,
+        from: usize,
+        request: u32,
+        table: TableId,
+        low: u64,
+        high: u64,
+        limit: u32,
+    ) -> Result<()> {
+        let outcome = self.grant_scan(from, table, low, high, limit as usize)?;
+        self.send(from, &Message::MigrateScanReply { request, outcome })
+    }
+
+    /// Rows `[low, high]` (at most `limit`) and the next key, in key order; the count in range.
+    fn scan_run(&self, table: TableId, low: u64, high: u64, limit: usize) -> (Vec<(u64, RowId)>, usize) {
+        let rows = self.partition.table(table);
+        let mut run = rows.range(low, high, limit);
+        let in_range = run.len();
+        let bound = if in_range == limit { run.last().map_or(high, |(key, _)| *key) } else { high };
+        if bound < SUPREMUM_KEY {
+            run.push(rows.next_key(bound));
+        }
+        (run, in_range)
+    }
+
+    fn grant_scan(&mut self, from: usize, table: TableId, low: u64, high: u64, limit: usize) -> Result<ScanOutcome> {
+        if !self.scannable(table, limit) {
+            return Err(PodError::BadMessage { from, detail: "scan of a hash table, or of no or too many rows" });
+        }
+        let (run, in_range) = self.scan_run(table, low, high, limit);
+        if run.iter().any(|(_, row)| self.partition.table(table).row(*row).is(row_flags::PLACEHOLDER)) {
+            return Ok(ScanOutcome::Conflict);
+        }
+        let mut granted: Vec<(u64, Off<CatNode>)> = Vec::with_capacity(run.len());
+        for &(key, row) in &run {
+            match self.grant_read(table, row)? {
+                Ok(node) => granted.push((key, node)),
+                Err(refusal) => {
+                    for &(_, node) in &granted {
+                        self.revoke_read(node)?;
+                    }
+                    return Ok(match refusal {
+                        Refusal::Conflict => ScanOutcome::Conflict,
+                        Refusal::OutOfMemory => ScanOutcome::OutOfMemory,
+                    });
+                }
+            }
+        }
+        self.mark_run_contiguous(&granted)?;
+        let mut rows: Vec<(u64, u64)> = granted.iter().map(|(key, node)| (*key, node.raw())).collect();
+        let next = (rows.len() > in_range).then(|| rows.pop().expect("the run holds the next key"));
+        Ok(ScanOutcome::Locked { rows, next })
+    }
+
+    /// Whether a remote scan of `limit` rows of `table` fits the protocol (same answer on every
+    /// host: all hosts have the same tables).
+    fn scannable(&self, table: TableId, limit: usize) -> bool {
+        usize::from(table) < self.partition.tables().len()
+            && self.partition.table(table).spec.ordered
+            && (1..SCAN_ROWS_MAX).contains(&limit)
+    }
+
+    /// Makes `row` a CAT pinned and read-locked for a remote reader (NO_WAIT).
+    fn grant_read(&mut self, table: TableId, row: RowId) -> Result<std::result::Result<Off<CatNode>, Refusal>> {
+        let stored = self.partition.table(table).row(row);
+        let node_off = if stored.is(row_flags::MIGRATED) {
+            stored.shortcut
+        } else {
+            match self.move_in(table, row, 0)? {
+                Some(node) => node,
+                None => return Ok(Err(Refusal::OutOfMemory)),
+            }
+        };
+        let node: &CatNode = self.region.get(node_off);
+        let mut latched = self.latch_owned(node, node_off).map_err(fatal)?;
+        let Some(locked) = transition(latched.value, LockMode::None, LockMode::Read) else {
+            return Ok(Err(Refusal::Conflict));
+        };
+        latched.value = locked;
+        node.pins.fetch_add(1, Ordering::Relaxed);
+        Ok(Ok(node_off))
+    }
+
+    /// Undoes [`Self::grant_read`] (a later row of the run was refused).
+    fn revoke_read(&mut self, node_off: Off<CatNode>) -> Result<()> {
+        let node: &CatNode = self.region.get(node_off);
+        let mut latched = self.latch_owned(node, node_off).map_err(fatal)?;
+        latched.value = release(latched.value, LockMode::Read);
+        node.pins.fetch_sub(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Sets the next/prev-key bits along a run of CATs that are neighbours in the partition.
+    fn mark_run_contiguous(&mut self, run: &[(u64, Off<CatNode>)]) -> Result<()> {
+        for (at, &(_, node_off)) in run.iter().enumerate() {
+            let node: &CatNode = self.region.get(node_off);
+            let mut latched = self.latch_owned(node, node_off).map_err(fatal)?;
+            let mut word = latched.value;
+            if at + 1 < run.len() {
+                word = word.with_flag(MetaWord::NEXT_KEY_REAL, true);
+            }
+            if at > 0 {
+                word = word.with_flag(MetaWord::PREV_KEY_REAL, true);
+            }
+            latched.value = word;
+        }
+        Ok(())
+    }
+
+    /// After `key` moved in: link its bits with CAT neighbours (both sides' bits set).
+    pub(crate) fn link_neighbour_bits(&mut self, table: TableId, key: u64) -> Result<()> {
+        self.set_neighbour_bits(table, key, true)
+    }
+
+    /// After `key` moved out, or a row was inserted at `key` between two rows: the neighbours'
+    /// bits pointing at `key`'s slot are no longer true.
+    pub(crate) fn unlink_neighbour_bits(&mut self, table: TableId, key: u64) -> Result<()> {
+        self.set_neighbour_bits(table, key, false)
+    }
+
+    /// Sets (`on`) or clears the bits between `key` and its CAT neighbours. When linking, `key`
+    /// itself must be a CAT; its own bits are set only towards neighbours that are CATs.
+    fn set_neighbour_bits(&mut self, table: TableId, key: u64, on: bool) -> Result<()> {
+        if !self.partition.table(table).spec.ordered {
+            return Ok(());
+        }
+        let prev = self.partition.table(table).prev_key(key).map(|(_, row)| row);
+        let next = (key < SUPREMUM_KEY).then(|| self.partition.table(table).next_key(key).1);
+        let me = self.partition.table(table).find(key).filter(|_| on).and_then(|row| self.cat_of(table, row));
+        for (neighbour, towards_me, mine) in [
+            (prev, MetaWord::NEXT_KEY_REAL, MetaWord::PREV_KEY_REAL),
+            (next, MetaWord::PREV_KEY_REAL, MetaWord::NEXT_KEY_REAL),
+        ] {
+            let Some(neighbour) = neighbour.and_then(|row| self.cat_of(table, row)) else { continue };
+            self.set_flag(neighbour, towards_me, on)?;
+            if let Some(me) = me {
+                self.set_flag(me, mine, true)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn cat_of(&self, table: TableId, row: RowId) -> Option<Off<CatNode>> {
+        let stored = self.partition.table(table).row(row);
+        stored.is(row_flags::MIGRATED).then_some(stored.shortcut)
+    }
+
+    fn set_flag(&mut self, node_off: Off<CatNode>, flag: u64, on: bool) -> Result<()> {
+        let node: &CatNode = self.region.get(node_off);
+        let mut latched = self.latch_owned(node, node_off).map_err(fatal)?;
+        latched.value = latched.value.with_flag(flag, on);
+        Ok(())
+    }
+
+    // ---- requester side ----
+
+    /// A Tigon scan of another host's ordered table: the owner grants the run read-locked, then
+    /// every row is read through the CXL like any CAT. Returns the keys in range.
+    pub(crate) fn tigon_scan_remote(
+        &mut self,
+        txn: &mut TxnState,
+        table: TableId,
+        (low, high, limit): (u64, u64, usize),
+        owner: usize,
+    ) -> TxnResult<Vec<u64>> {
+        if !self.scannable(table, limit) {
+            let what = "remote scans other than of 1 to 63 rows of an ordered table";
+            return Err(TxnError::Fatal(PodError::Unsupported(what)));
+        }
+        self.counters.remote_accesses += 1;
+        self.counters.remote_messages += 1;
+        let request = self.next_request_id();
+        let limit_u32 = limit as u32;
+        let reply = self.request(owner, Message::MigrateScan { request, table, low, high, limit: limit_u32 })?;
+        let (rows, next) = match reply {
+            Message::MigrateScanReply { outcome: ScanOutcome::Locked { rows, next }, .. } => (rows, next),
+            Message::MigrateScanReply { outcome: ScanOutcome::Conflict, .. } => return abort(Abort::Conflict),
+            Message::MigrateScanReply { outcome: ScanOutcome::OutOfMemory, .. } => return abort(Abort::OutOfMemory),
+            _ => return Err(TxnError::Fatal(PodError::BadMessage { from: owner, detail: "expected a scan reply" })),
+        };
+        let run: Vec<(u64, Off<CatNode>)> =
+            rows.iter().chain(next.iter()).map(|(key, node)| (*key, Off::new(*node))).collect();
+        self.adopt_run(txn, table, owner, &run)?;
+        self.check_run_contiguous(&run)?;
+        Ok(rows.iter().map(|(key, _)| *key).collect())
+    }
+
+    /// Turns every granted node into an access of `txn` (or, for a key the transaction already
+    /// holds, gives the extra grant back); on failure the rest is given back too.
+    fn adopt_run(
+        &mut self,
+        txn: &mut TxnState,
+        table: TableId,
+        owner: usize,
+        run: &[(u64, Off<CatNode>)],
+    ) -> TxnResult<()> {
+        for (at, &(key, node)) in run.iter().enumerate() {
+            let adopted = if txn.find(table, key).is_some() {
+                self.give_back(node).map_err(TxnError::Fatal)
+            } else {
+                self.adopt(txn, table, owner, key, node)
+            };
+            if let Err(error) = adopted {
+                for &(_, rest) in &run[at + 1..] {
+                    self.give_back(rest).map_err(TxnError::Fatal)?;
+                }
+                return Err(error);
+            }
+        }
+        Ok(())
+    }
+
+    /// Makes this host's copy of a granted CAT valid, reads it, records the read-locked access.
+    fn adopt(
+        &mut self,
+        txn: &mut TxnState,
+        table: TableId,
+        owner: usize,
+        key: u64,
+        node_off: Off<CatNode>,
+    ) -> TxnResult<()> {
+        let node: &CatNode = self.region.get(node_off);
+        {
+            let mut latched = self.latch(node, node_off)?;
+            assert!(
+                node.key.load(Ordering::Relaxed) == key && latched.value.readers() > 0,
+                "a granted CAT is the key's and read-locked"
+            );
+            let mut word = latched.value.with_flag(MetaWord::SECOND_CHANCE, true);
+            let len = (BLOCK_HEADER_BYTES + self.row_bytes(table)) as u64;
+            self.swcc_before_read(&mut word, len);
+            latched.value = word;
+        }
+        let (tid, value) = self.load_block(node_off, table);
+        let access = Access {
+            table,
+            key,
+            place: Place::Cat { owner, node: node_off },
+            lock: LockMode::Read,
+            read_tid: Some(tid),
+            value: None,
+            change: Change::None,
+        };
+        match txn.push(access, Some(&value)) {
+            Ok(_) => Ok(()),
+            Err(error) => {
+                self.give_back(node_off).map_err(TxnError::Fatal)?;
+                Err(error)
+            }
+        }
+    }
+
+    /// Releases one granted read lock and pin that no access of ours will release.
+    fn give_back(&mut self, node_off: Off<CatNode>) -> Result<()> {
+        let node: &CatNode = self.region.get(node_off);
+        let mut latched = self.latch(node, node_off).map_err(fatal)?;
+        latched.value = release(latched.value, LockMode::Read);
+        node.pins.fetch_sub(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// The owner's promise, checked on the words this transaction holds read-locked: every CAT
+    /// of the run but the last has a CAT as its next key, every one but the first a previous one.
+    fn check_run_contiguous(&mut self, run: &[(u64, Off<CatNode>)]) -> TxnResult<()> {
+        for (at, &(_, node_off)) in run.iter().enumerate() {
+            let word = MetaWord(self.region.get(node_off).word.load(Ordering::Acquire));
+            self.counters.hwcc_lines_read += 1;
+            let next_ok = at + 1 == run.len() || word.flag(MetaWord::NEXT_KEY_REAL);
+            let prev_ok = at == 0 || word.flag(MetaWord::PREV_KEY_REAL);
+            if !(next_ok && prev_ok) {
+                return Err(TxnError::Fatal(PodError::Unsupported(
+                    "a scanned run lost its next/prev-key bits while read-locked (owner bookkeeping bug)",
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn fatal(error: TxnError) -> PodError {
+    match error {
+        TxnError::Fatal(error) => error,
+        TxnError::Abort(_) => PodError::Unsupported("latching cannot abort"),
+    }
+}
