@@ -58,8 +58,9 @@ pub fn start(contender: Contender, backend_port: u16, pool_size: u32, bypass_exe
             let pooler_pids = bouncer.pids();
             Ok(Target { port: bouncer.port(), pooler_pids, _pgbouncer: Some(bouncer), _bypass: None })
         }
-        Contender::Bypass => {
-            let bypass = BypassProcess::start(bypass_exe, backend_port, pool_size)?;
+        Contender::Bypass | Contender::BypassKernel => {
+            let kernel = contender == Contender::BypassKernel;
+            let bypass = BypassProcess::start(bypass_exe, backend_port, pool_size, kernel)?;
             let (port, pooler_pids) = (bypass.port, vec![bypass.child.id()]);
             Ok(Target { port, pooler_pids, _pgbouncer: None, _bypass: Some(bypass) })
         }
@@ -67,7 +68,8 @@ pub fn start(contender: Contender, backend_port: u16, pool_size: u32, bypass_exe
 }
 
 /// The configuration the bypass binary runs with: the same pool shape as PgBouncer's.
-pub fn render_bypass_config(listen_port: u16, backend_port: u16, pool_size: u32) -> String {
+pub fn render_bypass_config(listen_port: u16, backend_port: u16, pool_size: u32, kernel: bool) -> String {
+    let fast_path = if kernel { "kernel" } else { "user" };
     format!(
         "[pooler]\n\
          listen_addr = \"{HOST}:{listen_port}\"\n\
@@ -76,6 +78,7 @@ pub fn render_bypass_config(listen_port: u16, backend_port: u16, pool_size: u32)
          max_client_conn = {MAX_CLIENT_CONN}\n\
          default_pool_size = {pool_size}\n\
          listen_backlog = 4096\n\
+         fast_path = \"{fast_path}\"\n\
          \n\
          [databases.\"*\"]\n\
          host = \"{HOST}\"\n\
@@ -93,11 +96,11 @@ struct BypassProcess {
 }
 
 impl BypassProcess {
-    fn start(exe: &Path, backend_port: u16, pool_size: u32) -> Result<BypassProcess> {
+    fn start(exe: &Path, backend_port: u16, pool_size: u32, kernel: bool) -> Result<BypassProcess> {
         let dir = tempfile::Builder::new().prefix("bypass-bench-proxy-").tempdir().context("creating a temp dir")?;
         let port = free_port();
         let config = dir.path().join("bypass.toml");
-        std::fs::write(&config, render_bypass_config(port, backend_port, pool_size))
+        std::fs::write(&config, render_bypass_config(port, backend_port, pool_size, kernel))
             .with_context(|| format!("writing {}", config.display()))?;
         let log = dir.path().join("bypass.log");
         let log_file = File::create(&log).with_context(|| format!("creating {}", log.display()))?;
@@ -162,7 +165,7 @@ mod tests {
     // Goal: bypass gets the same pool shape as PgBouncer; method: render and check the lines.
     #[test]
     fn bypass_config_matches_pgbouncer_shape() {
-        let text = render_bypass_config(7000, 5555, 20);
+        let text = render_bypass_config(7000, 5555, 20, false);
         for line in [
             "listen_addr = \"127.0.0.1:7000\"",
             "pool_mode = \"transaction\"",

@@ -124,6 +124,10 @@ pub enum Contender {
     Pgbouncer2,
     /// The bypass binary (`bypass proxy`), as a child process.
     Bypass,
+    /// The same with `fast_path = "kernel"` (transactions forwarded by eBPF in the kernel).
+    #[value(name = "bypass-kernel")]
+    #[serde(rename = "bypass-kernel")]
+    BypassKernel,
 }
 
 impl Contender {
@@ -133,6 +137,7 @@ impl Contender {
             Contender::Pgbouncer => "pgbouncer",
             Contender::Pgbouncer2 => "pgbouncer2",
             Contender::Bypass => "bypass",
+            Contender::BypassKernel => "bypass-kernel",
         }
     }
 
@@ -143,6 +148,7 @@ impl Contender {
             Contender::Pgbouncer => "PgBouncer",
             Contender::Pgbouncer2 => "PgBouncer ×2",
             Contender::Bypass => "Bypass",
+            Contender::BypassKernel => "Bypass kernel",
         }
     }
 

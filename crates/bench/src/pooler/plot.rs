@@ -180,6 +180,7 @@ fn color_of(contender: Contender) -> RGBColor {
         Contender::Pgbouncer => RGBColor(31, 119, 180),
         Contender::Pgbouncer2 => RGBColor(44, 160, 44),
         Contender::Bypass => RGBColor(214, 39, 40),
+        Contender::BypassKernel => RGBColor(148, 103, 189),
     }
 }
 
