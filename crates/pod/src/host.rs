@@ -257,6 +257,8 @@ impl Host {
             Message::MigrateScan { request, table, low, high, limit } => {
                 self.serve_migrate_scan(from, request, table, low, high, limit)
             }
+            Message::RemoteInsert { request, table, key } => self.serve_remote_insert(from, request, table, key),
+            Message::InsertDone { table, key, committed } => self.serve_insert_done(from, table, key, committed),
             Message::Access { request, gid, table, key, mode } => {
                 self.serve_access(from, request, gid, table, key, mode)
             }
@@ -543,6 +545,7 @@ fn request_id(message: &Message) -> Option<u32> {
     match message {
         Message::Migrate { request, .. }
         | Message::MigrateScan { request, .. }
+        | Message::RemoteInsert { request, .. }
         | Message::Access { request, .. }
         | Message::Lock { request, .. }
         | Message::Prepare { request, .. }

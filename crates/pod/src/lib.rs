@@ -47,12 +47,12 @@
 //!   node's word is zero, and a reused node is re-initialised under its latch ([`cxl_index`]).
 //! - `ref_cnt` (pins) lives in the HWcc node next to the word, and the owner pins a freshly
 //!   moved-in tuple for the requester before replying, so it cannot be evicted in between.
-//! - Remote range scans (Tigon-style) move the range and its next key in with the owner taking
-//!   the read locks for the requester before it replies ([`next_key`]); the owner keeps the
-//!   next/prev-key bits of the word true on move-in, move-out, insert and delete. Inserts and
-//!   deletes stay owner-only: remote ones are refused with a typed error instead of Tigon's
-//!   REMOTE_INSERT/DELETE messages (the workloads need none), and the baselines scan only their
-//!   own partition.
+//! - Remote range scans and inserts (Tigon-style) are served by the owner taking the locks for
+//!   the requester before it replies — the range and its next key read-locked ([`next_key`]), a
+//!   placeholder and its next key write-locked ([`remote_insert`]) — rather than at Tigon's
+//!   commit step; the owner keeps the next/prev-key bits of the word true on move-in, move-out,
+//!   insert and delete. Remote deletes stay refused with a typed error (Tigon's REMOTE_DELETE is
+//!   not built), and the baselines scan and insert only in their own partition.
 //! - The OCC baseline is Silo-style distributed OCC (lock, validate, 2PC), not Sundial: no leases.
 
 pub mod alloc;
@@ -73,6 +73,7 @@ pub mod next_key;
 pub mod partition;
 pub mod recovery;
 pub mod region;
+pub mod remote_insert;
 pub mod ring;
 pub mod rng;
 pub mod stats;

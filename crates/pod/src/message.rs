@@ -2,7 +2,9 @@
 //! and a decoder that names what is wrong with a malformed payload.
 //!
 //! Tigon-style hosts only exchange `Migrate` (move a tuple into CXL), `MigrateScan` (move a key
-//! range plus its next key in, read-locked for the requester) and their replies; the DS2PL+ and
+//! range plus its next key in, read-locked for the requester), `RemoteInsert` (a placeholder and
+//! its next key moved in, write-locked for the requester) with their replies, and the one-way
+//! `InsertDone`; the DS2PL+ and
 //! OCC+ baselines read and lock remote tuples by message and commit with two-phase commit.
 
 use crate::error::{PodError, Result};
@@ -39,6 +41,22 @@ pub enum ScanOutcome {
     /// A row of the run is being inserted or is write-locked (NO_WAIT).
     Conflict,
     /// No room in CXL for the run.
+    OutOfMemory,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum InsertOutcome {
+    /// The placeholder's CAT `node` and the next key's `next_node`, both write-locked and pinned
+    /// for the requester; the owner keeps one more pin on `node` until `InsertDone`.
+    Locked {
+        node: u64,
+        next_key: u64,
+        next_node: u64,
+    },
+    /// The key is present: the insert is the workload's error.
+    Exists,
+    /// The key or its next key is locked or being inserted (NO_WAIT).
+    Conflict,
     OutOfMemory,
 }
 
@@ -89,6 +107,23 @@ pub enum Message {
     MigrateScanReply {
         request: u32,
         outcome: ScanOutcome,
+    },
+    /// Tigon's REMOTE_INSERT_REQUEST: insert a placeholder for `key` and lock it and its next key.
+    RemoteInsert {
+        request: u32,
+        table: TableId,
+        key: u64,
+    },
+    RemoteInsertReply {
+        request: u32,
+        outcome: InsertOutcome,
+    },
+    /// One-way: the remote insert of `key` committed (the placeholder becomes the row) or aborted
+    /// (the owner removes it); either way the owner drops its pin.
+    InsertDone {
+        table: TableId,
+        key: u64,
+        committed: bool,
     },
     Access {
         request: u32,
@@ -152,6 +187,7 @@ impl Message {
         match self {
             Message::MigrateReply { request, .. }
             | Message::MigrateScanReply { request, .. }
+            | Message::RemoteInsertReply { request, .. }
             | Message::AccessReply { request, .. }
             | Message::LockReply { request, .. }
             | Message::PrepareReply { request, .. }
@@ -180,6 +216,23 @@ impl Message {
                 put.u8(13).u32(*request).u8(*table).u64(*low).u64(*high).u32(*limit);
             }
             Message::MigrateScanReply { request, outcome } => encode_scan_reply(&mut put, *request, outcome),
+            Message::RemoteInsert { request, table, key } => {
+                put.u8(15).u32(*request).u8(*table).u64(*key);
+            }
+            Message::RemoteInsertReply { request, outcome } => {
+                put.u8(16).u32(*request);
+                match outcome {
+                    InsertOutcome::Locked { node, next_key, next_node } => {
+                        put.u8(0).u64(*node).u64(*next_key).u64(*next_node)
+                    }
+                    InsertOutcome::Exists => put.u8(1),
+                    InsertOutcome::Conflict => put.u8(2),
+                    InsertOutcome::OutOfMemory => put.u8(3),
+                };
+            }
+            Message::InsertDone { table, key, committed } => {
+                put.u8(17).u8(*table).u64(*key).u8(u8::from(*committed));
+            }
             Message::Access { request, gid, table, key, mode } => {
                 put.u8(3).u32(*request).u64(*gid).u8(*table).u64(*key).u8(*mode as u8);
             }
@@ -273,6 +326,19 @@ impl Message {
                 limit: get.u32()?,
             },
             14 => decode_scan_reply(&mut get)?,
+            15 => Message::RemoteInsert { request: get.u32()?, table: get.u8()?, key: get.u64()? },
+            16 => {
+                let request = get.u32()?;
+                let outcome = match get.u8()? {
+                    0 => InsertOutcome::Locked { node: get.u64()?, next_key: get.u64()?, next_node: get.u64()? },
+                    1 => InsertOutcome::Exists,
+                    2 => InsertOutcome::Conflict,
+                    3 => InsertOutcome::OutOfMemory,
+                    _ => return Err(get.bad("insert outcome")),
+                };
+                Message::RemoteInsertReply { request, outcome }
+            }
+            17 => Message::InsertDone { table: get.u8()?, key: get.u64()?, committed: get.u8()? != 0 },
             10 => Message::Ping { request: get.u32()? },
             11 => Message::Pong { request: get.u32()? },
             _ => return Err(get.bad("message kind")),
@@ -463,6 +529,13 @@ mod tests {
             },
             Message::MigrateScanReply { request: 7, outcome: ScanOutcome::Locked { rows: vec![], next: None } },
             Message::MigrateScanReply { request: 7, outcome: ScanOutcome::Conflict },
+            Message::RemoteInsert { request: 8, table: 1, key: 99 },
+            Message::RemoteInsertReply {
+                request: 8,
+                outcome: InsertOutcome::Locked { node: 0x100, next_key: 120, next_node: 0x140 },
+            },
+            Message::RemoteInsertReply { request: 8, outcome: InsertOutcome::Exists },
+            Message::InsertDone { table: 1, key: 99, committed: true },
         ]
     }
 

@@ -38,8 +38,8 @@ use crate::tigon::{release, transition, BLOCK_HEADER_BYTES};
 use crate::txn::{abort, Abort, Access, Change, LockMode, Place, TxnError, TxnResult, TxnState};
 use crate::word::{CatNode, MetaWord};
 
-/// Why the owner could not grant one row of a run.
-enum Refusal {
+/// Why the owner could not grant a row.
+pub(crate) enum Refusal {
     Conflict,
     OutOfMemory,
 }
@@ -83,11 +83,11 @@ impl Host {
         }
         let mut granted: Vec<(u64, Off<CatNode>)> = Vec::with_capacity(run.len());
         for &(key, row) in &run {
-            match self.grant_read(table, row)? {
+            match self.grant_lock(table, row, LockMode::Read)? {
                 Ok(node) => granted.push((key, node)),
                 Err(refusal) => {
                     for &(_, node) in &granted {
-                        self.revoke_read(node)?;
+                        self.revoke_lock(node, LockMode::Read)?;
                     }
                     return Ok(match refusal {
                         Refusal::Conflict => ScanOutcome::Conflict,
@@ -110,8 +110,13 @@ impl Host {
             && (1..SCAN_ROWS_MAX).contains(&limit)
     }
 
-    /// Makes `row` a CAT pinned and read-locked for a remote reader (NO_WAIT).
-    fn grant_read(&mut self, table: TableId, row: RowId) -> Result<std::result::Result<Off<CatNode>, Refusal>> {
+    /// Makes `row` a CAT pinned and locked in `want` mode for a remote transaction (NO_WAIT).
+    pub(crate) fn grant_lock(
+        &mut self,
+        table: TableId,
+        row: RowId,
+        want: LockMode,
+    ) -> Result<std::result::Result<Off<CatNode>, Refusal>> {
         let stored = self.partition.table(table).row(row);
         let node_off = if stored.is(row_flags::MIGRATED) {
             stored.shortcut
@@ -123,7 +128,7 @@ impl Host {
         };
         let node: &CatNode = self.region.get(node_off);
         let mut latched = self.latch_owned(node, node_off).map_err(fatal)?;
-        let Some(locked) = transition(latched.value, LockMode::None, LockMode::Read) else {
+        let Some(locked) = transition(latched.value, LockMode::None, want) else {
             return Ok(Err(Refusal::Conflict));
         };
         latched.value = locked;
@@ -131,11 +136,11 @@ impl Host {
         Ok(Ok(node_off))
     }
 
-    /// Undoes [`Self::grant_read`] (a later row of the run was refused).
-    fn revoke_read(&mut self, node_off: Off<CatNode>) -> Result<()> {
+    /// Undoes [`Self::grant_lock`] (a later row was refused).
+    pub(crate) fn revoke_lock(&mut self, node_off: Off<CatNode>, held: LockMode) -> Result<()> {
         let node: &CatNode = self.region.get(node_off);
         let mut latched = self.latch_owned(node, node_off).map_err(fatal)?;
-        latched.value = release(latched.value, LockMode::Read);
+        latched.value = release(latched.value, held);
         node.pins.fetch_sub(1, Ordering::Relaxed);
         Ok(())
     }
@@ -246,13 +251,13 @@ impl Host {
     ) -> TxnResult<()> {
         for (at, &(key, node)) in run.iter().enumerate() {
             let adopted = if txn.find(table, key).is_some() {
-                self.give_back(node).map_err(TxnError::Fatal)
+                self.give_back(node, LockMode::Read).map_err(TxnError::Fatal)
             } else {
                 self.adopt(txn, table, owner, key, node)
             };
             if let Err(error) = adopted {
                 for &(_, rest) in &run[at + 1..] {
-                    self.give_back(rest).map_err(TxnError::Fatal)?;
+                    self.give_back(rest, LockMode::Read).map_err(TxnError::Fatal)?;
                 }
                 return Err(error);
             }
@@ -294,17 +299,17 @@ impl Host {
         match txn.push(access, Some(&value)) {
             Ok(_) => Ok(()),
             Err(error) => {
-                self.give_back(node_off).map_err(TxnError::Fatal)?;
+                self.give_back(node_off, LockMode::Read).map_err(TxnError::Fatal)?;
                 Err(error)
             }
         }
     }
 
-    /// Releases one granted read lock and pin that no access of ours will release.
-    fn give_back(&mut self, node_off: Off<CatNode>) -> Result<()> {
+    /// Releases a granted lock and pin that no access of ours will release.
+    pub(crate) fn give_back(&mut self, node_off: Off<CatNode>, held: LockMode) -> Result<()> {
         let node: &CatNode = self.region.get(node_off);
         let mut latched = self.latch(node, node_off).map_err(fatal)?;
-        latched.value = release(latched.value, LockMode::Read);
+        latched.value = release(latched.value, held);
         node.pins.fetch_sub(1, Ordering::Relaxed);
         Ok(())
     }
@@ -327,7 +332,7 @@ impl Host {
     }
 }
 
-fn fatal(error: TxnError) -> PodError {
+pub(crate) fn fatal(error: TxnError) -> PodError {
     match error {
         TxnError::Fatal(error) => error,
         TxnError::Abort(_) => PodError::Unsupported("latching cannot abort"),

@@ -131,6 +131,8 @@ counters! {
     remote_index_hits,
     /// Remote accesses that needed a message (migration request or baseline read/lock).
     remote_messages,
+    /// Inserts into another host's partition that committed (Tigon-style, through a CAT).
+    remote_inserts,
     moves_in,
     moves_out,
     /// Migration requests refused for lack of HWcc budget or SWcc space (FAIL_OOM).

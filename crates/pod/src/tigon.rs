@@ -271,9 +271,12 @@ impl Host {
     /// Applies (on commit) and releases a remote CAT access, then unpins it.
     pub(crate) fn tigon_finish_cat(&mut self, txn: &TxnState, index: usize, commit_tid: Option<u64>) -> TxnResult<()> {
         let access = txn.accesses[index];
-        let Place::Cat { node: node_off, .. } = access.place else { unreachable!("not a CAT access") };
+        let Place::Cat { node: node_off, owner } = access.place else { unreachable!("not a CAT access") };
+        if access.change == Change::Insert && commit_tid.is_none() {
+            return Ok(self.abandon_insert(owner, access.table, access.key, node_off)?);
+        }
         let node: &CatNode = self.region.get(node_off);
-        let wrote = commit_tid.is_some() && access.change == Change::Update;
+        let wrote = commit_tid.is_some() && matches!(access.change, Change::Update | Change::Insert);
         let len = (BLOCK_HEADER_BYTES + self.row_bytes(access.table)) as u64;
         if let (true, Some(tid)) = (wrote, commit_tid) {
             let value = txn.value(index).expect("an update carries its value");
@@ -289,6 +292,12 @@ impl Host {
         latched.value = release(word, access.lock);
         node.pins.fetch_sub(1, Ordering::Relaxed);
         self.counters.hwcc_atomics += 1;
+        drop(latched);
+        if access.change == Change::Insert {
+            // The owner turns its placeholder into the row (module `remote_insert`).
+            self.counters.remote_inserts += 1;
+            self.send(owner, &Message::InsertDone { table: access.table, key: access.key, committed: true })?;
+        }
         Ok(())
     }
 
@@ -322,7 +331,8 @@ impl Host {
         let row = self.partition.table(table).find(key);
         let outcome = match row {
             None => MigrateOutcome::NotFound,
-            Some(row) if self.partition.table(table).row(row).is(row_flags::PLACEHOLDER) => MigrateOutcome::NotFound,
+            // A migrated placeholder is a remote insert: its CAT's lock tells the truth (held
+            // while in flight, free once committed), so it is served like any CAT.
             Some(row) if self.partition.table(table).row(row).is(row_flags::MIGRATED) => {
                 let node_off = self.partition.table(table).row(row).shortcut;
                 let node: &CatNode = self.region.get(node_off);
@@ -331,6 +341,7 @@ impl Host {
                 drop(latched);
                 MigrateOutcome::Moved { node: node_off.raw() }
             }
+            Some(row) if self.partition.table(table).row(row).is(row_flags::PLACEHOLDER) => MigrateOutcome::NotFound,
             Some(row) => match self.move_in(table, row, 1)? {
                 Some(node) => {
                     self.maybe_crash(CrashPoint::MoveIn);

@@ -377,7 +377,10 @@ impl Host {
 
     /// Inserts a placeholder, write-locked, after write-locking the next key (ordered tables).
     fn insert(&mut self, txn: &mut TxnState, table: TableId, key: u64, value: &[u8]) -> TxnResult<()> {
-        self.require_owned(table, key, "inserts into another host's partition")?;
+        let owner = self.workload.owner(table, key);
+        if owner != self.me && self.config.protocol != Protocol::Tigon {
+            return Err(TxnError::Fatal(PodError::Unsupported("baseline inserts into another host's partition")));
+        }
         if let Some(index) = txn.find(table, key) {
             if txn.accesses[index].change != Change::Delete {
                 return abort(Abort::User);
@@ -385,6 +388,9 @@ impl Host {
             txn.set_value(index, value);
             txn.accesses[index].change = Change::Update;
             return Ok(());
+        }
+        if owner != self.me {
+            return self.tigon_insert_remote(txn, table, key, value, owner);
         }
         if self.partition.table(table).find(key).is_some() {
             return abort(Abort::User);
@@ -508,7 +514,7 @@ impl Host {
     }
 
     /// A committed delete: a CAT is moved out first (waiting out transient pins), then the row goes.
-    fn delete_owned_row(&mut self, table: TableId, row: RowId) -> TxnResult<()> {
+    pub(crate) fn delete_owned_row(&mut self, table: TableId, row: RowId) -> TxnResult<()> {
         if self.partition.table(table).row(row).is(row_flags::MIGRATED) {
             self.tigon_force_move_out(table, row)?;
         }

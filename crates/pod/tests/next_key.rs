@@ -1,5 +1,6 @@
 //! Next-key locking across hosts: remote range scans through shared tuples see no phantoms while
-//! the owners insert and delete, under eviction pressure; baselines refuse remote scans clearly.
+//! owners insert and delete and other hosts insert remotely, under eviction pressure; baselines
+//! refuse remote scans clearly.
 
 mod common;
 
@@ -10,8 +11,8 @@ use bypass_pod::workload::WorkloadConfig;
 use bypass_pod::{Pod, PodConfig, Protocol, RunReport};
 use common::*;
 
-fn registry(cross_percent: u32) -> WorkloadConfig {
-    WorkloadConfig::Registry(RegistryConfig { initial_entries: 8, cross_percent })
+fn registry(cross_percent: u32, remote_inserts: bool) -> WorkloadConfig {
+    WorkloadConfig::Registry(RegistryConfig { initial_entries: 8, cross_percent, remote_inserts })
 }
 
 /// Runs a Tigon pod on the registry workload and asserts no committed scan saw a phantom.
@@ -33,14 +34,17 @@ fn run_without_phantoms(mut config: PodConfig) -> RunReport {
 #[test]
 fn remote_scans_see_no_phantoms_while_owners_insert_and_delete() {
     // Goal: a scan of another host's ordered table is serializable against the owner's inserts
-    // and deletes. Method: every host inserts/deletes entries and keeps their count in one
-    // transaction while the others scan its whole registry through CATs and compare the keys
-    // they saw with the count; three hosts, so scans, moves and inserts interleave.
+    // and deletes and against remote inserts. Method: every host inserts/deletes entries and
+    // keeps their count in one transaction, while the others scan its whole registry through
+    // CATs and compare the keys they saw with the count, or insert into it remotely (placeholder
+    // and next key locked by the owner for them); three hosts, so it all interleaves. The run's
+    // own check then requires every host's count to equal its entries (no lost or leaked insert).
     let _pod = exclusive();
-    let mut config = small(registry(60), Protocol::Tigon);
+    let mut config = small(registry(60, true), Protocol::Tigon);
     config.hosts = 3;
     config.measure_acked_min = 400;
-    run_without_phantoms(config);
+    let report = run_without_phantoms(config);
+    assert!(report.total.remote_inserts >= 20, "remote inserts must commit: {:?}", report.total);
 }
 
 #[test]
@@ -50,7 +54,7 @@ fn remote_scans_stay_phantom_free_while_clock_evicts_their_neighbours() {
     // neighbours' bits) and later scans move them back in; a scanned run whose bits were lost
     // fails the run, a phantom fails the count check.
     let _pod = exclusive();
-    let mut config = small(registry(80), Protocol::Tigon);
+    let mut config = small(registry(80, true), Protocol::Tigon);
     config.index_buckets_per_host = 16;
     config.hwcc_budget_bytes = 2 * (16 * 8 + 30 * 32);
     config.measure_acked_min = 300;
@@ -63,7 +67,7 @@ fn baselines_refuse_remote_scans_with_a_clear_error() {
     // Goal: a protocol that cannot scan another partition says so instead of scanning wrongly.
     // Method: DS2PL+ on the registry with every transaction scanning another host.
     let _pod = exclusive();
-    let mut config = small(registry(100), Protocol::Ds2pl);
+    let mut config = small(registry(100, false), Protocol::Ds2pl);
     config.measure_acked_min = 10;
     let error = Pod::run(config).expect_err("a baseline remote scan must fail the run");
     assert!(error.to_string().contains("baseline scans of another host's partition"), "{error}");

@@ -1,8 +1,10 @@
 //! A phantom probe for next-key locking: each host keeps a registry — an ordered table of
-//! entries in its own key span and a row counting them. Its transactions insert or delete an
-//! entry and adjust the count in one transaction, or scan a whole registry (another host's with
-//! the cross probability) and read its count: under serializable range locking the scanned keys
-//! always number exactly the count. A mismatch is a phantom (or a lost entry) and is counted.
+//! entries in its own key span and a row counting them. A transaction inserts or deletes an
+//! entry and adjusts the count, or scans a whole registry and reads its count; with the cross
+//! probability it works on another host's registry (a scan, or with `remote_inserts` half the
+//! time an insert). Under serializable range locking the scanned keys always number exactly the
+//! count; a mismatch is a phantom (or a lost entry) and is counted, and after the run every
+//! host's count must equal its entries.
 //!
 //! ```text
 //!  ENTRIES (ordered)  host h: keys h<<32 | 1 .. h<<32 | SPAN-1, then the table's supremum
@@ -29,13 +31,15 @@ const ENTRIES_TARGET: u64 = 16;
 #[derive(Debug, Clone, Serialize)]
 pub struct RegistryConfig {
     pub initial_entries: u64,
-    /// Percent of transactions that scan another host's registry.
+    /// Percent of transactions that work on another host's registry.
     pub cross_percent: u32,
+    /// Whether half of those insert into the other registry (else they all scan it).
+    pub remote_inserts: bool,
 }
 
 impl Default for RegistryConfig {
     fn default() -> Self {
-        RegistryConfig { initial_entries: 8, cross_percent: 50 }
+        RegistryConfig { initial_entries: 8, cross_percent: 50, remote_inserts: true }
     }
 }
 
@@ -126,8 +130,10 @@ impl Workload for Registry {
 
 #[derive(Debug, Clone, Copy)]
 enum Plan {
-    /// Insert at this span offset, or delete the first entry at or after it.
+    /// In host `of`'s registry: insert at this span offset, or (own registry only) delete the
+    /// first entry at or after it.
     Change {
+        of: usize,
         at: u64,
     },
     Scan {
@@ -148,13 +154,16 @@ struct RegistryDriver {
 }
 
 impl RegistryDriver {
-    fn change(&mut self, txn: &mut dyn TxnOps, at: u64) -> TxnResult<()> {
-        let (first, last) = span_of(self.host);
-        let count = match txn.read_for_update(COUNTS, self.host as u64)? {
+    fn change(&mut self, txn: &mut dyn TxnOps, of: usize, at: u64) -> TxnResult<()> {
+        let (first, last) = span_of(of);
+        let count = match txn.read_for_update(COUNTS, of as u64)? {
             Some(row) => field::u64_at(row, 0),
             None => return abort(Abort::User),
         };
-        let delta: i64 = if count > ENTRIES_TARGET || (count > 1 && at.is_multiple_of(2)) {
+        let remote = of != self.host;
+        let delta: i64 = if remote && count >= ENTRIES_TARGET {
+            return Ok(()); // only the owner deletes; leave a full registry alone
+        } else if !remote && (count > ENTRIES_TARGET || (count > 1 && at.is_multiple_of(2))) {
             let keys = txn.scan(ENTRIES, first + at.min(SPAN - 2), last, 1)?;
             let Some(&key) = keys.first() else { return Ok(()) };
             txn.delete(ENTRIES, key)?;
@@ -163,7 +172,7 @@ impl RegistryDriver {
             txn.insert(ENTRIES, first + at, &[0; ROW_BYTES])?;
             1
         };
-        update(txn, COUNTS, self.host as u64, |row| field::set_u64(row, 0, (count as i64 + delta) as u64))?;
+        update(txn, COUNTS, of as u64, |row| field::set_u64(row, 0, (count as i64 + delta) as u64))?;
         Ok(())
     }
 
@@ -181,20 +190,25 @@ impl RegistryDriver {
 
 impl Driver for RegistryDriver {
     fn next_transaction(&mut self) {
+        let at = self.rng.between(1, SPAN - 2);
         self.plan = if self.hosts > 1 && self.rng.percent(self.config.cross_percent) {
             let other = (self.host + 1 + self.rng.below(self.hosts as u64 - 1) as usize) % self.hosts;
-            Plan::Scan { of: other }
+            if self.config.remote_inserts && self.rng.percent(50) {
+                Plan::Change { of: other, at }
+            } else {
+                Plan::Scan { of: other }
+            }
         } else if self.rng.percent(25) {
             Plan::Scan { of: self.host }
         } else {
-            Plan::Change { at: self.rng.between(1, SPAN - 2) }
+            Plan::Change { of: self.host, at }
         };
     }
 
     fn execute(&mut self, txn: &mut dyn TxnOps) -> TxnResult<()> {
         self.observed = None;
         match self.plan {
-            Plan::Change { at } => self.change(txn, at),
+            Plan::Change { of, at } => self.change(txn, of, at),
             Plan::Scan { of } => self.scan(txn, of),
         }
     }
