@@ -259,6 +259,7 @@ impl Host {
             }
             Message::RemoteInsert { request, table, key } => self.serve_remote_insert(from, request, table, key),
             Message::InsertDone { table, key, committed } => self.serve_insert_done(from, table, key, committed),
+            Message::RemoteDelete { table, key } => self.serve_remote_delete(from, table, key),
             Message::Access { request, gid, table, key, mode } => {
                 self.serve_access(from, request, gid, table, key, mode)
             }

@@ -50,9 +50,9 @@
 //! - Remote range scans and inserts (Tigon-style) are served by the owner taking the locks for
 //!   the requester before it replies — the range and its next key read-locked ([`next_key`]), a
 //!   placeholder and its next key write-locked ([`remote_insert`]) — rather than at Tigon's
-//!   commit step; the owner keeps the next/prev-key bits of the word true on move-in, move-out,
-//!   insert and delete. Remote deletes stay refused with a typed error (Tigon's REMOTE_DELETE is
-//!   not built), and the baselines scan and insert only in their own partition.
+//!   commit step; a remote delete leaves the row write-locked for the owner to remove. The owner
+//!   keeps the next/prev-key bits of the word true on move-in, move-out, insert and delete. The
+//!   baselines scan, insert and delete only in their own partition (typed error otherwise).
 //! - The OCC baseline is Silo-style distributed OCC (lock, validate, 2PC), not Sundial: no leases.
 
 pub mod alloc;

@@ -4,7 +4,7 @@
 //! Tigon-style hosts only exchange `Migrate` (move a tuple into CXL), `MigrateScan` (move a key
 //! range plus its next key in, read-locked for the requester), `RemoteInsert` (a placeholder and
 //! its next key moved in, write-locked for the requester) with their replies, and the one-way
-//! `InsertDone`; the DS2PL+ and
+//! `InsertDone` and `RemoteDelete`; the DS2PL+ and
 //! OCC+ baselines read and lock remote tuples by message and commit with two-phase commit.
 
 use crate::error::{PodError, Result};
@@ -125,6 +125,12 @@ pub enum Message {
         key: u64,
         committed: bool,
     },
+    /// One-way, Tigon's REMOTE_DELETE_REQUEST: a committed transaction deleted `key`, whose CAT
+    /// it left write-locked; the owner removes the row.
+    RemoteDelete {
+        table: TableId,
+        key: u64,
+    },
     Access {
         request: u32,
         gid: u64,
@@ -233,6 +239,9 @@ impl Message {
             Message::InsertDone { table, key, committed } => {
                 put.u8(17).u8(*table).u64(*key).u8(u8::from(*committed));
             }
+            Message::RemoteDelete { table, key } => {
+                put.u8(18).u8(*table).u64(*key);
+            }
             Message::Access { request, gid, table, key, mode } => {
                 put.u8(3).u32(*request).u64(*gid).u8(*table).u64(*key).u8(*mode as u8);
             }
@@ -339,6 +348,7 @@ impl Message {
                 Message::RemoteInsertReply { request, outcome }
             }
             17 => Message::InsertDone { table: get.u8()?, key: get.u64()?, committed: get.u8()? != 0 },
+            18 => Message::RemoteDelete { table: get.u8()?, key: get.u64()? },
             10 => Message::Ping { request: get.u32()? },
             11 => Message::Pong { request: get.u32()? },
             _ => return Err(get.bad("message kind")),
@@ -536,6 +546,7 @@ mod tests {
             },
             Message::RemoteInsertReply { request: 8, outcome: InsertOutcome::Exists },
             Message::InsertDone { table: 1, key: 99, committed: true },
+            Message::RemoteDelete { table: 1, key: 98 },
         ]
     }
 

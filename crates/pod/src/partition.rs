@@ -44,6 +44,9 @@ pub mod row_flags {
     pub const MODIFIED_SINCE_MOVED_OUT: u8 = 1 << 1;
     /// Inserted by an uncommitted transaction.
     pub const PLACEHOLDER: u8 = 1 << 2;
+    /// A remote insert's row that a committed remote delete removed before the owner heard the
+    /// insert commit (messages from different hosts race): remove it on `InsertDone`.
+    pub const DELETE_PENDING: u8 = 1 << 3;
 }
 
 #[derive(Debug)]

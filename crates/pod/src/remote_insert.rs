@@ -1,5 +1,5 @@
-//! Tigon-style inserts into another host's partition, with next-key locking (Tigon's
-//! REMOTE_INSERT_REQUEST, pod.md §2.3 and §3.3).
+//! Tigon-style inserts into and deletes from another host's partition, with next-key locking
+//! (Tigon's REMOTE_INSERT_REQUEST and REMOTE_DELETE_REQUEST, pod.md §2.3 and §3.3).
 //!
 //! ```text
 //!  requester                           owner
@@ -18,6 +18,11 @@
 //! holds the committed row, marked modified so the owner copies it back). The next key stays
 //! write-locked by the inserter until it ends, so no scan can pass over the new key unseen.
 //! The inserter's log holds the insert, as for every write Tigon's coordinator makes.
+//!
+//! A remote delete write-locks the row's CAT like an update; at commit the deleter logs the
+//! delete, leaves the CAT write-locked and sends `RemoteDelete`: the row stays present but
+//! locked (CLOCK may move it out; the lock moves with it) until the owner removes it, so no
+//! transaction reads a deleted row, and a scan that reaches it conflicts instead of skipping it.
 
 use std::sync::atomic::Ordering;
 
@@ -28,7 +33,7 @@ use crate::next_key::{fatal, Refusal};
 use crate::partition::{row_flags, TableId};
 use crate::region::Off;
 use crate::txn::{abort, Abort, Access, Change, LockMode, Place, TxnError, TxnResult, TxnState};
-use crate::word::{CatNode, LocalLock};
+use crate::word::{CatNode, LocalLock, MetaWord};
 
 /// Pins a fresh remote insert's placeholder starts with: the requester's and the owner's.
 const INSERT_PINS: u32 = 2;
@@ -43,7 +48,14 @@ impl Host {
 
     fn grant_insert(&mut self, table: TableId, key: u64) -> Result<InsertOutcome> {
         if let Some(row) = self.partition.table(table).find(key) {
-            let in_flight = self.partition.table(table).row(row).is(row_flags::PLACEHOLDER);
+            // In flight: being inserted, or write-locked (perhaps deleted, removal on its way).
+            let stored = self.partition.table(table).row(row);
+            let writer = if stored.is(row_flags::MIGRATED) {
+                MetaWord(self.region.get(stored.shortcut).word.load(Ordering::Acquire)).writer()
+            } else {
+                stored.lock.writer()
+            };
+            let in_flight = writer || stored.is(row_flags::PLACEHOLDER);
             return Ok(if in_flight { InsertOutcome::Conflict } else { InsertOutcome::Exists });
         }
         let next = match self.grant_next_key(table, key)? {
@@ -102,8 +114,24 @@ impl Host {
         let latched = self.latch_owned(node, node_off).map_err(fatal)?;
         node.pins.fetch_sub(1, Ordering::Relaxed);
         drop(latched);
-        if committed {
-            self.partition.table_mut(table).row_mut(row).set(row_flags::PLACEHOLDER, false);
+        let stored = self.partition.table_mut(table).row_mut(row);
+        if committed && !stored.is(row_flags::DELETE_PENDING) {
+            stored.set(row_flags::PLACEHOLDER, false);
+            return Ok(());
+        }
+        self.delete_owned_row(table, row).map_err(fatal)
+    }
+
+    /// A committed remote delete: remove the row its deleter left write-locked.
+    pub(crate) fn serve_remote_delete(&mut self, from: usize, table: TableId, key: u64) -> Result<()> {
+        let Some(row) = self.partition.table(table).find(key) else {
+            return Err(PodError::BadMessage { from, detail: "remote delete of an absent key" });
+        };
+        let stored = self.partition.table_mut(table).row_mut(row);
+        if stored.is(row_flags::PLACEHOLDER) {
+            // A committed remote insert whose InsertDone is still on its way: its pin is ours
+            // until then, so the removal waits for it.
+            stored.set(row_flags::DELETE_PENDING, true);
             return Ok(());
         }
         self.delete_owned_row(table, row).map_err(fatal)
@@ -183,6 +211,23 @@ impl Host {
                 Err(error)
             }
         }
+    }
+
+    /// A delete this transaction committed: the CAT stays write-locked, our pin goes, the owner
+    /// removes the row.
+    pub(crate) fn hand_over_delete(
+        &mut self,
+        owner: usize,
+        table: TableId,
+        key: u64,
+        node_off: Off<CatNode>,
+    ) -> Result<()> {
+        let node: &CatNode = self.region.get(node_off);
+        let latched = self.latch(node, node_off).map_err(fatal)?;
+        node.pins.fetch_sub(1, Ordering::Relaxed);
+        drop(latched);
+        self.counters.remote_deletes += 1;
+        self.send(owner, &Message::RemoteDelete { table, key })
     }
 
     /// An insert this transaction will not commit: leave its placeholder locked, drop our pin,

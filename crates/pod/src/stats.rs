@@ -133,6 +133,8 @@ counters! {
     remote_messages,
     /// Inserts into another host's partition that committed (Tigon-style, through a CAT).
     remote_inserts,
+    /// Deletes of another host's rows that committed (Tigon-style, handed to the owner).
+    remote_deletes,
     moves_in,
     moves_out,
     /// Migration requests refused for lack of HWcc budget or SWcc space (FAIL_OOM).

@@ -272,8 +272,12 @@ impl Host {
     pub(crate) fn tigon_finish_cat(&mut self, txn: &TxnState, index: usize, commit_tid: Option<u64>) -> TxnResult<()> {
         let access = txn.accesses[index];
         let Place::Cat { node: node_off, owner } = access.place else { unreachable!("not a CAT access") };
-        if access.change == Change::Insert && commit_tid.is_none() {
-            return Ok(self.abandon_insert(owner, access.table, access.key, node_off)?);
+        match (access.change, commit_tid) {
+            (Change::Insert, None) => return Ok(self.abandon_insert(owner, access.table, access.key, node_off)?),
+            (Change::Delete, Some(_)) => {
+                return Ok(self.hand_over_delete(owner, access.table, access.key, node_off)?)
+            }
+            _ => {}
         }
         let node: &CatNode = self.region.get(node_off);
         let wrote = commit_tid.is_some() && matches!(access.change, Change::Update | Change::Insert);

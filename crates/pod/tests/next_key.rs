@@ -34,17 +34,19 @@ fn run_without_phantoms(mut config: PodConfig) -> RunReport {
 #[test]
 fn remote_scans_see_no_phantoms_while_owners_insert_and_delete() {
     // Goal: a scan of another host's ordered table is serializable against the owner's inserts
-    // and deletes and against remote inserts. Method: every host inserts/deletes entries and
-    // keeps their count in one transaction, while the others scan its whole registry through
-    // CATs and compare the keys they saw with the count, or insert into it remotely (placeholder
-    // and next key locked by the owner for them); three hosts, so it all interleaves. The run's
-    // own check then requires every host's count to equal its entries (no lost or leaked insert).
+    // and deletes and against remote inserts and deletes. Method: every host inserts/deletes
+    // entries and keeps their count in one transaction, while the others scan its whole registry
+    // through CATs and compare the keys they saw with the count, or insert into it remotely
+    // (placeholder and next key locked by the owner for them) or delete from it when full;
+    // three hosts, so it all interleaves. The run's own check then requires every host's count
+    // to equal its entries (no lost, leaked or doubly removed row).
     let _pod = exclusive();
     let mut config = small(registry(60, true), Protocol::Tigon);
     config.hosts = 3;
     config.measure_acked_min = 400;
     let report = run_without_phantoms(config);
     assert!(report.total.remote_inserts >= 20, "remote inserts must commit: {:?}", report.total);
+    assert!(report.total.remote_deletes >= 5, "remote deletes must commit: {:?}", report.total);
 }
 
 #[test]
