@@ -346,6 +346,8 @@ impl Results {
              Measured = committed transactions per second on this {}-core machine, where every host process (one worker + one logger) shares two cores with the others; \
              message round trips depend on the peer being scheduled, so baselines suffer more than they would with a core per host. \
              Modelled = the same runs' counted events (CXL lines read and written back, atomics, fences, messages, round trips, DRAM tuple operations) priced by the latency table at the end; \
+             a request waits the transport plus the rest of the peer's current busy segment (length-biased: Σs²/2T over the peer's segments between inbox polls; zero while the peer itself waits and polls), \
+             and NoSWcc pays the hardware-coherent line transfers (fetches of lines another host wrote, lines written for others) that WriteThrough makes by flushes; \
              it does not depend on how the cores are time-sliced. YCSB: {} keys per host, 1000-byte values, 10 operations, zipfian. TPC-C: one warehouse per host ({}). \
              Redo logging with 10 ms group commit for all protocols (same logger); Tigon pre-migrates the shareable tables (TPC-C CUSTOMER and STOCK, the YCSB table) while the budget lasts, except at 0% remote/cross; HWcc budget {} MiB for the pod unless swept.\n",
             self.settings.repetitions,
