@@ -24,7 +24,7 @@ use crate::expr::{evaluate, BinaryOp, Expr};
 use crate::joins::split_conjuncts;
 use crate::plan::{AggregateCall, AggregateFunction, Plan};
 use crate::runtime::Runtime;
-use crate::storage::{ChunkData, ColumnChunk, Table};
+use crate::storage::{ChunkData, ColumnChunk, NarrowCopy, Table};
 use crate::types::{DataType, Value};
 use crate::vector::{Batch, Data, Vector};
 
@@ -158,14 +158,15 @@ impl CompiledAggregate {
 
     fn run_morsel(&self, morsel: usize, scratch: &mut Scratch<'_>, accumulators: &mut Accumulators) {
         let chunk = &self.table.chunks[morsel];
+        let Some(filters) = chunk_filters(&self.predicates, &chunk.columns) else { return };
         let narrow: Vec<bool> = self.calls.iter().map(|c| fits_i64(&c.factors, &chunk.columns)).collect();
         for start in (0..chunk.rows).step_by(BLOCK_ROWS) {
             let end = (start + BLOCK_ROWS).min(chunk.rows);
             let rows = end - start;
             let mask = &mut scratch.mask[..rows];
             mask.fill(1);
-            for predicate in &self.predicates {
-                apply_predicate(predicate, &chunk.columns, start, end, mask);
+            for filter in &filters {
+                filter.apply(&chunk.columns, start, end, mask);
             }
             let selected = count_selected(mask);
             if selected == 0 {
@@ -406,6 +407,66 @@ unsafe fn count_selected_avx2(mask: &[u8]) -> usize {
 fn count_selected_portable(mask: &[u8]) -> usize {
     // Sum in u32 lanes over bounded chunks so the loop vectorizes.
     mask.chunks(255).map(|c| c.iter().map(|&m| u32::from(m)).sum::<u32>() as usize).sum()
+}
+
+/// A predicate specialized for one chunk with its zone map: a range the chunk's narrow copy
+/// can answer becomes a one- or two-byte range; ranges the zone map decides disappear.
+enum ChunkFilter<'p> {
+    /// `lo ≤ copy[i] ≤ hi` over the frame-of-reference copy (bounds already shifted by min).
+    Narrow {
+        column: usize,
+        lo: u16,
+        hi: u16,
+    },
+    Full(&'p Predicate),
+}
+
+/// The filters to run on one chunk, or `None` when the zone maps prove that no row passes.
+fn chunk_filters<'p>(predicates: &'p [Predicate], columns: &[ColumnChunk]) -> Option<Vec<ChunkFilter<'p>>> {
+    let mut filters = Vec::with_capacity(predicates.len());
+    for predicate in predicates {
+        let (column, lo, hi) = match *predicate {
+            Predicate::RangeI32 { column, lo, hi } => (column, i64::from(lo), i64::from(hi)),
+            Predicate::RangeI64 { column, lo, hi } => (column, lo, hi),
+            _ => {
+                filters.push(ChunkFilter::Full(predicate));
+                continue;
+            }
+        };
+        let Some((min, max)) = columns[column].min_max else {
+            filters.push(ChunkFilter::Full(predicate));
+            continue;
+        };
+        if hi < min || lo > max || lo > hi {
+            return None;
+        }
+        if lo <= min && max <= hi {
+            continue;
+        }
+        match &columns[column].narrow {
+            // Within [min, max] both shifted bounds fit the copy's type (its span fits).
+            Some(_) => filters.push(ChunkFilter::Narrow {
+                column,
+                lo: (lo.max(min) - min) as u16,
+                hi: (hi.min(max) - min) as u16,
+            }),
+            None => filters.push(ChunkFilter::Full(predicate)),
+        }
+    }
+    Some(filters)
+}
+
+impl ChunkFilter<'_> {
+    fn apply(&self, columns: &[ColumnChunk], start: usize, end: usize, mask: &mut [u8]) {
+        match self {
+            ChunkFilter::Narrow { column, lo, hi } => match &columns[*column].narrow {
+                Some(NarrowCopy::U8(v)) => range_kernel(&v[start..end], *lo as u8, *hi as u8, mask),
+                Some(NarrowCopy::U16(v)) => range_kernel(&v[start..end], *lo, *hi, mask),
+                None => unreachable!("chosen only for chunks with a narrow copy"),
+            },
+            ChunkFilter::Full(predicate) => apply_predicate(predicate, columns, start, end, mask),
+        }
+    }
 }
 
 fn apply_predicate(predicate: &Predicate, columns: &[ColumnChunk], start: usize, end: usize, mask: &mut [u8]) {

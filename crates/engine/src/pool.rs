@@ -228,6 +228,7 @@ fn prefault(address: usize, bytes: usize) {
 /// Plain-old-data element types a buffer may hold (every bit pattern valid, no Drop).
 pub trait Pod: Copy + Send + Sync + 'static {}
 impl Pod for u8 {}
+impl Pod for u16 {}
 impl Pod for u32 {}
 impl Pod for i32 {}
 impl Pod for i64 {}
