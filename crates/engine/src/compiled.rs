@@ -123,6 +123,7 @@ impl CompiledAggregate {
                         selection: arena.alloc_slice_fill_copy(BLOCK_ROWS, 0u32),
                         group_ids: arena.alloc_slice_fill_copy(BLOCK_ROWS, 0u32),
                         lanes: arena.alloc_slice_fill_copy(self.group_slots * LANES, 0i64),
+                        gathered: arena.alloc_slice_fill_copy(FACTORS_MAX * BLOCK_ROWS, 0i64),
                     };
                     self.run_morsel(morsel, &mut scratch, &mut accumulators);
                 }
@@ -130,11 +131,13 @@ impl CompiledAggregate {
                     let (mut mask, mut selection, mut group_ids) =
                         (vec![0u8; BLOCK_ROWS], vec![0u32; BLOCK_ROWS], vec![0u32; BLOCK_ROWS]);
                     let mut lanes = vec![0i64; self.group_slots * LANES];
+                    let mut gathered = vec![0i64; FACTORS_MAX * BLOCK_ROWS];
                     let mut scratch = Scratch {
                         mask: &mut mask,
                         selection: &mut selection,
                         group_ids: &mut group_ids,
                         lanes: &mut lanes,
+                        gathered: &mut gathered,
                     };
                     self.run_morsel(morsel, &mut scratch, &mut accumulators);
                 }
@@ -195,7 +198,7 @@ impl CompiledAggregate {
                 }
                 if narrow {
                     lanes.fill(0);
-                    block.sum_factors(&call.factors, &chunk.columns, lanes);
+                    block.sum_factors(&call.factors, &chunk.columns, scratch.gathered, lanes);
                     fold_lanes_wide(lanes, sums);
                 } else {
                     let selection = if dense { compact_owned(mask) } else { selection.to_vec() };
@@ -273,7 +276,12 @@ struct Scratch<'a> {
     group_ids: &'a mut [u32],
     /// LANES partial sums per group slot (independent chains so updates overlap).
     lanes: &'a mut [i64],
+    /// Factor values of a sparse block's selected rows, BLOCK_ROWS per factor.
+    gathered: &'a mut [i64],
 }
+
+/// The mask of a block whose rows all count (factor values gathered for the selected rows).
+static ALL_SELECTED: [u8; BLOCK_ROWS] = [1; BLOCK_ROWS];
 
 /// Independent accumulators per group: consecutive rows of one group add into different
 /// lanes, so the additions do not wait on each other.
@@ -289,7 +297,10 @@ struct Block<'b> {
 }
 
 impl Block<'_> {
-    fn sum_factors(&self, factors: &[Factor], columns: &[ColumnChunk], lanes: &mut [i64]) {
+    fn sum_factors(&self, factors: &[Factor], columns: &[ColumnChunk], gathered: &mut [i64], lanes: &mut [i64]) {
+        if !self.dense {
+            return self.sum_gathered(factors, columns, gathered, lanes);
+        }
         let slice = |f: &Factor| -> &[i64] {
             let ChunkData::I64(v) = &columns[f.column].data else { unreachable!("checked at compile time") };
             &v[self.start..]
@@ -298,6 +309,25 @@ impl Block<'_> {
             [a] => self.sum::<1>(&[slice(a)], [*a, *a, *a], lanes),
             [a, b] => self.sum::<2>(&[slice(a), slice(b)], [*a, *b, *b], lanes),
             [a, b, c] => self.sum::<3>(&[slice(a), slice(b), slice(c)], [*a, *b, *c], lanes),
+            _ => unreachable!("at most {FACTORS_MAX} factors are compiled"),
+        }
+    }
+
+    /// A sparse block: gathers each factor's selected values first (from the narrow copy when
+    /// there is one, so the scattered reads touch 1–2 bytes per row instead of a cache line of
+    /// an i64 column the filters did not stream), then sums them as a dense block.
+    fn sum_gathered(&self, factors: &[Factor], columns: &[ColumnChunk], gathered: &mut [i64], lanes: &mut [i64]) {
+        let count = self.selection.len();
+        for (factor, out) in factors.iter().zip(gathered.chunks_mut(BLOCK_ROWS)) {
+            gather_factor(&columns[factor.column], self.start, self.selection, &mut out[..count]);
+        }
+        let block =
+            Block { start: 0, mask: &ALL_SELECTED[..count], selection: &[], group_ids: self.group_ids, dense: true };
+        let values = |k: usize| &gathered[k * BLOCK_ROWS..k * BLOCK_ROWS + count];
+        match factors {
+            [a] => block.sum::<1>(&[values(0)], [*a, *a, *a], lanes),
+            [a, b] => block.sum::<2>(&[values(0), values(1)], [*a, *b, *b], lanes),
+            [a, b, c] => block.sum::<3>(&[values(0), values(1), values(2)], [*a, *b, *c], lanes),
             _ => unreachable!("at most {FACTORS_MAX} factors are compiled"),
         }
     }
@@ -322,6 +352,22 @@ impl Block<'_> {
                 lanes[group as usize * LANES + (i & (LANES - 1))] += term(row as usize);
             }
         }
+    }
+}
+
+/// The i64 values of the selected rows of a factor column.
+fn gather_factor(column: &ColumnChunk, start: usize, selection: &[u32], out: &mut [i64]) {
+    fn gather<T: Copy>(values: &[T], selection: &[u32], out: &mut [i64], widen: impl Fn(T) -> i64) {
+        for (o, &row) in out.iter_mut().zip(selection) {
+            *o = widen(values[row as usize]);
+        }
+    }
+    let base = column.min_max.map_or(0, |(min, _)| min);
+    match (&column.narrow, &column.data) {
+        (Some(NarrowCopy::U8(v)), _) => gather(&v[start..], selection, out, |x| base + i64::from(x)),
+        (Some(NarrowCopy::U16(v)), _) => gather(&v[start..], selection, out, |x| base + i64::from(x)),
+        (None, ChunkData::I64(v)) => gather(&v[start..], selection, out, |x| x),
+        _ => unreachable!("factor columns are i64 (checked at compile time)"),
     }
 }
 

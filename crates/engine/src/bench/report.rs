@@ -51,24 +51,32 @@ fn allocator_markdown(out: &mut String, results: &Results) {
     let _ = writeln!(out, "## 2. Allocators (the seed's Figure 1)\n");
     let _ = writeln!(
         out,
-        "n objects of one size allocated, one byte touched, all freed (arena: reset); median ns per object.\n"
+        "n objects of one size allocated, one byte touched, freed in allocation order (arena: reset); median ns \
+         per object. *Streaming*: all n live at once, so every allocator also pays DRAM write-allocation of fresh \
+         lines. *Resident*: the same n served in batches of {} KiB (allocate, touch, free/reset), as per-query \
+         scratch is: the allocator's own cost.\n",
+        super::alloc::RESIDENT_BATCH_BYTES >> 10
     );
     let _ = writeln!(
         out,
-        "| size | objects | arena (bumpalo) | mimalloc | glibc malloc | glibc / arena | mimalloc / arena |"
+        "| size | objects | arena | mimalloc | glibc | glibc / arena | resident: arena | mimalloc | glibc | glibc / arena | mimalloc / arena |"
     );
-    let _ = writeln!(out, "|---|---|---|---|---|---|---|");
+    let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|");
     for r in &results.allocator {
         let _ = writeln!(
             out,
-            "| {} B | {} | {:.1} | {:.1} | {:.1} | {:.1}× | {:.1}× |",
+            "| {} B | {} | {:.1} | {:.1} | {:.1} | {:.1}× | {:.2} | {:.1} | {:.1} | {:.1}× | {:.1}× |",
             r.size_bytes,
             r.objects,
             r.arena_ns,
             r.mimalloc_ns,
             r.glibc_ns,
             r.glibc_ns / r.arena_ns,
-            r.mimalloc_ns / r.arena_ns
+            r.arena_resident_ns,
+            r.mimalloc_resident_ns,
+            r.glibc_resident_ns,
+            r.glibc_resident_ns / r.arena_resident_ns,
+            r.mimalloc_resident_ns / r.arena_resident_ns
         );
     }
     let _ = writeln!(out);
@@ -239,20 +247,26 @@ fn column_sort_lines(area: &Area<'_>, cells: &[Cell]) -> anyhow::Result<()> {
 
 fn allocator_lines(area: &Area<'_>, results: &Results) -> anyhow::Result<()> {
     let rows = &results.allocator;
-    let top = rows.iter().map(|r| r.glibc_ns.max(r.mimalloc_ns)).fold(10.0, f64::max);
+    let top = rows.iter().map(|r| r.glibc_ns.max(r.mimalloc_ns).max(r.glibc_resident_ns)).fold(10.0, f64::max);
     let mut chart = ChartBuilder::on(area)
         .caption("allocation: ns per object", ("sans-serif", 22))
         .margin(12)
         .x_label_area_size(36)
         .y_label_area_size(60)
-        .build_cartesian_2d(3f64..26f64, (0.1f64..top * 2.0).log_scale())
+        .build_cartesian_2d(3f64..26f64, (0.01f64..top * 2.0).log_scale())
         .map_err(draw_error)?;
     chart.configure_mesh().x_desc("log2 object size (bytes)").y_desc("ns (log)").draw().map_err(draw_error)?;
     type Series = (&'static str, RGBColor, fn(&super::alloc::AllocatorResult) -> f64);
-    let lines: [Series; 3] =
-        [("arena", BLUE, |r| r.arena_ns), ("mimalloc", GREEN, |r| r.mimalloc_ns), ("glibc", RED, |r| r.glibc_ns)];
+    let lines: [Series; 6] = [
+        ("arena", BLUE, |r| r.arena_ns),
+        ("mimalloc", GREEN, |r| r.mimalloc_ns),
+        ("glibc", RED, |r| r.glibc_ns),
+        ("arena, resident", CYAN, |r| r.arena_resident_ns),
+        ("mimalloc, resident", RGBColor(120, 180, 60), |r| r.mimalloc_resident_ns),
+        ("glibc, resident", MAGENTA, |r| r.glibc_resident_ns),
+    ];
     for (name, color, value) in lines {
-        let points: Vec<(f64, f64)> = rows.iter().map(|r| ((r.size_bytes as f64).log2(), value(r).max(0.1))).collect();
+        let points: Vec<(f64, f64)> = rows.iter().map(|r| ((r.size_bytes as f64).log2(), value(r).max(0.01))).collect();
         chart
             .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))
             .map_err(draw_error)?
