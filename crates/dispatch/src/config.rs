@@ -79,7 +79,8 @@ pub struct DispatcherSettings {
     /// Distinct statement shapes whose last answer size is remembered for the hybrid policy.
     /// Default 4096.
     pub size_history_max: usize,
-    /// Worker threads of the runtime. Default 2.
+    /// Worker threads, each with its own single-threaded runtime; a client connection stays on
+    /// the thread that takes it. Default 2.
     pub workers: usize,
 }
 

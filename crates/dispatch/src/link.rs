@@ -7,6 +7,7 @@
 //!  per request:  [Request{delivery, threshold}] Query/Parse…Sync ─►
 //!                ◄─ results (relay)  or  ◄─ HandOverAt{offset} (on demand)
 //!  hand-over:    Socket{tcp state} ─►          ◄─ Imported | ImportFailed
+//!                or StaysHome ─► (the client is closing: no move, the answer comes relayed)
 //!                Steered ─►  (the switch forwards the flow to the agent; it may write now)
 //!  hand-back:    ◄─ ReturnReady   Blocked{segments} ─►   ◄─ Returned{status, tcp state}
 //! ```
@@ -43,6 +44,9 @@ pub enum Control<'a> {
     Request { delivery: Delivery, threshold: u64 },
     /// Dispatcher → agent: the exported client connection (see [`crate::handover`]).
     Socket(&'a [u8]),
+    /// Dispatcher → agent, instead of `Socket`: the client has closed its side, so its
+    /// connection cannot be exported; relay the answer (no reply).
+    StaysHome,
     /// Dispatcher → agent: the flow is blocked at the switch; once the connection's socket has
     /// received `segments` segments since its import (what the switch let through to it),
     /// export and return the connection.
@@ -73,6 +77,7 @@ const IMPORT_FAILED: u8 = 6;
 const RETURN_READY: u8 = 7;
 const RETURNED: u8 = 8;
 const STEERED: u8 = 9;
+const STAYS_HOME: u8 = 10;
 
 impl<'a> Control<'a> {
     /// Appends the frame to `buf`.
@@ -91,6 +96,7 @@ impl<'a> Control<'a> {
                 buf.extend_from_slice(&segments.to_be_bytes());
             }
             Control::Steered => buf.push(STEERED),
+            Control::StaysHome => buf.push(STAYS_HOME),
             Control::HandOverAt { offset } => {
                 buf.push(HAND_OVER_AT);
                 buf.extend_from_slice(&offset.to_be_bytes());
@@ -127,6 +133,7 @@ impl<'a> Control<'a> {
             SOCKET => Control::Socket(rest),
             BLOCKED => Control::Blocked { segments: u64_at(rest)? },
             STEERED if rest.is_empty() => Control::Steered,
+            STAYS_HOME if rest.is_empty() => Control::StaysHome,
             HAND_OVER_AT => Control::HandOverAt { offset: u64_at(rest)? },
             IMPORTED if rest.is_empty() => Control::Imported,
             IMPORT_FAILED if rest.is_empty() => Control::ImportFailed,
@@ -159,6 +166,7 @@ mod tests {
             Control::Socket(b"state"),
             Control::Blocked { segments: 12 },
             Control::Steered,
+            Control::StaysHome,
             Control::HandOverAt { offset: 1 << 40 },
             Control::Imported,
             Control::ImportFailed,

@@ -96,6 +96,42 @@ impl PgConnection {
         self.stream.write_all(&self.out).map_err(|e| DispatchError::io("sending a query", e))
     }
 
+    /// Sends a simple Query and closes the sending side in the same segment: the query waits
+    /// corked (TCP_CORK) until the FIN joins it, so the server learns both at once — a client
+    /// that leaves right after its last query, without Terminate.
+    pub fn send_query_and_close(&mut self, sql: &str) -> Result<()> {
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&self.stream);
+        let cork: libc::c_int = 1;
+        // SAFETY: setsockopt reads `cork`, a live c_int of the size passed.
+        let status = unsafe {
+            libc::setsockopt(
+                fd,
+                libc::IPPROTO_TCP,
+                libc::TCP_CORK,
+                (&cork as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        if status != 0 {
+            return Err(DispatchError::io("TCP_CORK", std::io::Error::last_os_error()));
+        }
+        self.send_query(sql)?;
+        self.stream.shutdown(std::net::Shutdown::Write).map_err(|e| DispatchError::io("closing the sending side", e))
+    }
+
+    /// Reads until the server closes the connection; bytes instead are a protocol error.
+    pub fn expect_closed(&mut self) -> Result<()> {
+        if self.end > self.start {
+            return Err(DispatchError::Protocol("bytes after the last answer".into()));
+        }
+        let mut probe = [0u8; 1];
+        match self.stream.read(&mut probe) {
+            Ok(0) => Ok(()),
+            Ok(_) => Err(DispatchError::Protocol("bytes after the last answer".into())),
+            Err(e) => Err(DispatchError::io("waiting for the server to close", e)),
+        }
+    }
+
     /// Sends raw bytes (tests use it to send messages the builder has no helper for).
     pub fn send_raw(&mut self, bytes: &[u8]) -> Result<()> {
         self.write(bytes)

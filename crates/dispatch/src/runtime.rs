@@ -1,5 +1,10 @@
 //! Starting a service (dispatcher, agent) on its own threads inside a network namespace, and
 //! stopping it.
+//!
+//! Services run on single-threaded runtimes, one per worker thread, and a connection stays on
+//! the thread that accepted it: a work-stealing runtime wakes a second worker to steal a task
+//! that just became ready, and on an idle machine that wake-up (an interrupt to a sleeping CPU)
+//! cost more than the dispatcher's whole work for a small answer.
 
 use std::future::Future;
 use std::thread::JoinHandle;
@@ -69,6 +74,26 @@ where
             Err(outcome.err().unwrap_or_else(|| DispatchError::Lab(format!("{name} stopped before it was ready"))))
         }
     }
+}
+
+/// Starts a thread (inside `namespace` when given) that runs `work` on its own single-threaded
+/// runtime; the thread ends when `work` does.
+pub fn spawn_worker<F, Fut>(name: &str, namespace: Option<String>, work: F) -> Result<JoinHandle<Result<()>>>
+where
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: Future<Output = ()>,
+{
+    let thread_name = name.to_string();
+    std::thread::Builder::new()
+        .name(thread_name.clone())
+        .spawn(move || -> Result<()> {
+            if let Some(ns) = &namespace {
+                netns::enter(ns)?;
+            }
+            build_runtime(&thread_name, None, 1)?.block_on(work());
+            Ok(())
+        })
+        .map_err(|e| DispatchError::io(format!("spawning {name}"), e))
 }
 
 fn build_runtime(name: &str, namespace: Option<String>, workers: usize) -> Result<tokio::runtime::Runtime> {

@@ -332,3 +332,42 @@ fn connections_move_with_megabytes_unacknowledged() -> anyhow::Result<()> {
     assert_eq!(resets - resets_before, 0, "TCP resets were sent");
     Ok(())
 }
+
+// Goal: a client that closes its sending side together with a query whose answer would be
+// handed over gets the whole answer relayed, then a clean close — no failed export, no reset —
+// and the dispatcher goes on handing over other connections. Method: hand-over always; the
+// query and the FIN travel in one segment (TCP_CORK), so the dispatcher's socket is already in
+// CLOSE_WAIT when the move begins; a second connection then runs a normal hand-over.
+#[test]
+fn a_client_closing_with_its_query_is_answered_by_relay_without_a_reset() -> anyhow::Result<()> {
+    use bypass_dispatch::payload::{query, Verifier};
+    use bypass_dispatch::pgclient::PgConnection;
+    let cluster = LabCluster::start("hf", Policy::Handover, 1)?;
+    let (resets_before, _) = common::resets(&cluster.lab)?;
+    let service = cluster.service();
+    let login = || LoginRequest::trust("postgres", "postgres");
+    let closing = bypass_dispatch::netns::run_in(&cluster.lab.client(1).namespace, move || {
+        let mut connection = PgConnection::connect(service, login(), Duration::from_secs(30))?;
+        connection.send_query_and_close(&query(1, 1 << 20))?;
+        let bytes = connection.read_payload(&mut Verifier::new(1, 1, 1 << 20))?;
+        connection.expect_closed()?;
+        Ok(bytes)
+    })?;
+    assert_eq!(closing, 1 << 20, "the closing client got its whole answer");
+    assert_eq!(cluster.stat(|s| &s.stayed_home_closing), 1, "the move was skipped, not attempted");
+    assert_eq!(cluster.stat(|s| &s.handovers), 0);
+    assert_eq!(cluster.stat(|s| &s.lost_while_away), 0);
+    let next = bypass_dispatch::netns::run_in(&cluster.lab.client(2).namespace, move || {
+        let mut connection = PgConnection::connect(service, login(), Duration::from_secs(30))?;
+        connection.send_query(&query(2, 1 << 20))?;
+        connection.read_payload(&mut Verifier::new(2, 2, 1 << 20))
+    })?;
+    assert_eq!(next, 1 << 20);
+    assert_eq!(cluster.stat(|s| &s.handovers) + cluster.stat(|s| &s.import_failures), 1);
+    let switch = cluster.shared().switch.as_ref().expect("hand-over policy has a switch");
+    common::wait_until(Duration::from_secs(10), "sessions to end", || switch.tracked_count().ok() == Some(0))?;
+    assert_eq!(switch.flow_count()?, 0, "steering entries leaked");
+    let (resets, _) = common::resets(&cluster.lab)?;
+    assert_eq!(resets - resets_before, 0, "TCP resets were sent");
+    Ok(())
+}

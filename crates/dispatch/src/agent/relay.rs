@@ -7,6 +7,7 @@
 //!              ─► HandOverAt{offset} ─► (hold the answer) ─► Socket ─► import ─► Imported
 //!              ─► rest of the answer ─► client
 //!  Direct    : (hold the answer) ─► Socket ─► import ─► Imported ─► Steered ─► answer ─► client
+//!  (OnDemand, Direct) StaysHome instead of Socket: the client is closing ─► relay the answer
 //!  hand-back : after ReadyForQuery: client acknowledged all? client's next request here (or
 //!              handback_wait_ms passed)? ─► ReturnReady ─► Blocked{segments} ─► socket has
 //!              received that many (bounded wait) ─► export, silent close
@@ -134,8 +135,10 @@ impl<'a> LinkSession<'a> {
             }
             let (_, body) = self.down.read_frame(&mut self.link, "the dispatcher", CONTROL_FRAME_BYTES_MAX).await?;
             self.on_control(&body).await?;
-            // Answer bytes may have been held while the socket was on its way.
-            if self.client.is_some() && !self.up.is_empty() {
+            // Answer bytes may have been held while the socket was on its way: they go to the
+            // client now, or to the link when the connection did not come (PostgreSQL may have
+            // nothing more to send, so nothing else would wake this answer up).
+            if !self.awaiting_socket && !self.up.is_empty() {
                 self.process_up().await?;
             }
         }
@@ -151,6 +154,11 @@ impl<'a> LinkSession<'a> {
                 Ok(())
             }
             Control::Socket(state) => self.take_socket(state).await,
+            Control::StaysHome => {
+                self.awaiting_socket = false;
+                self.delivery = Delivery::Relay;
+                Ok(())
+            }
             other => Err(DispatchError::Protocol(format!("unexpected control frame from the dispatcher: {other:?}"))),
         }
     }

@@ -31,7 +31,9 @@ pub struct BackendState {
     pub outstanding: AtomicU32,
     /// Requests ever sent here (tests read it to see where queries went).
     pub requests: AtomicU64,
-    idle: Mutex<HashMap<(String, String), Vec<Link>>>,
+    /// Idle links by (thread, user, database): a link's socket is registered with the runtime of
+    /// the thread that opened it, and a link used from another thread would wake that one.
+    idle: Mutex<HashMap<PoolKey, Vec<Link>>>,
     idle_max: usize,
     source_addr: Option<std::net::Ipv4Addr>,
 }
@@ -45,8 +47,11 @@ pub struct Link {
     pub welcome: Welcome,
     /// Hash of the session settings this link's server has applied (0 = none).
     pub settings_applied: u64,
-    key: (String, String),
+    key: PoolKey,
 }
+
+/// Which idle links may serve a request: same thread, user and database.
+type PoolKey = (std::thread::ThreadId, String, String);
 
 impl Link {
     /// An idle link must have nothing to read: EOF or stray bytes mean it is unusable.
@@ -91,7 +96,7 @@ impl BackendState {
 
     /// An idle link for (user, database), or a new one.
     pub async fn acquire(&self, user: &str, database: &str) -> Result<Link> {
-        let key = (user.to_string(), database.to_string());
+        let key = (std::thread::current().id(), user.to_string(), database.to_string());
         loop {
             let idle = self.idle.lock().unwrap_or_else(|p| p.into_inner()).get_mut(&key).and_then(Vec::pop);
             match idle {
@@ -116,7 +121,7 @@ impl BackendState {
     /// Opens a link and logs in through the agent.
     pub async fn connect(&self, request: LoginRequest) -> Result<Link> {
         let stream = connect_from(self.source_addr, self.spec.agent).await?;
-        let key = (request.user.clone(), request.database.clone());
+        let key = (std::thread::current().id(), request.user.clone(), request.database.clone());
         let mut link = Link {
             stream,
             buffer: Buffer::with_capacity(LINK_BUFFER_BYTES),

@@ -9,6 +9,10 @@
 //!  health task per backend: every health_interval_ms, `select lag` through a link:
 //!      failure ⇒ banned (no reads, idle links dropped); success ⇒ readmitted; lag > max ⇒ no reads
 //! ```
+//! Threads: `workers` threads, each a single-threaded runtime; the first accepts and deals
+//! connections round-robin. A session, its links and its imported sockets live on one thread
+//! (idle links are pooled per thread), so no answer ever waits for a wake-up of another thread.
+//!
 //! Invariants:
 //! - A link goes back to its pool only when its session is idle ('I') with every request
 //!   answered and no unread bytes.
@@ -24,8 +28,8 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use tokio::net::TcpListener;
-use tokio::sync::{watch, Semaphore};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 
 pub use backend::{BackendState, Link};
 
@@ -71,6 +75,9 @@ pub struct Stats {
     pub lost_while_away: AtomicU64,
     /// Sessions whose client closed while an agent owned the connection (it cannot move).
     pub closed_while_away: AtomicU64,
+    /// Moves not made because the client had closed its side (a closing connection cannot be
+    /// exported); the answer was relayed.
+    pub stayed_home_closing: AtomicU64,
     /// Moves whose owner gave up waiting (`settle_wait_ms`) for segments the switch had let
     /// through before blocking the flow: one was lost on the way, or the host is very slow.
     pub settle_timeouts: AtomicU64,
@@ -153,14 +160,16 @@ pub struct DispatcherInfo {
     pub shared: Arc<Shared>,
 }
 
-/// Starts the dispatcher on its own runtime (inside `namespace` when given).
+/// Starts the dispatcher (inside `namespace` when given): `workers` threads, each with its own
+/// single-threaded runtime; the first also accepts and runs the health checks.
 pub fn start(config: ValidDispatcherConfig, namespace: Option<String>) -> Result<Running<DispatcherInfo>> {
-    let workers = config.settings.workers;
-    runtime::spawn("dispatcher", namespace, workers, move |stop, ready| serve(config, stop, ready))
+    let worker_namespace = namespace.clone();
+    runtime::spawn("dispatcher", namespace, 1, move |stop, ready| serve(config, worker_namespace, stop, ready))
 }
 
 async fn serve(
     config: ValidDispatcherConfig,
+    namespace: Option<String>,
     mut stop: watch::Receiver<bool>,
     ready: std::sync::mpsc::Sender<DispatcherInfo>,
 ) -> Result<()> {
@@ -173,6 +182,7 @@ async fn serve(
         (_, Some(namespace)) => Some(Switch::attach(namespace, &config.settings.steer_ports)?),
     };
     let shared = Arc::new(Shared::new(config, switch));
+    let mut workers = Workers::start(&shared, namespace, &stop)?;
     for id in 0..shared.backends.len() {
         tokio::spawn(health::watch_backend(shared.clone(), id, stop.clone()));
     }
@@ -180,17 +190,106 @@ async fn serve(
     tracing::info!(address = %local_addr, "dispatcher listening");
     loop {
         tokio::select! {
-            _ = stop.changed() => return Ok(()),
+            _ = stop.changed() => break,
             accepted = listener.accept() => {
                 let (stream, peer) = match accepted {
                     Ok(accepted) => accepted,
                     Err(error) => { tracing::warn!(%error, "accept failed"); continue; }
                 };
                 let slot = shared.clients.clone().try_acquire_owned().ok();
-                let shared = shared.clone();
-                tokio::spawn(async move {
-                    session::serve_client(shared, stream, peer, slot).await;
-                });
+                workers.assign(&shared, stream, peer, slot);
+            }
+        }
+    }
+    tokio::task::spawn_blocking(move || workers.join())
+        .await
+        .map_err(|_| DispatchError::Lab("joining the dispatcher's workers failed".into()))?
+}
+
+/// Accepted connections waiting for one worker thread. A connection that finds its worker's
+/// queue full is served by the accepting thread instead.
+const HANDOFF_QUEUE_MAX: usize = 64;
+
+/// A connection on its way from the accepting thread to a worker.
+struct Accepted {
+    stream: std::net::TcpStream,
+    peer: SocketAddr,
+    slot: Option<OwnedSemaphorePermit>,
+}
+
+/// The worker threads besides the accepting one; connections are dealt round-robin, the
+/// accepting thread taking every `senders.len() + 1`-th.
+struct Workers {
+    senders: Vec<mpsc::Sender<Accepted>>,
+    threads: Vec<std::thread::JoinHandle<Result<()>>>,
+    next: usize,
+}
+
+impl Workers {
+    fn start(shared: &Arc<Shared>, namespace: Option<String>, stop: &watch::Receiver<bool>) -> Result<Workers> {
+        let mut workers = Workers { senders: Vec::new(), threads: Vec::new(), next: 0 };
+        for _ in 1..shared.config.settings.workers {
+            let (sender, receiver) = mpsc::channel(HANDOFF_QUEUE_MAX);
+            let (shared, stop) = (shared.clone(), stop.clone());
+            let work = move || serve_handed_off(shared, receiver, stop);
+            workers.threads.push(runtime::spawn_worker("dispatcher-worker", namespace.clone(), work)?);
+            workers.senders.push(sender);
+        }
+        Ok(workers)
+    }
+
+    /// Starts serving an accepted connection on the next worker in turn.
+    fn assign(
+        &mut self,
+        shared: &Arc<Shared>,
+        stream: TcpStream,
+        peer: SocketAddr,
+        slot: Option<OwnedSemaphorePermit>,
+    ) {
+        let turn = self.next % (self.senders.len() + 1);
+        self.next = self.next.wrapping_add(1);
+        if turn > 0 {
+            // A socket is registered with the runtime of the thread that serves it.
+            match stream.into_std() {
+                Ok(stream) => match self.senders[turn - 1].try_send(Accepted { stream, peer, slot }) {
+                    Ok(()) => return,
+                    Err(refused) => {
+                        let Accepted { stream, slot, .. } = refused.into_inner();
+                        if let Ok(stream) = TcpStream::from_std(stream) {
+                            tokio::spawn(session::serve_client(shared.clone(), stream, peer, slot));
+                        }
+                    }
+                },
+                Err(error) => tracing::warn!(%peer, %error, "could not hand a connection to a worker"),
+            }
+            return;
+        }
+        tokio::spawn(session::serve_client(shared.clone(), stream, peer, slot));
+    }
+
+    /// Closes the queues (ending the workers) and waits for the threads.
+    fn join(self) -> Result<()> {
+        drop(self.senders);
+        for thread in self.threads {
+            thread.join().map_err(|_| DispatchError::Lab("a dispatcher worker panicked".into()))??;
+        }
+        Ok(())
+    }
+}
+
+/// A worker thread's life: serve the connections handed to it until the dispatcher stops.
+async fn serve_handed_off(shared: Arc<Shared>, mut queue: mpsc::Receiver<Accepted>, mut stop: watch::Receiver<bool>) {
+    loop {
+        tokio::select! {
+            _ = stop.changed() => return,
+            accepted = queue.recv() => {
+                let Some(Accepted { stream, peer, slot }) = accepted else { return };
+                match TcpStream::from_std(stream) {
+                    Ok(stream) => {
+                        tokio::spawn(session::serve_client(shared.clone(), stream, peer, slot));
+                    }
+                    Err(error) => tracing::warn!(%peer, %error, "a worker could not take a connection"),
+                }
             }
         }
     }

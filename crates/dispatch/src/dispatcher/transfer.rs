@@ -6,6 +6,7 @@
 //!  hand over: drain (client acked) ─► BLOCK ─► settle ─► export, silent close ─► Socket
 //!             ─► agent imports ─► Imported ─► FORWARD to the backend's MAC ─► Steered
 //!             (ImportFailed: import here, PASS)
+//!             (client closing after the settle: no export, PASS, StaysHome ─► relayed answer)
 //!  take back: ◄─ ReturnReady ─► BLOCK ─► Blocked{segments} ─► agent settles, exports
 //!             ─► ◄─ Returned{state} ─► import here ─► PASS
 //! ```
@@ -79,7 +80,8 @@ pub enum Moved {
     /// The agent owns the connection; the answer flows straight to the client. The switch had
     /// let `switch_delivered` segments through when it began forwarding to the agent.
     Away { switch_delivered: u64 },
-    /// The agent could not import it; it is back here and the answer comes relayed.
+    /// The connection did not move (the agent could not import it, or the client is closing);
+    /// it is here and the answer comes relayed.
     Refused,
 }
 
@@ -112,6 +114,9 @@ pub async fn hand_over(
     handover::wait_drained(client.as_raw_fd(), drain_wait).await;
     switch.set(peer, Action::Block)?;
     settle(shared, switch, peer, client.as_raw_fd(), *epoch).await;
+    if handover::tcp_state(client.as_raw_fd()).ok() == Some(handover::TCP_STATE_CLOSE_WAIT) {
+        return stay_home(shared, switch, stream, client, peer, link).await;
+    }
     let state = match handover::export_tokio(client) {
         Ok(state) => state,
         Err(error) => {
@@ -155,6 +160,27 @@ pub async fn hand_over(
             Err(error)
         }
     }
+}
+
+/// The client closed its side (its FIN is among the settled segments, so no later one can
+/// change that): a closing socket cannot be exported. The connection stays here, the switch
+/// lets its packets pass again (the socket never changed, so the segment count goes on), and
+/// the agent relays the answer, which a half-closed client may still read.
+async fn stay_home(
+    shared: &Shared,
+    switch: &Switch,
+    stream: &mut Option<TcpStream>,
+    client: TcpStream,
+    peer: SocketAddrV4,
+    link: &mut Link,
+) -> Result<Moved> {
+    switch.remove(peer)?;
+    *stream = Some(client);
+    shared.stats.stayed_home_closing.fetch_add(1, Ordering::Relaxed);
+    let mut frame = Vec::with_capacity(8);
+    Control::StaysHome.encode(&mut frame);
+    link.stream.write_all(&frame).await.map_err(|e| DispatchError::io("sending StaysHome", e))?;
+    Ok(Moved::Refused)
 }
 
 /// Waits for the agent to finish the answer and takes the connection back. The agent became
