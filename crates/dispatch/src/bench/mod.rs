@@ -275,9 +275,6 @@ fn start_bypass(lab: &Lab, policy: Policy, threshold: u64) -> Result<Service> {
     settings.source_addr = Some(lab.dispatcher().address);
     settings.policy = policy;
     settings.handover_min_bytes = threshold;
-    if let Ok(w) = std::env::var("EXP_WORKERS") {
-        settings.workers = w.parse().expect("exp");
-    }
     settings.steer_namespace = Some(lab.switch_namespace());
     settings.steer_ports = lab.clients().iter().map(|c| c.switch_port.clone()).collect();
     for backend in lab.backends() {
