@@ -4,6 +4,7 @@ use std::fmt::Write;
 use std::path::Path;
 
 use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 use plotters::style::FontStyle;
 
 use super::{Cell, Results};
@@ -171,22 +172,38 @@ fn draw_error(e: impl std::fmt::Display) -> anyhow::Error {
 fn heat_map(area: &Area<'_>, cells: &[Cell]) -> anyhow::Result<()> {
     let columns: Vec<usize> =
         super::COLUMNS.iter().copied().filter(|c| cells.iter().any(|x| x.columns == *c)).collect();
+    let rows_log2 = super::ROWS_LOG2;
+    // Segmented axes put each label at the centre of its cell, not on the cell's left/lower edge.
     let mut chart = ChartBuilder::on(area)
         .caption("row sort: log10(plain / specialized)", ("sans-serif", 22))
         .margin(12)
         .x_label_area_size(36)
         .y_label_area_size(48)
-        .build_cartesian_2d(0..columns.len(), 4u32..14u32)
+        // Discrete integer ranges include their end: one segment per column count and size.
+        .build_cartesian_2d(
+            (0..columns.len().saturating_sub(1)).into_segmented(),
+            (*rows_log2.start()..*rows_log2.end()).into_segmented(),
+        )
         .map_err(draw_error)?;
     chart
         .configure_mesh()
+        .disable_mesh()
         .x_labels(columns.len())
-        .x_label_formatter(&|i| columns.get(*i).map_or(String::new(), |c| format!("{c} cols")))
-        .y_desc("log2 rows per chunk")
+        .y_labels(rows_log2.clone().count())
+        .x_label_formatter(&|v| match v {
+            SegmentValue::CenterOf(i) => columns.get(*i).map_or(String::new(), |c| format!("{c} cols")),
+            _ => String::new(),
+        })
+        .y_label_formatter(&|v| match v {
+            SegmentValue::CenterOf(log2) => format!("2^{log2}"),
+            _ => String::new(),
+        })
+        .y_desc("rows per chunk")
         .draw()
         .map_err(draw_error)?;
+    let centred = TextStyle::from(("sans-serif", 14)).pos(Pos::new(HPos::Center, VPos::Center));
     for (i, &c) in columns.iter().enumerate() {
-        for log2 in super::ROWS_LOG2 {
+        for log2 in rows_log2.clone() {
             let rows = 1usize << log2;
             let (Some(s), Some(p)) =
                 (find(cells, RuntimeKind::Specialized, c, rows), find(cells, RuntimeKind::Plain, c, rows))
@@ -197,11 +214,14 @@ fn heat_map(area: &Area<'_>, cells: &[Cell]) -> anyhow::Result<()> {
             let strength = (value.abs() / 0.2).min(1.0);
             let shade = (255.0 * (1.0 - strength)) as u8;
             let color = if value >= 0.0 { RGBColor(shade, shade, 255) } else { RGBColor(255, shade, shade) };
+            let corners = [
+                (SegmentValue::Exact(i), SegmentValue::Exact(log2)),
+                (SegmentValue::Exact(i + 1), SegmentValue::Exact(log2 + 1)),
+            ];
+            chart.draw_series(std::iter::once(Rectangle::new(corners, color.filled()))).map_err(draw_error)?;
+            let centre = (SegmentValue::CenterOf(i), SegmentValue::CenterOf(log2));
             chart
-                .draw_series(std::iter::once(Rectangle::new([(i, log2), (i + 1, log2 + 1)], color.filled())))
-                .map_err(draw_error)?;
-            chart
-                .draw_series(std::iter::once(Text::new(format!("{value:+.2}"), (i, log2), ("sans-serif", 14))))
+                .draw_series(std::iter::once(Text::new(format!("{value:+.2}"), centre, centred.clone())))
                 .map_err(draw_error)?;
         }
     }
