@@ -26,6 +26,12 @@
 //!
 //! Invariant: a node the owner granted is read-locked and pinned once for the requester until
 //! the requester's transaction ends (commit or abort releases it like any other CAT access).
+//!
+//! Limits: a scan needs fewer than [`SCAN_ROWS_MAX`] rows; a transaction that already holds a
+//! key of the run in write mode conflicts with its own grant (NO_WAIT) and aborts; and since
+//! every partition's supremum row has the same key, a transaction that reaches both another
+//! host's supremum (end of a remote scan) and its own treats them as one access — no workload
+//! does both in one transaction.
 
 use std::sync::atomic::Ordering;
 

@@ -74,3 +74,30 @@ fn baselines_refuse_remote_scans_with_a_clear_error() {
     let error = Pod::run(config).expect_err("a baseline remote scan must fail the run");
     assert!(error.to_string().contains("baseline scans of another host's partition"), "{error}");
 }
+
+#[test]
+fn remote_inserts_and_deletes_are_rebuilt_from_the_writers_logs() {
+    // Goal: rows another host inserted or deleted come back on recovery, which rebuilds each
+    // partition from every host's log (the writer logs remote changes, not the owner). Method: a
+    // logged registry run with remote inserts and deletes, then a recovery-only run, twice; each
+    // host's count row must equal its entries after replay (the workload check fails the run
+    // otherwise) — the count is read-modify-written by owner and remote hosts alike, so losing
+    // or misplacing either host's records breaks it.
+    let _pod = exclusive();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = small(registry(60, true), Protocol::Tigon);
+    config.log_dir = Some(dir.path().to_path_buf());
+    config.epoch_ms = 4;
+    config.measure_acked_min = 300;
+    let report = Pod::run(config.clone()).expect("logged run");
+    assert!(report.total.remote_inserts > 0 && report.total.remote_deletes > 0, "{:?}", report.total);
+    let acked: u64 = report.per_host.iter().map(|host| host.acked).sum();
+    config.recover = true;
+    config.warmup_ms = 0;
+    config.measure_ms = 0;
+    for _ in 0..2 {
+        let recovered = Pod::run(config.clone()).expect("recovery run (count vs entries checked)");
+        let plan = recovered.recovery.expect("a recovery plan");
+        assert!(plan.committed_txns as u64 >= acked, "{} replayed, {acked} acknowledged", plan.committed_txns);
+    }
+}
