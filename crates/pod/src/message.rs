@@ -225,17 +225,7 @@ impl Message {
             Message::RemoteInsert { request, table, key } => {
                 put.u8(15).u32(*request).u8(*table).u64(*key);
             }
-            Message::RemoteInsertReply { request, outcome } => {
-                put.u8(16).u32(*request);
-                match outcome {
-                    InsertOutcome::Locked { node, next_key, next_node } => {
-                        put.u8(0).u64(*node).u64(*next_key).u64(*next_node)
-                    }
-                    InsertOutcome::Exists => put.u8(1),
-                    InsertOutcome::Conflict => put.u8(2),
-                    InsertOutcome::OutOfMemory => put.u8(3),
-                };
-            }
+            Message::RemoteInsertReply { request, outcome } => encode_insert_reply(&mut put, *request, outcome),
             Message::InsertDone { table, key, committed } => {
                 put.u8(17).u8(*table).u64(*key).u8(u8::from(*committed));
             }
@@ -336,17 +326,7 @@ impl Message {
             },
             14 => decode_scan_reply(&mut get)?,
             15 => Message::RemoteInsert { request: get.u32()?, table: get.u8()?, key: get.u64()? },
-            16 => {
-                let request = get.u32()?;
-                let outcome = match get.u8()? {
-                    0 => InsertOutcome::Locked { node: get.u64()?, next_key: get.u64()?, next_node: get.u64()? },
-                    1 => InsertOutcome::Exists,
-                    2 => InsertOutcome::Conflict,
-                    3 => InsertOutcome::OutOfMemory,
-                    _ => return Err(get.bad("insert outcome")),
-                };
-                Message::RemoteInsertReply { request, outcome }
-            }
+            16 => decode_insert_reply(&mut get)?,
             17 => Message::InsertDone { table: get.u8()?, key: get.u64()?, committed: get.u8()? != 0 },
             18 => Message::RemoteDelete { table: get.u8()?, key: get.u64()? },
             10 => Message::Ping { request: get.u32()? },
@@ -403,6 +383,28 @@ fn decode_scan_reply(get: &mut Get<'_>) -> Result<Message> {
         _ => return Err(get.bad("scan outcome")),
     };
     Ok(Message::MigrateScanReply { request, outcome })
+}
+
+fn encode_insert_reply(put: &mut Put<'_>, request: u32, outcome: &InsertOutcome) {
+    put.u8(16).u32(request);
+    match outcome {
+        InsertOutcome::Locked { node, next_key, next_node } => put.u8(0).u64(*node).u64(*next_key).u64(*next_node),
+        InsertOutcome::Exists => put.u8(1),
+        InsertOutcome::Conflict => put.u8(2),
+        InsertOutcome::OutOfMemory => put.u8(3),
+    };
+}
+
+fn decode_insert_reply(get: &mut Get<'_>) -> Result<Message> {
+    let request = get.u32()?;
+    let outcome = match get.u8()? {
+        0 => InsertOutcome::Locked { node: get.u64()?, next_key: get.u64()?, next_node: get.u64()? },
+        1 => InsertOutcome::Exists,
+        2 => InsertOutcome::Conflict,
+        3 => InsertOutcome::OutOfMemory,
+        _ => return Err(get.bad("insert outcome")),
+    };
+    Ok(Message::RemoteInsertReply { request, outcome })
 }
 
 fn encode_prepare(put: &mut Put<'_>, request: u32, gid: u64, writes: &[RemoteWrite], reads: &[ReadCheck]) {
