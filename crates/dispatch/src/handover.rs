@@ -262,6 +262,11 @@ fn import_once(state: &TcpState) -> Result<(OwnedFd, usize)> {
     set_int(raw, TCP_QUEUE_SEQ, state.recv_seq.wrapping_sub(state.recv_queue.len() as u32) as i32, "receive sequence")?;
     set_int(raw, TCP_REPAIR_QUEUE, TCP_SEND_QUEUE, "select send queue")?;
     set_int(raw, TCP_QUEUE_SEQ, state.send_seq.wrapping_sub(state.send_queue.len() as u32) as i32, "send sequence")?;
+    // A repair-mode connect sizes segments from the MSS clamp it finds, and without a SYN that
+    // is the kernel's 536-byte default; TCP_REPAIR_OPTIONS later raises the clamp but not the
+    // segment size. Set as the user MSS now, the connect sizes them as the original socket did.
+    // (The kernel accepts at most USER_MSS_MAX; only loopback-sized segments are larger.)
+    set_int(raw, libc::TCP_MAXSEG, state.mss.min(USER_MSS_MAX) as i32, "MSS before connect")?;
     bind_or_connect(raw, state.local, libc::bind, "bind")?;
     bind_or_connect(raw, state.peer, libc::connect, "connect")?;
     set_options(raw, state)?;
@@ -281,6 +286,9 @@ fn import_once(state: &TcpState) -> Result<(OwnedFd, usize)> {
     let sent = send_some(raw, &state.send_queue[sent_len..], "send never-sent bytes")?;
     Ok((fd, sent))
 }
+
+/// The largest TCP_MAXSEG the kernel accepts (MAX_TCP_WINDOW).
+const USER_MSS_MAX: u32 = 32_767;
 
 /// Send queues up to this size fit a new socket's send buffer as the kernel sizes it.
 const SEND_QUEUE_AUTOTUNED_BYTES: usize = 64 * 1024;
@@ -421,6 +429,18 @@ fn bind_or_connect(fd: RawFd, address: SocketAddrV4, call: BindCall, step: &'sta
     // SAFETY: the pointer and length describe `raw`, alive across the call.
     let status = unsafe { call(fd, (&raw as *const libc::sockaddr_in).cast(), len) };
     check(status, step)
+}
+
+/// Sets SO_RCVLOWAT: readiness is signalled only once `bytes` are queued (a non-blocking read
+/// still returns whatever is there). Lowering it signals at once if enough is queued.
+pub fn set_receive_low_water(fd: RawFd, bytes: usize) -> Result<()> {
+    let value = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX).max(1);
+    let len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: the pointer and length describe `value`, alive across the call.
+    let status = unsafe {
+        libc::setsockopt(fd, libc::SOL_SOCKET, libc::SO_RCVLOWAT, (&value as *const libc::c_int).cast(), len)
+    };
+    check(status, "SO_RCVLOWAT")
 }
 
 fn set_int(fd: RawFd, option: libc::c_int, value: libc::c_int, step: &'static str) -> Result<()> {

@@ -29,6 +29,17 @@ use crate::error::{DispatchError, Result};
 use crate::handover::{self, Settled, TcpState};
 use crate::link::{Control, Delivery, CONTROL_FRAME_BYTES_MAX, CONTROL_TAG};
 
+/// Answers past this many bytes are read from PostgreSQL in batches. The server sends 8 KB at a
+/// time; waking for each piece (read, write, read again, wait) cost the agent about as much CPU
+/// as the server spends producing it, and on a small host that CPU is what large answers lack.
+const BATCH_AFTER_BYTES: u64 = 1 << 20;
+/// Bytes PostgreSQL's socket holds before a batching agent wakes (SO_RCVLOWAT).
+const BATCH_BYTES: usize = 64 * 1024;
+/// How long a batching agent waits for a full batch before taking what is there: the tail of
+/// an answer never fills one. Batching starts only once an answer is large, so this bounded
+/// delay (a timer tick) costs a fraction of a percent of its transfer time.
+const BATCH_WAIT: Duration = Duration::from_millis(1);
+
 /// The state of one link.
 pub struct LinkSession<'a> {
     config: &'a ValidAgentConfig,
@@ -50,6 +61,8 @@ pub struct LinkSession<'a> {
     client_segments_base: u32,
     /// A socket is on its way: PostgreSQL's answer waits in its socket until it arrives.
     awaiting_socket: bool,
+    /// PostgreSQL's socket signals readiness only per [`BATCH_BYTES`] (a large answer streams).
+    batching: bool,
     out: Vec<u8>,
 }
 
@@ -69,6 +82,7 @@ impl<'a> LinkSession<'a> {
             client: None,
             client_segments_base: 0,
             awaiting_socket: false,
+            batching: false,
             out: Vec::with_capacity(256),
         }
     }
@@ -79,6 +93,7 @@ impl<'a> LinkSession<'a> {
         self.process_down().await?;
         loop {
             let take_answer = !self.awaiting_socket;
+            let batch_wait = take_answer && self.batching;
             tokio::select! {
                 ready = self.link.readable() => {
                     ready.map_err(|e| DispatchError::io("waiting on the link", e))?;
@@ -96,8 +111,22 @@ impl<'a> LinkSession<'a> {
                         None => {}
                     }
                 }
+                _ = tokio::time::sleep(BATCH_WAIT), if batch_wait => {
+                    // No full batch in time: signal whatever is queued (the answer's tail);
+                    // process_up batches again if the answer goes on.
+                    self.set_batching(false)?;
+                }
             }
         }
+    }
+
+    /// Switches batched reads from PostgreSQL on or off.
+    fn set_batching(&mut self, on: bool) -> Result<()> {
+        if self.batching != on {
+            handover::set_receive_low_water(self.postgres.as_raw_fd(), if on { BATCH_BYTES } else { 1 })?;
+            self.batching = on;
+        }
+        Ok(())
     }
 
     /// Forwards the dispatcher's PostgreSQL messages and acts on control frames.
@@ -238,12 +267,17 @@ impl<'a> LinkSession<'a> {
             self.answer_bytes += forward as u64;
             self.up.consume(forward);
         }
+        if ready.is_none() && self.answer_bytes >= BATCH_AFTER_BYTES {
+            self.set_batching(true)?;
+        }
         if hand_over {
             self.awaiting_socket = true;
             let offset = self.answer_bytes;
             return self.send_control(&Control::HandOverAt { offset }).await;
         }
         if let Some(status) = ready {
+            // The next answer may be one byte: it must not wait for a batch.
+            self.set_batching(false)?;
             if self.client.is_some() {
                 self.hand_back(status).await?;
             }
