@@ -2,11 +2,15 @@
 //! from pre-compiled building blocks (no code generation at query time).
 //!
 //! ```text
-//!   per morsel (table chunk), per block of BLOCK_ROWS rows, straight from the chunk buffers:
-//!     mask  ← range<i32>/range<i64>/code-set/column-compare kernels (branch-free, vectorized)
-//!     sel   ← branch-free compaction of the mask (selection vector)
+//!   per morsel (table chunk): zone maps drop range filters the chunk always passes and skip
+//!   chunks no row passes; ranges over chunks with a narrow copy (1–2 bytes per value,
+//!   frame of reference) read the copy instead of the i32/i64 column (scans are bandwidth-bound)
+//!   per block of BLOCK_ROWS rows, straight from the chunk buffers:
+//!     mask  ← range<u8|u16|i32|i64>/code-set/column-compare kernels (branch-free, vectorized)
+//!     sel   ← compaction of the mask (zero words skipped, branch-free within a word)
 //!     gid   ← Σ code·stride over small-domain group columns (perfect hash, no hash table)
-//!     acc   ← product_term::<1|2|3 factors> over sel, i128 accumulators per group
+//!     acc   ← dense blocks: Σ mask·Π factors in i64 lanes; sparse blocks: factors gathered
+//!             (from narrow copies when present), then summed; i128 when zone maps allow overflow
 //! ```
 //!
 //! A plan qualifies when its filters are conjunctions of column-vs-constant comparisons,
