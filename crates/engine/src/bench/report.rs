@@ -308,12 +308,17 @@ fn tpch_bars(area: &Area<'_>, results: &Results) -> anyhow::Result<()> {
         .margin(12)
         .x_label_area_size(36)
         .y_label_area_size(60)
-        .build_cartesian_2d(0f64..queries.len() as f64, (0.5f64..top * 2.0).log_scale())
+        // Query i's bars are centred on x = i, where the integer ticks and their labels fall.
+        .build_cartesian_2d(-0.5f64..queries.len() as f64 - 0.5, (0.5f64..top * 2.0).log_scale())
         .map_err(draw_error)?;
     chart
         .configure_mesh()
         .x_labels(queries.len())
-        .x_label_formatter(&|x| queries.get(*x as usize).map_or(String::new(), |q| format!("Q{q}")))
+        .x_label_formatter(&|x| {
+            let index = x.round();
+            let on_tick = (x - index).abs() < 1e-6 && index >= 0.0;
+            on_tick.then(|| queries.get(index as usize).map(|q| format!("Q{q}"))).flatten().unwrap_or_default()
+        })
         .y_desc("ms (log)")
         .draw()
         .map_err(draw_error)?;
@@ -326,7 +331,7 @@ fn tpch_bars(area: &Area<'_>, results: &Results) -> anyhow::Result<()> {
             .enumerate()
             .filter_map(|(i, q)| tpch.engines[*name].queries.get(q).and_then(|t| t.min_ms).map(|ms| (i, ms)))
             .map(|(i, ms)| {
-                let x = i as f64 + 0.1 + e as f64 * width;
+                let x = i as f64 - 0.4 + e as f64 * width;
                 Rectangle::new([(x, 0.5), (x + width, ms)], color.filled())
             })
             .collect();
