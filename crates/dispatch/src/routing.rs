@@ -462,13 +462,19 @@ pub struct Candidate {
     pub outstanding: u32,
 }
 
-/// The healthy, fresh replica with the fewest outstanding requests; ties go round-robin by
-/// `turn`. `None` when no replica qualifies (the caller falls back to the primary).
-pub fn pick_replica(candidates: &[Candidate], turn: usize) -> Option<usize> {
+/// The healthy, fresh replica with the fewest outstanding requests. A tie goes to `preferred`
+/// (the replica the session used last: its server process has the session's catalog and plan
+/// caches warm, and alternating between servers doubled PostgreSQL's time for small queries),
+/// else round-robin by `turn`. `None` when no replica qualifies (the caller falls back to the
+/// primary).
+pub fn pick_replica(candidates: &[Candidate], turn: usize, preferred: Option<usize>) -> Option<usize> {
     let eligible: Vec<&Candidate> = candidates.iter().filter(|c| c.healthy && c.lag_ok).collect();
     let fewest = eligible.iter().map(|c| c.outstanding).min()?;
     let tied: Vec<usize> = eligible.iter().filter(|c| c.outstanding == fewest).map(|c| c.id).collect();
-    Some(tied[turn % tied.len()])
+    match preferred.filter(|id| tied.contains(id)) {
+        Some(id) => Some(id),
+        None => Some(tied[turn % tied.len()]),
+    }
 }
 
 #[cfg(test)]
@@ -572,11 +578,15 @@ mod tests {
     #[test]
     fn least_outstanding_healthy_fresh_replica_wins() {
         let c = |id, healthy, lag_ok, outstanding| Candidate { id, healthy, lag_ok, outstanding };
-        assert_eq!(pick_replica(&[c(1, true, true, 3), c(2, true, true, 1)], 0), Some(2));
-        assert_eq!(pick_replica(&[c(1, true, true, 3), c(2, false, true, 0)], 0), Some(1));
-        assert_eq!(pick_replica(&[c(1, true, false, 0), c(2, true, true, 5)], 0), Some(2));
-        assert_eq!(pick_replica(&[c(1, false, true, 0), c(2, true, false, 0)], 0), None);
+        assert_eq!(pick_replica(&[c(1, true, true, 3), c(2, true, true, 1)], 0, None), Some(2));
+        assert_eq!(pick_replica(&[c(1, true, true, 3), c(2, false, true, 0)], 0, None), Some(1));
+        assert_eq!(pick_replica(&[c(1, true, false, 0), c(2, true, true, 5)], 0, None), Some(2));
+        assert_eq!(pick_replica(&[c(1, false, true, 0), c(2, true, false, 0)], 0, None), None);
         let tied = [c(1, true, true, 0), c(2, true, true, 0)];
-        assert_eq!((pick_replica(&tied, 0), pick_replica(&tied, 1)), (Some(1), Some(2)));
+        assert_eq!((pick_replica(&tied, 0, None), pick_replica(&tied, 1, None)), (Some(1), Some(2)));
+        // The session's last replica wins a tie, never against fewer outstanding requests.
+        assert_eq!(pick_replica(&tied, 0, Some(2)), Some(2));
+        assert_eq!(pick_replica(&[c(1, true, true, 0), c(2, true, true, 1)], 0, Some(2)), Some(1));
+        assert_eq!(pick_replica(&[c(1, true, true, 0), c(2, false, true, 0)], 1, Some(2)), Some(1));
     }
 }

@@ -121,8 +121,9 @@ impl Shared {
         history.insert(fingerprint, bytes);
     }
 
-    /// The replica for a read: healthy, fresh enough, fewest outstanding requests.
-    pub fn pick_replica(&self, replicas: &[usize]) -> Option<usize> {
+    /// The replica for a read: healthy, fresh enough, fewest outstanding requests; a tie goes to
+    /// `preferred` (the session's last replica).
+    pub fn pick_replica(&self, replicas: &[usize], preferred: Option<usize>) -> Option<usize> {
         let lag_max = self.config.settings.replica_lag_max_ms;
         let candidates: Vec<Candidate> = replicas
             .iter()
@@ -136,7 +137,12 @@ impl Shared {
                 }
             })
             .collect();
-        pick_replica(&candidates, self.turn.fetch_add(1, Ordering::Relaxed))
+        let picked = pick_replica(&candidates, self.turn.load(Ordering::Relaxed), preferred);
+        // The turn moves only when round-robin decided, so sessions' first picks alternate.
+        if picked.is_some() && picked != preferred {
+            self.turn.fetch_add(1, Ordering::Relaxed);
+        }
+        picked
     }
 
     /// Cached volatility of `name`, if known.

@@ -178,6 +178,8 @@ struct Session {
     /// The link held across requests: inside a transaction, or for the whole session once
     /// named prepared statements or portals exist (they live on one server).
     pinned: Option<Link>,
+    /// The replica that answered the session's last read; it wins ties for the next one.
+    last_replica: Option<usize>,
     sticky: bool,
     status: TransactionStatus,
 }
@@ -283,6 +285,7 @@ async fn login(shared: &Arc<Shared>, mut client: Client, admitted: bool) -> Resu
         hint: RouteHint::Auto,
         settings: Settings::default(),
         pinned: None,
+        last_replica: None,
         sticky: false,
         status: TransactionStatus::Idle,
     }))
@@ -412,7 +415,7 @@ impl Session {
     async fn run_routed(&mut self, route: Route, request: Request, setting: Option<(String, String)>) -> Result<()> {
         for attempt in 1..=READ_ATTEMPTS_MAX {
             let backend = match route {
-                Route::Replica => self.shared.pick_replica(&self.replicas).unwrap_or(self.primary),
+                Route::Replica => self.shared.pick_replica(&self.replicas, self.last_replica).unwrap_or(self.primary),
                 Route::Primary => self.primary,
             };
             let retry_allowed = route == Route::Replica && attempt < READ_ATTEMPTS_MAX;
@@ -425,7 +428,12 @@ impl Session {
                 Err(error) => return self.fail_request(request.len, error).await,
             };
             match self.run_on(link, &request, setting.clone(), retry_allowed).await? {
-                Ran::Done => return Ok(()),
+                Ran::Done => {
+                    if route == Route::Replica {
+                        self.last_replica = Some(backend);
+                    }
+                    return Ok(());
+                }
                 Ran::Retry(error) => self.shared.backends[backend].ban(&error),
             }
         }
