@@ -35,6 +35,9 @@
 //! - Connections move only at PostgreSQL message boundaries, and come home after every answer:
 //!   the dispatcher sees every request. Bytes a client sends while away wait in the kernel's
 //!   receive queue and travel home with the connection.
+//! - A client session, its links and its imported sockets live on one thread: the dispatcher
+//!   runs one single-threaded runtime per worker and pools idle links per thread, so relaying
+//!   a small answer never waits for another thread to wake up.
 //! - Only the dispatcher writes the steering table; the table is empty when every connection is
 //!   home. A dispatcher restart loses the table and with it any connection that was away.
 
