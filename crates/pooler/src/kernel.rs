@@ -145,11 +145,3 @@ pub async fn serve_handoffs(fast: Arc<FastPath>, pools: Arc<KernelPools>) {
         ready.clear_ready();
     }
 }
-
-/// The raw descriptor of a client's TCP socket.
-pub fn client_fd(stream: &Stream) -> Option<std::os::fd::RawFd> {
-    match stream {
-        Stream::Plain(tcp) => Some(tcp.as_raw_fd()),
-        Stream::Tls(_) => None,
-    }
-}

@@ -150,7 +150,7 @@ impl Session {
             return Ok(false);
         }
         let take = (kernel.raw_left as usize).min(client.buffer.pending().len());
-        let server = kernel.fast.add_requests(kernel.slot, 0).ok_or(PoolerError::ServerTerminated)?;
+        let (server, _) = kernel.fast.link(kernel.slot).ok_or(PoolerError::ServerTerminated)?;
         kernel.raw_left -= take as u32;
         let fd = self.server_fd(server).ok_or(PoolerError::ServerTerminated)?;
         send_all(fd, &client.buffer.pending()[..take]).await?;
