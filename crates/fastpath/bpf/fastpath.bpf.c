@@ -108,8 +108,8 @@ struct walk {
 	__u32 requests;   /* client: Query, Sync and FunctionCall messages */
 	__u32 ready_count; /* server: ReadyForQuery messages */
 	__u8 last_status;  /* server: the status byte of the last one */
-	__u32 bad;
-	__u32 boundary_seen;        /* a length below 4: the stream is not PostgreSQL */
+	__u32 bad;           /* a length below 4: the stream is not PostgreSQL */
+	__u32 boundary_seen;
 };
 
 /* Reads the 5-byte header (and up to 2 body bytes) at w->pos into `out`, after the stashed
@@ -427,6 +427,26 @@ static __always_inline int add_requests(struct fp_slot *c, __u32 requests, __u32
 	return -1;
 }
 
+#define TAG_BIT(t) (1ull << ((t) - 64))
+#define CLIENT_TAGS (TAG_BIT('B') | TAG_BIT('C') | TAG_BIT('D') | TAG_BIT('E') | TAG_BIT('F') | \
+		     TAG_BIT('H') | TAG_BIT('P') | TAG_BIT('Q') | TAG_BIT('S') | TAG_BIT('c') | \
+		     TAG_BIT('d') | TAG_BIT('f'))
+
+/* A message that starts the skb and that user space must refuse: an unknown type (a stray
+ * password message, garbage) or a length over the client's limit. Checked here, outside the
+ * walk, because any further state in the walk's loop costs the verifier its pruning; messages
+ * that start mid-skb reach the server, which refuses an unknown type itself (FATAL 08P01). */
+static __always_inline int client_first_refused(struct __sk_buff *skb, struct fp_slot *c)
+{
+	__u8 header[5];
+	if (c->frame_left || c->stash_len || bpf_skb_load_bytes(skb, 0, header, 5) < 0)
+		return 0;
+	__u8 tag = header[0];
+	__u32 length = ((__u32)header[1] << 24) | ((__u32)header[2] << 16) | ((__u32)header[3] << 8) | header[4];
+	int known = tag >= 64 && tag < 128 && ((CLIENT_TAGS >> (tag - 64)) & 1);
+	return !known || length > c->message_max;
+}
+
 SEC("sk_skb/stream_verdict")
 int fp_client(struct __sk_buff *skb)
 {
@@ -441,6 +461,11 @@ int fp_client(struct __sk_buff *skb)
 	if (!(c->gate & FP_GATE_FAST)) {
 		if (n)
 			n->passes_slow++;
+		return client_pass(c, skb, 0);
+	}
+	if (client_first_refused(skb, c)) {
+		if (n)
+			n->passes_unsafe++;
 		return client_pass(c, skb, 0);
 	}
 	walk_init(&w, skb, c);

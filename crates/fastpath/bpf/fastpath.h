@@ -56,7 +56,7 @@ struct fp_slot {
 	__u8 flags;
 	__u16 pad;
 	__u32 pass_skip;  /* clients: bytes at the start of the first passed skb that finish a message the kernel forwarded */
-	__u32 reserved;
+	__u32 message_max; /* clients: longer messages go to user space, which refuses them */
 };
 
 /* Per pool, in an mmap-able array. */

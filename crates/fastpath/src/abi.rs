@@ -38,7 +38,7 @@ pub struct Slot {
     pub flags: AtomicU8,
     pub pad: [AtomicU8; 2],
     pub pass_skip: AtomicU32,
-    pub reserved: AtomicU32,
+    pub message_max: AtomicU32,
 }
 
 /// Per pool (`struct fp_pool`).

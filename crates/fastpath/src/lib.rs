@@ -155,7 +155,8 @@ impl FastPath {
 
     /// Puts a logged-in client's socket under the client program with its gate open. Call it
     /// before the login's final ReadyForQuery: bytes queued before the insert never reach it.
-    pub fn add_client(&self, socket: &impl AsRawFd, pool: u32) -> Result<ClientSlot> {
+    /// `message_max`: longer messages go to user space (which refuses them).
+    pub fn add_client(&self, socket: &impl AsRawFd, pool: u32, message_max: u32) -> Result<ClientSlot> {
         let index = lock(&self.free_clients).pop().ok_or(FastPathError::Full("client"))?;
         let cookie = socket_cookie(socket.as_raw_fd())?;
         let slot = self.slot(index);
@@ -164,6 +165,7 @@ impl FastPath {
         slot.gate.store(GATE_FAST, Ordering::Relaxed);
         slot.cookie.store(cookie, Ordering::Relaxed);
         slot.redirected.store(0, Ordering::Relaxed);
+        slot.message_max.store(message_max, Ordering::Relaxed);
         slot.pool.store(pool, Ordering::Release);
         let inserted = self.index_socket(cookie, index, socket, &self.clients, "fp_clients");
         if let Err(error) = inserted {

@@ -11,7 +11,7 @@ fn programs_load_and_sockets_enter_the_maps() {
     let client = std::net::TcpStream::connect(listener.local_addr().expect("addr")).expect("connect");
     let (server, _) = listener.accept().expect("accept");
     let pool = fast.pool_index("test").expect("a pool index");
-    let client_slot = fast.add_client(&client, pool).expect("client enters the map");
+    let client_slot = fast.add_client(&client, pool, 1 << 20).expect("client enters the map");
     let server_slot = fast.add_server(&server, pool).expect("server enters the map");
     assert!(fast.link(client_slot).is_none());
     fast.lend(server_slot);

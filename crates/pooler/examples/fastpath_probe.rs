@@ -1,7 +1,7 @@
 //! A quick side-by-side probe of `fast_path = "user"` versus `"kernel"` (not the benchmark:
 //! `bypass bench pooler --contenders pgbouncer,bypass,bypass-kernel` is). Starts a throwaway
 //! PostgreSQL, runs `pgbench -S -c CLIENTS -T SECONDS` through each mode, prints TPS.
-//! Usage: cargo run --release -p bypass-pooler --example fastpath_probe -- [clients] [seconds]
+//! Usage: cargo run --release -p bypass-pooler --example fastpath_probe -- [clients] [seconds] [user|kernel]
 
 use std::process::Command;
 
@@ -13,13 +13,18 @@ fn main() -> anyhow::Result<()> {
     let mut args = std::env::args().skip(1);
     let clients: u32 = args.next().map_or(Ok(100), |a| a.parse())?;
     let seconds: u32 = args.next().map_or(Ok(10), |a| a.parse())?;
+    let modes: Vec<FastPathMode> = match args.next().as_deref() {
+        Some("user") => vec![FastPathMode::User],
+        Some("kernel") => vec![FastPathMode::Kernel],
+        _ => vec![FastPathMode::User, FastPathMode::Kernel, FastPathMode::User, FastPathMode::Kernel],
+    };
     let postgres = Postgres::start()?;
     let port = postgres.port().to_string();
     let init = Command::new(pg_bin("pgbench"))
         .args(["-i", "-q", "-s", "10", "-h", "127.0.0.1", "-U", "postgres", "-p", &port, "postgres"])
         .output()?;
     anyhow::ensure!(init.status.success(), "pgbench -i failed");
-    for mode in [FastPathMode::User, FastPathMode::Kernel, FastPathMode::User, FastPathMode::Kernel] {
+    for mode in modes {
         let config = Config {
             pooler: PoolerSettings {
                 listen_addr: "127.0.0.1:0".into(),
@@ -41,8 +46,11 @@ fn main() -> anyhow::Result<()> {
         let text = String::from_utf8_lossy(&output.stdout);
         let tps = text.lines().find(|line| line.starts_with("tps")).unwrap_or("no tps line");
         let latency = text.lines().find(|line| line.starts_with("latency average")).unwrap_or("");
-        let kernel = running.shared().fastpath.as_ref().map(|fast| fast.counters().transactions).unwrap_or(0);
-        println!("{mode:?}: {tps} | {latency} | kernel-released transactions {kernel}");
+        let counters = running.shared().fastpath.as_ref().map(|fast| fast.counters());
+        println!("{mode:?}: {tps} | {latency}");
+        if let Some(counters) = counters {
+            println!("  kernel counters: {counters:?}");
+        }
         running.stop();
     }
     Ok(())

@@ -5,9 +5,10 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::os::fd::RawFd;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::SystemTime;
 
+use bypass_fastpath::ClientSlot;
 use bypass_wire::scram::constant_time_eq;
 use rand::Rng;
 
@@ -43,6 +44,9 @@ pub struct CancelEntry {
     pub secret: [u8; 4],
     pub info: ClientInfo,
     route: Mutex<Option<CancelRoute>>,
+    /// The client's slot when its socket is in the kernel fast path: a server the kernel
+    /// linked to it is found through the slot's link word, not `route`.
+    pub kernel_slot: OnceLock<ClientSlot>,
 }
 
 impl CancelEntry {
@@ -92,15 +96,16 @@ impl CancelRegistry {
                 break candidate;
             }
         };
-        let entry = Arc::new(CancelEntry { process_id, secret: rng.gen(), info, route: Mutex::new(None) });
+        let route = Mutex::new(None);
+        let entry = Arc::new(CancelEntry { process_id, secret: rng.gen(), info, route, kernel_slot: OnceLock::new() });
         entries.insert(process_id, entry.clone());
         Some(Registration { registry: self.clone(), entry })
     }
 
-    /// The route for a CancelRequest, if the key is valid and the client holds a server.
-    pub fn route_for(&self, process_id: i32, secret: &[u8]) -> Option<CancelRoute> {
+    /// The client a CancelRequest names, if the key is valid.
+    pub fn entry_for(&self, process_id: i32, secret: &[u8]) -> Option<Arc<CancelEntry>> {
         let entry = self.lock().get(&process_id).cloned()?;
-        constant_time_eq(&entry.secret, secret).then(|| entry.route()).flatten()
+        constant_time_eq(&entry.secret, secret).then_some(entry)
     }
 
     /// Every registered client.

@@ -84,6 +84,11 @@ impl KernelPool {
         lock(&self.lent)[relative(slot)].as_ref().map(|server| server.stream.tcp().as_raw_fd())
     }
 
+    /// The cancel key of a server in the lent table.
+    pub fn key_of(&self, slot: ServerSlot) -> Option<crate::server::BackendKey> {
+        lock(&self.lent)[relative(slot)].as_ref().map(|server| server.key)
+    }
+
     /// Puts back a server user space linked to a client in the kernel (it stays owned here).
     pub fn keep_linked(&self, server: Box<ServerConn>) {
         if let Some(slot) = server.kernel.as_ref().map(|socket| socket.slot) {

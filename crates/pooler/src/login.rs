@@ -106,7 +106,11 @@ pub async fn login(
     build::ready_for_query(&mut client.out, TransactionStatus::Idle);
     // Into the kernel's maps before the ReadyForQuery leaves: the client's first request, sent
     // right after it, must meet the verdict program.
-    let kernel = pool.kernel().and_then(|kernel| crate::session::KernelClient::enter(kernel, client));
+    let message_max = pool.settings.message_size_max;
+    let kernel = pool.kernel().and_then(|kernel| crate::session::KernelClient::enter(kernel, client, message_max));
+    if let Some(kernel) = &kernel {
+        let _ = registration.entry.kernel_slot.set(kernel.slot());
+    }
     client.flush().await?;
     let session = Session::new(shared.clone(), pool, shard, wanted, waiter, registration, server).in_kernel(kernel);
     Ok(LoginOutcome::Session(Box::new(session)))

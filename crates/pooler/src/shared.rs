@@ -238,7 +238,8 @@ impl Shared {
 
     /// Sends a client's cancel on to the server it is using, in the background.
     pub fn forward_cancel(&self, process_id: i32, secret: &[u8]) {
-        let Some(route) = self.cancel.route_for(process_id, secret) else {
+        let entry = self.cancel.entry_for(process_id, secret);
+        let Some(route) = entry.and_then(|entry| entry.route().or_else(|| self.kernel_route(&entry))) else {
             tracing::debug!(process_id, "cancel request for an unknown key or an idle client ignored");
             return;
         };
@@ -247,6 +248,18 @@ impl Shared {
                 tracing::warn!(%error, "could not forward a cancel request");
             }
         });
+    }
+
+    /// The server the kernel has linked to a fast-path client right now. The link can end the
+    /// moment after it is read, as a user-space link can: the same race PostgreSQL's own
+    /// cancel has (a cancel that arrives late hits whatever that server runs next is the
+    /// documented risk of out-of-band cancellation).
+    fn kernel_route(&self, entry: &crate::cancel::CancelEntry) -> Option<crate::cancel::CancelRoute> {
+        let (fast, client) = (self.fastpath.as_ref()?, *entry.kernel_slot.get()?);
+        let (server, _) = fast.link(client)?;
+        let pool = lock(&self.kernel_pools).get(server.pool() as usize)?.upgrade()?;
+        let key = pool.kernel()?.key_of(server)?;
+        Some(crate::cancel::CancelRoute { address: pool.target.address, key })
     }
 
     pub fn snapshot(&self) -> Snapshot {

@@ -47,13 +47,17 @@ impl Drop for KernelClient {
 }
 
 impl KernelClient {
+    pub fn slot(&self) -> ClientSlot {
+        self.slot
+    }
+
     /// Puts a logged-in client under the client program; called before its final ReadyForQuery.
-    pub fn enter(kernel: &KernelPool, client: &ClientSide) -> Option<KernelClient> {
+    pub fn enter(kernel: &KernelPool, client: &ClientSide, message_max: u32) -> Option<KernelClient> {
         let Stream::Plain(tcp) = &client.stream else { return None };
         if !client.buffer.is_empty() {
             return None; // Bytes read ahead of login stay on the user-space path.
         }
-        match kernel.fast.add_client(tcp, kernel.index) {
+        match kernel.fast.add_client(tcp, kernel.index, message_max) {
             Ok(slot) => Some(KernelClient {
                 fast: kernel.fast.clone(),
                 slot,
@@ -268,15 +272,15 @@ fn classify(pending: &[u8], capacity: usize) -> Batch {
 }
 
 /// The same rule as the client program: named statements and portals need the pooler's
-/// statement bookkeeping, Terminate ends the session.
+/// statement bookkeeping, Terminate ends the session, unknown types get the relay's error.
 fn kernel_may_forward(tag: u8, body: &[u8]) -> bool {
     let byte = |i: usize| body.get(i).copied().unwrap_or(0);
     match tag {
-        b'X' => false,
         b'P' => byte(0) == 0,
         b'B' => byte(0) == 0 && byte(1) == 0,
         b'D' | b'C' => !(byte(0) == b'S' && byte(1) != 0),
-        _ => true,
+        b'Q' | b'E' | b'S' | b'H' | b'F' | b'd' | b'c' | b'f' => true,
+        _ => false,
     }
 }
 

@@ -41,7 +41,10 @@ impl Pooler {
         pooler
     }
 
-    fn run(valid: bypass_pooler::ValidConfig) -> Pooler {
+    fn run(mut valid: bypass_pooler::ValidConfig) -> Pooler {
+        if let Some(mode) = fast_path_override() {
+            valid.config.pooler.fast_path = mode;
+        }
         let proxy = Proxy::bind(valid).expect("bind");
         let metrics = proxy.metrics_addr();
         let running = proxy.start().expect("start shards");
@@ -66,6 +69,16 @@ pub fn config(postgres: &Postgres, mode: PoolMode, pool_size: u32) -> Config {
             ..PoolerSettings::default()
         },
         databases: [("*".to_owned(), DatabaseEntry { port: postgres.port(), ..DatabaseEntry::default() })].into(),
+    }
+}
+
+/// `BYPASS_TEST_FAST_PATH=kernel` runs the whole suite with the kernel fast path (scripts/test.sh
+/// runs the pooler's tests once more that way).
+pub fn fast_path_override() -> Option<bypass_pooler::config::FastPathMode> {
+    match std::env::var("BYPASS_TEST_FAST_PATH").ok()?.as_str() {
+        "kernel" => Some(bypass_pooler::config::FastPathMode::Kernel),
+        "user" => Some(bypass_pooler::config::FastPathMode::User),
+        other => panic!("BYPASS_TEST_FAST_PATH must be kernel or user, not {other}"),
     }
 }
 
