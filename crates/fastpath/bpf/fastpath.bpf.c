@@ -322,6 +322,20 @@ static __always_inline void server_give_back(struct fp_slot *s, __u32 index, str
 	bpf_ringbuf_output(&fp_handoffs, &index, sizeof(index), 0);
 }
 
+/* Per-pool totals (shared by every CPU, hence atomic adds). */
+static __always_inline void count_for_pool(__u32 pool_index, int transaction, __u64 from_clients, __u64 to_clients)
+{
+	struct fp_pool *pool = bpf_map_lookup_elem(&fp_pools, &pool_index);
+	if (!pool)
+		return;
+	if (transaction)
+		__sync_fetch_and_add(&pool->transactions, 1);
+	if (from_clients)
+		__sync_fetch_and_add(&pool->bytes_from_clients, from_clients);
+	if (to_clients)
+		__sync_fetch_and_add(&pool->bytes_to_clients, to_clients);
+}
+
 SEC("sk_skb/stream_verdict")
 int fp_server(struct __sk_buff *skb)
 {
@@ -361,6 +375,7 @@ int fp_server(struct __sk_buff *skb)
 	}
 	if (n)
 		n->bytes_to_clients += w.len;
+	count_for_pool(s->pool, released, 0, w.len);
 	if (released)
 		server_give_back(s, index, n);
 	return SK_PASS;
@@ -498,6 +513,7 @@ int fp_client(struct __sk_buff *skb)
 	}
 	if (n)
 		n->bytes_to_servers += w.len;
+	count_for_pool(c->pool, 0, w.len, 0);
 	return SK_PASS;
 }
 

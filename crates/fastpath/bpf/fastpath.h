@@ -63,6 +63,10 @@ struct fp_slot {
 struct fp_pool {
 	__u32 waiters; /* clients queued in user space: the kernel leaves free servers to them */
 	__u32 servers; /* server slots in use in this pool's range (scan bound) */
+	/* What the kernel did for this pool; SHOW STATS and /metrics add it to user space's. */
+	__u64 transactions;     /* released in the kernel */
+	__u64 bytes_from_clients; /* client bytes redirected to servers */
+	__u64 bytes_to_clients;   /* server bytes redirected to clients */
 };
 
 /* Per-CPU counters. */

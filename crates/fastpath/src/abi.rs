@@ -46,6 +46,9 @@ pub struct Slot {
 pub struct PoolEntry {
     pub waiters: AtomicU32,
     pub servers: AtomicU32,
+    pub transactions: std::sync::atomic::AtomicU64,
+    pub bytes_from_clients: std::sync::atomic::AtomicU64,
+    pub bytes_to_clients: std::sync::atomic::AtomicU64,
 }
 
 /// Per-CPU counters (`struct fp_counters`).
@@ -74,7 +77,7 @@ const _: () = {
     assert!(offset_of!(Slot, owner) == 44);
     assert!(offset_of!(Slot, stash) == 48);
     assert!(offset_of!(Slot, pass_skip) == 56);
-    assert!(size_of::<PoolEntry>() == 8);
+    assert!(size_of::<PoolEntry>() == 32);
     assert!(size_of::<Counters>() == 88);
 };
 

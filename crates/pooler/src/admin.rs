@@ -395,7 +395,7 @@ fn server_row(
 fn show_stats(shared: &Shared) -> Table {
     let mut by_database: std::collections::BTreeMap<String, crate::stats::PoolTotals> = Default::default();
     for pool in shared.pools() {
-        let totals = pool.stats.totals();
+        let totals = pool.totals();
         let sum = by_database.entry(pool.key.database.clone()).or_default();
         sum.transactions += totals.transactions;
         sum.queries += totals.queries;

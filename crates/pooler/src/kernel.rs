@@ -15,7 +15,9 @@
 use std::os::fd::AsRawFd;
 use std::sync::{Arc, Mutex, Weak};
 
-use bypass_fastpath::abi::{CLIENT_SLOTS, POOL_SERVERS_MAX};
+use std::sync::atomic::Ordering;
+
+use bypass_fastpath::abi::{CLIENT_SLOTS, OWNER_FREE, POOL_SERVERS_MAX};
 use bypass_fastpath::{FastPath, ServerSlot};
 use tokio::io::unix::AsyncFd;
 
@@ -82,6 +84,16 @@ impl KernelPool {
     /// The socket of a server in the lent table (linked in the kernel or free).
     pub fn fd_of(&self, slot: ServerSlot) -> Option<std::os::fd::RawFd> {
         lock(&self.lent)[relative(slot)].as_ref().map(|server| server.stream.tcp().as_raw_fd())
+    }
+
+    /// (backend process id, opened at) of every lent server the kernel holds free (idle).
+    pub fn free_servers(&self) -> Vec<(i32, std::time::Instant)> {
+        let lent = lock(&self.lent);
+        let free = |server: &&Box<ServerConn>| {
+            let slot = server.kernel.as_ref().map(|socket| socket.slot);
+            slot.is_some_and(|slot| self.fast.server(slot).owner.load(Ordering::Acquire) == OWNER_FREE)
+        };
+        lent.iter().flatten().filter(free).map(|server| (server.key.process_id, server.created_at)).collect()
     }
 
     /// The cancel key of a server in the lent table.

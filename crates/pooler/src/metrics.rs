@@ -99,7 +99,7 @@ const POOL_SERIES: [(&str, &str, &str); 9] = [
 fn pool_values(pool: &Pool, now: Instant) -> [f64; POOL_SERIES.len()] {
     let (open, idle, waiting) = pool.counts();
     let clients = pool.stats.clients.load(Ordering::Relaxed);
-    let totals = pool.stats.totals();
+    let totals = pool.totals();
     [
         f64::from(clients.saturating_sub(waiting)),
         f64::from(waiting),
@@ -131,6 +131,9 @@ pub fn render(shared: &Shared) -> String {
         }
     }
     render_histograms(&mut text, &pools);
+    if let Some(fast) = &shared.fastpath {
+        render_kernel(&mut text, fast);
+    }
     let _ = writeln!(text, "# HELP bypass_errors_total Client sessions ended by an error, by kind.");
     let _ = writeln!(text, "# TYPE bypass_errors_total counter");
     for (kind, count) in shared.errors.totals() {
@@ -144,17 +147,69 @@ pub fn render(shared: &Shared) -> String {
 
 fn render_histograms(text: &mut String, pools: &[Arc<Pool>]) {
     let families = [
-        ("bypass_wait_seconds", "Time a client waited for a server, per transaction."),
-        ("bypass_transaction_seconds", "Time from a transaction's first request to its end."),
+        ("bypass_wait_seconds", "Time a client waited for a server, per user-space transaction."),
+        ("bypass_transaction_seconds", "Time from a user-space transaction's first request to its end."),
     ];
     for (index, (name, help)) in families.iter().enumerate() {
         let _ = writeln!(text, "# HELP {name} {help}\n# TYPE {name} histogram");
         for pool in pools {
             let labels = pool_labels(pool);
-            let totals = pool.stats.totals();
+            let totals = pool.totals();
             let histogram = if index == 0 { &totals.wait } else { &totals.transaction_time };
             write_histogram(text, name, &labels, histogram);
         }
+    }
+}
+
+/// The kernel fast path's own counters (all CPUs) and its programs' run time (`bpf_stats`,
+/// counted only while the sysctl `kernel.bpf_stats_enabled` is 1).
+fn render_kernel(text: &mut String, fast: &bypass_fastpath::FastPath) {
+    let c = fast.counters();
+    let series: [(&str, &str, &str, u64); 10] = [
+        ("bypass_kernel_transactions_total", "", "Transactions released in the kernel.", c.transactions),
+        (
+            "bypass_kernel_bytes_total",
+            "direction=\"to_servers\"",
+            "Bytes redirected in the kernel.",
+            c.bytes_to_servers,
+        ),
+        ("bypass_kernel_bytes_total", "direction=\"to_clients\"", "", c.bytes_to_clients),
+        (
+            "bypass_kernel_passes_total",
+            "reason=\"no_server\"",
+            "Client bytes passed to user space.",
+            c.passes_no_server,
+        ),
+        ("bypass_kernel_passes_total", "reason=\"unsafe\"", "", c.passes_unsafe),
+        ("bypass_kernel_passes_total", "reason=\"slow\"", "", c.passes_slow),
+        ("bypass_kernel_passes_total", "reason=\"idle_server\"", "", c.passes_idle_server),
+        ("bypass_kernel_handoffs_total", "", "Servers released to clients waiting in user space.", c.handoffs),
+        ("bypass_kernel_redirect_failures_total", "", "Redirects the kernel refused.", c.redirect_failures),
+        (
+            "bypass_kernel_verdicts_total",
+            "",
+            "Verdict program runs (client and server).",
+            c.client_runs + c.server_runs,
+        ),
+    ];
+    for (name, labels, help, value) in series {
+        if !help.is_empty() {
+            let _ = writeln!(text, "# HELP {name} {help}\n# TYPE {name} counter");
+        }
+        let _ = writeln!(text, "{name}{{{labels}}} {value}");
+    }
+    let _ = writeln!(text, "# HELP bypass_kernel_program_seconds_total Run time of each verdict program (bpf_stats).");
+    let _ = writeln!(text, "# TYPE bypass_kernel_program_seconds_total counter");
+    let programs = fast.program_stats();
+    for program in &programs {
+        let seconds = program.run_time_ns as f64 / 1e9;
+        let _ = writeln!(text, "bypass_kernel_program_seconds_total{{program=\"{}\"}} {seconds}", program.name);
+    }
+    let _ = writeln!(text, "# HELP bypass_kernel_program_runs_total Runs of each verdict program (bpf_stats).");
+    let _ = writeln!(text, "# TYPE bypass_kernel_program_runs_total counter");
+    for program in &programs {
+        let _ =
+            writeln!(text, "bypass_kernel_program_runs_total{{program=\"{}\"}} {}", program.name, program.run_count);
     }
 }
 

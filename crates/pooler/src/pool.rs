@@ -485,7 +485,7 @@ impl Pool {
     /// An idle server goes to the kernel's free set when this pool runs there, else to the
     /// user-space idle list.
     fn park(&self, state: &mut PoolState, server: Box<ServerConn>) {
-        let server = match self.kernel.get() {
+        let server = match self.kernel.get().filter(|_| !state.paused) {
             Some(kernel) => match kernel.lend(server) {
                 Ok(()) => return,
                 Err(server) => server,
@@ -495,10 +495,20 @@ impl Pool {
         state.idle.push(server);
     }
 
-    /// Tells the kernel how many clients wait here, so it leaves freed servers to them.
+    /// Tells the kernel how many clients wait here, so it leaves freed servers to them; a
+    /// paused pool counts as waited on, so the kernel starts no transaction and hands every
+    /// server it releases back here.
     fn sync_kernel_waiters(&self, state: &PoolState) {
         if let Some(kernel) = self.kernel.get() {
-            kernel.set_waiters(state.waiting());
+            kernel.set_waiters(if state.paused { usize::MAX } else { state.waiting() });
+        }
+    }
+
+    /// Takes every free server back from the kernel into the idle list (PAUSE).
+    fn reclaim_all(&self, state: &mut PoolState) {
+        let Some(kernel) = self.kernel.get() else { return };
+        while let Some(server) = kernel.reclaim() {
+            state.idle.push(server);
         }
     }
 
@@ -667,7 +677,13 @@ impl Pool {
 
     /// PAUSE (true) or RESUME (false).
     pub fn set_paused(&self, paused: bool) {
-        lock(&self.state).paused = paused;
+        let mut state = lock(&self.state);
+        state.paused = paused;
+        self.sync_kernel_waiters(&state);
+        if paused {
+            self.reclaim_all(&mut state);
+        }
+        drop(state);
         if !paused {
             self.serve_waiters();
         }
@@ -704,14 +720,15 @@ impl Pool {
 
     /// Servers in use by clients now (open minus idle; includes servers logging in).
     pub fn active_servers(&self) -> u32 {
-        let state = lock(&self.state);
-        state.open - state.idle.len() as u32
+        let (open, idle, _) = self.counts();
+        open - idle
     }
 
-    /// (open servers, idle servers, queued clients).
+    /// (open servers, idle servers, queued clients); idle includes servers the kernel holds free.
     pub fn counts(&self) -> (u32, u32, u32) {
+        let kernel_free = self.kernel.get().map_or(0, |kernel| kernel.free_servers().len() as u32);
         let state = lock(&self.state);
-        (state.open, state.idle.len() as u32, state.waiting() as u32)
+        (state.open, state.idle.len() as u32 + kernel_free, state.waiting() as u32)
     }
 
     /// How long the longest-waiting client has waited.
@@ -721,9 +738,35 @@ impl Pool {
         oldest.map(|since| now.saturating_duration_since(since)).unwrap_or_default()
     }
 
+    /// Transactions this pool finished, in user space and in the kernel.
+    pub fn transactions(&self) -> u64 {
+        self.stats.transactions() + self.kernel_transactions()
+    }
+
+    /// The pool's statistics; a transaction the kernel released counts as one transaction and
+    /// one query (the kernel counts transactions only).
+    pub fn totals(&self) -> crate::stats::PoolTotals {
+        let mut totals = self.stats.totals();
+        if let Some(kernel) = self.kernel.get() {
+            let entry = kernel.fast.pool(kernel.index);
+            let transactions = entry.transactions.load(Ordering::Relaxed);
+            totals.transactions += transactions;
+            totals.queries += transactions;
+            totals.bytes_received += entry.bytes_from_clients.load(Ordering::Relaxed);
+            totals.bytes_sent += entry.bytes_to_clients.load(Ordering::Relaxed);
+        }
+        totals
+    }
+
+    fn kernel_transactions(&self) -> u64 {
+        self.kernel.get().map_or(0, |kernel| kernel.fast.pool(kernel.index).transactions.load(Ordering::Relaxed))
+    }
+
     /// (backend process id, opened at) of every idle server.
     pub fn idle_servers(&self) -> Vec<(i32, Instant)> {
-        lock(&self.state).idle.iter().map(|server| (server.key.process_id, server.created_at)).collect()
+        let mut idle: Vec<_> = self.kernel.get().map(|kernel| kernel.free_servers()).unwrap_or_default();
+        idle.extend(lock(&self.state).idle.iter().map(|server| (server.key.process_id, server.created_at)));
+        idle
     }
 }
 

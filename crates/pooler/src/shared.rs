@@ -270,7 +270,7 @@ impl Shared {
             snapshot.waiting += waiting;
             snapshot.servers_open += open;
             snapshot.servers_idle += idle;
-            snapshot.transactions += pool.stats.transactions();
+            snapshot.transactions += pool.transactions();
             snapshot.server_moves += pool.stats.server_moves.load(Ordering::Relaxed);
             snapshot.pools += 1;
         }
