@@ -89,11 +89,15 @@ impl KernelPool {
     /// (backend process id, opened at) of every lent server the kernel holds free (idle).
     pub fn free_servers(&self) -> Vec<(i32, std::time::Instant)> {
         let lent = lock(&self.lent);
-        let free = |server: &&Box<ServerConn>| {
+        let free = |server: &ServerConn| {
             let slot = server.kernel.as_ref().map(|socket| socket.slot);
             slot.is_some_and(|slot| self.fast.server(slot).owner.load(Ordering::Acquire) == OWNER_FREE)
         };
-        lent.iter().flatten().filter(free).map(|server| (server.key.process_id, server.created_at)).collect()
+        lent.iter()
+            .flatten()
+            .filter(|server| free(server))
+            .map(|server| (server.key.process_id, server.created_at))
+            .collect()
     }
 
     /// The cancel key of a server in the lent table.
