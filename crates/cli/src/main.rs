@@ -53,6 +53,15 @@ enum Command {
     /// The network-namespace lab for the dispatcher (clients, dispatcher, backends).
     #[command(subcommand)]
     Lab(bypass_dispatch::cli::LabCommand),
+    /// The pooler's kernel fast path.
+    #[command(subcommand)]
+    Fastpath(FastpathCommand),
+}
+
+#[derive(Subcommand)]
+enum FastpathCommand {
+    /// Loaded verdict programs (runs, ns per run), their maps and the kernel's counters (root).
+    Status,
 }
 
 #[derive(Subcommand)]
@@ -79,6 +88,10 @@ fn main() -> Result<()> {
         Command::Up(args) => up::run(args),
         Command::Bench { which: BenchCommand::Pooler(args) } => {
             bypass_bench::pooler::run(args, &std::env::current_exe()?)
+        }
+        Command::Fastpath(FastpathCommand::Status) => {
+            print!("{}", bypass_fastpath::status::status()?.render());
+            Ok(())
         }
         Command::Bench { which: BenchCommand::Engine(args) } => bypass_engine::cli::bench(args),
         Command::Bench { which: BenchCommand::Pod(args) } => bypass_pod::cli::bench(args),

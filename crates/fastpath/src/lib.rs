@@ -21,6 +21,7 @@
 
 pub mod abi;
 mod link;
+pub mod status;
 
 use std::collections::HashMap as StdHashMap;
 use std::os::fd::{AsFd, AsRawFd, RawFd};

@@ -21,3 +21,20 @@ fn programs_load_and_sockets_enter_the_maps() {
     fast.remove_client(client_slot);
     fast.remove_server(server_slot);
 }
+
+#[test]
+fn status_finds_the_loaded_programs_maps_and_counters() {
+    // Goal: `bypass fastpath status` sees what this process loaded. Method: load, then read the
+    // kernel's program and map lists by name, as another process would.
+    let fast = FastPath::load().unwrap_or_else(|error| panic!("fast path must load as root: {error}"));
+    let status = bypass_fastpath::status::status().expect("status reads the kernel's lists");
+    for (name, id) in fast.program_stats().iter().map(|stats| (stats.name, stats.id)) {
+        assert!(status.programs.iter().any(|p| p.name == name && p.id == id), "{name} {id} missing: {status:?}");
+    }
+    for map in ["fp_clients", "fp_servers", "fp_slots", "fp_counters"] {
+        assert!(status.maps.iter().any(|m| m.name == map), "{map} missing: {status:?}");
+    }
+    assert!(status.counters.is_some(), "the counters map is read");
+    let report = status.render();
+    assert!(report.contains("fp_client") && report.contains("transactions released in the kernel"), "{report}");
+}
