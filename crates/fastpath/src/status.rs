@@ -88,7 +88,7 @@ impl Status {
         }
         let _ = writeln!(text, "programs (run time counts while sysctl kernel.bpf_stats_enabled=1):");
         for p in &self.programs {
-            let per_run = if p.run_count > 0 { p.run_time_ns / p.run_count } else { 0 };
+            let per_run = p.run_time_ns.checked_div(p.run_count).unwrap_or(0);
             let _ = writeln!(text, "  {:<10} id {:<6} runs {:>12}  {:>6} ns/run", p.name, p.id, p.run_count, per_run);
         }
         let _ = writeln!(text, "maps:");
