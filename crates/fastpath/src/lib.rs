@@ -21,6 +21,7 @@
 
 pub mod abi;
 mod link;
+mod mirror;
 
 use std::collections::HashMap as StdHashMap;
 use std::os::fd::{AsFd, AsRawFd, RawFd};
@@ -32,7 +33,8 @@ use aya::programs::SkSkb;
 use aya::Ebpf;
 
 use abi::*;
-pub use abi::{Counters, PoolEntry, Slot};
+pub use abi::{Counters, MirrorCounters, PoolEntry, Slot};
+pub use mirror::MirrorHandle;
 
 /// The compiled programs, aligned for the ELF parser.
 static PROGRAMS: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/fastpath.bpf.o"));
@@ -47,6 +49,12 @@ pub enum FastPathError {
     Full(&'static str),
     #[error("socket: {0}")]
     Socket(#[from] std::io::Error),
+    #[error("kernel mirroring takes IPv4 flows only ({0}): mirror this client in user space")]
+    MirrorIpv6(std::net::SocketAddr),
+    #[error("mirroring is not enabled: call enable_mirroring first")]
+    MirrorNotEnabled,
+    #[error("mirroring on interface {interface}: {detail}")]
+    MirrorInterface { interface: String, detail: String },
 }
 
 type Result<T> = std::result::Result<T, FastPathError>;
@@ -85,6 +93,8 @@ pub struct FastPath {
     free_servers: Mutex<Vec<Vec<u32>>>,
     pool_names: Mutex<StdHashMap<String, u32>>,
     program_ids: Vec<(&'static str, u32)>,
+    /// Workload mirroring, loaded by `enable_mirroring` (see the mirror module).
+    mirror: Mutex<Option<mirror::Mirror>>,
 }
 
 impl FastPath {
@@ -123,6 +133,7 @@ impl FastPath {
             free_servers: Mutex::new((0..POOLS_MAX).map(|_| (0..POOL_SERVERS_MAX).rev().collect()).collect()),
             pool_names: Mutex::new(StdHashMap::new()),
             program_ids,
+            mirror: Mutex::new(None),
         })
     }
 
