@@ -36,8 +36,10 @@
  *
  * Retransmissions and reordering: the clone is per segment, so a retransmitted segment is
  * cloned again; the verdict keeps the next expected sequence number per shadow and skips bytes
- * already mirrored. A gap (a lost or reordered clone) cannot be repaired: the stream is marked
- * broken, the shadow gets nothing more, and user space sees it (desyncs counter). */
+ * already mirrored. A gap (a lost clone, or segments delivered out of order: lo hands each one
+ * to the transmitting CPU's backlog, so without RPS a flow sent from two CPUs can be reordered)
+ * cannot be repaired here: the stream is marked broken, the shadow gets nothing more, and user
+ * space sees it (desyncs counter). With RPS on the interface a flow stays on one FIFO backlog. */
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
 #include <linux/in.h>

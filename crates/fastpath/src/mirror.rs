@@ -16,12 +16,23 @@
 //! the client's stream: on a gap it is cut off ([`FastPath::mirror_intact`] turns false) rather
 //! than fed a corrupt stream.
 //!
+//! Ordering: a shadow needs the client's bytes in order, and the tc hook sees segments in the
+//! order the interface delivers them. On loopback each segment goes to the backlog of the CPU
+//! that transmits it, and TCP transmits one flow from several CPUs (the writer, softirqs that
+//! process ACKs), so under load segments are delivered out of order now and then (TCP's
+//! `TCPOFOQueue` counter). TCP reorders them for the pooler; this mirror cannot, so **enable RPS
+//! on the interface** (`/sys/class/net/lo/queues/rx-0/rps_cpus`, e.g. `3` on 2 CPUs): RPS steers
+//! every packet of a flow, clones included, to one CPU's FIFO backlog. `enable_mirroring` logs a
+//! warning when RPS is off. Without it a reordering cuts that shadow off (`desyncs`,
+//! [`FastPath::mirror_intact`] false); the shadow never receives a corrupt stream.
+//!
 //! Limitations: IPv4 only ([`FastPathError::MirrorIpv6`]: the pooler mirrors such a client in
-//! user space); two datagrams of one flow verdicted at the same instant on two CPUs could reach
-//! the shadow's send queue in the opposite order of their sequence claims (a window of a few
-//! instructions; on loopback a flow's segments are processed in the sender's softirq, one after
-//! the other); bytes queued for a slow shadow are not charged to any socket buffer. On an
-//! interface other than `lo` the datagrams are addressed to 127.0.0.1, so the interface needs
+//! user space); segments are mirrored as the interface delivers them, before TCP checks their
+//! checksum (lo has none to check; a NIC verifies them in hardware); two datagrams of one flow
+//! verdicted at the same instant on two CPUs could reach the shadow's send queue in the
+//! opposite order of their sequence claims (with RPS a flow's datagrams are verdicted on one
+//! CPU); bytes queued for a slow shadow are not charged to any socket buffer. On an interface
+//! other than `lo` the datagrams are addressed to 127.0.0.1, so the interface needs
 //! `net.ipv4.conf.<interface>.route_localnet = 1` (checked by `enable_mirroring`).
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
@@ -133,6 +144,12 @@ impl FastPath {
             Some(loaded) => Err(interface_error(interface, format!("mirroring already runs on {}", loaded.interface))),
             None => {
                 *mirror = Some(Mirror::load(interface)?);
+                if !receive_packet_steering(interface) {
+                    tracing::warn!(
+                        interface,
+                        "RPS is off: segments delivered out of order will cut shadows off (set rps_cpus)"
+                    );
+                }
                 Ok(())
             }
         }
@@ -250,6 +267,17 @@ fn check_interface(interface: &str) -> Result<bool> {
         return Err(interface_error(interface, "set net.ipv4.conf.<interface>.route_localnet = 1".into()));
     }
     Ok(kind == ARPHRD_LOOPBACK)
+}
+
+/// Whether any receive queue of the interface steers packets with RPS (a non-zero CPU mask).
+fn receive_packet_steering(interface: &str) -> bool {
+    let Ok(queues) = std::fs::read_dir(format!("/sys/class/net/{interface}/queues")) else {
+        return false;
+    };
+    queues.flatten().filter(|queue| queue.file_name().to_string_lossy().starts_with("rx-")).any(|queue| {
+        let mask = std::fs::read_to_string(queue.path().join("rps_cpus")).unwrap_or_default();
+        mask.trim().chars().any(|digit| digit != '0' && digit != ',')
+    })
 }
 
 fn udp_socket() -> Result<UdpSocket> {

@@ -2,8 +2,9 @@
 //! shadow server and the pooler's shadow connection; the tc program and the verdicts are real.
 
 use std::io::{ErrorKind, Read, Write};
+use std::mem::size_of;
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -13,6 +14,8 @@ use bypass_fastpath::{FastPath, FastPathError, MirrorHandle};
 /// must not (the mirror path is a softirq and a kworker away: milliseconds at most).
 const ARRIVAL_TIMEOUT: Duration = Duration::from_secs(20);
 const SILENCE: Duration = Duration::from_millis(300);
+/// The MTU of a fresh lo (the host's default).
+const LOOPBACK_MTU: i32 = 65536;
 
 fn fast_path() -> FastPath {
     let fast = FastPath::load().unwrap_or_else(|error| panic!("fast path must load as root: {error}"));
@@ -138,25 +141,28 @@ fn assert_same_stream(received: &[u8], expected: &[u8], who: &str) {
 fn a_thousand_messages_reach_pooler_and_shadow_byte_exact() {
     // Goal: the original stream reaches the pooler untouched and the shadow gets the identical
     // stream. Method: 1,000 writes of 1 B…64 KiB on a mirrored loopback flow, both ends read.
-    let fast = fast_path();
-    let flow = Flow::open();
-    let mut shadow = Shadow::open();
-    let handle = mirror(&fast, &flow, &shadow);
-    let sizes = message_sizes(1000, 0x5eed);
-    let stream = message_stream(&sizes, 0xa5);
-    let writer = send_messages(flow.client.try_clone().expect("clone"), sizes, stream.clone());
-    let mut pooler = flow.pooler.try_clone().expect("clone");
-    let pooler_reader = std::thread::spawn(move || read_exactly(&mut pooler, stream.len()));
-    let expected = message_stream(&message_sizes(1000, 0x5eed), 0xa5);
-    let at_shadow = read_exactly(&mut shadow.server, expected.len());
-    writer.join().expect("writer");
-    assert_same_stream(&pooler_reader.join().expect("pooler reader"), &expected, "pooler");
-    assert_same_stream(&at_shadow, &expected, "shadow server");
-    assert!(fast.mirror_intact(&handle), "no gap in the shadow's stream");
-    let counters = fast.mirror_counters();
-    assert_eq!(counters.bytes_mirrored, expected.len() as u64, "{counters:?}");
-    assert_eq!(counters.desyncs, 0, "{counters:?}");
-    fast.remove_mirror(handle);
+    in_network_namespace(LOOPBACK_MTU, move || {
+        let fast = fast_path();
+        let flow = Flow::open();
+        let mut shadow = Shadow::open();
+        let handle = mirror(&fast, &flow, &shadow);
+        let sizes = message_sizes(1000, 0x5eed);
+        let stream = message_stream(&sizes, 0xa5);
+        let writer = send_messages(flow.client.try_clone().expect("clone"), sizes, stream.clone());
+        let mut pooler = flow.pooler.try_clone().expect("clone");
+        let pooler_reader = std::thread::spawn(move || read_exactly(&mut pooler, stream.len()));
+        let expected = message_stream(&message_sizes(1000, 0x5eed), 0xa5);
+        let at_shadow = read_exactly(&mut shadow.server, expected.len());
+        writer.join().expect("writer");
+        assert_same_stream(&pooler_reader.join().expect("pooler reader"), &expected, "pooler");
+        let state = format!("shadow server ({:?})", fast.mirror_counters());
+        assert_same_stream(&at_shadow, &expected, &state);
+        assert!(fast.mirror_intact(&handle), "no gap in the shadow's stream");
+        let counters = fast.mirror_counters();
+        assert_eq!(counters.bytes_mirrored, expected.len() as u64, "{counters:?}");
+        assert_eq!(counters.desyncs, 0, "{counters:?}");
+        fast.remove_mirror(handle);
+    });
 }
 
 #[test]
@@ -164,19 +170,21 @@ fn shadow_replies_are_dropped_in_the_kernel_and_counted() {
     // Goal: the shadow's answers never reach user space. Method: the shadow server writes
     // 100 KiB to the mirrored shadow socket; a read of the socket gets nothing, the counter
     // counts every byte.
-    let fast = fast_path();
-    let flow = Flow::open();
-    let mut shadow = Shadow::open();
-    let handle = mirror(&fast, &flow, &shadow);
-    let reply = vec![b'R'; 100 * 1024];
-    shadow.server.write_all(&reply).expect("shadow server replies");
-    let deadline = Instant::now() + ARRIVAL_TIMEOUT;
-    while fast.mirror_counters().shadow_reply_bytes_dropped < reply.len() as u64 && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    assert_eq!(fast.mirror_counters().shadow_reply_bytes_dropped, reply.len() as u64);
-    assert_eq!(read_stray(&mut shadow.socket), 0, "user space must read none of the shadow's replies");
-    fast.remove_mirror(handle);
+    in_network_namespace(LOOPBACK_MTU, move || {
+        let fast = fast_path();
+        let flow = Flow::open();
+        let mut shadow = Shadow::open();
+        let handle = mirror(&fast, &flow, &shadow);
+        let reply = vec![b'R'; 100 * 1024];
+        shadow.server.write_all(&reply).expect("shadow server replies");
+        let deadline = Instant::now() + ARRIVAL_TIMEOUT;
+        while fast.mirror_counters().shadow_reply_bytes_dropped < reply.len() as u64 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(fast.mirror_counters().shadow_reply_bytes_dropped, reply.len() as u64);
+        assert_eq!(read_stray(&mut shadow.socket), 0, "user space must read none of the shadow's replies");
+        fast.remove_mirror(handle);
+    });
 }
 
 #[test]
@@ -184,60 +192,66 @@ fn two_mirrored_clients_do_not_mix_and_an_unmirrored_flow_is_untouched() {
     // Goal: each shadow gets its own client's stream only, and a flow without a mirror is
     // neither cloned nor disturbed. Method: three clients write at once (two mirrored to
     // their own shadows, one not); every end compares bytes; the counters add up exactly.
-    let fast = fast_path();
-    let flows = [Flow::open(), Flow::open(), Flow::open()];
-    let mut shadows = [Shadow::open(), Shadow::open()];
-    let handles = [mirror(&fast, &flows[0], &shadows[0]), mirror(&fast, &flows[1], &shadows[1])];
-    let sizes: Vec<Vec<usize>> = (0..3).map(|seed| message_sizes(200, 77 + seed)).collect();
-    let streams: Vec<Vec<u8>> = (0..3).map(|tag| message_stream(&sizes[tag], tag as u8 * 60)).collect();
-    let writers: Vec<_> = (0..3)
-        .map(|i| send_messages(flows[i].client.try_clone().expect("clone"), sizes[i].clone(), streams[i].clone()))
-        .collect();
-    let readers: Vec<_> = (0..3)
-        .map(|i| {
-            let (mut pooler, length) = (flows[i].pooler.try_clone().expect("clone"), streams[i].len());
-            std::thread::spawn(move || read_exactly(&mut pooler, length))
-        })
-        .collect();
-    for (i, shadow) in shadows.iter_mut().enumerate() {
-        assert_same_stream(&read_exactly(&mut shadow.server, streams[i].len()), &streams[i], "shadow server");
-    }
-    for (i, (writer, reader)) in writers.into_iter().zip(readers).enumerate() {
-        writer.join().expect("writer");
-        assert_same_stream(&reader.join().expect("reader"), &streams[i], "pooler");
-    }
-    for shadow in &mut shadows {
-        assert_eq!(read_stray(&mut shadow.server), 0, "a shadow received bytes of another client");
-    }
-    let counters = fast.mirror_counters();
-    assert_eq!(counters.bytes_mirrored, (streams[0].len() + streams[1].len()) as u64, "{counters:?}");
-    for handle in handles {
-        fast.remove_mirror(handle);
-    }
+    in_network_namespace(LOOPBACK_MTU, move || {
+        let fast = fast_path();
+        let flows = [Flow::open(), Flow::open(), Flow::open()];
+        let mut shadows = [Shadow::open(), Shadow::open()];
+        let handles = [mirror(&fast, &flows[0], &shadows[0]), mirror(&fast, &flows[1], &shadows[1])];
+        let sizes: Vec<Vec<usize>> = (0..3).map(|seed| message_sizes(200, 77 + seed)).collect();
+        let streams: Vec<Vec<u8>> = (0..3).map(|tag| message_stream(&sizes[tag], tag as u8 * 60)).collect();
+        let writers: Vec<_> = (0..3)
+            .map(|i| send_messages(flows[i].client.try_clone().expect("clone"), sizes[i].clone(), streams[i].clone()))
+            .collect();
+        let readers: Vec<_> = (0..3)
+            .map(|i| {
+                let (mut pooler, length) = (flows[i].pooler.try_clone().expect("clone"), streams[i].len());
+                std::thread::spawn(move || read_exactly(&mut pooler, length))
+            })
+            .collect();
+        for (i, shadow) in shadows.iter_mut().enumerate() {
+            let at_shadow = read_exactly(&mut shadow.server, streams[i].len());
+            let state = format!("shadow server ({:?})", fast.mirror_counters());
+            assert_same_stream(&at_shadow, &streams[i], &state);
+        }
+        for (i, (writer, reader)) in writers.into_iter().zip(readers).enumerate() {
+            writer.join().expect("writer");
+            assert_same_stream(&reader.join().expect("reader"), &streams[i], "pooler");
+        }
+        for shadow in &mut shadows {
+            assert_eq!(read_stray(&mut shadow.server), 0, "a shadow received bytes of another client");
+        }
+        let counters = fast.mirror_counters();
+        assert_eq!(counters.bytes_mirrored, (streams[0].len() + streams[1].len()) as u64, "{counters:?}");
+        for handle in handles {
+            fast.remove_mirror(handle);
+        }
+    });
 }
 
 #[test]
 fn after_remove_mirror_new_bytes_are_not_mirrored() {
     // Goal: remove_mirror stops the copy at once. Method: send a batch, see it at the shadow,
     // remove the mirror, send another: the pooler gets both, the shadow only the first.
-    let fast = fast_path();
-    let mut flow = Flow::open();
-    let mut shadow = Shadow::open();
-    let handle = mirror(&fast, &flow, &shadow);
-    // The pooler reads while the client writes: a batch larger than the socket buffers would
-    // otherwise stall the client.
-    let first = message_stream(&message_sizes(50, 9), 1);
-    let writer = send_messages(flow.client.try_clone().expect("clone"), vec![first.len()], first.clone());
-    assert_same_stream(&read_exactly(&mut flow.pooler, first.len()), &first, "pooler");
-    assert_same_stream(&read_exactly(&mut shadow.server, first.len()), &first, "shadow server");
-    writer.join().expect("writer");
-    fast.remove_mirror(handle);
-    let second = message_stream(&message_sizes(50, 10), 2);
-    let writer = send_messages(flow.client.try_clone().expect("clone"), vec![second.len()], second.clone());
-    assert_same_stream(&read_exactly(&mut flow.pooler, second.len()), &second, "pooler");
-    writer.join().expect("writer");
-    assert_eq!(read_stray(&mut shadow.server), 0, "bytes after remove_mirror reached the shadow");
-    assert_eq!(fast.mirror_counters().bytes_mirrored, first.len() as u64);
+    in_network_namespace(LOOPBACK_MTU, move || {
+        let fast = fast_path();
+        let mut flow = Flow::open();
+        let mut shadow = Shadow::open();
+        let handle = mirror(&fast, &flow, &shadow);
+        // The pooler reads while the client writes: a batch larger than the socket buffers would
+        // otherwise stall the client.
+        let first = message_stream(&message_sizes(50, 9), 1);
+        let writer = send_messages(flow.client.try_clone().expect("clone"), vec![first.len()], first.clone());
+        assert_same_stream(&read_exactly(&mut flow.pooler, first.len()), &first, "pooler");
+        assert_same_stream(&read_exactly(&mut shadow.server, first.len()), &first, "shadow server");
+        writer.join().expect("writer");
+        fast.remove_mirror(handle);
+        let second = message_stream(&message_sizes(50, 10), 2);
+        let writer = send_messages(flow.client.try_clone().expect("clone"), vec![second.len()], second.clone());
+        assert_same_stream(&read_exactly(&mut flow.pooler, second.len()), &second, "pooler");
+        writer.join().expect("writer");
+        assert_eq!(read_stray(&mut shadow.server), 0, "bytes after remove_mirror reached the shadow");
+        assert_eq!(fast.mirror_counters().bytes_mirrored, first.len() as u64);
+    });
 }
 
 #[test]
@@ -275,6 +289,183 @@ fn dropping_the_fast_path_detaches_the_tc_program() {
         std::thread::sleep(Duration::from_millis(20));
     }
     assert!(!loaded(tc_id), "the tc program outlived its FastPath");
+}
+
+#[test]
+fn gso_super_packets_on_a_small_mtu_loopback_are_mirrored_byte_exact() {
+    // Goal: TCP super-packets (GSO skbs larger than the MTU) are mirrored, not skipped or cut.
+    // Method: in a fresh network namespace whose lo has MTU 1500, 64 KiB writes travel as GSO
+    // skbs; the shadow must get the same bytes, in datagrams that carry more than one MTU each.
+    let (expected, at_shadow, at_pooler, counters) = in_network_namespace(1500, || {
+        let fast = fast_path();
+        let flow = Flow::open();
+        let mut shadow = Shadow::open();
+        let handle = mirror(&fast, &flow, &shadow);
+        let sizes = vec![65536; 64];
+        let stream = message_stream(&sizes, 0x3c);
+        let writer = send_messages(flow.client.try_clone().expect("clone"), sizes, stream.clone());
+        let mut pooler = flow.pooler.try_clone().expect("clone");
+        let length = stream.len();
+        let pooler_reader = std::thread::spawn(move || read_exactly(&mut pooler, length));
+        let at_shadow = read_exactly(&mut shadow.server, stream.len());
+        writer.join().expect("writer");
+        let at_pooler = pooler_reader.join().expect("pooler reader");
+        fast.remove_mirror(handle);
+        (stream, at_shadow, at_pooler, fast.mirror_counters())
+    });
+    assert_same_stream(&at_pooler, &expected, "pooler");
+    assert_same_stream(&at_shadow, &expected, "shadow server");
+    let per_datagram = counters.bytes_mirrored / counters.segments_mirrored.max(1);
+    assert!(per_datagram > 1500, "no GSO super-packet was mirrored whole: {counters:?}");
+}
+
+#[test]
+fn retransmitted_bytes_are_skipped_and_a_gap_cuts_the_shadow_off() {
+    // Goal: segment-level duplicates never reach the shadow twice, and a gap stops the shadow
+    // instead of feeding it a corrupt stream. Method: inject, with a raw socket, copies of the
+    // client's segments (TCP checksum deliberately wrong, so the pooler's TCP discards them while
+    // the tc program, which runs first, sees them): one repeating sent bytes, one ahead of the
+    // stream; real writes around them show what the shadow gets.
+    in_network_namespace(LOOPBACK_MTU, move || {
+        let fast = fast_path();
+        let mut flow = Flow::open();
+        let mut shadow = Shadow::open();
+        let handle = mirror(&fast, &flow, &shadow);
+        let (first, second, third) = (vec![b'1'; 3000], vec![b'2'; 3000], vec![b'3'; 3000]);
+        flow.client.write_all(&first).expect("first batch");
+        assert_same_stream(&read_exactly(&mut shadow.server, first.len()), &first, "shadow server");
+        let next = next_send_sequence(&flow.client);
+        inject_segment(&flow, next.wrapping_sub(100), &first[..100]);
+        flow.client.write_all(&second).expect("second batch");
+        assert_same_stream(&read_exactly(&mut shadow.server, second.len()), &second, "shadow server");
+        assert!(fast.mirror_intact(&handle), "a duplicate is not a gap");
+        assert_eq!(fast.mirror_counters().duplicate_bytes, 100);
+        let next = next_send_sequence(&flow.client);
+        inject_segment(&flow, next.wrapping_add(1000), b"from the future");
+        flow.client.write_all(&third).expect("third batch");
+        let all = [first.as_slice(), &second, &third].concat();
+        assert_same_stream(&read_exactly(&mut flow.pooler, all.len()), &all, "pooler");
+        assert_eq!(read_stray(&mut shadow.server), 0, "the shadow got bytes after a gap");
+        assert!(!fast.mirror_intact(&handle), "the gap is reported");
+        assert_eq!(fast.mirror_counters().desyncs, 1);
+        fast.remove_mirror(handle);
+    });
+}
+
+/// The sequence number of the next byte the socket will send, read in TCP repair mode.
+fn next_send_sequence(socket: &TcpStream) -> u32 {
+    let fd = socket.as_raw_fd();
+    let set = |option: libc::c_int, value: libc::c_int| {
+        // SAFETY: setsockopt reads one c_int from `value`.
+        let result = unsafe {
+            libc::setsockopt(fd, libc::IPPROTO_TCP, option, (&raw const value).cast(), size_of::<libc::c_int>() as _)
+        };
+        assert_eq!(result, 0, "setsockopt {option}: {}", std::io::Error::last_os_error());
+    };
+    const TCP_SEND_QUEUE: libc::c_int = 2;
+    set(libc::TCP_REPAIR, 1);
+    set(libc::TCP_REPAIR_QUEUE, TCP_SEND_QUEUE);
+    let mut sequence: u32 = 0;
+    let mut length = size_of::<u32>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `length` bytes into `sequence`, which is that large.
+    let result = unsafe {
+        libc::getsockopt(fd, libc::IPPROTO_TCP, libc::TCP_QUEUE_SEQ, (&raw mut sequence).cast(), &mut length)
+    };
+    assert_eq!(result, 0, "TCP_QUEUE_SEQ: {}", std::io::Error::last_os_error());
+    set(libc::TCP_REPAIR, 0);
+    sequence
+}
+
+/// Sends an IPv4 TCP segment of the flow's client with `payload` at `sequence` and a wrong TCP
+/// checksum, through a raw socket (it passes lo like the client's own segments).
+fn inject_segment(flow: &Flow, sequence: u32, payload: &[u8]) {
+    let (client, pooler) = flow.addresses();
+    let (SocketAddr::V4(client), SocketAddr::V4(pooler)) = (client, pooler) else { panic!("IPv4 flow") };
+    let mut packet = Vec::with_capacity(40 + payload.len());
+    packet.extend([0x45, 0, 0, 0, 0, 0, 0x40, 0, 64, libc::IPPROTO_TCP as u8, 0, 0]); // length, checksum: kernel
+    packet.extend(client.ip().octets());
+    packet.extend(pooler.ip().octets());
+    packet.extend(client.port().to_be_bytes());
+    packet.extend(pooler.port().to_be_bytes());
+    packet.extend(sequence.to_be_bytes());
+    packet.extend([0, 0, 0, 0, 0x50, 0x18, 0xff, 0xff, 0xde, 0xad, 0, 0]); // ack 0, ACK|PSH, bad checksum
+    packet.extend(payload);
+    // SAFETY: a raw socket (IP header included), closed below; sendto reads `packet` and the
+    // sockaddr_in we pass, both alive for the call.
+    unsafe {
+        let socket = libc::socket(libc::AF_INET, libc::SOCK_RAW, libc::IPPROTO_RAW);
+        assert!(socket >= 0, "raw socket: {}", std::io::Error::last_os_error());
+        let mut target: libc::sockaddr_in = std::mem::zeroed();
+        target.sin_family = libc::AF_INET as libc::sa_family_t;
+        target.sin_addr.s_addr = u32::from_ne_bytes(pooler.ip().octets());
+        let sent = libc::sendto(
+            socket,
+            packet.as_ptr().cast(),
+            packet.len(),
+            0,
+            (&raw const target).cast(),
+            size_of::<libc::sockaddr_in>() as libc::socklen_t,
+        );
+        assert_eq!(sent, packet.len() as isize, "sendto: {}", std::io::Error::last_os_error());
+        libc::close(socket);
+    }
+    // The injected segment reaches the shadow path in the same softirq; give it a moment.
+    std::thread::sleep(Duration::from_millis(50));
+}
+
+/// Runs `body` on a thread in a new network namespace (namespaces are per thread, and threads
+/// it spawns inherit it) whose lo is up with the given MTU and has RPS on every CPU.
+///
+/// Why RPS: loopback hands each segment to the backlog of the CPU that transmits it, and TCP
+/// transmits a flow's segments from several CPUs (the writer, and softirqs processing ACKs), so
+/// under load a flow's segments, and their clones, can be delivered out of order. TCP reorders
+/// them for the pooler; a segment-level mirror cannot and cuts the shadow off (`desyncs`, see
+/// the gap test). RPS steers every packet of a flow to one CPU's backlog, which is FIFO: that
+/// is the configuration the crate docs ask for, and it keeps these tests deterministic. The
+/// namespace keeps the host's lo untouched.
+fn in_network_namespace<T: Send + 'static>(mtu: i32, body: impl FnOnce() -> T + Send + 'static) -> T {
+    std::thread::spawn(move || {
+        // SAFETY: unshare takes no pointers; CLONE_NEWNET moves only this thread.
+        assert_eq!(unsafe { libc::unshare(libc::CLONE_NEWNET) }, 0, "unshare: {}", std::io::Error::last_os_error());
+        set_loopback(mtu);
+        enable_loopback_rps();
+        body()
+    })
+    .join()
+    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+}
+
+/// Writes every CPU into this namespace's lo rps_cpus. sysfs shows the namespace of whoever
+/// mounted it, so a child (which inherits this thread's network namespace) mounts a fresh sysfs
+/// in a private mount namespace of its own.
+fn enable_loopback_rps() {
+    let cpus = std::thread::available_parallelism().map_or(1, |count| count.get()).min(32);
+    let mask = format!("{:x}", (1u64 << cpus) - 1);
+    let script = format!("mount -t sysfs sysfs /sys && echo {mask} > /sys/class/net/lo/queues/rx-0/rps_cpus");
+    let status = std::process::Command::new("unshare")
+        .args(["--mount", "sh", "-c", &script])
+        .status()
+        .expect("unshare (util-linux) runs");
+    assert!(status.success(), "setting rps_cpus on the namespace's lo failed");
+}
+
+fn set_loopback(mtu: i32) {
+    // SAFETY: a plain socket for the interface ioctls, closed below.
+    let socket = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM, 0) };
+    assert!(socket >= 0, "socket: {}", std::io::Error::last_os_error());
+    // SAFETY: ifreq is plain data; zero is a valid value.
+    let mut request: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (slot, byte) in request.ifr_name.iter_mut().zip(b"lo\0") {
+        *slot = *byte as libc::c_char;
+    }
+    request.ifr_ifru.ifru_mtu = mtu;
+    // SAFETY: SIOCSIFMTU and SIOCSIFFLAGS read the ifreq we pass, which outlives the calls.
+    unsafe {
+        assert_eq!(libc::ioctl(socket, libc::SIOCSIFMTU, &request), 0, "MTU: {}", std::io::Error::last_os_error());
+        request.ifr_ifru.ifru_flags = (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short;
+        assert_eq!(libc::ioctl(socket, libc::SIOCSIFFLAGS, &request), 0, "up: {}", std::io::Error::last_os_error());
+        libc::close(socket);
+    }
 }
 
 fn loaded(id: u32) -> bool {
