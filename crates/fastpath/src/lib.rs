@@ -18,6 +18,13 @@
 //!   space has read all of them and holds no partial message, so the paths never reorder bytes;
 //! - a server belongs to exactly one of: the kernel's free set, a kernel link, user space, or the
 //!   handoff ring (its `owner`), changed only by compare-and-swap.
+//!
+//! Workload mirroring (`mirror = "<database>"`) is a separate object (`bpf/mirror.bpf.c`),
+//! loaded by [`FastPath::enable_mirroring`]: a tc program clones a mirrored client's segments
+//! into UDP datagrams, a verdict on the FastPath's UDP socket redirects their payload, in TCP
+//! sequence order, into the shadow server's socket, and the shadow's replies are dropped in the
+//! kernel. It works whether the client's bytes take the kernel or the user-space path. See the
+//! `mirror` module for the design, the RPS requirement and the limits.
 
 pub mod abi;
 mod link;
@@ -255,18 +262,7 @@ impl FastPath {
     /// Each program's name, id, run count and total run time in ns (counted only while
     /// `kernel.bpf_stats_enabled` is 1).
     pub fn program_stats(&self) -> Vec<ProgramStats> {
-        self.program_ids
-            .iter()
-            .map(|&(name, id)| {
-                let info = aya::programs::loaded_programs().flatten().find(|info| info.id() == id);
-                ProgramStats {
-                    name,
-                    id,
-                    run_count: info.as_ref().map_or(0, |info| info.run_count()),
-                    run_time_ns: info.as_ref().map_or(0, |info| info.run_time().as_nanos() as u64),
-                }
-            })
-            .collect()
+        program_stats(&self.program_ids)
     }
 
     /// The ring of servers released while clients waited in user space; taken once.
@@ -282,6 +278,20 @@ pub struct ProgramStats {
     pub id: u32,
     pub run_count: u64,
     pub run_time_ns: u64,
+}
+
+fn program_stats(ids: &[(&'static str, u32)]) -> Vec<ProgramStats> {
+    ids.iter()
+        .map(|&(name, id)| {
+            let info = aya::programs::loaded_programs().flatten().find(|info| info.id() == id);
+            ProgramStats {
+                name,
+                id,
+                run_count: info.as_ref().map_or(0, |info| info.run_count()),
+                run_time_ns: info.as_ref().map_or(0, |info| info.run_time().as_nanos() as u64),
+            }
+        })
+        .collect()
 }
 
 fn add_counters(total: &mut Counters, cpu: &Counters) {

@@ -43,7 +43,7 @@ use aya::programs::{tc, SchedClassifier, SkSkb, TcAttachType};
 use aya::Ebpf;
 
 use crate::abi::{MirrorConfig, MirrorCounters, MirrorFlow, MIRROR_CLONE_EGRESS, STREAM_BROKEN};
-use crate::{lock, map_error, take_map, FastPath, FastPathError, Result};
+use crate::{lock, map_error, program_stats, take_map, FastPath, FastPathError, ProgramStats, Result};
 
 /// The compiled mirroring programs, aligned for the ELF parser.
 static MIRROR_PROGRAMS: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/mirror.bpf.o"));
@@ -215,9 +215,11 @@ impl FastPath {
         total
     }
 
-    /// The mirroring programs' names and ids (empty before `enable_mirroring`), for bpf_stats.
-    pub fn mirror_program_ids(&self) -> Vec<(&'static str, u32)> {
-        lock(&self.mirror).as_ref().map(|mirror| mirror.program_ids.clone()).unwrap_or_default()
+    /// The mirroring programs' cost from bpf_stats, like [`FastPath::program_stats`] (empty
+    /// before `enable_mirroring`).
+    pub fn mirror_program_stats(&self) -> Vec<ProgramStats> {
+        let ids = lock(&self.mirror).as_ref().map(|mirror| mirror.program_ids.clone()).unwrap_or_default();
+        program_stats(&ids)
     }
 }
 

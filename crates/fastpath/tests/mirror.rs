@@ -280,8 +280,8 @@ fn dropping_the_fast_path_detaches_the_tc_program() {
     // Goal: no program is left on lo after the FastPath is gone. Method: note the tc program's
     // id, drop the FastPath, and look for that id among the programs still loaded.
     let fast = fast_path();
-    let ids = fast.mirror_program_ids();
-    let (_, tc_id) = *ids.iter().find(|(name, _)| *name == "fp_mirror_tc").expect("tc program loaded");
+    let stats = fast.mirror_program_stats();
+    let tc_id = stats.iter().find(|program| program.name == "fp_mirror_tc").expect("tc program loaded").id;
     assert!(loaded(tc_id), "the tc program is loaded while the FastPath lives");
     drop(fast);
     let deadline = Instant::now() + ARRIVAL_TIMEOUT;
