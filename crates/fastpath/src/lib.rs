@@ -58,6 +58,8 @@ pub enum FastPathError {
     Socket(#[from] std::io::Error),
     #[error("kernel mirroring takes IPv4 flows only ({0}): mirror this client in user space")]
     MirrorIpv6(std::net::SocketAddr),
+    #[error("the flow of client {0} is mirrored already")]
+    MirrorExists(std::net::SocketAddr),
     #[error("mirroring is not enabled: call enable_mirroring first")]
     MirrorNotEnabled,
     #[error("mirroring on interface {interface}: {detail}")]

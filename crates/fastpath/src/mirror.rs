@@ -52,6 +52,9 @@ static MIRROR_PROGRAMS: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DI
 /// verdict (one softirq), but a burst of 64 KiB GSO clones must not overflow it.
 const UDP_RECEIVE_BUFFER_BYTES: libc::c_int = 8 << 20;
 
+/// Map update flag: fail if the key exists (a second mirror of one flow is an error).
+const BPF_NOEXIST: u64 = 1;
+
 /// `bpf_attach_type` BPF_SK_SKB_VERDICT and `bpf_cmd` BPF_PROG_ATTACH (linux/bpf.h).
 const BPF_SK_SKB_VERDICT: u32 = 38;
 const BPF_PROG_ATTACH: libc::c_long = 8;
@@ -158,7 +161,9 @@ impl FastPath {
     /// Starts copying the bytes the client at `client_peer` sends to the pooler's socket at
     /// `pooler_local` into `shadow`, a TCP socket to the shadow server that user space has
     /// already logged in: from here on the kernel drops everything the shadow sends. IPv4 only
-    /// ([`FastPathError::MirrorIpv6`]; IPv4-mapped IPv6 addresses count as IPv4).
+    /// ([`FastPathError::MirrorIpv6`]; IPv4-mapped IPv6 addresses count as IPv4); one mirror
+    /// per flow ([`FastPathError::MirrorExists`]). The shadow socket must be in no other socket
+    /// map (a socket has one set of sk_skb programs).
     pub fn add_mirror(
         &self,
         client_peer: SocketAddr,
@@ -173,19 +178,22 @@ impl FastPath {
         };
         let mut guard = lock(&self.mirror);
         let mirror = guard.as_mut().ok_or(FastPathError::MirrorNotEnabled)?;
+        if mirror.flows.get(&flow, 0).is_ok() {
+            return Err(FastPathError::MirrorExists(client_peer));
+        }
         let shadow_id = random_id()?;
-        mirror.streams.insert(shadow_id, 0, 0).map_err(map_error("fp_mirror_streams"))?;
-        let handle = MirrorHandle { shadow_id, flow };
+        mirror.streams.insert(shadow_id, 0, BPF_NOEXIST).map_err(map_error("fp_mirror_streams"))?;
         let inserted = mirror
             .shadows
-            .insert(shadow_id, shadow.as_raw_fd(), 0)
+            .insert(shadow_id, shadow.as_raw_fd(), BPF_NOEXIST)
             .map_err(map_error("fp_shadows"))
-            .and_then(|()| mirror.flows.insert(flow, shadow_id, 0).map_err(map_error("fp_mirror_flows")));
+            .and_then(|()| mirror.flows.insert(flow, shadow_id, BPF_NOEXIST).map_err(map_error("fp_mirror_flows")));
         if let Err(error) = inserted {
-            mirror.forget(&handle);
+            let _ = mirror.shadows.remove(&shadow_id);
+            let _ = mirror.streams.remove(&shadow_id);
             return Err(error);
         }
-        Ok(handle)
+        Ok(MirrorHandle { shadow_id, flow })
     }
 
     /// Stops mirroring a flow (the flow first, so no clone is made for a shadow that is gone).

@@ -255,9 +255,44 @@ fn after_remove_mirror_new_bytes_are_not_mirrored() {
 }
 
 #[test]
+fn a_client_forwarded_by_the_kernel_fast_path_is_mirrored_too() {
+    // Goal: mirroring runs at tc, before the socket's own sk_skb program, so a client whose
+    // queries the kernel fast path forwards to a pooled server is mirrored as well. Method: the
+    // pooler's end of the client in fp_clients, a lent server in fp_servers; 300 Query messages
+    // reach the "PostgreSQL" end through the kernel and the shadow server gets the same bytes.
+    in_network_namespace(LOOPBACK_MTU, move || {
+        let fast = fast_path();
+        let flow = Flow::open();
+        let mut postgres = Shadow::open(); // the pooler's server connection and its PostgreSQL end
+        let mut shadow = Shadow::open();
+        let pool = fast.pool_index("mirrored").expect("a pool index");
+        let client_slot = fast.add_client(&flow.pooler, pool).expect("client enters the fast path");
+        let server_slot = fast.add_server(&postgres.socket, pool).expect("server enters the fast path");
+        fast.lend(server_slot);
+        let handle = mirror(&fast, &flow, &shadow);
+        let queries: Vec<u8> = (0..300).flat_map(|index| query_message(&format!("SELECT {index}"))).collect();
+        let writer = send_messages(flow.client.try_clone().expect("clone"), vec![queries.len()], queries.clone());
+        assert_same_stream(&read_exactly(&mut postgres.server, queries.len()), &queries, "PostgreSQL via the kernel");
+        assert_same_stream(&read_exactly(&mut shadow.server, queries.len()), &queries, "shadow server");
+        writer.join().expect("writer");
+        assert_eq!(fast.counters().bytes_to_servers, queries.len() as u64, "the fast path forwarded every byte");
+        fast.remove_mirror(handle);
+        fast.remove_client(client_slot);
+        fast.remove_server(server_slot);
+    });
+}
+
+/// A simple-protocol Query message.
+fn query_message(sql: &str) -> Vec<u8> {
+    let length = u32::try_from(4 + sql.len() + 1).expect("short query");
+    [&[b'Q'][..], &length.to_be_bytes(), sql.as_bytes(), &[0]].concat()
+}
+
+#[test]
 fn ipv6_flows_and_mirrors_before_enabling_get_typed_errors() {
     // Goal: what the kernel cannot mirror is refused with a typed error, not a silent no-op.
-    // Method: add_mirror before enable_mirroring, then an IPv6 flow, then a non-Ethernet link.
+    // Method: add_mirror before enable_mirroring, an IPv6 flow, a missing interface, one flow
+    // mirrored twice.
     let fast = FastPath::load().unwrap_or_else(|error| panic!("fast path must load as root: {error}"));
     let shadow = Shadow::open();
     let v4: SocketAddr = "127.0.0.1:5000".parse().expect("address");
@@ -272,6 +307,8 @@ fn ipv6_flows_and_mirrors_before_enabling_get_typed_errors() {
     assert!(matches!(missing, Err(FastPathError::MirrorInterface { .. })), "{missing:?}");
     let mapped: SocketAddr = "[::ffff:127.0.0.1]:5000".parse().expect("address");
     let handle = fast.add_mirror(mapped, v4, shadow.socket.as_fd()).expect("IPv4-mapped counts as IPv4");
+    let twice = fast.add_mirror(v4, v4, shadow.socket.as_fd());
+    assert!(matches!(twice, Err(FastPathError::MirrorExists(_))), "{twice:?}");
     fast.remove_mirror(handle);
 }
 
