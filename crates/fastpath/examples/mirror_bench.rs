@@ -24,7 +24,16 @@ use bypass_fastpath::{FastPath, MirrorHandle};
 
 type Result<T> = std::result::Result<T, Box<dyn Error + Send + Sync>>;
 
-const MESSAGE_SIZES: [usize; 2] = [64, 8192];
+/// Request/reply size, and the time the "server" spends on each request (a busy wait, like a
+/// PostgreSQL backend executing a query: it shows how much of the mirror's work overlaps it).
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Workload {
+    size: usize,
+    server_us: u64,
+}
+
+const WORKLOADS: [Workload; 3] =
+    [Workload { size: 64, server_us: 0 }, Workload { size: 8192, server_us: 0 }, Workload { size: 64, server_us: 50 }];
 const MODES: [Mode; 3] = [Mode::Direct, Mode::Kernel, Mode::User];
 const WARMUP_ROUND_TRIPS: usize = 2000;
 const BPF_STATS_SYSCTL: &str = "/proc/sys/kernel/bpf_stats_enabled";
@@ -56,7 +65,7 @@ struct Contender {
     latencies_ns: Vec<u64>,
 }
 
-fn open_contender(fast: &FastPath, mode: Mode, size: usize) -> Result<Contender> {
+fn open_contender(fast: &FastPath, mode: Mode, workload: Workload) -> Result<Contender> {
     let pooler_listener = TcpListener::bind("127.0.0.1:0")?;
     let client = TcpStream::connect(pooler_listener.local_addr()?)?;
     let (pooler, _) = pooler_listener.accept()?;
@@ -75,17 +84,22 @@ fn open_contender(fast: &FastPath, mode: Mode, size: usize) -> Result<Contender>
         Mode::Direct | Mode::User => None,
     };
     let (user_shadow, kept_shadow) = if mode == Mode::User { (Some(shadow), None) } else { (None, Some(shadow)) };
-    std::thread::spawn(move || serve(pooler, user_shadow, size));
+    std::thread::spawn(move || serve(pooler, user_shadow, workload));
     Ok(Contender { mode, client, handle, _shadow: kept_shadow, latencies_ns: Vec::new() })
 }
 
 /// The "pooler": answers every request with a reply of the same size; in user-space mode it
 /// also writes the request to the shadow, after the reply (the order that costs the primary
 /// least).
-fn serve(mut pooler: TcpStream, mut shadow: Option<TcpStream>, size: usize) {
-    let mut request = vec![0u8; size];
-    let reply = vec![b'r'; size];
+fn serve(mut pooler: TcpStream, mut shadow: Option<TcpStream>, workload: Workload) {
+    let mut request = vec![0u8; workload.size];
+    let reply = vec![b'r'; workload.size];
+    let server_time = Duration::from_micros(workload.server_us);
     while pooler.read_exact(&mut request).is_ok() {
+        let start = Instant::now();
+        while start.elapsed() < server_time {
+            std::hint::spin_loop();
+        }
         if pooler.write_all(&reply).is_err() {
             return;
         }
@@ -149,25 +163,26 @@ fn run(rounds: usize, per_round: usize, rps: bool, command: String) -> Result<()
     write_results(&command, rounds, per_round, &rows, &programs, &counters)
 }
 
-type Row = (usize, Mode, Summary, bool);
+type Row = (Workload, Mode, Summary, bool);
 
 fn measure(rounds: usize, per_round: usize) -> Result<(Vec<Row>, String, String)> {
     let fast = FastPath::load()?;
     fast.enable_mirroring("lo")?;
     let mut rows = Vec::new();
-    for size in MESSAGE_SIZES {
-        let mut contenders = MODES.iter().map(|&mode| open_contender(&fast, mode, size)).collect::<Result<Vec<_>>>()?;
+    for workload in WORKLOADS {
+        let mut contenders =
+            MODES.iter().map(|&mode| open_contender(&fast, mode, workload)).collect::<Result<Vec<_>>>()?;
         for contender in &mut contenders {
-            round_trips(contender, WARMUP_ROUND_TRIPS, size, false)?;
+            round_trips(contender, WARMUP_ROUND_TRIPS, workload.size, false)?;
         }
         for _ in 0..rounds {
             for contender in &mut contenders {
-                round_trips(contender, per_round, size, true)?;
+                round_trips(contender, per_round, workload.size, true)?;
             }
         }
         for mut contender in contenders {
             let intact = contender.handle.as_ref().is_none_or(|handle| fast.mirror_intact(handle));
-            rows.push((size, contender.mode, summarize(&mut contender.latencies_ns), intact));
+            rows.push((workload, contender.mode, summarize(&mut contender.latencies_ns), intact));
             if let Some(handle) = contender.handle.take() {
                 fast.remove_mirror(handle);
             }
@@ -195,16 +210,18 @@ fn write_results(
          for a same-size reply from a \"pooler\" thread; {rounds} rounds × {per_round} round trips per contender, \
          contenders interleaved, in a network namespace ({}). User-space mirroring: the \
          pooler writes each request to the shadow after its reply. Latencies in µs.\n\n\
-         | size | contender | mean | p50 | p99 | p99.9 | mean ÷ no mirror | shadow intact |\n|---:|---|---:|---:|---:|---:|---:|---|\n",
+         | size | server time | contender | mean | p50 | p99 | p99.9 | mean ÷ no mirror | shadow intact |\n|---:|---:|---|---:|---:|---:|---:|---:|---|\n",
         if command.ends_with("rps") { "lo with RPS on every CPU" } else { "lo as on the host, RPS off" }
     );
     let mut json_rows = Vec::new();
-    for (size, mode, summary, intact) in rows {
-        let base = rows.iter().find(|(s, m, _, _)| s == size && *m == Mode::Direct).map_or(1.0, |row| row.2.mean_us);
+    for (workload, mode, summary, intact) in rows {
+        let (size, server_us) = (workload.size, workload.server_us);
+        let base =
+            rows.iter().find(|(w, m, _, _)| w == workload && *m == Mode::Direct).map_or(1.0, |row| row.2.mean_us);
         let ratio = summary.mean_us / base;
         writeln!(
             markdown,
-            "| {size} B | {} | {:.1} | {:.1} | {:.1} | {:.1} | {ratio:.3}× | {intact} |",
+            "| {size} B | {server_us} µs | {} | {:.1} | {:.1} | {:.1} | {:.1} | {ratio:.3}× | {intact} |",
             mode.label(),
             summary.mean_us,
             summary.p50_us,
@@ -212,7 +229,7 @@ fn write_results(
             summary.p999_us
         )?;
         json_rows.push(format!(
-            "{{\"size_bytes\":{size},\"contender\":\"{}\",\"mean_us\":{:.2},\"p50_us\":{:.2},\"p99_us\":{:.2},\
+            "{{\"size_bytes\":{size},\"server_us\":{server_us},\"contender\":\"{}\",\"mean_us\":{:.2},\"p50_us\":{:.2},\"p99_us\":{:.2},\
              \"p999_us\":{:.2},\"mean_ratio_to_no_mirror\":{ratio:.4},\"shadow_intact\":{intact}}}",
             mode.label(),
             summary.mean_us,
