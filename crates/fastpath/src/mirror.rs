@@ -400,3 +400,9 @@ fn attach_tc(ebpf: &mut Ebpf, interface: &str) -> Result<(&'static str, u32)> {
     }
     Ok((name, program.info().map(|info| info.id()).unwrap_or(0)))
 }
+
+// The pooler shares one FastPath between threads: mirroring must not take that away.
+const _: () = {
+    const fn shared_between_threads<T: Send + Sync>() {}
+    shared_between_threads::<FastPath>();
+};
