@@ -114,11 +114,13 @@ struct fp_mirror_header {
  * mirror.bpf.c for why). */
 #define FP_MIRROR_CLONE_EGRESS 1u
 
-/* Set once by user space (array of one). */
+/* Written by user space only (array of one). */
 struct fp_mirror_config {
 	__u16 udp_port; /* the FastPath's UDP socket, network order */
 	__u16 pad;
 	__u32 flags;    /* FP_MIRROR_* */
+	__u32 flows;    /* mirrored flows: while 0 the tc program returns at once */
+	__u32 reserved;
 };
 
 /* Per-CPU mirroring counters. */

@@ -257,7 +257,7 @@ int fp_mirror_tc(struct __sk_buff *skb)
 		return rewrite_clone(skb, n);
 	__u32 zero = 0;
 	struct fp_mirror_config *config = bpf_map_lookup_elem(&fp_mirror_config, &zero);
-	if (!config || !read_segment(skb, &seg) || seg.payload == 0 ||
+	if (!config || !config->flows || !read_segment(skb, &seg) || seg.payload == 0 ||
 	    !bpf_map_lookup_elem(&fp_mirror_flows, &seg.flow))
 		return TC_ACT_UNSPEC;
 	__u64 direction = (config->flags & FP_MIRROR_CLONE_EGRESS) ? 0 : BPF_F_INGRESS;

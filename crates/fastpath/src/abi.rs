@@ -129,6 +129,9 @@ pub struct MirrorConfig {
     pub pad: u16,
     /// `MIRROR_CLONE_EGRESS` or 0.
     pub flags: u32,
+    /// Mirrored flows; while 0 the tc program returns at once.
+    pub flows: u32,
+    pub reserved: u32,
 }
 
 /// `MirrorConfig::flags`: clone into the interface's egress (loopback only).
@@ -165,7 +168,8 @@ unsafe impl aya::Pod for MirrorCounters {}
 const _: () = {
     assert!(size_of::<MirrorFlow>() == 12);
     assert!(offset_of!(MirrorFlow, client_port) == 8);
-    assert!(size_of::<MirrorConfig>() == 8);
+    assert!(size_of::<MirrorConfig>() == 16);
+    assert!(offset_of!(MirrorConfig, flows) == 8);
     assert!(size_of::<MirrorCounters>() == 64);
     assert!(offset_of!(MirrorCounters, shadow_reply_bytes_dropped) == 56);
 };

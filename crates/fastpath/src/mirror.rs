@@ -88,6 +88,8 @@ pub(crate) struct Mirror {
     streams: HashMap<MapData, u64, u64>,
     shadows: SockHash<MapData, u64>,
     counters: PerCpuArray<MapData, MirrorCounters>,
+    config: Array<MapData, MirrorConfig>,
+    config_value: MirrorConfig,
     _socket_map: SockMap<MapData>,
     _udp: UdpSocket,
     program_ids: Vec<(&'static str, u32)>,
@@ -100,15 +102,11 @@ impl Mirror {
         let mut ebpf = Ebpf::load(MIRROR_PROGRAMS).map_err(|e| FastPathError::Load(e.to_string()))?;
         let udp = udp_socket()?;
         let port = udp.local_addr()?.port();
+        let flags = if loopback { MIRROR_CLONE_EGRESS } else { 0 };
+        let config_value = MirrorConfig { udp_port: port.to_be(), pad: 0, flags, flows: 0, reserved: 0 };
         let mut config: Array<MapData, MirrorConfig> =
             Array::try_from(take_map(&mut ebpf, "fp_mirror_config")?).map_err(map_error("fp_mirror_config"))?;
-        config
-            .set(
-                0,
-                MirrorConfig { udp_port: port.to_be(), pad: 0, flags: if loopback { MIRROR_CLONE_EGRESS } else { 0 } },
-                0,
-            )
-            .map_err(map_error("fp_mirror_config"))?;
+        config.set(0, config_value, 0).map_err(map_error("fp_mirror_config"))?;
         let mut socket_map =
             SockMap::try_from(take_map(&mut ebpf, "fp_mirror_socket")?).map_err(map_error("fp_mirror_socket"))?;
         let shadows = SockHash::try_from(take_map(&mut ebpf, "fp_shadows")?).map_err(map_error("fp_shadows"))?;
@@ -127,6 +125,8 @@ impl Mirror {
             shadows,
             counters: PerCpuArray::try_from(take_map(&mut ebpf, "fp_mirror_counters")?)
                 .map_err(map_error("fp_mirror_counters"))?,
+            config,
+            config_value,
             _socket_map: socket_map,
             _udp: udp,
             program_ids,
@@ -182,17 +182,7 @@ impl FastPath {
             return Err(FastPathError::MirrorExists(client_peer));
         }
         let shadow_id = random_id()?;
-        mirror.streams.insert(shadow_id, 0, BPF_NOEXIST).map_err(map_error("fp_mirror_streams"))?;
-        let inserted = mirror
-            .shadows
-            .insert(shadow_id, shadow.as_raw_fd(), BPF_NOEXIST)
-            .map_err(map_error("fp_shadows"))
-            .and_then(|()| mirror.flows.insert(flow, shadow_id, BPF_NOEXIST).map_err(map_error("fp_mirror_flows")));
-        if let Err(error) = inserted {
-            let _ = mirror.shadows.remove(&shadow_id);
-            let _ = mirror.streams.remove(&shadow_id);
-            return Err(error);
-        }
+        mirror.admit(flow, shadow_id, shadow)?;
         Ok(MirrorHandle { shadow_id, flow })
     }
 
@@ -232,10 +222,44 @@ impl FastPath {
 }
 
 impl Mirror {
+    /// Enters a mirror into the maps, the flow last (the tc program clones only for a flow whose
+    /// stream and shadow exist), counted before the flow enters (no segment after add_mirror
+    /// returns is skipped); undoes what it did on failure.
+    fn admit(&mut self, flow: MirrorFlow, shadow_id: u64, shadow: BorrowedFd<'_>) -> Result<()> {
+        self.streams.insert(shadow_id, 0, BPF_NOEXIST).map_err(map_error("fp_mirror_streams"))?;
+        if let Err(error) = self.count_flows(1) {
+            let _ = self.streams.remove(&shadow_id);
+            return Err(error);
+        }
+        let inserted = self
+            .shadows
+            .insert(shadow_id, shadow.as_raw_fd(), BPF_NOEXIST)
+            .map_err(map_error("fp_shadows"))
+            .and_then(|()| self.flows.insert(flow, shadow_id, BPF_NOEXIST).map_err(map_error("fp_mirror_flows")));
+        if let Err(error) = inserted {
+            let _ = self.shadows.remove(&shadow_id);
+            let _ = self.streams.remove(&shadow_id);
+            let _ = self.count_flows(-1);
+            return Err(error);
+        }
+        Ok(())
+    }
+
     fn forget(&mut self, handle: &MirrorHandle) {
-        let _ = self.flows.remove(&handle.flow);
+        if self.flows.remove(&handle.flow).is_ok() {
+            let _ = self.count_flows(-1);
+        }
         let _ = self.shadows.remove(&handle.shadow_id);
         let _ = self.streams.remove(&handle.shadow_id);
+    }
+
+    /// Publishes the number of mirrored flows to the tc program (0: it returns at once).
+    fn count_flows(&mut self, change: i32) -> Result<()> {
+        let flows = self.config_value.flows.checked_add_signed(change).expect("flows counted in step with the map");
+        let value = MirrorConfig { flows, ..self.config_value };
+        self.config.set(0, value, 0).map_err(map_error("fp_mirror_config"))?;
+        self.config_value = value;
+        Ok(())
     }
 }
 
