@@ -163,7 +163,8 @@ impl FastPath {
     /// already logged in: from here on the kernel drops everything the shadow sends. IPv4 only
     /// ([`FastPathError::MirrorIpv6`]; IPv4-mapped IPv6 addresses count as IPv4); one mirror
     /// per flow ([`FastPathError::MirrorExists`]). The shadow socket must be in no other socket
-    /// map (a socket has one set of sk_skb programs).
+    /// map (a socket has one set of sk_skb programs), and user space must not write to it while
+    /// it is mirrored: its bytes would interleave with the client's at arbitrary points.
     pub fn add_mirror(
         &self,
         client_peer: SocketAddr,
