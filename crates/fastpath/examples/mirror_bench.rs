@@ -34,7 +34,7 @@ struct Workload {
 
 const WORKLOADS: [Workload; 3] =
     [Workload { size: 64, server_us: 0 }, Workload { size: 8192, server_us: 0 }, Workload { size: 64, server_us: 50 }];
-const MODES: [Mode; 3] = [Mode::Direct, Mode::Kernel, Mode::User];
+const MODES: [Mode; 4] = [Mode::Direct, Mode::Kernel, Mode::KernelCloneOnly, Mode::User];
 const WARMUP_ROUND_TRIPS: usize = 2000;
 const BPF_STATS_SYSCTL: &str = "/proc/sys/kernel/bpf_stats_enabled";
 
@@ -42,6 +42,10 @@ const BPF_STATS_SYSCTL: &str = "/proc/sys/kernel/bpf_stats_enabled";
 enum Mode {
     Direct,
     Kernel,
+    /// Diagnostic: the kernel mirror with its shadow socket closed, so every datagram is
+    /// dropped at the verdict: the tc clone, the rewrite, UDP and the verdict without the send
+    /// to the shadow (the kworker and the shadow's TCP). Its "shadow intact" reads false.
+    KernelCloneOnly,
     User,
 }
 
@@ -50,6 +54,7 @@ impl Mode {
         match self {
             Mode::Direct => "no mirror",
             Mode::Kernel => "kernel mirror",
+            Mode::KernelCloneOnly => "kernel, clone only",
             Mode::User => "user-space mirror",
         }
     }
@@ -80,10 +85,16 @@ fn open_contender(fast: &FastPath, mode: Mode, workload: Workload) -> Result<Con
         while matches!(shadow_server.read(&mut sink), Ok(read) if read > 0) {}
     });
     let handle = match mode {
-        Mode::Kernel => Some(fast.add_mirror(client.local_addr()?, client.peer_addr()?, shadow.as_fd())?),
+        Mode::Kernel | Mode::KernelCloneOnly => {
+            Some(fast.add_mirror(client.local_addr()?, client.peer_addr()?, shadow.as_fd())?)
+        }
         Mode::Direct | Mode::User => None,
     };
-    let (user_shadow, kept_shadow) = if mode == Mode::User { (Some(shadow), None) } else { (None, Some(shadow)) };
+    let (user_shadow, kept_shadow) = match mode {
+        Mode::User => (Some(shadow), None),
+        Mode::KernelCloneOnly => (None, None), // closed: it leaves the shadow map
+        Mode::Direct | Mode::Kernel => (None, Some(shadow)),
+    };
     std::thread::spawn(move || serve(pooler, user_shadow, workload));
     Ok(Contender { mode, client, handle, _shadow: kept_shadow, latencies_ns: Vec::new() })
 }
