@@ -84,4 +84,59 @@ struct fp_counters {
 	__u64 redirect_failures;
 };
 
+/* ---- Workload mirroring (mirror.bpf.c, crates/fastpath/src/mirror.rs) ----------------------- */
+
+/* Mirrored flows at most, and the skb mark that tags a clone on its way back into ingress. */
+#define FP_MIRROR_FLOWS_MAX 4096
+#define FP_MIRROR_MARK 0x4d495252u /* "MIRR" */
+
+/* A mirrored client flow as the client's segments carry it (all fields in network order):
+ * client address and port → pooler address and port. */
+struct fp_mirror_flow {
+	__u32 client_ip;
+	__u32 pooler_ip;
+	__u16 client_port;
+	__u16 pooler_port;
+};
+
+/* What the tc program writes in front of the payload of a clone it turned into a UDP datagram.
+ * With the 8-byte UDP header it takes 20 bytes, the smallest TCP header, so the rewrite only
+ * ever shrinks the packet. `shadow` is a random 64-bit id (the key of fp_shadows and
+ * fp_mirror_streams): a datagram that does not name a live shadow is dropped. */
+struct fp_mirror_header {
+	__u32 shadow_low;
+	__u32 shadow_high;
+	__u32 seq; /* TCP sequence number of the first payload byte, host order */
+};
+
+/* fp_mirror_streams value: where the shadow's copy of the client stream stands. One word so
+ * concurrent verdicts on two CPUs advance it with compare-and-swap. */
+#define FP_STREAM_STARTED (1ull << 63) /* low 32 bits: the next sequence number expected */
+#define FP_STREAM_BROKEN (1ull << 62)  /* a gap: the shadow missed bytes and gets no more */
+
+/* fp_mirror_config.flags: clone into the interface's egress, not its ingress (lo only; see
+ * mirror.bpf.c for why). */
+#define FP_MIRROR_CLONE_EGRESS 1u
+
+/* Written by user space only (array of one). */
+struct fp_mirror_config {
+	__u16 udp_port; /* the FastPath's UDP socket, network order */
+	__u16 pad;
+	__u32 flags;    /* FP_MIRROR_* */
+	__u32 flows;    /* mirrored flows: while 0 the tc program returns at once */
+	__u32 reserved;
+};
+
+/* Per-CPU mirroring counters. */
+struct fp_mirror_counters {
+	__u64 segments_cloned;            /* tc: client segments with payload cloned */
+	__u64 clone_failures;             /* tc: clone or rewrite into a datagram failed */
+	__u64 segments_mirrored;          /* verdict: datagrams redirected into a shadow */
+	__u64 bytes_mirrored;             /* verdict: payload bytes redirected into shadows */
+	__u64 drops_no_shadow;            /* verdict: no such stream or shadow socket */
+	__u64 duplicate_bytes;            /* verdict: retransmitted bytes already mirrored, skipped */
+	__u64 desyncs;                    /* verdict: a gap in a stream (its shadow is cut off) */
+	__u64 shadow_reply_bytes_dropped; /* shadow sockets: reply bytes dropped in the kernel */
+};
+
 #endif

@@ -99,3 +99,80 @@ pub fn link_word(server: u32, outstanding: u32) -> u64 {
 pub fn gate_passed(gate: u64) -> u64 {
     gate >> 1
 }
+
+// ---- Workload mirroring (`bpf/mirror.bpf.c`) ----------------------------------------------
+
+pub const MIRROR_FLOWS_MAX: u32 = 4096;
+
+/// `fp_mirror_streams` value bits: the stream started (low 32 bits: next sequence expected).
+pub const STREAM_STARTED: u64 = 1 << 63;
+/// The stream had a gap: its shadow gets no more bytes.
+pub const STREAM_BROKEN: u64 = 1 << 62;
+
+/// A mirrored client flow as its segments carry it (`struct fp_mirror_flow`): every field in
+/// network byte order, exactly the bytes of the IPv4 and TCP headers.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct MirrorFlow {
+    pub client_ip: u32,
+    pub pooler_ip: u32,
+    pub client_port: u16,
+    pub pooler_port: u16,
+}
+
+// SAFETY: plain old data without padding (asserted below), any bit pattern is valid.
+unsafe impl aya::Pod for MirrorFlow {}
+
+/// `struct fp_mirror_config`.
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy)]
+pub struct MirrorConfig {
+    /// The UDP socket's port, network byte order.
+    pub udp_port: u16,
+    pub pad: u16,
+    /// `MIRROR_CLONE_EGRESS` or 0.
+    pub flags: u32,
+    /// Mirrored flows; while 0 the tc program returns at once.
+    pub flows: u32,
+    pub reserved: u32,
+}
+
+/// `MirrorConfig::flags`: clone into the interface's egress (loopback only).
+pub const MIRROR_CLONE_EGRESS: u32 = 1;
+
+// SAFETY: plain old data without padding (asserted below), any bit pattern is valid.
+unsafe impl aya::Pod for MirrorConfig {}
+
+/// Per-CPU mirroring counters (`struct fp_mirror_counters`).
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct MirrorCounters {
+    /// tc: client segments with payload cloned.
+    pub segments_cloned: u64,
+    /// tc: a clone or its rewrite into a datagram failed (the shadow then misses bytes).
+    pub clone_failures: u64,
+    /// Datagrams whose payload was redirected into a shadow.
+    pub segments_mirrored: u64,
+    /// Payload bytes redirected into shadows.
+    pub bytes_mirrored: u64,
+    /// Datagrams that named no live stream or shadow socket, or whose redirect failed.
+    pub drops_no_shadow: u64,
+    /// Retransmitted bytes already mirrored, skipped.
+    pub duplicate_bytes: u64,
+    /// Streams cut off at a gap (a lost or reordered clone).
+    pub desyncs: u64,
+    /// Reply bytes from shadows, dropped in the kernel.
+    pub shadow_reply_bytes_dropped: u64,
+}
+
+// SAFETY: plain old data of u64 fields, any bit pattern is valid.
+unsafe impl aya::Pod for MirrorCounters {}
+
+const _: () = {
+    assert!(size_of::<MirrorFlow>() == 12);
+    assert!(offset_of!(MirrorFlow, client_port) == 8);
+    assert!(size_of::<MirrorConfig>() == 16);
+    assert!(offset_of!(MirrorConfig, flows) == 8);
+    assert!(size_of::<MirrorCounters>() == 64);
+    assert!(offset_of!(MirrorCounters, shadow_reply_bytes_dropped) == 56);
+};

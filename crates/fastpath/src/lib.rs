@@ -18,9 +18,17 @@
 //!   space has read all of them and holds no partial message, so the paths never reorder bytes;
 //! - a server belongs to exactly one of: the kernel's free set, a kernel link, user space, or the
 //!   handoff ring (its `owner`), changed only by compare-and-swap.
+//!
+//! Workload mirroring (`mirror = "<database>"`) is a separate object (`bpf/mirror.bpf.c`),
+//! loaded by [`FastPath::enable_mirroring`]: a tc program clones a mirrored client's segments
+//! into UDP datagrams, a verdict on the FastPath's UDP socket redirects their payload, in TCP
+//! sequence order, into the shadow server's socket, and the shadow's replies are dropped in the
+//! kernel. It works whether the client's bytes take the kernel or the user-space path. See the
+//! `mirror` module for the design, the RPS requirement and the limits.
 
 pub mod abi;
 mod link;
+mod mirror;
 pub mod status;
 
 use std::collections::HashMap as StdHashMap;
@@ -33,7 +41,8 @@ use aya::programs::SkSkb;
 use aya::Ebpf;
 
 use abi::*;
-pub use abi::{Counters, PoolEntry, Slot};
+pub use abi::{Counters, MirrorCounters, PoolEntry, Slot};
+pub use mirror::MirrorHandle;
 
 /// The compiled programs, aligned for the ELF parser.
 static PROGRAMS: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/fastpath.bpf.o"));
@@ -48,6 +57,14 @@ pub enum FastPathError {
     Full(&'static str),
     #[error("socket: {0}")]
     Socket(#[from] std::io::Error),
+    #[error("kernel mirroring takes IPv4 flows only ({0}): mirror this client in user space")]
+    MirrorIpv6(std::net::SocketAddr),
+    #[error("the flow of client {0} is mirrored already")]
+    MirrorExists(std::net::SocketAddr),
+    #[error("mirroring is not enabled: call enable_mirroring first")]
+    MirrorNotEnabled,
+    #[error("mirroring on interface {interface}: {detail}")]
+    MirrorInterface { interface: String, detail: String },
 }
 
 type Result<T> = std::result::Result<T, FastPathError>;
@@ -86,6 +103,8 @@ pub struct FastPath {
     free_servers: Mutex<Vec<Vec<u32>>>,
     pool_names: Mutex<StdHashMap<String, u32>>,
     program_ids: Vec<(&'static str, u32)>,
+    /// Workload mirroring, loaded by `enable_mirroring` (see the mirror module).
+    mirror: Mutex<Option<mirror::Mirror>>,
 }
 
 impl FastPath {
@@ -124,6 +143,7 @@ impl FastPath {
             free_servers: Mutex::new((0..POOLS_MAX).map(|_| (0..POOL_SERVERS_MAX).rev().collect()).collect()),
             pool_names: Mutex::new(StdHashMap::new()),
             program_ids,
+            mirror: Mutex::new(None),
         })
     }
 
@@ -247,18 +267,7 @@ impl FastPath {
     /// Each program's name, id, run count and total run time in ns (counted only while
     /// `kernel.bpf_stats_enabled` is 1).
     pub fn program_stats(&self) -> Vec<ProgramStats> {
-        self.program_ids
-            .iter()
-            .map(|&(name, id)| {
-                let info = aya::programs::loaded_programs().flatten().find(|info| info.id() == id);
-                ProgramStats {
-                    name,
-                    id,
-                    run_count: info.as_ref().map_or(0, |info| info.run_count()),
-                    run_time_ns: info.as_ref().map_or(0, |info| info.run_time().as_nanos() as u64),
-                }
-            })
-            .collect()
+        program_stats(&self.program_ids)
     }
 
     /// The ring of servers released while clients waited in user space; taken once.
@@ -274,6 +283,20 @@ pub struct ProgramStats {
     pub id: u32,
     pub run_count: u64,
     pub run_time_ns: u64,
+}
+
+fn program_stats(ids: &[(&'static str, u32)]) -> Vec<ProgramStats> {
+    ids.iter()
+        .map(|&(name, id)| {
+            let info = aya::programs::loaded_programs().flatten().find(|info| info.id() == id);
+            ProgramStats {
+                name,
+                id,
+                run_count: info.as_ref().map_or(0, |info| info.run_count()),
+                run_time_ns: info.as_ref().map_or(0, |info| info.run_time().as_nanos() as u64),
+            }
+        })
+        .collect()
 }
 
 fn add_counters(total: &mut Counters, cpu: &Counters) {
