@@ -19,7 +19,9 @@
 //! - A failing run is a recorded result (its `error` field), never the end of the benchmark.
 //! - Parsers of pgbench and `/proc` output are pure functions with unit tests.
 
+mod bpf_stats;
 mod cpu;
+pub mod fastpath;
 mod interrupt;
 mod machine;
 mod pgbench;

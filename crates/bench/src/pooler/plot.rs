@@ -181,6 +181,8 @@ fn color_of(contender: Contender) -> RGBColor {
         Contender::Pgbouncer2 => RGBColor(44, 160, 44),
         Contender::Bypass => RGBColor(214, 39, 40),
         Contender::BypassKernel => RGBColor(148, 103, 189),
+        Contender::BypassMirror => RGBColor(255, 127, 14),
+        Contender::BypassKernelMirror => RGBColor(140, 86, 75),
     }
 }
 
