@@ -6,13 +6,15 @@
 //! ```text
 //!   StatsSwitch::enable()  sysctl 1 ──────────────────────────────────────── drop: old value
 //!   per run:  sample(pooler pids) ── pgbench ── sample(pooler pids) ──► cost(before, after, txns)
-//!   sample:   bpftool prog show -j  (programs whose "pids" include the pooler)
+//!   sample:   /proc/<pooler>/fdinfo/* → ids of the programs and maps the pooler holds
+//!             bpftool prog show -j  (fp_client / fp_server among those ids)
 //!             bpftool map show -j → fp_counters id → bpftool map dump id N -j (summed over CPUs)
 //! ```
 //!
-//! Programs and maps are matched by name *and* owner pid, so programs loaded by tests or other
-//! poolers on the same machine are never counted. The parsers are pure functions over bpftool's
-//! JSON, unit-tested with literal output.
+//! Programs and maps are matched by name *and* by the pooler holding a descriptor to them, so
+//! programs loaded by tests or other poolers on the same machine are never counted (Debian's
+//! bpftool 7.1 prints no `pids`). The parsers are pure functions over bpftool's JSON and fdinfo
+//! text, unit-tested with literal output.
 
 use std::collections::BTreeMap;
 use std::process::Command;
@@ -77,10 +79,18 @@ pub struct Sample {
     pub kernel_counters: BTreeMap<String, u64>,
 }
 
+/// The BPF programs and maps some processes hold descriptors to, by id (two id spaces).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Owned {
+    pub program_ids: Vec<u64>,
+    pub map_ids: Vec<u64>,
+}
+
 /// Reads the counters of the fast-path programs and map owned by any of `owner_pids`.
 pub fn sample(owner_pids: &[u32]) -> Result<Sample> {
-    let programs = parse_programs(&bpftool(&["prog", "show"])?, owner_pids)?;
-    let kernel_counters = match parse_map_id(&bpftool(&["map", "show"])?, COUNTERS_MAP, owner_pids)? {
+    let owned = owned_ids(owner_pids);
+    let programs = parse_programs(&bpftool(&["prog", "show"])?, &owned)?;
+    let kernel_counters = match parse_map_id(&bpftool(&["map", "show"])?, COUNTERS_MAP, &owned)? {
         Some(id) => parse_percpu_sum(&bpftool(&["map", "dump", "id", &id.to_string()])?)?,
         None => BTreeMap::new(),
     };
@@ -99,20 +109,41 @@ fn bpftool(args: &[&str]) -> Result<String> {
     String::from_utf8(output.stdout).context("bpftool printed non-UTF-8")
 }
 
-/// Whether a `prog show` / `map show` entry lists one of `owner_pids` in its `pids`.
-fn owned_by(entry: &Value, owner_pids: &[u32]) -> bool {
-    let pids = entry["pids"].as_array().map(Vec::as_slice).unwrap_or_default();
-    pids.iter().filter_map(|owner| owner["pid"].as_u64()).any(|pid| owner_pids.iter().any(|&p| u64::from(p) == pid))
+/// The ids of every BPF program and map that `pids` hold a descriptor to, from the
+/// `prog_id:` / `map_id:` lines of `/proc/<pid>/fdinfo/*`. Unreadable entries are skipped.
+pub fn owned_ids(pids: &[u32]) -> Owned {
+    let mut owned = Owned::default();
+    for pid in pids {
+        let Ok(entries) = std::fs::read_dir(format!("/proc/{pid}/fdinfo")) else { continue };
+        for entry in entries.flatten() {
+            let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
+            add_fdinfo_ids(&text, &mut owned);
+        }
+    }
+    owned
 }
 
-/// The fast-path programs in `bpftool -j prog show` output that belong to `owner_pids`.
+/// Adds the program or map id named in one fdinfo text, if any.
+pub fn add_fdinfo_ids(fdinfo: &str, owned: &mut Owned) {
+    for line in fdinfo.lines() {
+        let Some((key, value)) = line.split_once(':') else { continue };
+        let Ok(id) = value.trim().parse::<u64>() else { continue };
+        match key.trim() {
+            "prog_id" => owned.program_ids.push(id),
+            "map_id" => owned.map_ids.push(id),
+            _ => {}
+        }
+    }
+}
+
+/// The fast-path programs in `bpftool -j prog show` output that are in `owned`.
 /// Programs without `run_time_ns` (statistics off) count as zero.
-pub fn parse_programs(json: &str, owner_pids: &[u32]) -> Result<Vec<ProgramCounters>> {
+pub fn parse_programs(json: &str, owned: &Owned) -> Result<Vec<ProgramCounters>> {
     let entries: Vec<Value> = serde_json::from_str(json).context("parsing bpftool prog show -j")?;
     let mut programs: Vec<ProgramCounters> = entries
         .iter()
         .filter(|entry| entry["name"].as_str().is_some_and(|name| PROGRAM_NAMES.contains(&name)))
-        .filter(|entry| owned_by(entry, owner_pids))
+        .filter(|entry| entry["id"].as_u64().is_some_and(|id| owned.program_ids.contains(&id)))
         .map(|entry| ProgramCounters {
             name: entry["name"].as_str().unwrap_or_default().to_string(),
             id: entry["id"].as_u64().unwrap_or_default(),
@@ -124,13 +155,14 @@ pub fn parse_programs(json: &str, owner_pids: &[u32]) -> Result<Vec<ProgramCount
     Ok(programs)
 }
 
-/// The id of the map called `name` owned by one of `owner_pids`, from `bpftool -j map show`.
-pub fn parse_map_id(json: &str, name: &str, owner_pids: &[u32]) -> Result<Option<u64>> {
+/// The id of the map called `name` among `owned`, from `bpftool -j map show`.
+pub fn parse_map_id(json: &str, name: &str, owned: &Owned) -> Result<Option<u64>> {
     let entries: Vec<Value> = serde_json::from_str(json).context("parsing bpftool map show -j")?;
     Ok(entries
         .iter()
-        .filter(|entry| entry["name"].as_str() == Some(name) && owned_by(entry, owner_pids))
-        .find_map(|entry| entry["id"].as_u64()))
+        .filter(|entry| entry["name"].as_str() == Some(name))
+        .filter_map(|entry| entry["id"].as_u64())
+        .find(|id| owned.map_ids.contains(id)))
 }
 
 /// Sums a per-CPU map's BTF-formatted values over every key and CPU, field by field, from
@@ -225,33 +257,53 @@ mod tests {
     use super::*;
 
     const PROG_SHOW: &str = r#"[
-        {"id":7,"type":"sk_skb","name":"fp_client","run_time_ns":5000,"run_cnt":10,"pids":[{"pid":42,"comm":"bypass"}]},
-        {"id":8,"type":"sk_skb","name":"fp_server","run_time_ns":9000,"run_cnt":30,"pids":[{"pid":42,"comm":"bypass"}]},
-        {"id":9,"type":"sk_skb","name":"fp_client","run_time_ns":1,"run_cnt":1,"pids":[{"pid":99,"comm":"test"}]},
-        {"id":3,"type":"cgroup_skb","name":"other","run_time_ns":1,"run_cnt":1,"pids":[{"pid":42,"comm":"bypass"}]},
+        {"id":7,"type":"sk_skb","name":"fp_client","run_time_ns":5000,"run_cnt":10},
+        {"id":8,"type":"sk_skb","name":"fp_server","run_time_ns":9000,"run_cnt":30},
+        {"id":9,"type":"sk_skb","name":"fp_client","run_time_ns":1,"run_cnt":1},
+        {"id":3,"type":"cgroup_skb","name":"other","run_time_ns":1,"run_cnt":1},
         {"id":10,"type":"sk_skb","name":"fp_server"}
     ]"#;
 
-    // Goal: only the fast-path programs of our pooler are read; method: bpftool JSON with a
-    // foreign owner, an unrelated program and an ownerless one.
+    /// What a pooler holding programs 7, 8, 3 and maps 6, 8 would show in its fdinfo.
+    fn ours() -> Owned {
+        let mut owned = Owned::default();
+        for fdinfo in ["pos:\t0\nprog_type:\t14\nprog_id:\t7\nrun_time_ns:\t5000\n", "prog_id:\t8\n", "prog_id: 3\n"] {
+            add_fdinfo_ids(fdinfo, &mut owned);
+        }
+        add_fdinfo_ids("pos:\t0\nmap_type:\t6\nmap_id:\t6\nfrozen:\t0\n", &mut owned);
+        add_fdinfo_ids("map_id:\t8\n", &mut owned);
+        add_fdinfo_ids("pos:\t0\nflags:\t02\n", &mut owned);
+        owned
+    }
+
+    // Goal: fdinfo lines give program and map ids in separate sets; method: literal fdinfo,
+    // and this test process, which holds no BPF object.
+    #[test]
+    fn fdinfo_ids_are_collected() {
+        assert_eq!(ours(), Owned { program_ids: vec![7, 8, 3], map_ids: vec![6, 8] });
+        assert!(owned_ids(&[std::process::id()]).program_ids.is_empty());
+    }
+
+    // Goal: only the fast-path programs our pooler holds are read; method: bpftool JSON with a
+    // foreign fp_client, an unrelated program and one we do not hold.
     #[test]
     fn programs_are_filtered_by_name_and_owner() {
-        let programs = parse_programs(PROG_SHOW, &[42]).expect("parse");
+        let programs = parse_programs(PROG_SHOW, &ours()).expect("parse");
         let ids: Vec<(String, u64)> = programs.iter().map(|p| (p.name.clone(), p.id)).collect();
         assert_eq!(ids, vec![("fp_client".to_string(), 7), ("fp_server".to_string(), 8)]);
         assert_eq!((programs[1].run_time_ns, programs[1].run_count), (9000, 30));
-        assert!(parse_programs(PROG_SHOW, &[1]).expect("parse").is_empty());
-        assert!(parse_programs("not json", &[42]).is_err());
+        assert!(parse_programs(PROG_SHOW, &Owned::default()).expect("parse").is_empty());
+        assert!(parse_programs("not json", &ours()).is_err());
     }
 
-    // Goal: the counters map is found by name and owner and summed over CPUs by field;
-    // method: literal `map show` and `map dump` output of a two-CPU per-CPU array.
+    // Goal: the counters map is found by name among the held maps (map ids are their own id
+    // space: program 7 is not map 7) and summed over CPUs by field; method: literal
+    // `map show` and `map dump` output of a two-CPU per-CPU array.
     #[test]
     fn counter_map_is_found_and_summed() {
-        let show =
-            r#"[{"id":5,"name":"fp_counters","pids":[{"pid":99}]},{"id":6,"name":"fp_counters","pids":[{"pid":42}]}]"#;
-        assert_eq!(parse_map_id(show, "fp_counters", &[42]).expect("parse"), Some(6));
-        assert_eq!(parse_map_id(show, "fp_counters", &[7]).expect("parse"), None);
+        let show = r#"[{"id":5,"name":"fp_counters"},{"id":6,"name":"fp_counters"},{"id":7,"name":"fp_counters"}]"#;
+        assert_eq!(parse_map_id(show, "fp_counters", &ours()).expect("parse"), Some(6));
+        assert_eq!(parse_map_id(show, "fp_counters", &Owned::default()).expect("parse"), None);
         let dump = r#"[{"key":["0x00"],"values":[],"formatted":{"key":0,"values":[
             {"cpu":0,"value":{"transactions":10,"passes_slow":1}},
             {"cpu":1,"value":{"transactions":5,"passes_slow":0}}]}}]"#;

@@ -155,7 +155,7 @@ impl<'a> Bench<'a> {
         let ycsb = plan.iter().any(|spec| spec.workload.ycsb_read_percent().is_some());
         bench.initialise_tables(DATABASE, ycsb)?;
         if plan.iter().any(|spec| spec.contender.mirrors()) {
-            psql_in(postgres, DATABASE, &format!("create database {SHADOW_DATABASE}"))?;
+            psql_in(postgres, DATABASE, &[format!("create database {SHADOW_DATABASE}")])?;
             bench.initialise_tables(SHADOW_DATABASE, ycsb)?;
         }
         Ok(bench)
@@ -179,7 +179,7 @@ impl<'a> Bench<'a> {
         // Loading goes through a small ring buffer; read the tables and indexes into
         // shared_buffers so the first run is not the only one paying for cold pages.
         let reads: Vec<String> = prewarmed.iter().map(|relation| format!("pg_prewarm('{relation}')")).collect();
-        let prewarm = format!("create extension if not exists pg_prewarm; select {}", reads.join(", "));
+        let prewarm = ["create extension if not exists pg_prewarm".to_string(), format!("select {}", reads.join(", "))];
         if let Err(error) = psql_in(self.postgres, database, &prewarm) {
             eprintln!("bench {name}: warning: prewarm failed ({error:#}); the first runs start cold");
         }
@@ -294,36 +294,39 @@ fn connection_args(port: u16, database: &str) -> Vec<String> {
     ["-h", "127.0.0.1", "-p", &port.to_string(), "-U", "postgres", database].map(String::from).to_vec()
 }
 
-/// Runs `sql` in `database` as the superuser (the testkit's `psql` knows only `postgres`).
-fn psql_in(postgres: &Postgres, database: &str, sql: &str) -> Result<()> {
-    let output = Command::new(pg_bin("psql"))
-        .args(["-X", "-q", "-v", "ON_ERROR_STOP=1", "-h", "127.0.0.1", "-U", "postgres"])
-        .args(["-p", &postgres.port().to_string(), "-d", database, "-c", sql])
-        .env("LC_ALL", "C")
-        .env_remove("PGOPTIONS")
-        .output()
-        .context("spawning psql")?;
+/// Runs `statements` in `database` as the superuser, each in its own transaction (one `-c`
+/// each, so VACUUM and CREATE DATABASE work); the testkit's `psql` knows only `postgres`.
+fn psql_in(postgres: &Postgres, database: &str, statements: &[String]) -> Result<()> {
+    let mut command = Command::new(pg_bin("psql"));
+    command.args(["-X", "-q", "-v", "ON_ERROR_STOP=1", "-h", "127.0.0.1", "-U", "postgres"]).args([
+        "-p",
+        &postgres.port().to_string(),
+        "-d",
+        database,
+    ]);
+    for statement in statements {
+        command.arg("-c").arg(statement);
+    }
+    let output = command.env("LC_ALL", "C").env_remove("PGOPTIONS").output().context("spawning psql")?;
     if !output.status.success() {
         bail!("psql in {database} failed ({}): {}", output.status, String::from_utf8_lossy(&output.stderr).trim());
     }
     Ok(())
 }
 
-/// Creates and fills `usertable` in one statement: ten fields of exactly
+/// Creates and fills `usertable` with one INSERT … SELECT: ten fields of exactly
 /// [`YCSB_FIELD_CHARS`] characters derived from the key, so a row is ~1 KB and stays inline
 /// (below the 2 KB TOAST threshold).
-pub fn ycsb_load_sql() -> String {
+pub fn ycsb_load_sql() -> [String; 4] {
     let columns: Vec<String> = (0..10).map(|field| format!("field{field} text")).collect();
     let values: Vec<String> =
         (0..10).map(|field| format!("rpad(md5(key::text || '{field}'), {YCSB_FIELD_CHARS}, md5(key::text))")).collect();
-    format!(
-        "drop table if exists usertable; \
-         create table usertable (ycsb_key int primary key, {}); \
-         insert into usertable select key, {} from generate_series(1, {YCSB_ROWS}) as key; \
-         vacuum analyze usertable",
-        columns.join(", "),
-        values.join(", ")
-    )
+    [
+        "drop table if exists usertable".to_string(),
+        format!("create table usertable (ycsb_key int primary key, {})", columns.join(", ")),
+        format!("insert into usertable select key, {} from generate_series(1, {YCSB_ROWS}) as key", values.join(", ")),
+        "vacuum analyze usertable".to_string(),
+    ]
 }
 
 /// One YCSB read: a whole row by a zipfian key.
@@ -565,7 +568,7 @@ mod tests {
         let update = ycsb_update_script();
         assert!(update.contains("UPDATE usertable SET field0 = "), "{update}");
         assert_eq!(update.matches(';').count(), 1, "{update}");
-        let load = ycsb_load_sql();
+        let load = ycsb_load_sql().join("; ");
         assert!(load.contains("create table usertable (ycsb_key int primary key, field0 text,"), "{load}");
         assert!(load.contains("field9 text)"), "{load}");
         assert_eq!(load.matches("rpad(md5(key::text").count(), 10, "{load}");

@@ -16,6 +16,10 @@
 //! 50 direct clients would not fit in max_connections 100) and no run inherits another's state.
 //! A failing run is recorded as an error in its cell and the benchmark goes on; Ctrl-C stops it
 //! and every child is still cleaned up.
+//!
+//! This module is also the harness other pgbench-driven benchmarks reuse: a [`Setup`] (name,
+//! pgbench and PostgreSQL knobs), a plan of [`measure::RunSpec`]s ([`matrix_plan`]), [`drive`]
+//! (the loop above) and a [`Document`] that receives every run and rewrites its files.
 
 pub(crate) mod contender;
 pub(crate) mod markdown;
