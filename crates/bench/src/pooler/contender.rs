@@ -129,6 +129,10 @@ impl BypassProcess {
             .args(["proxy", "--config"])
             .arg(&config)
             .env("BYPASS_LOG", "info")
+            // A start-up error must end the log with its message, not a backtrace that pushes
+            // the message out of the quoted tail.
+            .env("RUST_BACKTRACE", "0")
+            .env("RUST_LIB_BACKTRACE", "0")
             .stdin(Stdio::null())
             .stdout(log_file)
             .stderr(log_file_err)

@@ -431,9 +431,21 @@ fn start_postgres(setup: &Setup) -> Result<Postgres> {
     .context("starting PostgreSQL")
 }
 
+/// Characters of a run's error on its progress line; the documents keep it whole.
+const CONSOLE_ERROR_CHARS_MAX: usize = 300;
+
+/// `text` on one line, cut to `chars_max` characters.
+fn one_line(text: &str, chars_max: usize) -> String {
+    let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    match flat.char_indices().nth(chars_max) {
+        Some((cut, _)) => format!("{}…", &flat[..cut]),
+        None => flat,
+    }
+}
+
 fn log_progress(name: &str, index: usize, total: usize, record: &RunRecord, started: Instant) {
     let outcome = match (&record.error, record.tps) {
-        (Some(error), _) => format!("ERROR {error}"),
+        (Some(error), _) => format!("ERROR {}", one_line(error, CONSOLE_ERROR_CHARS_MAX)),
         (None, Some(tps)) => format!("{tps:.0} tps"),
         (None, None) => "no tps".to_string(),
     };
@@ -498,6 +510,16 @@ mod tests {
             }
         }
         assert_eq!(order, expected);
+    }
+
+    // Goal: console errors are one bounded line; method: a multi-line error and a short one.
+    #[test]
+    fn console_errors_are_one_short_line() {
+        assert_eq!(
+            one_line("bypass exited\n  config: unknown field `mirror`", 300),
+            "bypass exited config: unknown field `mirror`"
+        );
+        assert_eq!(one_line("abcdef", 3), "abc…");
     }
 
     // Goal: nonsense arguments are refused before anything starts; method: a few bad lines.
