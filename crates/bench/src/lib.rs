@@ -17,7 +17,8 @@
 //! Invariants:
 //! - Every child process (pgbench, poolers, PostgreSQL) is owned by a value whose `Drop` stops
 //!   it, so errors, panics and Ctrl-C (turned into a polled flag by [`interrupt`]) leave nothing
-//!   running; the `kernel.bpf_stats_enabled` sysctl is restored the same way.
+//!   running; BPF run-time statistics are switched off the same way (a descriptor, not the
+//!   shared sysctl).
 //! - A failing run is a recorded result (its `error` field), never the end of the benchmark.
 //! - Parsers of pgbench, `/proc` and bpftool output are pure functions with unit tests.
 

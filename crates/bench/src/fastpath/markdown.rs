@@ -80,7 +80,8 @@ fn bpf_table(results: &FastpathResults) -> String {
         return String::new();
     }
     let mut text = String::from(
-        "## BPF cost (Bypass kernel)\n\nFrom `kernel.bpf_stats_enabled=1` (on for the run, restored after): run_time_ns \
+        "## BPF cost (Bypass kernel)\n\nFrom BPF run-time statistics, on for the benchmark (a `BPF_ENABLE_STATS` \
+         descriptor: what `kernel.bpf_stats_enabled=1` does, without touching the shared sysctl): run_time_ns \
          ÷ run_cnt of each verdict program between bpftool reads before and after pgbench, and both programs' run \
          time ÷ transactions pgbench completed. Kernel counters from the `fp_counters` map: transactions whose \
          server the kernel released ÷ transactions completed, and passes to user space per transaction.\n\n\

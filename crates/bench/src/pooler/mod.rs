@@ -328,9 +328,10 @@ pub fn drive<D: Document>(
         eprintln!("bench {name}: warning: {error:#}");
     }
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
-    // Held for the whole benchmark; dropping it restores the sysctl, also on an error or Ctrl-C.
+    // Held for the whole benchmark; dropping it (also on an error or Ctrl-C) turns BPF
+    // statistics off again unless another process holds them on.
     let _bpf_stats = match plan.iter().any(|spec| spec.contender.is_kernel()) {
-        true => Some(bpf_stats::StatsSwitch::enable().context("enabling kernel.bpf_stats_enabled")?),
+        true => Some(bpf_stats::StatsSwitch::enable().context("enabling BPF run-time statistics")?),
         false => None,
     };
     let postgres = start_postgres(setup)?;
