@@ -1,25 +1,30 @@
 //! Benchmark drivers and reports for Bypass.
 //!
 //! Benchmarks compare Bypass with the peer users would pick, in the same run on the same
-//! machine, and write JSON + markdown + a PNG plot (house style, design §9). The one benchmark
-//! so far is [`pooler`]: pgbench through direct PostgreSQL, PgBouncer (one and two processes)
-//! and the `bypass` binary.
+//! machine, and write JSON + markdown + a PNG plot (house style, design §9). [`pooler`] is the
+//! harness and `bench pooler` (pgbench through direct PostgreSQL, PgBouncer one and two
+//! processes, and the `bypass` binary); [`fastpath`] is `bench fastpath` (issue 4): the same
+//! harness with the kernel fast path, YCSB-like workloads, BPF cost and mirroring.
 //!
 //! ```text
-//!   pooler ── measure ──► contender (testkit PgBouncer / bypass child / nothing)
-//!     │          └──────► pgbench (spawn, -P 1 progress ─► cpu::Probe snapshots)
-//!     │                   pgbench_log (per-transaction latencies) ─► stats
-//!     └─ report ─► pooler.json, markdown ─► pooler.md, plot ─► pooler.png
+//!   pooler::run ──┐                 ┌─► contender (testkit PgBouncer / bypass child / nothing)
+//!   fastpath::run ┴─► pooler::drive ┼─► pgbench (spawn, -P 1 progress ─► cpu::Probe snapshots)
+//!                        │          │   pgbench_log (per-transaction latencies) ─► stats
+//!                        │          └─► bpf_stats (bpftool before/after a kernel run)
+//!                        └─ Document (pooler Results / FastpathResults) ─► <name>.json/.md/.png
 //! ```
 //!
 //! Invariants:
 //! - Every child process (pgbench, poolers, PostgreSQL) is owned by a value whose `Drop` stops
 //!   it, so errors, panics and Ctrl-C (turned into a polled flag by [`interrupt`]) leave nothing
-//!   running.
+//!   running; BPF run-time statistics are switched off the same way (a descriptor, not the
+//!   shared sysctl).
 //! - A failing run is a recorded result (its `error` field), never the end of the benchmark.
-//! - Parsers of pgbench and `/proc` output are pure functions with unit tests.
+//! - Parsers of pgbench, `/proc` and bpftool output are pure functions with unit tests.
 
+mod bpf_stats;
 mod cpu;
+pub mod fastpath;
 mod interrupt;
 mod machine;
 mod pgbench;

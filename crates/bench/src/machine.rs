@@ -51,6 +51,13 @@ pub fn machine_info() -> MachineInfo {
     }
 }
 
+/// The 1, 5 and 15 minute load averages from `/proc/loadavg` (`"0.35 2.15 2.47"`), to show
+/// how busy the shared machine was around a run; empty if unreadable.
+pub fn load_average() -> String {
+    let text = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    text.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+}
+
 /// The value of the first `key : value` line, trimmed.
 fn field_after_colon(text: &str, key: &str) -> Option<String> {
     text.lines()
@@ -149,5 +156,6 @@ mod tests {
         let info = machine_info();
         assert!(info.nproc >= 1);
         assert!(info.kernel.starts_with("Linux"));
+        assert_eq!(load_average().split(' ').count(), 3);
     }
 }

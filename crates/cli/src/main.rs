@@ -68,6 +68,10 @@ enum FastpathCommand {
 enum BenchCommand {
     /// pgbench through direct PostgreSQL, PgBouncer (1 and 2 processes) and Bypass.
     Pooler(bypass_bench::pooler::PoolerBenchArgs),
+    /// The kernel fast path (issue 4): direct PostgreSQL, PgBouncer (1 and 2 processes), Bypass
+    /// user and Bypass kernel on SELECT 1, pgbench -S/-N and YCSB-like A/B/C, with BPF cost and
+    /// (--mirroring) the cost of mirroring.
+    Fastpath(bypass_bench::fastpath::FastpathBenchArgs),
     /// The engine against DuckDB, DataFusion and Polars, and the runtime experiments.
     Engine(bypass_engine::cli::BenchArgs),
     /// The pod store against 2PL+2PC and OCC on TPC-C and YCSB.
@@ -92,6 +96,9 @@ fn main() -> Result<()> {
         Command::Fastpath(FastpathCommand::Status) => {
             print!("{}", bypass_fastpath::status::status()?.render());
             Ok(())
+        }
+        Command::Bench { which: BenchCommand::Fastpath(args) } => {
+            bypass_bench::fastpath::run(args, &std::env::current_exe()?)
         }
         Command::Bench { which: BenchCommand::Engine(args) } => bypass_engine::cli::bench(args),
         Command::Bench { which: BenchCommand::Pod(args) } => bypass_pod::cli::bench(args),

@@ -58,18 +58,40 @@ pub fn start(contender: Contender, backend_port: u16, pool_size: u32, bypass_exe
             let pooler_pids = bouncer.pids();
             Ok(Target { port: bouncer.port(), pooler_pids, _pgbouncer: Some(bouncer), _bypass: None })
         }
-        Contender::Bypass | Contender::BypassKernel => {
-            let kernel = contender == Contender::BypassKernel;
-            let bypass = BypassProcess::start(bypass_exe, backend_port, pool_size, kernel)?;
+        Contender::Bypass | Contender::BypassKernel | Contender::BypassMirror | Contender::BypassKernelMirror => {
+            let bypass = BypassProcess::start(bypass_exe, backend_port, pool_size, contender)?;
             let (port, pooler_pids) = (bypass.port, vec![bypass.child.id()]);
             Ok(Target { port, pooler_pids, _pgbouncer: None, _bypass: Some(bypass) })
         }
     }
 }
 
-/// The configuration the bypass binary runs with: the same pool shape as PgBouncer's.
-pub fn render_bypass_config(listen_port: u16, backend_port: u16, pool_size: u32, kernel: bool) -> String {
-    let fast_path = if kernel { "kernel" } else { "user" };
+/// The database every workload runs in, as pgbench names it.
+pub const DATABASE: &str = "postgres";
+
+/// The database that receives a copy of every query of [`DATABASE`] when mirroring; created
+/// with the same tables.
+pub const SHADOW_DATABASE: &str = "shadow";
+
+/// The configuration the bypass binary runs with: the same pool shape as PgBouncer's. A
+/// mirroring contender names the two databases, the primary one with `mirror` pointing at the
+/// shadow; the others accept any database through the `"*"` entry.
+pub fn render_bypass_config(listen_port: u16, backend_port: u16, pool_size: u32, contender: Contender) -> String {
+    let fast_path = if contender.is_kernel() { "kernel" } else { "user" };
+    let databases = if contender.mirrors() {
+        format!(
+            "[databases.{DATABASE}]\n\
+             host = \"{HOST}\"\n\
+             port = {backend_port}\n\
+             mirror = \"{SHADOW_DATABASE}\"\n\
+             \n\
+             [databases.{SHADOW_DATABASE}]\n\
+             host = \"{HOST}\"\n\
+             port = {backend_port}\n"
+        )
+    } else {
+        format!("[databases.\"*\"]\nhost = \"{HOST}\"\nport = {backend_port}\n")
+    };
     format!(
         "[pooler]\n\
          listen_addr = \"{HOST}:{listen_port}\"\n\
@@ -80,9 +102,7 @@ pub fn render_bypass_config(listen_port: u16, backend_port: u16, pool_size: u32,
          listen_backlog = 4096\n\
          fast_path = \"{fast_path}\"\n\
          \n\
-         [databases.\"*\"]\n\
-         host = \"{HOST}\"\n\
-         port = {backend_port}\n"
+         {databases}"
     )
 }
 
@@ -96,11 +116,11 @@ struct BypassProcess {
 }
 
 impl BypassProcess {
-    fn start(exe: &Path, backend_port: u16, pool_size: u32, kernel: bool) -> Result<BypassProcess> {
+    fn start(exe: &Path, backend_port: u16, pool_size: u32, contender: Contender) -> Result<BypassProcess> {
         let dir = tempfile::Builder::new().prefix("bypass-bench-proxy-").tempdir().context("creating a temp dir")?;
         let port = free_port();
         let config = dir.path().join("bypass.toml");
-        std::fs::write(&config, render_bypass_config(port, backend_port, pool_size, kernel))
+        std::fs::write(&config, render_bypass_config(port, backend_port, pool_size, contender))
             .with_context(|| format!("writing {}", config.display()))?;
         let log = dir.path().join("bypass.log");
         let log_file = File::create(&log).with_context(|| format!("creating {}", log.display()))?;
@@ -109,6 +129,10 @@ impl BypassProcess {
             .args(["proxy", "--config"])
             .arg(&config)
             .env("BYPASS_LOG", "info")
+            // A start-up error must end the log with its message, not a backtrace that pushes
+            // the message out of the quoted tail.
+            .env("RUST_BACKTRACE", "0")
+            .env("RUST_LIB_BACKTRACE", "0")
             .stdin(Stdio::null())
             .stdout(log_file)
             .stderr(log_file_err)
@@ -165,7 +189,7 @@ mod tests {
     // Goal: bypass gets the same pool shape as PgBouncer; method: render and check the lines.
     #[test]
     fn bypass_config_matches_pgbouncer_shape() {
-        let text = render_bypass_config(7000, 5555, 20, false);
+        let text = render_bypass_config(7000, 5555, 20, Contender::Bypass);
         for line in [
             "listen_addr = \"127.0.0.1:7000\"",
             "pool_mode = \"transaction\"",
@@ -174,8 +198,30 @@ mod tests {
             "default_pool_size = 20",
             "[databases.\"*\"]",
             "port = 5555",
+            "fast_path = \"user\"",
         ] {
             assert!(text.lines().any(|l| l == line), "missing {line:?} in\n{text}");
+        }
+        assert!(!text.contains("mirror"), "{text}");
+        let kernel = render_bypass_config(7000, 5555, 20, Contender::BypassKernel);
+        assert!(kernel.lines().any(|l| l == "fast_path = \"kernel\""), "{kernel}");
+    }
+
+    // Goal: a mirroring contender mirrors `postgres` into `shadow` on the same server, in the
+    // right fast-path mode, and the config is valid TOML with the mirror inside the primary's
+    // entry only; method: render for both mirroring contenders and parse the TOML.
+    #[test]
+    fn mirror_config_names_the_shadow_database() {
+        for (contender, mode) in [(Contender::BypassMirror, "user"), (Contender::BypassKernelMirror, "kernel")] {
+            let text = render_bypass_config(7000, 5555, 20, contender);
+            let parsed: toml::Table = text.parse().expect("valid TOML");
+            assert_eq!(parsed["pooler"]["fast_path"].as_str(), Some(mode), "{text}");
+            let databases = parsed["databases"].as_table().expect("databases table");
+            assert_eq!(databases.keys().collect::<Vec<_>>(), vec!["postgres", "shadow"], "{text}");
+            assert_eq!(databases["postgres"]["mirror"].as_str(), Some("shadow"));
+            assert_eq!(databases["postgres"]["port"].as_integer(), Some(5555));
+            assert_eq!(databases["shadow"]["port"].as_integer(), Some(5555));
+            assert!(databases["shadow"].get("mirror").is_none(), "the shadow must not mirror again");
         }
     }
 }

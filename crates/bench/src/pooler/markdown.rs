@@ -1,33 +1,51 @@
-//! `pooler.md`: one table per workload (rows = clients, columns = contenders and ratios), a
-//! sanity table per workload, and every error in full. Pure: results in, text out.
+//! `<benchmark>.md`: one table per workload (rows = clients, columns = contenders and ratios), a
+//! sanity table per workload, and every error in full. Pure: results in, text out. The pieces
+//! are public so `bench fastpath` composes its document from them.
 
 use std::fmt::Write as _;
 
-use super::report::{CellRatios, CellSummary, Ratios, Results};
+use super::report::{CellSummary, Results};
 use super::{Contender, Workload};
 
-/// Renders the whole document.
+/// The title of `pooler.md`.
+const POOLER_TITLE: &str = "Pooler benchmark: direct PostgreSQL vs PgBouncer vs Bypass";
+
+/// Renders the whole `pooler.md`.
 pub fn render(results: &Results) -> String {
     let mut out = String::new();
-    out.push_str(&header(results));
-    for &workload in &results.workloads {
-        out.push_str(&main_table(results, workload));
-        out.push_str(&sanity_table(results, workload));
-    }
+    out.push_str(&header(results, POOLER_TITLE));
+    out.push_str(&workload_tables(results));
     out.push_str(&errors(results));
     out
 }
 
-fn header(results: &Results) -> String {
+/// The main and sanity tables of every workload of the matrix.
+pub fn workload_tables(results: &Results) -> String {
+    let mut out = String::new();
+    for &workload in &results.workloads {
+        out.push_str(&main_table(results, workload));
+        out.push_str(&sanity_table(results, workload));
+    }
+    out
+}
+
+/// Title, command, date, machine, versions, load averages and the method in one paragraph.
+pub fn header(results: &Results, title: &str) -> String {
     let machine = &results.machine;
     let versions = &results.versions;
     let settings = &results.settings;
     let revision = versions.git_revision.as_deref().map_or(String::new(), |revision| format!(" (git {revision})"));
-    let mut text = String::from("# Pooler benchmark: direct PostgreSQL vs PgBouncer vs Bypass\n\n");
+    let mut text = format!("# {title}\n\n");
     let _ = writeln!(
         text,
-        "`{}` — {} — **{}-core machine** ({}, {}).\n",
-        results.command, results.date, machine.nproc, machine.cpu_model, machine.kernel
+        "`{}` — {} — **{}-core machine** ({}, {}); load average {} at the start, {} after the last run.\n",
+        results.command,
+        results.date,
+        machine.nproc,
+        machine.cpu_model,
+        machine.kernel,
+        results.load_average_start,
+        results.load_average_end
     );
     let _ = writeln!(
         text,
@@ -41,9 +59,9 @@ fn header(results: &Results) -> String {
         text,
         "Transaction pooling, pool size {}, {} auth, max_client_conn {}; pgbench `-M simple -j {} -T {}`, \
          median of {} repetition(s), contenders interleaved. Each cell: TPS (pgbench, without connection time), \
-         p50 / p99 latency (per-transaction log, steady state), system-wide busy CPU-µs per transaction \
-         (steady state: {}). Ratios are Bypass ÷ peer: TPS higher is better, p99 and CPU lower is better. \
-         {}.\n",
+         mean / p50 / p99 / p99.9 latency (per-transaction log, steady state), system-wide busy CPU-µs per \
+         transaction (steady state: {}). Ratios are subject ÷ peer: TPS higher is better, latency and CPU \
+         lower is better. {}.\n",
         settings.pool_size,
         settings.auth_type,
         settings.max_client_conn,
@@ -57,26 +75,26 @@ fn header(results: &Results) -> String {
 }
 
 fn main_table(results: &Results, workload: Workload) -> String {
-    let ratio_peers = ratio_peers(results);
+    let pairs = ratio_pairs(results);
     let mut text = format!("## {} — {}\n\n| clients |", workload.name(), workload.description());
     for contender in &results.contenders {
         let _ = write!(text, " {} |", contender.label());
     }
-    for peer in &ratio_peers {
-        let _ = write!(text, " Bypass ÷ {} (TPS / p99 / CPU) |", peer.label());
+    for (subject, peer) in &pairs {
+        let _ = write!(text, " {} ÷ {} (TPS / mean / p99 / CPU) |", subject.label(), peer.label());
     }
     text.push_str("\n|---:|");
-    text.push_str(&"---|".repeat(results.contenders.len() + ratio_peers.len()));
+    text.push_str(&"---|".repeat(results.contenders.len() + pairs.len()));
     text.push('\n');
     for &clients in &results.clients {
         let _ = write!(text, "| {} |", thousands(f64::from(clients)));
         for &contender in &results.contenders {
+            let cell = results.cell(workload, clients, contender);
             let _ =
-                write!(text, " {} |", contender_cell(results.cell(workload, clients, contender), contender, clients));
+                write!(text, " {} |", contender_cell(cell, contender.runs_at(clients, results.direct_clients_max())));
         }
-        let ratios = results.ratios.iter().find(|r| (r.workload, r.clients) == (workload, clients));
-        for &peer in &ratio_peers {
-            let _ = write!(text, " {} |", ratio_cell(ratios, peer));
+        for &(subject, peer) in &pairs {
+            let _ = write!(text, " {} |", ratio_cell(results, workload, clients, subject, peer));
         }
         text.push('\n');
     }
@@ -84,27 +102,28 @@ fn main_table(results: &Results, workload: Workload) -> String {
     text
 }
 
-/// PgBouncer shapes Bypass is compared with, when both sides are in the run.
-fn ratio_peers(results: &Results) -> Vec<Contender> {
-    if !results.contenders.contains(&Contender::Bypass) {
-        return Vec::new();
-    }
-    [Contender::Pgbouncer, Contender::Pgbouncer2].into_iter().filter(|peer| results.contenders.contains(peer)).collect()
+/// The ratio pairs whose both sides are in the run.
+fn ratio_pairs(results: &Results) -> Vec<(Contender, Contender)> {
+    let ran = |contender: &Contender| results.contenders.contains(contender);
+    results.ratio_pairs.iter().copied().filter(|(subject, peer)| ran(subject) && ran(peer)).collect()
 }
 
-fn contender_cell(cell: Option<&CellSummary>, contender: Contender, clients: u32) -> String {
+/// One contender's numbers in a table cell; `runs_here` tells "not run yet" from "—".
+pub fn contender_cell(cell: Option<&CellSummary>, runs_here: bool) -> String {
     let Some(cell) = cell else {
-        return if contender.runs_at(clients) { "not run yet".to_string() } else { "—".to_string() };
+        return if runs_here { "not run yet".to_string() } else { "—".to_string() };
     };
     let Some(tps) = cell.tps else {
         let error = cell.errors.first().map_or("no result", String::as_str);
         return format!("**error**: {}", escape(&shorten(error, 120)));
     };
     let mut text = format!(
-        "{} TPS<br>{} / {} ms<br>{} µs/txn",
+        "{} TPS<br>{} / {} / {} / {} ms<br>{} µs/txn",
         thousands(tps),
+        decimal(cell.latency_mean_ms, 2),
         decimal(cell.p50_ms, 2),
         decimal(cell.p99_ms, 2),
+        decimal(cell.p999_ms, 2),
         decimal(cell.cpu_us_per_txn, 1)
     );
     if !cell.errors.is_empty() {
@@ -113,13 +132,15 @@ fn contender_cell(cell: Option<&CellSummary>, contender: Contender, clients: u32
     text
 }
 
-fn ratio_cell(ratios: Option<&CellRatios>, peer: Contender) -> String {
-    let versus: Option<&Ratios> = ratios.and_then(|r| match peer {
-        Contender::Pgbouncer2 => r.bypass_vs_pgbouncer2.as_ref(),
-        _ => r.bypass_vs_pgbouncer.as_ref(),
-    });
-    match versus {
-        Some(versus) => format!("{} / {} / {}", times(versus.tps), times(versus.p99), times(versus.cpu_us_per_txn)),
+fn ratio_cell(results: &Results, workload: Workload, clients: u32, subject: Contender, peer: Contender) -> String {
+    match results.ratio(workload, clients, subject, peer) {
+        Some(versus) => format!(
+            "{} / {} / {} / {}",
+            times(versus.tps),
+            times(versus.mean),
+            times(versus.p99),
+            times(versus.cpu_us_per_txn)
+        ),
         None => "—".to_string(),
     }
 }
@@ -127,8 +148,9 @@ fn ratio_cell(ratios: Option<&CellRatios>, peer: Contender) -> String {
 fn sanity_table(results: &Results, workload: Workload) -> String {
     let mut text = format!(
         "Sanity for {}: Little's law TPS × mean latency ÷ clients (≈ 1), failed transactions, pooler and pgbench \
-         CPU-µs per transaction, pgbench's initial connection time (pgbench 15 counts -T from its start, so this \
-         time is not measured load).\n\n| clients |",
+         CPU-µs per transaction (pgbench's share of the system-wide busy CPU in parentheses: the load generator \
+         runs on the same 2 cores), pgbench's initial connection time (pgbench 15 counts -T from its start, so \
+         this time is not measured load).\n\n| clients |",
         workload.name()
     );
     for contender in &results.contenders {
@@ -143,11 +165,12 @@ fn sanity_table(results: &Results, workload: Workload) -> String {
             let cell = results.cell(workload, clients, contender).filter(|cell| cell.tps.is_some());
             let entry = cell.map_or("—".to_string(), |cell| {
                 format!(
-                    "L {} · {} failed · pooler {} · pgbench {} · connect {} s",
+                    "L {} · {} failed · pooler {} · pgbench {} ({}) · connect {} s",
                     decimal(cell.little_ratio, 2),
                     cell.failed_transactions,
                     decimal(cell.pooler_cpu_us_per_txn, 1),
                     decimal(cell.pgbench_cpu_us_per_txn, 1),
+                    percent(crate::pooler::report::divide(cell.pgbench_cpu_us_per_txn, cell.cpu_us_per_txn)),
                     decimal(cell.initial_connection_ms.map(|ms| ms / 1000.0), 1)
                 )
             });
@@ -159,7 +182,8 @@ fn sanity_table(results: &Results, workload: Workload) -> String {
     text
 }
 
-fn errors(results: &Results) -> String {
+/// Every failed run with its full error.
+pub fn errors(results: &Results) -> String {
     let failed: Vec<_> = results.runs.iter().filter(|run| run.error.is_some()).collect();
     if failed.is_empty() {
         return String::new();
@@ -199,11 +223,16 @@ pub fn thousands(value: f64) -> String {
     grouped
 }
 
-fn decimal(value: Option<f64>, places: usize) -> String {
+pub fn decimal(value: Option<f64>, places: usize) -> String {
     value.filter(|v| v.is_finite()).map_or("—".to_string(), |v| format!("{v:.places$}"))
 }
 
-fn times(value: Option<f64>) -> String {
+/// `37%` for 0.37.
+pub fn percent(fraction: Option<f64>) -> String {
+    fraction.filter(|v| v.is_finite()).map_or("—".to_string(), |v| format!("{:.0}%", v * 100.0))
+}
+
+pub fn times(value: Option<f64>) -> String {
     value.filter(|v| v.is_finite()).map_or("—".to_string(), |v| format!("{v:.2}×"))
 }
 
@@ -245,18 +274,19 @@ mod tests {
             run(Workload::Select1, 1000, Contender::Bypass, 30_000.0, 40.0),
         ]));
         assert!(text.contains("`bypass bench pooler --clients 50,1000` — 2026-01-02T03:04:05Z — **2-core machine**"));
+        assert!(text.contains("load average 0.10 0.20 0.30 at the start, 1.10 1.20 1.30 after the last run"));
         let header =
-            "| clients | direct PG | PgBouncer | PgBouncer ×2 | Bypass | Bypass ÷ PgBouncer (TPS / p99 / CPU) \
-                      | Bypass ÷ PgBouncer ×2 (TPS / p99 / CPU) |";
+            "| clients | direct PG | PgBouncer | PgBouncer ×2 | Bypass | Bypass ÷ PgBouncer (TPS / mean / p99 / \
+                      CPU) | Bypass ÷ PgBouncer ×2 (TPS / mean / p99 / CPU) |";
         assert!(text.contains(header), "{text}");
-        assert!(text.contains("| 50 | 42,000 TPS<br>0.67 / 2.00 ms<br>47.6 µs/txn |"), "{text}");
-        assert!(text.contains("| 1.50× / 0.50× / 0.67× | 1.20× / 0.67× / 0.83× |"), "{text}");
+        assert!(text.contains("| 50 | 42,000 TPS<br>1.00 / 0.67 / 2.00 / 2.40 ms<br>47.6 µs/txn |"), "{text}");
+        assert!(text.contains("| 1.50× / 0.50× / 0.50× / 0.67× | 1.20× / 0.67× / 0.67× / 0.83× |"), "{text}");
         let row_1000 = text.lines().find(|line| line.starts_with("| 1,000 |")).expect("row for 1000 clients");
         assert!(row_1000.starts_with("| 1,000 | — | 20,000 TPS"), "{row_1000}");
         assert!(row_1000.contains("**error**: pgbench exited \\| too many clients"), "{row_1000}");
-        assert!(row_1000.ends_with("| 1.50× / 0.50× / 0.67× | — / — / — |"), "{row_1000}");
+        assert!(row_1000.ends_with("| 1.50× / 0.50× / 0.50× / 0.67× | — / — / — / — |"), "{row_1000}");
         assert!(text.contains("## Errors\n\n- PgBouncer ×2 select1 clients=1000 rep=1: pgbench exited"));
-        assert!(text.contains("L 1.00 · 0 failed · pooler — · pgbench"));
+        assert!(text.contains("L 1.00 · 0 failed · pooler — · pgbench 11.9 (25%) · connect"), "{text}");
     }
 
     // Goal: thousands separators are placed right; method: a few magnitudes.

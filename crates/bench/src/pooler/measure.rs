@@ -8,8 +8,9 @@ use anyhow::{bail, Context, Result};
 use bypass_testkit::{pg_bin, Postgres};
 use serde::Serialize;
 
-use super::contender::{self, Target};
-use super::{Contender, PoolerBenchArgs, Workload, SCALE};
+use super::contender::{self, Target, DATABASE, SHADOW_DATABASE};
+use super::{Contender, Setup, Workload, SCALE};
+use crate::bpf_stats::{self, BpfCost};
 use crate::cpu::{self, Probe};
 use crate::interrupt;
 use crate::pgbench::{self, Outcome, Tick};
@@ -38,6 +39,15 @@ const LOG_PREFIX: &str = "x";
 
 /// Lines of pgbench's stderr quoted in an error.
 const STDERR_LINES_IN_ERROR: usize = 3;
+
+/// Rows of the YCSB-like `usertable`, each ~1 KB (ten 100-character fields).
+pub const YCSB_ROWS: u32 = 100_000;
+
+/// Characters per `usertable` field: YCSB's default field length.
+const YCSB_FIELD_CHARS: u32 = 100;
+
+/// The zipfian skew of YCSB keys: YCSB uses 0.99, but pgbench 15 accepts only s ∈ [1.001, 1000].
+pub const YCSB_ZIPF_S: &str = "1.001";
 
 /// Which run this is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,6 +82,11 @@ pub struct RunRecord {
     pub progress_tps: Vec<f64>,
     pub pgbench_exit_code: Option<i32>,
     pub wall_s: f64,
+    /// For the kernel fast path: verdict programs' cost and the kernel's own counters over the
+    /// whole pgbench run (bpftool before and after).
+    pub bpf: Option<BpfCost>,
+    /// Why `bpf` is missing for a kernel contender (bpftool failed, programs not found).
+    pub bpf_error: Option<String>,
 }
 
 /// CPU use between the first and the last progress line (steady state, connection phase
@@ -99,46 +114,74 @@ pub struct CpuWindow {
     pub postgres_us_per_txn: f64,
 }
 
-/// Shared state of all runs: the database, the script file, where bypass lives.
+/// Shared state of all runs: the database, the script files, where bypass lives.
 pub struct Bench<'a> {
-    args: &'a PoolerBenchArgs,
+    setup: &'a Setup,
     postgres: &'a Postgres,
     bypass_exe: &'a Path,
     work_dir: &'a Path,
-    select1_script: PathBuf,
+    scripts: Scripts,
     postmaster_pid: Option<u32>,
 }
 
+/// The custom pgbench scripts, written once into the work dir.
+struct Scripts {
+    select1: PathBuf,
+    ycsb_read: PathBuf,
+    ycsb_update: PathBuf,
+}
+
 impl<'a> Bench<'a> {
-    /// Writes the `SELECT 1;` script and initialises pgbench's tables once.
+    /// Writes the scripts and loads the tables `plan` needs, once: pgbench's always, the YCSB
+    /// table when a YCSB workload runs, and a `shadow` database with the same tables when a
+    /// contender mirrors.
     pub fn new(
-        args: &'a PoolerBenchArgs,
+        setup: &'a Setup,
+        plan: &[RunSpec],
         postgres: &'a Postgres,
         bypass_exe: &'a Path,
         work_dir: &'a Path,
     ) -> Result<Bench<'a>> {
-        let select1_script = work_dir.join("select1.sql");
-        std::fs::write(&select1_script, "SELECT 1;\n").context("writing the select1 script")?;
+        let scripts = Scripts {
+            select1: work_dir.join("select1.sql"),
+            ycsb_read: work_dir.join("ycsb-read.sql"),
+            ycsb_update: work_dir.join("ycsb-update.sql"),
+        };
+        std::fs::write(&scripts.select1, "SELECT 1;\n").context("writing the select1 script")?;
+        std::fs::write(&scripts.ycsb_read, ycsb_read_script()).context("writing the YCSB read script")?;
+        std::fs::write(&scripts.ycsb_update, ycsb_update_script()).context("writing the YCSB update script")?;
         let postmaster_pid = read_postmaster_pid(postgres.data_dir());
-        let bench = Bench { args, postgres, bypass_exe, work_dir, select1_script, postmaster_pid };
-        bench.initialise_tables()?;
+        let bench = Bench { setup, postgres, bypass_exe, work_dir, scripts, postmaster_pid };
+        let ycsb = plan.iter().any(|spec| spec.workload.ycsb_read_percent().is_some());
+        bench.initialise_tables(DATABASE, ycsb)?;
+        if plan.iter().any(|spec| spec.contender.mirrors()) {
+            psql_in(postgres, DATABASE, &[format!("create database {SHADOW_DATABASE}")])?;
+            bench.initialise_tables(SHADOW_DATABASE, ycsb)?;
+        }
         Ok(bench)
     }
 
-    fn initialise_tables(&self) -> Result<()> {
-        eprintln!("bench pooler: pgbench -i -s {SCALE}");
+    fn initialise_tables(&self, database: &str, ycsb: bool) -> Result<()> {
+        let name = self.setup.benchmark;
+        eprintln!("bench {name}: pgbench -i -s {SCALE} in {database}");
         let mut command = Command::new(pg_bin("pgbench"));
-        command.args(["-i", "-q", "-s", &SCALE.to_string()]).args(connection_args(self.postgres.port()));
+        command.args(["-i", "-q", "-s", &SCALE.to_string()]).args(connection_args(self.postgres.port(), database));
         let output = command.env("LC_ALL", "C").output().context("spawning pgbench -i")?;
         if !output.status.success() {
             bail!("pgbench -i failed ({}): {}", output.status, String::from_utf8_lossy(&output.stderr).trim());
         }
-        // Loading goes through a small ring buffer; read the table and index into shared_buffers
-        // so the first select-only run is not the only one paying for cold pages.
-        let prewarm = "create extension if not exists pg_prewarm; \
-                       select pg_prewarm('pgbench_accounts'), pg_prewarm('pgbench_accounts_pkey')";
-        if let Err(error) = self.postgres.psql(prewarm) {
-            eprintln!("bench pooler: warning: prewarm failed ({error}); the first select-only run starts cold");
+        let mut prewarmed = vec!["pgbench_accounts", "pgbench_accounts_pkey"];
+        if ycsb {
+            eprintln!("bench {name}: loading usertable ({YCSB_ROWS} rows × ~1 KB) in {database}");
+            psql_in(self.postgres, database, &ycsb_load_sql())?;
+            prewarmed.extend(["usertable", "usertable_pkey"]);
+        }
+        // Loading goes through a small ring buffer; read the tables and indexes into
+        // shared_buffers so the first run is not the only one paying for cold pages.
+        let reads: Vec<String> = prewarmed.iter().map(|relation| format!("pg_prewarm('{relation}')")).collect();
+        let prewarm = ["create extension if not exists pg_prewarm".to_string(), format!("select {}", reads.join(", "))];
+        if let Err(error) = psql_in(self.postgres, database, &prewarm) {
+            eprintln!("bench {name}: warning: prewarm failed ({error:#}); the first runs start cold");
         }
         Ok(())
     }
@@ -156,12 +199,14 @@ impl<'a> Bench<'a> {
 
     fn try_measure(&self, spec: &RunSpec, sampling_rate: f64) -> Result<RunRecord> {
         self.wait_for_idle_backends();
-        let target = contender::start(spec.contender, self.postgres.port(), self.args.pool_size, self.bypass_exe)?;
+        let target = contender::start(spec.contender, self.postgres.port(), self.setup.pool_size, self.bypass_exe)?;
         let log_dir =
             tempfile::Builder::new().prefix("run-").tempdir_in(self.work_dir).context("creating a log dir")?;
         let command = self.pgbench_command(spec, &target, &log_dir.path().join(LOG_PREFIX), sampling_rate);
         let probe = Probe { pooler: target.pooler_pids.clone(), pgbench: Vec::new(), postmaster: self.postmaster_pid };
+        let bpf_before = spec.contender.is_kernel().then(|| bpf_stats::sample(&target.pooler_pids));
         let outcome = pgbench::run(command, &probe, self.deadline(spec.clients))?;
+        let bpf_after = spec.contender.is_kernel().then(|| bpf_stats::sample(&target.pooler_pids));
         drop(target);
         let steady = steady_ticks(&outcome.ticks);
         let window = steady_window(steady);
@@ -169,29 +214,54 @@ impl<'a> Bench<'a> {
         let logged_transactions = window.map(|_| latencies.len() as f64 / sampling_rate);
         let cpu = cpu_window(steady, cpu::clock_ticks_per_second(), logged_transactions);
         let latency = pgbench_log::summarize(&mut latencies);
-        Ok(RunRecord::from_outcome(spec, sampling_rate, &outcome, latency, cpu))
+        let mut record = RunRecord::from_outcome(spec, sampling_rate, &outcome, latency, cpu);
+        if let (Some(before), Some(after)) = (bpf_before, bpf_after) {
+            let transactions = outcome.summary.processed.unwrap_or(0);
+            match (before, after) {
+                (Ok(before), Ok(after)) => match bpf_stats::cost(&before, &after, transactions) {
+                    Some(cost) => record.bpf = Some(cost),
+                    None => record.bpf_error = Some("no fp_client/fp_server program of this pooler".to_string()),
+                },
+                (Err(error), _) | (_, Err(error)) => record.bpf_error = Some(format!("{error:#}")),
+            }
+        }
+        Ok(record)
     }
 
     fn pgbench_command(&self, spec: &RunSpec, target: &Target, log_prefix: &Path, sampling_rate: f64) -> Command {
         let mut command = Command::new(pg_bin("pgbench"));
-        command.args(pgbench_args(spec, self.args.duration_s, self.args.threads));
+        command.args(pgbench_args(spec, self.setup.duration_s, self.setup.threads));
         command.arg("--log-prefix").arg(log_prefix);
         if sampling_rate < 1.0 {
             command.arg(format!("--sampling-rate={sampling_rate}"));
         }
         match spec.workload {
-            Workload::Select1 => command.arg("-f").arg(&self.select1_script),
+            Workload::Select1 => command.arg("-f").arg(&self.scripts.select1),
             Workload::SelectOnly => command.arg("-S"),
+            Workload::SimpleUpdate => command.arg("-N"),
+            Workload::YcsbA | Workload::YcsbB | Workload::YcsbC => command.args(self.ycsb_script_args(spec.workload)),
         };
-        command.args(connection_args(target.port));
+        command.args(connection_args(target.port, DATABASE));
         command.env("LC_ALL", "C").env_remove("PGOPTIONS").env_remove("PGSERVICE");
         pgbench::raise_fd_limit_before_exec(&mut command);
         command
     }
 
+    /// `-f read@R -f update@U`: pgbench picks one script per transaction by weight, so each
+    /// transaction is one statement and the mix holds over the run.
+    fn ycsb_script_args(&self, workload: Workload) -> Vec<String> {
+        let read_percent = workload.ycsb_read_percent().unwrap_or(100);
+        let weighted = |path: &Path, weight: u32| format!("{}@{weight}", path.display());
+        let mut args = vec!["-f".to_string(), weighted(&self.scripts.ycsb_read, read_percent)];
+        if read_percent < 100 {
+            args.extend(["-f".to_string(), weighted(&self.scripts.ycsb_update, 100 - read_percent)]);
+        }
+        args
+    }
+
     fn deadline(&self, clients: u32) -> Duration {
         let connect_s = CONNECT_ALLOWANCE_BASE_S + u64::from(clients / CONNECT_ALLOWANCE_CLIENTS_PER_S);
-        Duration::from_secs(u64::from(self.args.duration_s) + connect_s)
+        Duration::from_secs(u64::from(self.setup.duration_s) + connect_s)
     }
 
     /// Waits until no client backend is left from the previous run (a stopped pooler's servers
@@ -206,7 +276,8 @@ impl<'a> Bench<'a> {
             }
             std::thread::sleep(Duration::from_millis(100));
         }
-        eprintln!("bench pooler: warning: client backends still connected after {IDLE_BACKENDS_TIMEOUT:?}");
+        let name = self.setup.benchmark;
+        eprintln!("bench {name}: warning: client backends still connected after {IDLE_BACKENDS_TIMEOUT:?}");
     }
 }
 
@@ -219,8 +290,59 @@ pub fn pgbench_args(spec: &RunSpec, duration_s: u32, threads: u32) -> Vec<String
     args
 }
 
-fn connection_args(port: u16) -> Vec<String> {
-    ["-h", "127.0.0.1", "-p", &port.to_string(), "-U", "postgres", "postgres"].map(String::from).to_vec()
+fn connection_args(port: u16, database: &str) -> Vec<String> {
+    ["-h", "127.0.0.1", "-p", &port.to_string(), "-U", "postgres", database].map(String::from).to_vec()
+}
+
+/// Runs `statements` in `database` as the superuser, each in its own transaction (one `-c`
+/// each, so VACUUM and CREATE DATABASE work); the testkit's `psql` knows only `postgres`.
+fn psql_in(postgres: &Postgres, database: &str, statements: &[String]) -> Result<()> {
+    let mut command = Command::new(pg_bin("psql"));
+    command.args(["-X", "-q", "-v", "ON_ERROR_STOP=1", "-h", "127.0.0.1", "-U", "postgres"]).args([
+        "-p",
+        &postgres.port().to_string(),
+        "-d",
+        database,
+    ]);
+    for statement in statements {
+        command.arg("-c").arg(statement);
+    }
+    let output = command.env("LC_ALL", "C").env_remove("PGOPTIONS").output().context("spawning psql")?;
+    if !output.status.success() {
+        bail!("psql in {database} failed ({}): {}", output.status, String::from_utf8_lossy(&output.stderr).trim());
+    }
+    Ok(())
+}
+
+/// Creates and fills `usertable` with one INSERT … SELECT: ten fields of exactly
+/// [`YCSB_FIELD_CHARS`] characters derived from the key, so a row is ~1 KB and stays inline
+/// (below the 2 KB TOAST threshold).
+pub fn ycsb_load_sql() -> [String; 4] {
+    let columns: Vec<String> = (0..10).map(|field| format!("field{field} text")).collect();
+    let values: Vec<String> =
+        (0..10).map(|field| format!("rpad(md5(key::text || '{field}'), {YCSB_FIELD_CHARS}, md5(key::text))")).collect();
+    [
+        "drop table if exists usertable".to_string(),
+        format!("create table usertable (ycsb_key int primary key, {})", columns.join(", ")),
+        format!("insert into usertable select key, {} from generate_series(1, {YCSB_ROWS}) as key", values.join(", ")),
+        "vacuum analyze usertable".to_string(),
+    ]
+}
+
+/// One YCSB read: a whole row by a zipfian key.
+pub fn ycsb_read_script() -> String {
+    format!(
+        "\\set key random_zipfian(1, {YCSB_ROWS}, {YCSB_ZIPF_S})\n\
+         SELECT * FROM usertable WHERE ycsb_key = :key;\n"
+    )
+}
+
+/// One YCSB update: one field of a row by a zipfian key, a fresh 96-character value.
+pub fn ycsb_update_script() -> String {
+    format!(
+        "\\set key random_zipfian(1, {YCSB_ROWS}, {YCSB_ZIPF_S})\n\
+         UPDATE usertable SET field0 = repeat(md5(random()::text), 3) WHERE ycsb_key = :key;\n"
+    )
 }
 
 /// Log every transaction below [`SAMPLED_LOG_CLIENTS_MIN`] clients, a sample above.
@@ -314,6 +436,8 @@ impl RunRecord {
             progress_tps: Vec::new(),
             pgbench_exit_code: None,
             wall_s: 0.0,
+            bpf: None,
+            bpf_error: None,
         }
     }
 
@@ -432,5 +556,22 @@ mod tests {
         assert_eq!(args, "-n -M simple -c 1 -j 1 -T 30 -P 1 --log");
         assert_eq!(sampling_rate(10_000), 0.1);
         assert_eq!(sampling_rate(1_000), 1.0);
+    }
+
+    // Goal: the YCSB scripts use pgbench 15's zipfian over every key, one statement each, and
+    // the load gives 100k rows of ten 100-character fields; method: inspect the generated text.
+    #[test]
+    fn ycsb_scripts_and_load() {
+        let read = ycsb_read_script();
+        assert!(read.starts_with("\\set key random_zipfian(1, 100000, 1.001)\n"), "{read}");
+        assert_eq!(read.matches(';').count(), 1, "{read}");
+        let update = ycsb_update_script();
+        assert!(update.contains("UPDATE usertable SET field0 = "), "{update}");
+        assert_eq!(update.matches(';').count(), 1, "{update}");
+        let load = ycsb_load_sql().join("; ");
+        assert!(load.contains("create table usertable (ycsb_key int primary key, field0 text,"), "{load}");
+        assert!(load.contains("field9 text)"), "{load}");
+        assert_eq!(load.matches("rpad(md5(key::text").count(), 10, "{load}");
+        assert!(load.contains("generate_series(1, 100000)"), "{load}");
     }
 }

@@ -16,12 +16,16 @@
 //! 50 direct clients would not fit in max_connections 100) and no run inherits another's state.
 //! A failing run is recorded as an error in its cell and the benchmark goes on; Ctrl-C stops it
 //! and every child is still cleaned up.
+//!
+//! This module is also the harness other pgbench-driven benchmarks reuse: a [`Setup`] (name,
+//! pgbench and PostgreSQL knobs), a plan of [`measure::RunSpec`]s ([`matrix_plan`]), [`drive`]
+//! (the loop above) and a [`Document`] that receives every run and rewrites its files.
 
-mod contender;
-mod markdown;
-mod measure;
-mod plot;
-mod report;
+pub(crate) mod contender;
+pub(crate) mod markdown;
+pub(crate) mod measure;
+pub(crate) mod plot;
+pub(crate) mod report;
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -30,29 +34,31 @@ use anyhow::{bail, Context, Result};
 use bypass_testkit::{Postgres, PostgresOptions};
 use serde::Serialize;
 
-use crate::interrupt;
+use crate::{bpf_stats, interrupt};
 use measure::{RunRecord, RunSpec};
 use report::Results;
 
-/// Direct PostgreSQL runs only up to this many clients: max_connections is 100.
-pub const DIRECT_CLIENTS_MAX: u32 = 50;
-
 /// Most clients per run: pgbench needs a descriptor per client and the hard limit is 20,000.
-const CLIENTS_MAX: u32 = 15_000;
+pub const CLIENTS_MAX: u32 = 15_000;
 
 /// Most repetitions per cell; more would only make a run last days.
-const REPETITIONS_MAX: u32 = 50;
+pub const REPETITIONS_MAX: u32 = 50;
 
 /// pgbench scale factor: 1M accounts rows, ~160 MB, fits in shared_buffers.
-const SCALE: u32 = 10;
-
-/// PostgreSQL settings identical for every contender (design §9).
-const PG_MAX_CONNECTIONS: u32 = 100;
-const PG_SHARED_BUFFERS_MB: u32 = 256;
+pub const SCALE: u32 = 10;
 
 /// Seconds estimated per run beyond `--duration-s` (pooler start, connections, logs), for the
 /// time estimate printed at start.
 const RUN_OVERHEAD_ESTIMATE_S: u64 = 3;
+
+/// Extra seconds estimated per run for every this many clients (connecting, closing, reading logs).
+const CLIENTS_PER_EXTRA_ESTIMATE_S: u32 = 2_000;
+
+/// Seconds estimated for starting PostgreSQL and loading the tables.
+const SETUP_ESTIMATE_S: u64 = 40;
+
+/// The same again per extra database or table set loaded (YCSB, the shadow database).
+const LOAD_ESTIMATE_S: u64 = 20;
 
 /// Arguments of `bypass bench pooler`.
 #[derive(clap::Args, Debug, Clone)]
@@ -60,8 +66,8 @@ pub struct PoolerBenchArgs {
     /// Client counts, comma-separated. Direct PostgreSQL runs only at counts ≤ 50.
     #[arg(long, value_delimiter = ',', default_value = "50,1000,10000")]
     pub clients: Vec<u32>,
-    /// Workloads, comma-separated: select1 (a script with `SELECT 1;`) and select-only
-    /// (pgbench's builtin -S); both with -M simple.
+    /// Workloads, comma-separated: select1 (a script with `SELECT 1;`), select-only (pgbench -S),
+    /// simple-update (pgbench -N), ycsb-a, ycsb-b, ycsb-c; all with -M simple.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "select1,select-only")]
     pub workloads: Vec<Workload>,
     /// Seconds each pgbench run lasts (-T), not counting the connection phase.
@@ -75,7 +81,7 @@ pub struct PoolerBenchArgs {
     #[arg(long, default_value = "bench/results")]
     pub out: PathBuf,
     /// Contenders, comma-separated: direct, pgbouncer, pgbouncer2 (two processes with
-    /// so_reuseport), bypass.
+    /// so_reuseport), bypass, bypass-kernel.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "direct,pgbouncer,pgbouncer2,bypass")]
     pub contenders: Vec<Contender>,
     /// Server connections per pool, the same for every pooler.
@@ -94,6 +100,14 @@ pub enum Workload {
     Select1,
     /// pgbench -S: one primary-key lookup on pgbench_accounts.
     SelectOnly,
+    /// pgbench -N: TPC-B-like without the teller and branch updates (5 statements, 3 writes).
+    SimpleUpdate,
+    /// YCSB-like A on `usertable`: 50% reads, 50% updates, zipfian keys.
+    YcsbA,
+    /// YCSB-like B: 95% reads, 5% updates.
+    YcsbB,
+    /// YCSB-like C: reads only.
+    YcsbC,
 }
 
 impl Workload {
@@ -101,6 +115,10 @@ impl Workload {
         match self {
             Workload::Select1 => "select1",
             Workload::SelectOnly => "select-only",
+            Workload::SimpleUpdate => "simple-update",
+            Workload::YcsbA => "ycsb-a",
+            Workload::YcsbB => "ycsb-b",
+            Workload::YcsbC => "ycsb-c",
         }
     }
 
@@ -108,6 +126,21 @@ impl Workload {
         match self {
             Workload::Select1 => "`SELECT 1;` script, -M simple",
             Workload::SelectOnly => "pgbench -S (primary-key lookup, scale 10), -M simple",
+            Workload::SimpleUpdate => "pgbench -N (update, select, insert in one transaction, scale 10), -M simple",
+            Workload::YcsbA => "YCSB-like A: 50% read / 50% update of one row, zipfian keys, -M simple",
+            Workload::YcsbB => "YCSB-like B: 95% read / 5% update of one row, zipfian keys, -M simple",
+            Workload::YcsbC => "YCSB-like C: read one row, zipfian keys, -M simple",
+        }
+    }
+
+    /// The share of transactions (in percent) that read one `usertable` row; `None` for the
+    /// workloads that do not use `usertable`.
+    pub fn ycsb_read_percent(self) -> Option<u32> {
+        match self {
+            Workload::YcsbA => Some(50),
+            Workload::YcsbB => Some(95),
+            Workload::YcsbC => Some(100),
+            Workload::Select1 | Workload::SelectOnly | Workload::SimpleUpdate => None,
         }
     }
 }
@@ -122,12 +155,21 @@ pub enum Contender {
     Pgbouncer,
     /// PgBouncer, two processes sharing the port with so_reuseport.
     Pgbouncer2,
-    /// The bypass binary (`bypass proxy`), as a child process.
+    /// The bypass binary (`bypass proxy`, `fast_path = "user"`), as a child process.
     Bypass,
     /// The same with `fast_path = "kernel"` (transactions forwarded by eBPF in the kernel).
     #[value(name = "bypass-kernel")]
     #[serde(rename = "bypass-kernel")]
     BypassKernel,
+    /// Bypass user with every query of `postgres` mirrored to the `shadow` database in user space
+    /// (only in `bench fastpath --mirroring`).
+    #[value(skip)]
+    #[serde(rename = "bypass-mirror")]
+    BypassMirror,
+    /// Bypass kernel with the mirror done in the kernel (only in `bench fastpath --mirroring`).
+    #[value(skip)]
+    #[serde(rename = "bypass-kernel-mirror")]
+    BypassKernelMirror,
 }
 
 impl Contender {
@@ -138,6 +180,8 @@ impl Contender {
             Contender::Pgbouncer2 => "pgbouncer2",
             Contender::Bypass => "bypass",
             Contender::BypassKernel => "bypass-kernel",
+            Contender::BypassMirror => "bypass-mirror",
+            Contender::BypassKernelMirror => "bypass-kernel-mirror",
         }
     }
 
@@ -149,47 +193,163 @@ impl Contender {
             Contender::Pgbouncer2 => "PgBouncer ×2",
             Contender::Bypass => "Bypass",
             Contender::BypassKernel => "Bypass kernel",
+            Contender::BypassMirror => "Bypass + mirror",
+            Contender::BypassKernelMirror => "Bypass kernel + mirror",
         }
     }
 
-    /// Whether this contender runs at `clients`.
-    pub fn runs_at(self, clients: u32) -> bool {
-        self != Contender::Direct || clients <= DIRECT_CLIENTS_MAX
+    /// Whether the eBPF fast path forwards this contender's transactions.
+    pub fn is_kernel(self) -> bool {
+        matches!(self, Contender::BypassKernel | Contender::BypassKernelMirror)
+    }
+
+    /// Whether this contender mirrors every query to the shadow database.
+    pub fn mirrors(self) -> bool {
+        matches!(self, Contender::BypassMirror | Contender::BypassKernelMirror)
+    }
+
+    /// Whether this contender runs at `clients`: direct PostgreSQL only up to `direct_clients_max`.
+    pub fn runs_at(self, clients: u32, direct_clients_max: u32) -> bool {
+        self != Contender::Direct || clients <= direct_clients_max
+    }
+}
+
+/// What every run of one benchmark shares: its name (file names, log prefix), the pgbench and
+/// pool knobs, and the PostgreSQL shape.
+#[derive(Debug, Clone)]
+pub struct Setup {
+    /// `pooler` or `fastpath`: names `<benchmark>.{json,md,png}` and prefixes progress lines.
+    pub benchmark: &'static str,
+    pub duration_s: u32,
+    pub repetitions: u32,
+    pub pool_size: u32,
+    pub threads: u32,
+    pub pg_max_connections: u32,
+    pub pg_shared_buffers_mb: u32,
+    /// Direct PostgreSQL runs only up to this many clients (max_connections less headroom).
+    pub direct_clients_max: u32,
+}
+
+impl Setup {
+    /// PostgreSQL settings identical for every contender (design §9).
+    pub fn postgres_conf(&self) -> Vec<String> {
+        vec![
+            format!("max_connections = {}", self.pg_max_connections),
+            format!("shared_buffers = {}MB", self.pg_shared_buffers_mb),
+            "synchronous_commit = off".to_string(),
+            "fsync = off (throwaway cluster)".to_string(),
+        ]
+    }
+
+    /// Rough wall time of `plan` in seconds, for the estimate printed at start.
+    pub fn estimate_s(&self, plan: &[RunSpec]) -> u64 {
+        let runs: u64 = plan
+            .iter()
+            .map(|spec| {
+                u64::from(self.duration_s)
+                    + RUN_OVERHEAD_ESTIMATE_S
+                    + u64::from(spec.clients / CLIENTS_PER_EXTRA_ESTIMATE_S)
+            })
+            .sum();
+        let loads = u64::from(plan.iter().any(|spec| spec.workload.ycsb_read_percent().is_some()))
+            + 2 * u64::from(plan.iter().any(|spec| spec.contender.mirrors()));
+        SETUP_ESTIMATE_S + LOAD_ESTIMATE_S * loads + runs
+    }
+}
+
+/// Where the runs of a benchmark go: the document is updated after every run and rewritten, so
+/// an interrupted or crashed benchmark keeps what it measured.
+pub trait Document {
+    fn push(&mut self, record: RunRecord);
+    fn write(&self, out: &Path) -> Result<()>;
+}
+
+impl Document for Results {
+    fn push(&mut self, record: RunRecord) {
+        Results::push(self, record);
+    }
+
+    fn write(&self, out: &Path) -> Result<()> {
+        Results::write(self, out)
     }
 }
 
 /// Runs the benchmark and writes its results under `args.out`.
 pub fn run(args: PoolerBenchArgs, bypass_exe: &Path) -> Result<()> {
     let args = validated(args)?;
-    interrupt::install();
+    let setup = Setup {
+        benchmark: "pooler",
+        duration_s: args.duration_s,
+        repetitions: args.repetitions,
+        pool_size: args.pool_size,
+        threads: args.threads,
+        pg_max_connections: PG_MAX_CONNECTIONS,
+        pg_shared_buffers_mb: PG_SHARED_BUFFERS_MB,
+        direct_clients_max: DIRECT_CLIENTS_MAX,
+    };
     let plan = plan(&args);
-    let estimate_s = plan.len() as u64 * (u64::from(args.duration_s) + RUN_OVERHEAD_ESTIMATE_S);
+    drive(&setup, &plan, bypass_exe, &args.out, |postgres, load_average| {
+        let matrix = report::Matrix {
+            workloads: args.workloads.clone(),
+            clients: args.clients.clone(),
+            contenders: args.contenders.clone(),
+            ratio_pairs: [Contender::Pgbouncer, Contender::Pgbouncer2].map(|peer| (Contender::Bypass, peer)).to_vec(),
+        };
+        Results::new(&setup, matrix, postgres, bypass_exe, load_average)
+    })
+}
+
+/// Direct PostgreSQL runs only up to this many clients in `bench pooler`: max_connections is 100.
+pub const DIRECT_CLIENTS_MAX: u32 = 50;
+
+/// PostgreSQL settings of `bench pooler` (design §9).
+const PG_MAX_CONNECTIONS: u32 = 100;
+const PG_SHARED_BUFFERS_MB: u32 = 256;
+
+/// The loop every benchmark shares: start PostgreSQL, load the tables the plan needs, measure
+/// every run in order, update and rewrite the document after each. `new_document` gets the
+/// running PostgreSQL (for its version) and the load average at the start.
+pub fn drive<D: Document>(
+    setup: &Setup,
+    plan: &[RunSpec],
+    bypass_exe: &Path,
+    out: &Path,
+    new_document: impl FnOnce(&Postgres, String) -> Result<D>,
+) -> Result<()> {
+    interrupt::install();
+    let name = setup.benchmark;
+    let load_average = crate::machine::load_average();
     eprintln!(
-        "bench pooler: {} runs, roughly {} min (pgbench -T includes the connection phase)",
+        "bench {name}: {} runs, roughly {} min (load average now {load_average}; pgbench -T includes the connection phase)",
         plan.len(),
-        estimate_s.div_ceil(60)
+        setup.estimate_s(plan).div_ceil(60)
     );
     if let Err(error) = plot::check_font() {
-        eprintln!("bench pooler: warning: {error:#}");
+        eprintln!("bench {name}: warning: {error:#}");
     }
-    std::fs::create_dir_all(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
-    let postgres = start_postgres()?;
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    // Held for the whole benchmark; dropping it (also on an error or Ctrl-C) turns BPF
+    // statistics off again unless another process holds them on.
+    let _bpf_stats = match plan.iter().any(|spec| spec.contender.is_kernel()) {
+        true => Some(bpf_stats::StatsSwitch::enable().context("enabling BPF run-time statistics")?),
+        false => None,
+    };
+    let postgres = start_postgres(setup)?;
     let work_dir = tempfile::Builder::new().prefix("bypass-bench-").tempdir().context("creating a work dir")?;
-    let bench = measure::Bench::new(&args, &postgres, bypass_exe, work_dir.path())?;
-    let mut results = Results::new(&args, &postgres, bypass_exe)?;
+    let bench = measure::Bench::new(setup, plan, &postgres, bypass_exe, work_dir.path())?;
+    let mut document = new_document(&postgres, load_average)?;
     let started = Instant::now();
     for (index, spec) in plan.iter().enumerate() {
-        let partial = || format!("stopped; the finished runs are in {}", args.out.display());
+        let partial = || format!("stopped; the finished runs are in {}", out.display());
         if interrupt::requested() {
             bail!("interrupted; {}", partial());
         }
         let record = bench.measure(spec).with_context(partial)?;
-        log_progress(index, plan.len(), &record, started);
-        results.push(record);
-        // Written after every run, so an interrupted or crashed benchmark keeps what it measured.
-        results.write(&args.out)?;
+        log_progress(name, index, plan.len(), &record, started);
+        document.push(record);
+        document.write(out)?;
     }
-    eprintln!("bench pooler: done in {:.1} min; wrote {}", started.elapsed().as_secs_f64() / 60.0, args.out.display());
+    eprintln!("bench {name}: done in {:.1} min; wrote {}", started.elapsed().as_secs_f64() / 60.0, out.display());
     Ok(())
 }
 
@@ -201,25 +361,31 @@ fn validated(mut args: PoolerBenchArgs) -> Result<PoolerBenchArgs> {
     if args.clients.is_empty() || args.workloads.is_empty() || args.contenders.is_empty() {
         bail!("--clients, --workloads and --contenders must each name at least one value");
     }
-    if let Some(&bad) = args.clients.iter().find(|&&clients| clients == 0 || clients > CLIENTS_MAX) {
-        bail!("--clients {bad}: each count must be 1..={CLIENTS_MAX}");
-    }
-    if args.duration_s < 2 {
-        bail!("--duration-s must be at least 2: the CPU window lies between the first and last progress lines");
-    }
-    if args.repetitions == 0 || args.repetitions > REPETITIONS_MAX {
-        bail!("--repetitions must be 1..={REPETITIONS_MAX}");
-    }
-    if args.pool_size == 0 || args.pool_size >= PG_MAX_CONNECTIONS / 2 || args.threads == 0 {
-        bail!(
-            "--pool-size must be 1..{} (two PgBouncer processes each open a pool) and --threads ≥ 1",
-            PG_MAX_CONNECTIONS / 2
-        );
+    validate_common(&args.clients, args.duration_s, args.repetitions, args.threads)?;
+    if args.pool_size == 0 || args.pool_size >= PG_MAX_CONNECTIONS / 2 {
+        bail!("--pool-size must be 1..{} (two PgBouncer processes each open a pool)", PG_MAX_CONNECTIONS / 2);
     }
     Ok(args)
 }
 
-fn dedup_keep_order<T: PartialEq + Copy>(values: &mut Vec<T>) {
+/// The checks every benchmark's arguments share.
+pub fn validate_common(clients: &[u32], duration_s: u32, repetitions: u32, threads: u32) -> Result<()> {
+    if let Some(&bad) = clients.iter().find(|&&clients| clients == 0 || clients > CLIENTS_MAX) {
+        bail!("--clients {bad}: each count must be 1..={CLIENTS_MAX}");
+    }
+    if duration_s < 2 {
+        bail!("--duration-s must be at least 2: the CPU window lies between the first and last progress lines");
+    }
+    if repetitions == 0 || repetitions > REPETITIONS_MAX {
+        bail!("--repetitions must be 1..={REPETITIONS_MAX}");
+    }
+    if threads == 0 {
+        bail!("--threads must be at least 1");
+    }
+    Ok(())
+}
+
+pub fn dedup_keep_order<T: PartialEq + Copy>(values: &mut Vec<T>) {
     let mut seen = Vec::with_capacity(values.len());
     values.retain(|value| {
         let fresh = !seen.contains(value);
@@ -231,11 +397,22 @@ fn dedup_keep_order<T: PartialEq + Copy>(values: &mut Vec<T>) {
 /// Every run in execution order: cells in (workload, clients) order; inside a cell the
 /// repetitions, and inside each repetition the contenders in the given order (A B C D A B C D).
 fn plan(args: &PoolerBenchArgs) -> Vec<RunSpec> {
+    matrix_plan(&args.workloads, &args.clients, &args.contenders, args.repetitions, DIRECT_CLIENTS_MAX)
+}
+
+/// The interleaved plan of a (workloads × clients) matrix; see [`plan`].
+pub fn matrix_plan(
+    workloads: &[Workload],
+    clients: &[u32],
+    contenders: &[Contender],
+    repetitions: u32,
+    direct_clients_max: u32,
+) -> Vec<RunSpec> {
     let mut runs = Vec::new();
-    for &workload in &args.workloads {
-        for &clients in &args.clients {
-            for repetition in 0..args.repetitions {
-                for &contender in args.contenders.iter().filter(|c| c.runs_at(clients)) {
+    for &workload in workloads {
+        for &clients in clients {
+            for repetition in 0..repetitions {
+                for &contender in contenders.iter().filter(|c| c.runs_at(clients, direct_clients_max)) {
                     runs.push(RunSpec { workload, clients, contender, repetition });
                 }
             }
@@ -244,27 +421,40 @@ fn plan(args: &PoolerBenchArgs) -> Vec<RunSpec> {
     runs
 }
 
-fn start_postgres() -> Result<Postgres> {
-    eprintln!("bench pooler: starting PostgreSQL");
+fn start_postgres(setup: &Setup) -> Result<Postgres> {
+    eprintln!("bench {}: starting PostgreSQL", setup.benchmark);
     Postgres::start_with(PostgresOptions {
-        max_connections: PG_MAX_CONNECTIONS,
-        shared_buffers_mb: PG_SHARED_BUFFERS_MB,
+        max_connections: setup.pg_max_connections,
+        shared_buffers_mb: setup.pg_shared_buffers_mb,
         extra_conf: vec!["synchronous_commit = off".to_string()],
         ..PostgresOptions::default()
     })
     .context("starting PostgreSQL")
 }
 
-fn log_progress(index: usize, total: usize, record: &RunRecord, started: Instant) {
+/// Characters of a run's error on its progress line; the documents keep it whole.
+const CONSOLE_ERROR_CHARS_MAX: usize = 300;
+
+/// `text` on one line, cut to `chars_max` characters.
+fn one_line(text: &str, chars_max: usize) -> String {
+    let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    match flat.char_indices().nth(chars_max) {
+        Some((cut, _)) => format!("{}…", &flat[..cut]),
+        None => flat,
+    }
+}
+
+fn log_progress(name: &str, index: usize, total: usize, record: &RunRecord, started: Instant) {
     let outcome = match (&record.error, record.tps) {
-        (Some(error), _) => format!("ERROR {error}"),
+        (Some(error), _) => format!("ERROR {}", one_line(error, CONSOLE_ERROR_CHARS_MAX)),
         (None, Some(tps)) => format!("{tps:.0} tps"),
         (None, None) => "no tps".to_string(),
     };
     let p99 = record.latency.as_ref().map_or(String::new(), |latency| format!(", p99 {:.2} ms", latency.p99_ms));
     let cpu = record.cpu.as_ref().map_or(String::new(), |cpu| format!(", {:.1} CPU-µs/txn", cpu.system_us_per_txn));
+    let bpf = record.bpf.as_ref().map_or(String::new(), |bpf| format!(", BPF {:.0} ns/txn", bpf.ns_per_txn));
     eprintln!(
-        "bench pooler: [{}/{total}] {} {} clients={} rep={}: {outcome}{p99}{cpu} (elapsed {:.1} min)",
+        "bench {name}: [{}/{total}] {} {} clients={} rep={}: {outcome}{p99}{cpu}{bpf} (elapsed {:.1} min)",
         index + 1,
         record.contender.name(),
         record.workload.name(),
@@ -321,6 +511,16 @@ mod tests {
             }
         }
         assert_eq!(order, expected);
+    }
+
+    // Goal: console errors are one bounded line; method: a multi-line error and a short one.
+    #[test]
+    fn console_errors_are_one_short_line() {
+        assert_eq!(
+            one_line("bypass exited\n  config: unknown field `mirror`", 300),
+            "bypass exited config: unknown field `mirror`"
+        );
+        assert_eq!(one_line("abcdef", 3), "abc…");
     }
 
     // Goal: nonsense arguments are refused before anything starts; method: a few bad lines.

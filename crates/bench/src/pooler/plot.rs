@@ -28,17 +28,24 @@ enum Metric {
     P99Ms,
 }
 
-/// Draws the figure into `path`.
+/// Most workload columns side by side; more workloads wrap onto further rows of panel pairs.
+const COLUMNS_MAX: usize = 3;
+
+/// Draws the figure into `path`: per workload a TPS panel above a p99 panel, in a grid of at
+/// most [`COLUMNS_MAX`] workloads across.
 pub fn render(results: &Results, path: &Path) -> Result<()> {
     register_font()?;
-    let columns = results.workloads.len().max(1);
-    let size = (PANEL_WIDTH * columns as u32, PANEL_HEIGHT * 2);
+    let count = results.workloads.len().max(1);
+    let columns = count.min(COLUMNS_MAX);
+    let blocks = count.div_ceil(columns);
+    let size = (PANEL_WIDTH * columns as u32, PANEL_HEIGHT * 2 * blocks as u32);
     let root = BitMapBackend::new(path, size).into_drawing_area();
     root.fill(&WHITE).map_err(plot_error)?;
-    let panels = root.split_evenly((2, columns));
-    for (column, &workload) in results.workloads.iter().enumerate() {
-        draw_panel(&panels[column], results, workload, Metric::Tps)?;
-        draw_panel(&panels[columns + column], results, workload, Metric::P99Ms)?;
+    let panels = root.split_evenly((2 * blocks, columns));
+    for (index, &workload) in results.workloads.iter().enumerate() {
+        let (block, column) = (index / columns, index % columns);
+        draw_panel(&panels[2 * block * columns + column], results, workload, Metric::Tps)?;
+        draw_panel(&panels[(2 * block + 1) * columns + column], results, workload, Metric::P99Ms)?;
     }
     root.present().map_err(plot_error).with_context(|| format!("writing {}", path.display()))
 }
@@ -181,6 +188,8 @@ fn color_of(contender: Contender) -> RGBColor {
         Contender::Pgbouncer2 => RGBColor(44, 160, 44),
         Contender::Bypass => RGBColor(214, 39, 40),
         Contender::BypassKernel => RGBColor(148, 103, 189),
+        Contender::BypassMirror => RGBColor(255, 127, 14),
+        Contender::BypassKernelMirror => RGBColor(140, 86, 75),
     }
 }
 
@@ -220,5 +229,20 @@ mod tests {
         let mut single = sample_results(vec![run(Workload::Select1, 50, Contender::Bypass, 30_000.0, 3.0)]);
         single.clients = vec![50];
         render(&single, &path).expect("render one client count");
+        // Six workloads wrap onto two rows of three, so the image is 3 panels wide, 4 high.
+        let mut six = sample_results(vec![run(Workload::YcsbB, 50, Contender::Bypass, 30_000.0, 3.0)]);
+        six.workloads = vec![
+            Workload::Select1,
+            Workload::SelectOnly,
+            Workload::SimpleUpdate,
+            Workload::YcsbA,
+            Workload::YcsbB,
+            Workload::YcsbC,
+        ];
+        render(&six, &path).expect("render six workloads");
+        let bytes = std::fs::read(&path).expect("png written");
+        let width = u32::from_be_bytes(bytes[16..20].try_into().expect("4 bytes"));
+        let height = u32::from_be_bytes(bytes[20..24].try_into().expect("4 bytes"));
+        assert_eq!((width, height), (3 * PANEL_WIDTH, 4 * PANEL_HEIGHT));
     }
 }

@@ -1,6 +1,7 @@
-//! The results document: provenance, every run, per-cell medians and Bypass-vs-PgBouncer ratios,
-//! written as `pooler.json`, `pooler.md` and `pooler.png`.
+//! The results document: provenance, every run, per-cell medians and Bypass-vs-peer ratios,
+//! written as `<benchmark>.json`, `<benchmark>.md` and `<benchmark>.png`.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::{Context, Result};
@@ -8,8 +9,8 @@ use bypass_testkit::{pg_bin, Postgres};
 use serde::Serialize;
 
 use super::contender::MAX_CLIENT_CONN;
-use super::measure::{sampling_rate, RunRecord, SAMPLED_LOG_CLIENTS_MIN};
-use super::{markdown, plot, Contender, PoolerBenchArgs, Workload, PG_MAX_CONNECTIONS, PG_SHARED_BUFFERS_MB, SCALE};
+use super::measure::{sampling_rate, RunRecord, SAMPLED_LOG_CLIENTS_MIN, YCSB_ROWS, YCSB_ZIPF_S};
+use super::{markdown, plot, Contender, Setup, Workload, SCALE};
 use crate::machine::{self, MachineInfo};
 use crate::stats::median;
 
@@ -38,8 +39,12 @@ pub struct Settings {
     pub max_client_conn: u32,
     pub pgbench_threads: u32,
     pub pgbench_scale: u32,
+    /// Direct PostgreSQL runs only up to this many clients (max_connections less headroom).
+    pub direct_clients_max: u32,
     /// e.g. `-n -M simple -c C -j 2 -T 30 -P 1 --log` (+ `--sampling-rate 0.1` at ≥ 5,000 clients).
     pub pgbench_flags: String,
+    /// The YCSB-like table and key distribution (used only by the ycsb-* workloads).
+    pub ycsb: String,
     pub postgres_conf: Vec<String>,
     pub cpu_window: &'static str,
 }
@@ -57,6 +62,7 @@ pub struct CellSummary {
     pub latency_mean_ms: Option<f64>,
     pub p50_ms: Option<f64>,
     pub p99_ms: Option<f64>,
+    pub p999_ms: Option<f64>,
     pub cpu_us_per_txn: Option<f64>,
     pub pooler_cpu_us_per_txn: Option<f64>,
     pub pgbench_cpu_us_per_txn: Option<f64>,
@@ -64,37 +70,66 @@ pub struct CellSummary {
     pub initial_connection_ms: Option<f64>,
     /// Summed over the repetitions; must be 0.
     pub failed_transactions: u64,
+    /// Kernel fast path only: ns per run of each verdict program (`fp_client`, `fp_server`).
+    pub bpf_ns_per_run: BTreeMap<String, f64>,
+    /// Kernel fast path only: BPF run time of both programs per transaction, and verdicts per
+    /// transaction.
+    pub bpf_ns_per_txn: Option<f64>,
+    pub bpf_verdicts_per_txn: Option<f64>,
+    /// Kernel fast path only: the `fp_counters` differences over a run (median per field).
+    pub kernel_counters: BTreeMap<String, f64>,
+    /// Kernel fast path only: transactions released in the kernel ÷ transactions completed, and
+    /// passes to user space per transaction.
+    pub kernel_transaction_share: Option<f64>,
+    pub passes_per_txn: Option<f64>,
 }
 
-/// Bypass divided by a peer; > 1 is better for TPS, < 1 is better for p99 and CPU.
+/// A subject divided by a peer; > 1 is better for TPS, < 1 is better for latency and CPU.
 #[derive(Debug, Clone, Copy, Serialize, PartialEq)]
 pub struct Ratios {
     pub tps: Option<f64>,
+    pub mean: Option<f64>,
     pub p99: Option<f64>,
     pub cpu_us_per_txn: Option<f64>,
 }
 
-/// The ratios of one (workload, clients) cell.
+/// `subject ÷ peer` in one (workload, clients) cell.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct CellRatios {
     pub workload: Workload,
     pub clients: u32,
-    pub bypass_vs_pgbouncer: Option<Ratios>,
-    pub bypass_vs_pgbouncer2: Option<Ratios>,
+    pub subject: Contender,
+    pub peer: Contender,
+    pub ratios: Ratios,
 }
 
-/// Everything `pooler.json` holds.
+/// What a benchmark's tables show: rows, columns and ratio columns.
+#[derive(Debug, Clone)]
+pub struct Matrix {
+    pub workloads: Vec<Workload>,
+    pub clients: Vec<u32>,
+    pub contenders: Vec<Contender>,
+    /// (subject, peer) pairs whose ratios are computed and shown, in column order.
+    pub ratio_pairs: Vec<(Contender, Contender)>,
+}
+
+/// Everything `<benchmark>.json` holds.
 #[derive(Debug, Clone, Serialize)]
 pub struct Results {
     pub benchmark: &'static str,
     pub command: String,
     pub date: String,
     pub machine: MachineInfo,
+    /// `/proc/loadavg` (1, 5, 15 min) when the benchmark started and after the last run: other
+    /// work on the machine perturbs the figures.
+    pub load_average_start: String,
+    pub load_average_end: String,
     pub versions: Versions,
     pub settings: Settings,
     pub workloads: Vec<Workload>,
     pub clients: Vec<u32>,
     pub contenders: Vec<Contender>,
+    pub ratio_pairs: Vec<(Contender, Contender)>,
     pub runs: Vec<RunRecord>,
     pub cells: Vec<CellSummary>,
     pub ratios: Vec<CellRatios>,
@@ -102,7 +137,13 @@ pub struct Results {
 
 impl Results {
     /// Provenance and settings; runs are added with [`Results::push`].
-    pub fn new(args: &PoolerBenchArgs, postgres: &Postgres, bypass_exe: &Path) -> Result<Results> {
+    pub fn new(
+        setup: &Setup,
+        matrix: Matrix,
+        postgres: &Postgres,
+        bypass_exe: &Path,
+        load_average_start: String,
+    ) -> Result<Results> {
         let versions = Versions {
             postgres: postgres.psql("select version()").context("asking PostgreSQL its version")?,
             pgbench: machine::version_of(&pg_bin("pgbench")),
@@ -112,41 +153,42 @@ impl Results {
         };
         let flags = format!(
             "-n -M simple -c CLIENTS -j {} -T {} -P 1 --log (--sampling-rate {} at ≥ {} clients); \
-             select1: -f select1.sql (SELECT 1;), select-only: -S",
-            args.threads,
-            args.duration_s,
+             select1: -f select1.sql (SELECT 1;), select-only: -S, simple-update: -N, \
+             ycsb-*: -f ycsb-read.sql@R -f ycsb-update.sql@U",
+            setup.threads,
+            setup.duration_s,
             sampling_rate(u32::MAX),
             SAMPLED_LOG_CLIENTS_MIN
         );
         Ok(Results {
-            benchmark: "pooler",
+            benchmark: setup.benchmark,
             command: machine::command_line(),
             date: machine::iso8601_utc(crate::cpu::unix_micros() / 1_000_000),
             machine: machine::machine_info(),
+            load_average_end: load_average_start.clone(),
+            load_average_start,
             versions,
             settings: Settings {
-                duration_s: args.duration_s,
-                repetitions: args.repetitions,
+                duration_s: setup.duration_s,
+                repetitions: setup.repetitions,
                 pool_mode: "transaction",
-                pool_size: args.pool_size,
+                pool_size: setup.pool_size,
                 auth_type: "trust",
                 max_client_conn: MAX_CLIENT_CONN,
-                pgbench_threads: args.threads,
+                pgbench_threads: setup.threads,
                 pgbench_scale: SCALE,
+                direct_clients_max: setup.direct_clients_max,
                 pgbench_flags: flags,
-                postgres_conf: vec![
-                    format!("max_connections = {PG_MAX_CONNECTIONS}"),
-                    format!("shared_buffers = {PG_SHARED_BUFFERS_MB}MB"),
-                    "synchronous_commit = off".to_string(),
-                    "fsync = off (throwaway cluster)".to_string(),
-                ],
+                ycsb: ycsb_description(),
+                postgres_conf: setup.postgres_conf(),
                 cpu_window: "steady state between pgbench's -P 1 progress lines: from the first line after ramp-up \
                              (leading seconds below 80% of the median TPS skipped) to the last one; the connection \
                              phase is excluded",
             },
-            workloads: args.workloads.clone(),
-            clients: args.clients.clone(),
-            contenders: args.contenders.clone(),
+            workloads: matrix.workloads,
+            clients: matrix.clients,
+            contenders: matrix.contenders,
+            ratio_pairs: matrix.ratio_pairs,
             runs: Vec::new(),
             cells: Vec::new(),
             ratios: Vec::new(),
@@ -157,18 +199,36 @@ impl Results {
     pub fn push(&mut self, record: RunRecord) {
         self.runs.push(record);
         self.cells = summarize(&self.runs);
-        self.ratios = ratios(&self.cells);
+        self.ratios = ratios(&self.cells, &self.ratio_pairs);
+        self.load_average_end = machine::load_average();
     }
 
     /// Writes the JSON, the markdown and (when a font is available) the PNG into `out`.
     pub fn write(&self, out: &Path) -> Result<()> {
         let json = serde_json::to_string_pretty(self).context("serialising results")?;
-        write_file(&out.join("pooler.json"), &(json + "\n"))?;
-        write_file(&out.join("pooler.md"), &markdown::render(self))?;
-        if let Err(error) = plot::render(self, &out.join("pooler.png")) {
-            eprintln!("bench pooler: warning: no plot: {error:#}");
-        }
+        write_file(&out.join(format!("{}.json", self.benchmark)), &(json + "\n"))?;
+        write_file(&out.join(format!("{}.md", self.benchmark)), &markdown::render(self))?;
+        self.write_plot(out);
         Ok(())
+    }
+
+    /// Writes `<benchmark>.png`; a missing font only costs the plot, with a warning.
+    pub fn write_plot(&self, out: &Path) {
+        if let Err(error) = plot::render(self, &out.join(format!("{}.png", self.benchmark))) {
+            eprintln!("bench {}: warning: no plot: {error:#}", self.benchmark);
+        }
+    }
+
+    pub fn direct_clients_max(&self) -> u32 {
+        self.settings.direct_clients_max
+    }
+
+    /// The ratios of `subject ÷ peer` in one cell, if both ran.
+    pub fn ratio(&self, workload: Workload, clients: u32, subject: Contender, peer: Contender) -> Option<&Ratios> {
+        self.ratios
+            .iter()
+            .find(|r| (r.workload, r.clients, r.subject, r.peer) == (workload, clients, subject, peer))
+            .map(|r| &r.ratios)
     }
 
     /// The summary of one cell and contender, if it ran.
@@ -177,7 +237,16 @@ impl Results {
     }
 }
 
-fn write_file(path: &Path, text: &str) -> Result<()> {
+/// The YCSB-like table and key distribution, for the settings and the report.
+pub fn ycsb_description() -> String {
+    format!(
+        "usertable(ycsb_key int primary key, field0..field9 text): {YCSB_ROWS} rows × 10 fields of 100 \
+         characters (~1 KB); one statement per transaction: SELECT * by key or UPDATE field0 by key; keys \
+         random_zipfian(1, {YCSB_ROWS}, {YCSB_ZIPF_S}) — YCSB's 0.99 is below pgbench 15's minimum s = 1.001"
+    )
+}
+
+pub fn write_file(path: &Path, text: &str) -> Result<()> {
     std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
 }
 
@@ -217,40 +286,72 @@ fn summarize_group(workload: Workload, clients: u32, contender: Contender, runs:
         latency_mean_ms: median_of(&|run| run.latency.as_ref().map(|l| l.mean_ms)),
         p50_ms: median_of(&|run| run.latency.as_ref().map(|l| l.p50_ms)),
         p99_ms: median_of(&|run| run.latency.as_ref().map(|l| l.p99_ms)),
+        p999_ms: median_of(&|run| run.latency.as_ref().map(|l| l.p999_ms)),
         cpu_us_per_txn: median_of(&|run| run.cpu.as_ref().map(|c| c.system_us_per_txn)),
         pooler_cpu_us_per_txn: median_of(&|run| run.cpu.as_ref().and_then(|c| c.pooler_us_per_txn)),
         pgbench_cpu_us_per_txn: median_of(&|run| run.cpu.as_ref().map(|c| c.pgbench_us_per_txn)),
         little_ratio: median_of(&|run| run.little_ratio),
         initial_connection_ms: median_of(&|run| run.initial_connection_ms),
         failed_transactions: runs.iter().filter_map(|run| run.failed_transactions).sum(),
+        bpf_ns_per_run: bpf_medians(runs, |run, out| {
+            for program in run.bpf.iter().flat_map(|bpf| &bpf.programs) {
+                if let Some(ns) = program.ns_per_run {
+                    out.push((program.name.clone(), ns));
+                }
+            }
+        }),
+        bpf_ns_per_txn: median_of(&|run| run.bpf.as_ref().map(|bpf| bpf.ns_per_txn)),
+        bpf_verdicts_per_txn: median_of(&|run| run.bpf.as_ref().map(|bpf| bpf.verdicts_per_txn)),
+        kernel_transaction_share: median_of(&|run| run.bpf.as_ref().and_then(|bpf| bpf.kernel_transaction_share)),
+        passes_per_txn: median_of(&|run| run.bpf.as_ref().and_then(|bpf| bpf.passes_per_txn)),
+        kernel_counters: bpf_medians(runs, |run, out| {
+            for (field, &value) in run.bpf.iter().flat_map(|bpf| &bpf.kernel_counters) {
+                out.push((field.clone(), value as f64));
+            }
+        }),
     }
 }
 
-/// Bypass over PgBouncer and over PgBouncer ×2 per (workload, clients) cell.
-pub fn ratios(cells: &[CellSummary]) -> Vec<CellRatios> {
+/// Medians by name of the (name, value) pairs `collect` finds in each clean run.
+fn bpf_medians(runs: &[&RunRecord], collect: impl Fn(&RunRecord, &mut Vec<(String, f64)>)) -> BTreeMap<String, f64> {
+    let mut pairs = Vec::new();
+    for run in runs.iter().filter(|run| run.error.is_none()) {
+        collect(run, &mut pairs);
+    }
+    let mut by_name: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    for (name, value) in pairs {
+        by_name.entry(name).or_default().push(value);
+    }
+    by_name.into_iter().filter_map(|(name, values)| Some((name, median(&values)?))).collect()
+}
+
+/// `subject ÷ peer` for every pair and every (workload, clients) cell where both ran.
+pub fn ratios(cells: &[CellSummary], pairs: &[(Contender, Contender)]) -> Vec<CellRatios> {
     let mut out: Vec<CellRatios> = Vec::new();
-    for bypass in cells.iter().filter(|cell| cell.contender == Contender::Bypass) {
-        let peer = |contender: Contender| {
-            let other = cells.iter().find(|cell| {
-                (cell.workload, cell.clients, cell.contender) == (bypass.workload, bypass.clients, contender)
-            })?;
-            Some(Ratios {
-                tps: divide(bypass.tps, other.tps),
-                p99: divide(bypass.p99_ms, other.p99_ms),
-                cpu_us_per_txn: divide(bypass.cpu_us_per_txn, other.cpu_us_per_txn),
-            })
-        };
-        out.push(CellRatios {
-            workload: bypass.workload,
-            clients: bypass.clients,
-            bypass_vs_pgbouncer: peer(Contender::Pgbouncer),
-            bypass_vs_pgbouncer2: peer(Contender::Pgbouncer2),
-        });
+    for subject_cell in cells {
+        for &(subject, peer) in pairs.iter().filter(|(subject, _)| *subject == subject_cell.contender) {
+            let key = (subject_cell.workload, subject_cell.clients, peer);
+            let Some(peer_cell) = cells.iter().find(|cell| (cell.workload, cell.clients, cell.contender) == key) else {
+                continue;
+            };
+            out.push(CellRatios {
+                workload: subject_cell.workload,
+                clients: subject_cell.clients,
+                subject,
+                peer,
+                ratios: Ratios {
+                    tps: divide(subject_cell.tps, peer_cell.tps),
+                    mean: divide(subject_cell.latency_mean_ms, peer_cell.latency_mean_ms),
+                    p99: divide(subject_cell.p99_ms, peer_cell.p99_ms),
+                    cpu_us_per_txn: divide(subject_cell.cpu_us_per_txn, peer_cell.cpu_us_per_txn),
+                },
+            });
+        }
     }
     out
 }
 
-fn divide(numerator: Option<f64>, denominator: Option<f64>) -> Option<f64> {
+pub fn divide(numerator: Option<f64>, denominator: Option<f64>) -> Option<f64> {
     match (numerator, denominator) {
         (Some(n), Some(d)) if d > 0.0 && n.is_finite() => Some(n / d),
         _ => None,
@@ -304,6 +405,8 @@ pub(crate) mod tests {
             progress_tps: vec![tps; 3],
             pgbench_exit_code: Some(0),
             wall_s: 31.0,
+            bpf: None,
+            bpf_error: None,
         }
     }
 
@@ -322,6 +425,8 @@ pub(crate) mod tests {
                 ip_local_port_range: "32768-60999".to_string(),
                 note: "2-core machine".to_string(),
             },
+            load_average_start: "0.10 0.20 0.30".to_string(),
+            load_average_end: "1.10 1.20 1.30".to_string(),
             versions: Versions {
                 postgres: "PostgreSQL 15.18 on x86_64".to_string(),
                 pgbench: "pgbench (PostgreSQL) 15.18".to_string(),
@@ -338,20 +443,25 @@ pub(crate) mod tests {
                 max_client_conn: 11_000,
                 pgbench_threads: 2,
                 pgbench_scale: 10,
+                direct_clients_max: 50,
                 pgbench_flags: String::new(),
+                ycsb: String::new(),
                 postgres_conf: Vec::new(),
                 cpu_window: "steady",
             },
             workloads: vec![Workload::Select1],
             clients: vec![50, 1000],
             contenders: vec![Contender::Direct, Contender::Pgbouncer, Contender::Pgbouncer2, Contender::Bypass],
+            ratio_pairs: vec![(Contender::Bypass, Contender::Pgbouncer), (Contender::Bypass, Contender::Pgbouncer2)],
             runs: Vec::new(),
             cells: Vec::new(),
             ratios: Vec::new(),
         };
         for run in runs {
-            results.push(run);
+            results.runs.push(run);
         }
+        results.cells = summarize(&results.runs);
+        results.ratios = ratios(&results.cells, &results.ratio_pairs);
         results
     }
 
@@ -385,12 +495,14 @@ pub(crate) mod tests {
             run(Workload::SelectOnly, 1000, Contender::Pgbouncer, 100.0, 10.0),
             run(Workload::SelectOnly, 1000, Contender::Bypass, 150.0, 5.0),
         ];
-        let ratios = ratios(&summarize(&runs));
-        assert_eq!(ratios.len(), 1);
-        let versus = ratios[0].bypass_vs_pgbouncer.expect("pgbouncer ran");
+        let pairs = [(Contender::Bypass, Contender::Pgbouncer), (Contender::Bypass, Contender::Pgbouncer2)];
+        let ratios = ratios(&summarize(&runs), &pairs);
+        assert_eq!(ratios.len(), 1, "no ratio without PgBouncer ×2");
+        assert_eq!((ratios[0].subject, ratios[0].peer), (Contender::Bypass, Contender::Pgbouncer));
+        let versus = ratios[0].ratios;
         assert_eq!(versus.tps, Some(1.5));
         assert_eq!(versus.p99, Some(0.5));
+        assert_eq!(versus.mean, Some(0.5));
         assert!((versus.cpu_us_per_txn.expect("cpu") - 100.0 / 150.0).abs() < 1e-12);
-        assert_eq!(ratios[0].bypass_vs_pgbouncer2, None);
     }
 }

@@ -1,0 +1,292 @@
+//! `fastpath.json`: the shared results document plus what issue 4 asks on top of it — the
+//! latency added over direct PostgreSQL at 1 client, mirroring with and without a mirror, and
+//! the "Done when" targets with PASS / MISS. Derived sections are recomputed after every run
+//! from the cells, so a partial run reports what it has.
+
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use serde::Serialize;
+
+use super::{markdown, FastpathBenchArgs, ADDED_LATENCY_CLIENTS, ADDED_LATENCY_WORKLOAD, MIRROR_WORKLOAD};
+use crate::pooler::measure::RunRecord;
+use crate::pooler::report::{divide, write_file, Results};
+use crate::pooler::{Contender, Document, Workload};
+
+/// The cell the issue's throughput and latency targets are judged in.
+pub const TARGET_WORKLOAD: Workload = Workload::YcsbB;
+pub const TARGET_CLIENTS: u32 = 10_000;
+
+/// Issue 4's "Done when", Bypass kernel versus PgBouncer (one process) in the target cell.
+const TARGET_P99_RATIO_MAX: f64 = 0.44;
+const TARGET_MEAN_RATIO_MAX: f64 = 0.65;
+const TARGET_TPS_RATIO_MIN: f64 = 1.4;
+const TARGET_CPU_RATIO_MAX: f64 = 0.6;
+/// Mean latency Bypass kernel may add over direct PostgreSQL at 1 client.
+const TARGET_ADDED_LATENCY_US_MAX: f64 = 15.0;
+/// Mean latency a kernel mirror may add, in percent of the mean without a mirror.
+const TARGET_MIRROR_OVERHEAD_PERCENT_MAX: f64 = 10.0;
+
+/// Mean (and median) latency at 1 client and what it adds over direct PostgreSQL.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct AddedLatency {
+    pub contender: Contender,
+    pub mean_ms: Option<f64>,
+    pub p50_ms: Option<f64>,
+    /// Mean latency minus direct PostgreSQL's, in µs.
+    pub added_mean_us: Option<f64>,
+    pub added_p50_us: Option<f64>,
+}
+
+/// One fast-path mode at one client count, without and with a mirror.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct MirrorRow {
+    /// `user` or `kernel`: where the mirror copies queries.
+    pub mode: &'static str,
+    pub clients: u32,
+    pub without_mean_ms: Option<f64>,
+    pub without_p99_ms: Option<f64>,
+    pub with_mean_ms: Option<f64>,
+    pub with_p99_ms: Option<f64>,
+    pub without_tps: Option<f64>,
+    pub with_tps: Option<f64>,
+    /// With ÷ without.
+    pub mean_ratio: Option<f64>,
+    pub p99_ratio: Option<f64>,
+}
+
+/// One "Done when" line: the goal, its limit, the measured value and the verdict.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Target {
+    pub goal: String,
+    pub limit: String,
+    pub measured: Option<f64>,
+    /// `PASS`, `MISS` or `not measured`.
+    pub status: &'static str,
+}
+
+/// Everything `fastpath.json` holds: the shared document, flattened, and the derived sections.
+#[derive(Debug, Clone, Serialize)]
+pub struct FastpathResults {
+    #[serde(flatten)]
+    pub base: Results,
+    pub mirroring_requested: bool,
+    pub mirror_clients: Vec<u32>,
+    pub added_latency: Vec<AddedLatency>,
+    pub mirroring: Vec<MirrorRow>,
+    pub done_when: Vec<Target>,
+}
+
+impl FastpathResults {
+    pub fn new(base: Results, args: &FastpathBenchArgs) -> FastpathResults {
+        let mut results = FastpathResults {
+            base,
+            mirroring_requested: args.mirroring,
+            mirror_clients: if args.mirroring { args.mirror_clients.clone() } else { Vec::new() },
+            added_latency: Vec::new(),
+            mirroring: Vec::new(),
+            done_when: Vec::new(),
+        };
+        results.derive();
+        results
+    }
+
+    /// Recomputes the derived sections from the cells.
+    pub fn derive(&mut self) {
+        self.added_latency = added_latency(&self.base);
+        self.mirroring = mirroring(&self.base, &self.mirror_clients);
+        self.done_when = done_when(&self.base, &self.added_latency, &self.mirroring);
+    }
+}
+
+impl Document for FastpathResults {
+    fn push(&mut self, record: RunRecord) {
+        self.base.push(record);
+        self.derive();
+    }
+
+    fn write(&self, out: &Path) -> Result<()> {
+        let json = serde_json::to_string_pretty(self).context("serialising results")?;
+        write_file(&out.join("fastpath.json"), &(json + "\n"))?;
+        write_file(&out.join("fastpath.md"), &markdown::render(self))?;
+        self.base.write_plot(out);
+        Ok(())
+    }
+}
+
+/// The 1-client rows of every contender that ran them, direct first.
+fn added_latency(base: &Results) -> Vec<AddedLatency> {
+    let cell = |contender| base.cell(ADDED_LATENCY_WORKLOAD, ADDED_LATENCY_CLIENTS, contender);
+    let direct = cell(Contender::Direct);
+    let minus_direct_us = |value: Option<f64>, direct_value: Option<f64>| match (value, direct_value) {
+        (Some(value), Some(direct_value)) => Some((value - direct_value) * 1000.0),
+        _ => None,
+    };
+    [Contender::Direct, Contender::Pgbouncer, Contender::Bypass, Contender::BypassKernel]
+        .into_iter()
+        .filter_map(|contender| {
+            let cell = cell(contender)?;
+            Some(AddedLatency {
+                contender,
+                mean_ms: cell.latency_mean_ms,
+                p50_ms: cell.p50_ms,
+                added_mean_us: minus_direct_us(cell.latency_mean_ms, direct.and_then(|d| d.latency_mean_ms)),
+                added_p50_us: minus_direct_us(cell.p50_ms, direct.and_then(|d| d.p50_ms)),
+            })
+        })
+        .collect()
+}
+
+/// For each mode and mirrored client count: the run without and with a mirror (empty values
+/// until they ran, so a requested but failed measurement shows as "not measured").
+fn mirroring(base: &Results, mirror_clients: &[u32]) -> Vec<MirrorRow> {
+    let modes = [
+        ("user", Contender::Bypass, Contender::BypassMirror),
+        ("kernel", Contender::BypassKernel, Contender::BypassKernelMirror),
+    ];
+    let mut rows = Vec::new();
+    for (mode, plain, mirrored) in modes.into_iter().filter(|(_, plain, _)| base.contenders.contains(plain)) {
+        for &clients in mirror_clients {
+            let without = base.cell(MIRROR_WORKLOAD, clients, plain);
+            let with = base.cell(MIRROR_WORKLOAD, clients, mirrored);
+            let without_mean_ms = without.and_then(|cell| cell.latency_mean_ms);
+            let with_mean_ms = with.and_then(|cell| cell.latency_mean_ms);
+            let without_p99_ms = without.and_then(|cell| cell.p99_ms);
+            let with_p99_ms = with.and_then(|cell| cell.p99_ms);
+            rows.push(MirrorRow {
+                mode,
+                clients,
+                without_mean_ms,
+                without_p99_ms,
+                with_mean_ms,
+                with_p99_ms,
+                without_tps: without.and_then(|cell| cell.tps),
+                with_tps: with.and_then(|cell| cell.tps),
+                mean_ratio: divide(with_mean_ms, without_mean_ms),
+                p99_ratio: divide(with_p99_ms, without_p99_ms),
+            });
+        }
+    }
+    rows
+}
+
+fn done_when(base: &Results, added: &[AddedLatency], mirroring: &[MirrorRow]) -> Vec<Target> {
+    let versus = base.ratio(TARGET_WORKLOAD, TARGET_CLIENTS, Contender::BypassKernel, Contender::Pgbouncer);
+    let cell = format!("{} at {} clients, Bypass kernel ÷ PgBouncer", TARGET_WORKLOAD.name(), TARGET_CLIENTS);
+    let mut targets = vec![
+        at_most(format!("p99 latency, {cell}"), versus.and_then(|r| r.p99), TARGET_P99_RATIO_MAX, "×"),
+        at_most(format!("mean latency, {cell}"), versus.and_then(|r| r.mean), TARGET_MEAN_RATIO_MAX, "×"),
+        at_least(format!("throughput, {cell}"), versus.and_then(|r| r.tps), TARGET_TPS_RATIO_MIN, "×"),
+        at_most(
+            format!("system-wide CPU-µs per transaction, {cell}"),
+            versus.and_then(|r| r.cpu_us_per_txn),
+            TARGET_CPU_RATIO_MAX,
+            "×",
+        ),
+    ];
+    let kernel_added =
+        added.iter().find(|row| row.contender == Contender::BypassKernel).and_then(|row| row.added_mean_us);
+    targets.push(at_most(
+        format!(
+            "mean latency added over direct PostgreSQL at 1 client ({}), Bypass kernel",
+            ADDED_LATENCY_WORKLOAD.name()
+        ),
+        kernel_added,
+        TARGET_ADDED_LATENCY_US_MAX,
+        " µs",
+    ));
+    for row in mirroring.iter().filter(|row| row.mode == "kernel") {
+        let added_percent = row.mean_ratio.map(|ratio| (ratio - 1.0) * 100.0);
+        let goal =
+            format!("mean latency added by kernel mirroring, {} at {} clients", MIRROR_WORKLOAD.name(), row.clients);
+        targets.push(at_most(goal, added_percent, TARGET_MIRROR_OVERHEAD_PERCENT_MAX, " %"));
+    }
+    targets
+}
+
+fn at_most(goal: String, measured: Option<f64>, limit: f64, unit: &str) -> Target {
+    judged(goal, format!("≤ {limit}{unit}"), measured, |value| value <= limit)
+}
+
+fn at_least(goal: String, measured: Option<f64>, limit: f64, unit: &str) -> Target {
+    judged(goal, format!("≥ {limit}{unit}"), measured, |value| value >= limit)
+}
+
+fn judged(goal: String, limit: String, measured: Option<f64>, passes: impl Fn(f64) -> bool) -> Target {
+    let measured = measured.filter(|value| value.is_finite());
+    let status = match measured {
+        Some(value) if passes(value) => "PASS",
+        Some(_) => "MISS",
+        None => "not measured",
+    };
+    Target { goal, limit, measured, status }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::fastpath::tests::parse;
+    use crate::pooler::report::tests::{run, sample_results};
+
+    /// Fast-path results over `runs`, with the fast-path matrix and ratio pairs.
+    pub(crate) fn fastpath_results(runs: Vec<RunRecord>, mirroring: bool) -> FastpathResults {
+        let mut base = sample_results(Vec::new());
+        base.benchmark = "fastpath";
+        base.workloads = vec![Workload::YcsbB];
+        base.clients = vec![100, 10_000];
+        base.settings.direct_clients_max = 100;
+        base.settings.ycsb = crate::pooler::report::ycsb_description();
+        base.contenders = vec![
+            Contender::Direct,
+            Contender::Pgbouncer,
+            Contender::Pgbouncer2,
+            Contender::Bypass,
+            Contender::BypassKernel,
+        ];
+        base.ratio_pairs = [Contender::Pgbouncer, Contender::Pgbouncer2, Contender::Bypass]
+            .map(|peer| (Contender::BypassKernel, peer))
+            .to_vec();
+        base.runs = runs;
+        base.cells = crate::pooler::report::summarize(&base.runs);
+        base.ratios = crate::pooler::report::ratios(&base.cells, &base.ratio_pairs);
+        let args = if mirroring { parse(&["--mirroring"]) } else { parse(&[]) };
+        FastpathResults::new(base, &args)
+    }
+
+    /// A run whose mean latency is `mean_ms` (the sample run has mean = p99 / 2).
+    pub(crate) fn with_mean(
+        workload: Workload,
+        clients: u32,
+        contender: Contender,
+        tps: f64,
+        mean_ms: f64,
+    ) -> RunRecord {
+        run(workload, clients, contender, tps, mean_ms * 2.0)
+    }
+
+    // Goal: every "Done when" line is judged from the measured cells and a missing cell says
+    // "not measured"; method: synthetic runs that pass some targets and miss others.
+    #[test]
+    fn done_when_judges_targets() {
+        let runs = vec![
+            with_mean(Workload::YcsbB, 10_000, Contender::Pgbouncer, 17_400.0, 575.0),
+            // TPS 1.5× (pass), mean 0.5× (pass), p99 0.5× (miss: ≤ 0.44), CPU 1/1.5 = 0.67× (miss).
+            with_mean(Workload::YcsbB, 10_000, Contender::BypassKernel, 26_100.0, 287.5),
+            with_mean(Workload::Select1, 1, Contender::Direct, 20_000.0, 0.050),
+            with_mean(Workload::Select1, 1, Contender::BypassKernel, 19_000.0, 0.062),
+            with_mean(Workload::SimpleUpdate, 10, Contender::BypassKernel, 5_000.0, 2.0),
+            with_mean(Workload::SimpleUpdate, 10, Contender::BypassKernelMirror, 4_800.0, 2.1),
+        ];
+        let results = fastpath_results(runs, true);
+        let status: Vec<&str> = results.done_when.iter().map(|target| target.status).collect();
+        assert_eq!(status, vec!["MISS", "PASS", "PASS", "MISS", "PASS", "PASS", "not measured"]);
+        let added = results.done_when[4].measured.expect("added latency");
+        assert!((added - 12.0).abs() < 1e-9, "{added}");
+        assert_eq!(results.mirroring.len(), 4, "user and kernel at 10 and 100 clients");
+        let mirror = results.mirroring.iter().find(|row| (row.mode, row.clients) == ("kernel", 10)).expect("row");
+        assert!((mirror.mean_ratio.expect("ratio") - 1.05).abs() < 1e-9);
+        let empty = fastpath_results(Vec::new(), false);
+        assert!(empty.done_when.iter().all(|target| target.status == "not measured"));
+        assert_eq!(empty.done_when.len(), 5, "no mirroring lines without --mirroring");
+    }
+}
