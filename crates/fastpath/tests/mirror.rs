@@ -485,9 +485,10 @@ fn inject_segment(flow: &Flow, sequence: u32, payload: &[u8]) {
 /// transmits a flow's segments from several CPUs (the writer, and softirqs processing ACKs), so
 /// under load a flow's segments, and their clones, can be delivered out of order. TCP reorders
 /// them for the pooler; a segment-level mirror cannot and cuts the shadow off (`desyncs`, see
-/// the gap test). RPS steers every packet of a flow to one CPU's backlog, which is FIFO: that
-/// is the configuration the crate docs ask for, and it keeps these tests deterministic. The
-/// namespace keeps the host's lo untouched.
+/// the gap test). These tests send megabytes in bulk, which on a loaded machine reorders now
+/// and then; RPS steers every packet of a flow to one CPU's backlog, which is FIFO, and keeps
+/// them deterministic (see the crate docs for its cost). The namespace keeps the host's lo
+/// untouched.
 fn in_network_namespace<T: Send + 'static>(mtu: i32, body: impl FnOnce() -> T + Send + 'static) -> T {
     std::thread::spawn(move || {
         // SAFETY: unshare takes no pointers; CLONE_NEWNET moves only this thread.
