@@ -10,6 +10,15 @@
 //!              shadow TCP socket ◄── replies ── shadow server: fp_shadow_reply drops them
 //! ```
 //!
+//! Use (the pooler): once, when a database has `mirror`, [`FastPath::enable_mirroring`] with
+//! the interface clients arrive on. Per client of that database: connect to the shadow server
+//! and run its startup and authentication in user space up to ReadyForQuery, then
+//! [`FastPath::add_mirror`]`(client.peer_addr(), client.local_addr(), shadow.as_fd())` before
+//! the client's first query; from then on never read or write the shadow socket. When the
+//! client leaves, [`FastPath::remove_mirror`], then close the shadow. A client whose mirror
+//! broke ([`FastPath::mirror_intact`] false) has an incomplete copy on its shadow: close it.
+//! IPv6 clients ([`FastPathError::MirrorIpv6`]) are mirrored in user space.
+//!
 //! Invariants: a flow enters `fp_mirror_flows` only after its stream word and shadow socket are
 //! in place (and leaves first), so the tc program never clones for a flow with nowhere to go; a
 //! shadow's stream only advances in sequence order, so a shadow receives a byte-exact prefix of
