@@ -57,8 +57,10 @@
 #define INADDR_LOOPBACK_HOST 0x7f000001
 /* The datagram's L4 part: UDP header, then the mirror header. */
 #define MIRROR_L4_LEN (sizeof(struct udphdr) + sizeof(struct fp_mirror_header))
-/* Bytes sk_skb can pop at the front at most (sk_skb_adjust_room's limit). */
+/* Bytes sk_skb can pop at the front in one call (sk_skb_adjust_room's limit), and the calls
+ * that cover the largest datagram (a 64 KiB GSO clone). */
 #define POP_MAX 0xfff
+#define POP_STEPS 17
 #define CAS(ptr, old, new) __sync_val_compare_and_swap((ptr), (old), (new))
 #define CAS_TRIES 16
 
@@ -291,7 +293,7 @@ static __always_inline int claim_stream(__u64 *stream, __u32 seq, __u32 payload,
 			n->duplicate_bytes += payload;
 			return -1;
 		}
-		if (ahead > 0 || already > POP_MAX - sizeof(struct fp_mirror_header)) {
+		if (ahead > 0) {
 			__sync_fetch_and_or(stream, FP_STREAM_BROKEN);
 			n->desyncs++;
 			return -1;
@@ -306,6 +308,18 @@ static __always_inline int claim_stream(__u64 *stream, __u32 seq, __u32 payload,
 	__sync_fetch_and_or(stream, FP_STREAM_BROKEN);
 	n->desyncs++;
 	return -1;
+}
+
+/* Pops `bytes` at the front of the skb, in steps sk_skb_adjust_room accepts. */
+static __always_inline int pop_front(struct __sk_buff *skb, __u32 bytes)
+{
+	for (int i = 0; i < POP_STEPS && bytes; i++) {
+		__u32 step = bytes > POP_MAX ? POP_MAX : bytes;
+		if (bpf_skb_adjust_room(skb, -(__s32)step, 0, 0))
+			return -1;
+		bytes -= step;
+	}
+	return bytes ? -1 : 0;
 }
 
 /* Attached with BPF_SK_SKB_VERDICT by user space (aya 0.14 parses only sk_skb/stream_* section
@@ -334,7 +348,7 @@ int fp_mirror_datagram(struct __sk_buff *skb)
 	if (already < 0)
 		return SK_DROP;
 	/* On sk_skb a negative length pops bytes at the front: the header and any duplicate bytes. */
-	if (bpf_skb_adjust_room(skb, -(__s32)(sizeof(header) + already), 0, 0) ||
+	if (pop_front(skb, sizeof(header) + already) ||
 	    bpf_sk_redirect_hash(skb, &fp_shadows, &shadow, 0) != SK_PASS) {
 		__sync_fetch_and_or(stream, FP_STREAM_BROKEN);
 		n->drops_no_shadow++;

@@ -393,25 +393,25 @@ fn retransmitted_bytes_are_skipped_and_a_gap_cuts_the_shadow_off() {
 fn a_segment_overlapping_mirrored_bytes_is_trimmed_to_its_new_bytes() {
     // Goal: a segment that repeats some mirrored bytes and carries new ones gives the shadow only
     // the new ones, wherever the overlap ends. Method: inject (bad TCP checksum: the pooler never
-    // sees it) 100 repeated bytes + 10 new ones, then let the client write 3,000 bytes at the
-    // sequence the injected bytes already covered: the shadow must get first + 10 new bytes +
-    // the real write without its first 10 bytes, exactly.
+    // sees it) 10,000 repeated bytes (more than one sk_skb pop can trim) + 10 new ones, then let
+    // the client write 3,000 bytes at the sequence the injected bytes already covered: the shadow
+    // must get first + 10 new bytes + the real write without its first 10 bytes, exactly.
     in_network_namespace(LOOPBACK_MTU, move || {
         let fast = fast_path();
         let mut flow = Flow::open();
         let mut shadow = Shadow::open();
         let handle = mirror(&fast, &flow, &shadow);
-        let (first, second) = (vec![b'1'; 3000], vec![b'2'; 3000]);
+        let (first, second) = (vec![b'1'; 20_000], vec![b'2'; 3000]);
         flow.client.write_all(&first).expect("first batch");
         assert_same_stream(&read_exactly(&mut shadow.server, first.len()), &first, "shadow server");
         let next = next_send_sequence(&flow.client);
-        let overlapping = [&first[first.len() - 100..], b"ABCDEFGHIJ"].concat();
-        inject_segment(&flow, next.wrapping_sub(100), &overlapping);
+        let overlapping = [&first[first.len() - 10_000..], b"ABCDEFGHIJ"].concat();
+        inject_segment(&flow, next.wrapping_sub(10_000), &overlapping);
         flow.client.write_all(&second).expect("second batch");
         let expected = [&b"ABCDEFGHIJ"[..], &second[10..]].concat();
         assert_same_stream(&read_exactly(&mut shadow.server, expected.len()), &expected, "shadow server");
         assert_eq!(read_stray(&mut shadow.server), 0, "the shadow got more than the new bytes");
-        assert_eq!(fast.mirror_counters().duplicate_bytes, 110);
+        assert_eq!(fast.mirror_counters().duplicate_bytes, 10_010);
         assert!(fast.mirror_intact(&handle));
         fast.remove_mirror(handle);
     });
