@@ -3,9 +3,10 @@
  * servers inside the kernel, and drops the shadows' replies there.
  *
  *   client segment ─► lo ingress, fp_mirror_tc: flow mirrored and payload? ─► mark, clone into
- *        │            lo ingress again, unmark ─► the original goes on to the pooler untouched
- *        └─ clone ─► lo ingress, fp_mirror_tc sees the mark: TCP header → UDP header + 12-byte
- *                    fp_mirror_header (shadow id, TCP sequence) ─► IP ─► the FastPath's UDP socket
+ *        │            lo egress, unmark ─► the original goes on to the pooler untouched
+ *        └─ clone ─► lo egress ─► loopback ─► lo ingress, fp_mirror_tc sees the mark: TCP header
+ *                    → UDP header + 12-byte fp_mirror_header (shadow id, TCP sequence) ─► IP ─►
+ *                    the FastPath's UDP socket
  *   UDP socket ─► fp_mirror_datagram (skb verdict): sequence in order? ─► pop the header ─►
  *                 redirect (egress) into the shadow's TCP socket (fp_shadows, by shadow id)
  *   shadow socket ─► fp_shadow_reply: SK_DROP (the shadow's answers never reach user space)
@@ -25,6 +26,10 @@
  * straight back to lo ingress, and IP delivers it locally without a route lookup. On any other
  * interface egress would put the clone on the wire, so it goes to ingress and that interface
  * needs route_localnet = 1 (user space checks).
+ *
+ * Cost for other traffic: the program runs on every packet of the interface; while no flow is
+ * mirrored it returns after one array lookup, otherwise it reads the headers (direct packet
+ * access) and looks the 4-tuple up.
  *
  * Checksums: on lo the segments are CHECKSUM_PARTIAL (never computed). The datagram gets UDP
  * checksum 0 ("none", legal for IPv4), which UDP accepts whatever the skb's checksum state; the
