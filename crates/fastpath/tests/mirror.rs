@@ -417,6 +417,48 @@ fn a_segment_overlapping_mirrored_bytes_is_trimmed_to_its_new_bytes() {
     });
 }
 
+#[test]
+fn datagrams_forged_by_a_local_process_reach_no_shadow() {
+    // Goal: the UDP socket takes datagrams from any local process, but only the tc program knows
+    // a shadow's random 64-bit id, so forged datagrams are dropped and the mirror goes on intact.
+    // Method: find the FastPath's UDP port (the only UDP socket in a fresh namespace), send it
+    // datagrams with made-up ids, then check the shadow got only the client's real bytes.
+    in_network_namespace(LOOPBACK_MTU, move || {
+        let fast = fast_path();
+        let mut flow = Flow::open();
+        let mut shadow = Shadow::open();
+        let handle = mirror(&fast, &flow, &shadow);
+        let port = only_udp_port();
+        let forger = std::net::UdpSocket::bind("127.0.0.1:0").expect("forger binds");
+        for forged_id in [0u64, 1, u64::MAX, 0x4d49_5252_0000_0001] {
+            let datagram = [&forged_id.to_le_bytes()[..], &[0u8; 4], b"DROP TABLE accounts;"].concat();
+            forger.send_to(&datagram, ("127.0.0.1", port)).expect("forged datagram sent");
+        }
+        forger.send_to(b"short", ("127.0.0.1", port)).expect("short datagram sent");
+        let real = vec![b'q'; 5000];
+        flow.client.write_all(&real).expect("client writes");
+        assert_same_stream(&read_exactly(&mut shadow.server, real.len()), &real, "shadow server");
+        assert_eq!(read_stray(&mut shadow.server), 0, "a forged datagram reached the shadow");
+        assert_eq!(fast.mirror_counters().drops_no_shadow, 5, "{:?}", fast.mirror_counters());
+        assert!(fast.mirror_intact(&handle));
+        let _ = read_exactly(&mut flow.pooler, real.len());
+        fast.remove_mirror(handle);
+    });
+}
+
+/// The local port of the only UDP socket in this thread's network namespace.
+fn only_udp_port() -> u16 {
+    let table = std::fs::read_to_string("/proc/thread-self/net/udp").expect("UDP table");
+    let ports: Vec<u16> = table
+        .lines()
+        .skip(1)
+        .filter_map(|line| line.split_whitespace().nth(1)?.split(':').nth(1).map(str::to_string))
+        .map(|hex| u16::from_str_radix(&hex, 16).expect("hex port"))
+        .collect();
+    assert_eq!(ports.len(), 1, "exactly one UDP socket expected: {ports:?}");
+    ports[0]
+}
+
 /// The sequence number of the next byte the socket will send, read in TCP repair mode.
 fn next_send_sequence(socket: &TcpStream) -> u32 {
     let fd = socket.as_raw_fd();
