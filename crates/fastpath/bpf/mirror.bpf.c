@@ -3,9 +3,10 @@
  * servers inside the kernel, and drops the shadows' replies there.
  *
  *   client segment ─► lo ingress, fp_mirror_tc: flow mirrored and payload? ─► mark, clone into
- *        │            lo ingress again, unmark ─► the original goes on to the pooler untouched
- *        └─ clone ─► lo ingress, fp_mirror_tc sees the mark: TCP header → UDP header + 12-byte
- *                    fp_mirror_header (shadow id, TCP sequence) ─► IP ─► the FastPath's UDP socket
+ *        │            lo egress, unmark ─► the original goes on to the pooler untouched
+ *        └─ clone ─► lo egress ─► loopback ─► lo ingress, fp_mirror_tc sees the mark: TCP header
+ *                    → UDP header + 12-byte fp_mirror_header (shadow id, TCP sequence) ─► IP ─►
+ *                    the FastPath's UDP socket
  *   UDP socket ─► fp_mirror_datagram (skb verdict): sequence in order? ─► pop the header ─►
  *                 redirect (egress) into the shadow's TCP socket (fp_shadows, by shadow id)
  *   shadow socket ─► fp_shadow_reply: SK_DROP (the shadow's answers never reach user space)
@@ -25,6 +26,10 @@
  * straight back to lo ingress, and IP delivers it locally without a route lookup. On any other
  * interface egress would put the clone on the wire, so it goes to ingress and that interface
  * needs route_localnet = 1 (user space checks).
+ *
+ * Cost for other traffic: the program runs on every packet of the interface; while no flow is
+ * mirrored it returns after one array lookup, otherwise it reads the headers (direct packet
+ * access) and looks the 4-tuple up.
  *
  * Checksums: on lo the segments are CHECKSUM_PARTIAL (never computed). The datagram gets UDP
  * checksum 0 ("none", legal for IPv4), which UDP accepts whatever the skb's checksum state; the
@@ -57,8 +62,10 @@
 #define INADDR_LOOPBACK_HOST 0x7f000001
 /* The datagram's L4 part: UDP header, then the mirror header. */
 #define MIRROR_L4_LEN (sizeof(struct udphdr) + sizeof(struct fp_mirror_header))
-/* Bytes sk_skb can pop at the front at most (sk_skb_adjust_room's limit). */
+/* Bytes sk_skb can pop at the front in one call (sk_skb_adjust_room's limit), and the calls
+ * that cover the largest datagram (a 64 KiB GSO clone). */
 #define POP_MAX 0xfff
+#define POP_STEPS 17
 #define CAS(ptr, old, new) __sync_val_compare_and_swap((ptr), (old), (new))
 #define CAS_TRIES 16
 
@@ -291,7 +298,7 @@ static __always_inline int claim_stream(__u64 *stream, __u32 seq, __u32 payload,
 			n->duplicate_bytes += payload;
 			return -1;
 		}
-		if (ahead > 0 || already > POP_MAX - sizeof(struct fp_mirror_header)) {
+		if (ahead > 0) {
 			__sync_fetch_and_or(stream, FP_STREAM_BROKEN);
 			n->desyncs++;
 			return -1;
@@ -306,6 +313,18 @@ static __always_inline int claim_stream(__u64 *stream, __u32 seq, __u32 payload,
 	__sync_fetch_and_or(stream, FP_STREAM_BROKEN);
 	n->desyncs++;
 	return -1;
+}
+
+/* Pops `bytes` at the front of the skb, in steps sk_skb_adjust_room accepts. */
+static __always_inline int pop_front(struct __sk_buff *skb, __u32 bytes)
+{
+	for (int i = 0; i < POP_STEPS && bytes; i++) {
+		__u32 step = bytes > POP_MAX ? POP_MAX : bytes;
+		if (bpf_skb_adjust_room(skb, -(__s32)step, 0, 0))
+			return -1;
+		bytes -= step;
+	}
+	return bytes ? -1 : 0;
 }
 
 /* Attached with BPF_SK_SKB_VERDICT by user space (aya 0.14 parses only sk_skb/stream_* section
@@ -334,7 +353,7 @@ int fp_mirror_datagram(struct __sk_buff *skb)
 	if (already < 0)
 		return SK_DROP;
 	/* On sk_skb a negative length pops bytes at the front: the header and any duplicate bytes. */
-	if (bpf_skb_adjust_room(skb, -(__s32)(sizeof(header) + already), 0, 0) ||
+	if (pop_front(skb, sizeof(header) + already) ||
 	    bpf_sk_redirect_hash(skb, &fp_shadows, &shadow, 0) != SK_PASS) {
 		__sync_fetch_and_or(stream, FP_STREAM_BROKEN);
 		n->drops_no_shadow++;

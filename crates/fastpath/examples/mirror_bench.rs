@@ -36,7 +36,9 @@ const WORKLOADS: [Workload; 3] =
     [Workload { size: 64, server_us: 0 }, Workload { size: 8192, server_us: 0 }, Workload { size: 64, server_us: 50 }];
 const MODES: [Mode; 4] = [Mode::Direct, Mode::Kernel, Mode::KernelCloneOnly, Mode::User];
 const WARMUP_ROUND_TRIPS: usize = 2000;
-const BPF_STATS_SYSCTL: &str = "/proc/sys/kernel/bpf_stats_enabled";
+/// `bpf_cmd` BPF_ENABLE_STATS and `bpf_stats_type` BPF_STATS_RUN_TIME (linux/bpf.h).
+const BPF_ENABLE_STATS: libc::c_long = 32;
+const BPF_STATS_RUN_TIME: u32 = 0;
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Mode {
@@ -166,11 +168,11 @@ fn main() -> Result<()> {
 
 fn run(rounds: usize, per_round: usize, rps: bool, command: String) -> Result<()> {
     enter_network_namespace(rps)?;
-    let previous_stats = std::fs::read_to_string(BPF_STATS_SYSCTL)?;
-    std::fs::write(BPF_STATS_SYSCTL, "1")?;
-    let outcome = measure(rounds, per_round);
-    std::fs::write(BPF_STATS_SYSCTL, previous_stats.trim())?;
-    let (rows, programs, counters) = outcome?;
+    // Run-time statistics while this descriptor is open: the kernel counts holders, so another
+    // engineer's setting of kernel.bpf_stats_enabled is never clobbered, and a killed run
+    // cannot leave statistics on.
+    let _stats = enable_bpf_stats()?;
+    let (rows, programs, counters) = measure(rounds, per_round)?;
     write_results(&command, rounds, per_round, &rows, &programs, &counters)
 }
 
@@ -267,6 +269,18 @@ fn write_results(
     std::fs::write(format!("{stem}.json"), json)?;
     print!("{markdown}");
     Ok(())
+}
+
+fn enable_bpf_stats() -> Result<std::os::fd::OwnedFd> {
+    let attr: [u32; 1] = [BPF_STATS_RUN_TIME];
+    // SAFETY: bpf(2) reads size_of_val(&attr) bytes of `attr` (union bpf_attr's enable_stats).
+    let fd = unsafe { libc::syscall(libc::SYS_bpf, BPF_ENABLE_STATS, attr.as_ptr(), std::mem::size_of_val(&attr)) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error().into());
+    }
+    let fd = i32::try_from(fd)?;
+    // SAFETY: the kernel just returned this descriptor to us; nothing else owns it.
+    Ok(unsafe { std::os::fd::FromRawFd::from_raw_fd(fd) })
 }
 
 /// Moves this thread into a new network namespace with lo up, and RPS on every CPU if asked

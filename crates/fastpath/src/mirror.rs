@@ -10,6 +10,15 @@
 //!              shadow TCP socket ◄── replies ── shadow server: fp_shadow_reply drops them
 //! ```
 //!
+//! Use (the pooler): once, when a database has `mirror`, [`FastPath::enable_mirroring`] with
+//! the interface clients arrive on. Per client of that database: connect to the shadow server
+//! and run its startup and authentication in user space up to ReadyForQuery, then
+//! [`FastPath::add_mirror`]`(client.peer_addr(), client.local_addr(), shadow.as_fd())` before
+//! the client's first query; from then on never read or write the shadow socket. When the
+//! client leaves, [`FastPath::remove_mirror`], then close the shadow. A client whose mirror
+//! broke ([`FastPath::mirror_intact`] false) has an incomplete copy on its shadow: close it.
+//! IPv6 clients ([`FastPathError::MirrorIpv6`]) are mirrored in user space.
+//!
 //! Invariants: a flow enters `fp_mirror_flows` only after its stream word and shadow socket are
 //! in place (and leaves first), so the tc program never clones for a flow with nowhere to go; a
 //! shadow's stream only advances in sequence order, so a shadow receives a byte-exact prefix of
@@ -19,12 +28,18 @@
 //! Ordering: a shadow needs the client's bytes in order, and the tc hook sees segments in the
 //! order the interface delivers them. On loopback each segment goes to the backlog of the CPU
 //! that transmits it, and TCP transmits one flow from several CPUs (the writer, softirqs that
-//! process ACKs), so under load segments are delivered out of order now and then (TCP's
-//! `TCPOFOQueue` counter). TCP reorders them for the pooler; this mirror cannot, so **enable RPS
-//! on the interface** (`/sys/class/net/lo/queues/rx-0/rps_cpus`, e.g. `3` on 2 CPUs): RPS steers
-//! every packet of a flow, clones included, to one CPU's FIFO backlog. `enable_mirroring` logs a
-//! warning when RPS is off. Without it a reordering cuts that shadow off (`desyncs`,
-//! [`FastPath::mirror_intact`] false); the shadow never receives a corrupt stream.
+//! process ACKs), so under load a bulk sender's segments are now and then delivered out of
+//! order (TCP's `TCPOFOQueue` counter). TCP reorders them for the pooler; this mirror cannot: a
+//! reordering cuts that shadow off (`desyncs`, [`FastPath::mirror_intact`] false; the pooler
+//! can then mirror that client in user space), it never feeds the shadow a corrupt stream. A
+//! request/reply client has one message in flight and is not reordered (every benchmark run
+//! kept its shadows intact). RPS on the interface (`/sys/class/net/lo/queues/rx-0/rps_cpus`)
+//! steers every packet of a flow, clones included, to one CPU's FIFO backlog and makes the
+//! mirror reorder-proof (the tests run that way), at the price of a cross-CPU wakeup for every
+//! packet of a flow whose hash lands on another CPU: on the 2-vCPU dev VM that took such a
+//! flow's 5 µs loopback round trip to 50–75 µs, mirrored or not
+//! (bench/results/fastpath-mirror-rps.md), so it is an operator's choice, not a requirement.
+//! `enable_mirroring` logs when RPS is off.
 //!
 //! Limitations: IPv4 only ([`FastPathError::MirrorIpv6`]: the pooler mirrors such a client in
 //! user space); segments are mirrored as the interface delivers them, before TCP checks their
@@ -148,9 +163,9 @@ impl FastPath {
             None => {
                 *mirror = Some(Mirror::load(interface)?);
                 if !receive_packet_steering(interface) {
-                    tracing::warn!(
+                    tracing::info!(
                         interface,
-                        "RPS is off: segments delivered out of order will cut shadows off (set rps_cpus)"
+                        "RPS is off: a client whose segments arrive out of order loses its kernel mirror"
                     );
                 }
                 Ok(())

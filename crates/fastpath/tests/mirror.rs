@@ -393,28 +393,70 @@ fn retransmitted_bytes_are_skipped_and_a_gap_cuts_the_shadow_off() {
 fn a_segment_overlapping_mirrored_bytes_is_trimmed_to_its_new_bytes() {
     // Goal: a segment that repeats some mirrored bytes and carries new ones gives the shadow only
     // the new ones, wherever the overlap ends. Method: inject (bad TCP checksum: the pooler never
-    // sees it) 100 repeated bytes + 10 new ones, then let the client write 3,000 bytes at the
-    // sequence the injected bytes already covered: the shadow must get first + 10 new bytes +
-    // the real write without its first 10 bytes, exactly.
+    // sees it) 10,000 repeated bytes (more than one sk_skb pop can trim) + 10 new ones, then let
+    // the client write 3,000 bytes at the sequence the injected bytes already covered: the shadow
+    // must get first + 10 new bytes + the real write without its first 10 bytes, exactly.
     in_network_namespace(LOOPBACK_MTU, move || {
         let fast = fast_path();
         let mut flow = Flow::open();
         let mut shadow = Shadow::open();
         let handle = mirror(&fast, &flow, &shadow);
-        let (first, second) = (vec![b'1'; 3000], vec![b'2'; 3000]);
+        let (first, second) = (vec![b'1'; 20_000], vec![b'2'; 3000]);
         flow.client.write_all(&first).expect("first batch");
         assert_same_stream(&read_exactly(&mut shadow.server, first.len()), &first, "shadow server");
         let next = next_send_sequence(&flow.client);
-        let overlapping = [&first[first.len() - 100..], b"ABCDEFGHIJ"].concat();
-        inject_segment(&flow, next.wrapping_sub(100), &overlapping);
+        let overlapping = [&first[first.len() - 10_000..], b"ABCDEFGHIJ"].concat();
+        inject_segment(&flow, next.wrapping_sub(10_000), &overlapping);
         flow.client.write_all(&second).expect("second batch");
         let expected = [&b"ABCDEFGHIJ"[..], &second[10..]].concat();
         assert_same_stream(&read_exactly(&mut shadow.server, expected.len()), &expected, "shadow server");
         assert_eq!(read_stray(&mut shadow.server), 0, "the shadow got more than the new bytes");
-        assert_eq!(fast.mirror_counters().duplicate_bytes, 110);
+        assert_eq!(fast.mirror_counters().duplicate_bytes, 10_010);
         assert!(fast.mirror_intact(&handle));
         fast.remove_mirror(handle);
     });
+}
+
+#[test]
+fn datagrams_forged_by_a_local_process_reach_no_shadow() {
+    // Goal: the UDP socket takes datagrams from any local process, but only the tc program knows
+    // a shadow's random 64-bit id, so forged datagrams are dropped and the mirror goes on intact.
+    // Method: find the FastPath's UDP port (the only UDP socket in a fresh namespace), send it
+    // datagrams with made-up ids, then check the shadow got only the client's real bytes.
+    in_network_namespace(LOOPBACK_MTU, move || {
+        let fast = fast_path();
+        let mut flow = Flow::open();
+        let mut shadow = Shadow::open();
+        let handle = mirror(&fast, &flow, &shadow);
+        let port = only_udp_port();
+        let forger = std::net::UdpSocket::bind("127.0.0.1:0").expect("forger binds");
+        for forged_id in [0u64, 1, u64::MAX, 0x4d49_5252_0000_0001] {
+            let datagram = [&forged_id.to_le_bytes()[..], &[0u8; 4], b"DROP TABLE accounts;"].concat();
+            forger.send_to(&datagram, ("127.0.0.1", port)).expect("forged datagram sent");
+        }
+        forger.send_to(b"short", ("127.0.0.1", port)).expect("short datagram sent");
+        let real = vec![b'q'; 5000];
+        flow.client.write_all(&real).expect("client writes");
+        assert_same_stream(&read_exactly(&mut shadow.server, real.len()), &real, "shadow server");
+        assert_eq!(read_stray(&mut shadow.server), 0, "a forged datagram reached the shadow");
+        assert_eq!(fast.mirror_counters().drops_no_shadow, 5, "{:?}", fast.mirror_counters());
+        assert!(fast.mirror_intact(&handle));
+        let _ = read_exactly(&mut flow.pooler, real.len());
+        fast.remove_mirror(handle);
+    });
+}
+
+/// The local port of the only UDP socket in this thread's network namespace.
+fn only_udp_port() -> u16 {
+    let table = std::fs::read_to_string("/proc/thread-self/net/udp").expect("UDP table");
+    let ports: Vec<u16> = table
+        .lines()
+        .skip(1)
+        .filter_map(|line| line.split_whitespace().nth(1)?.split(':').nth(1).map(str::to_string))
+        .map(|hex| u16::from_str_radix(&hex, 16).expect("hex port"))
+        .collect();
+    assert_eq!(ports.len(), 1, "exactly one UDP socket expected: {ports:?}");
+    ports[0]
 }
 
 /// The sequence number of the next byte the socket will send, read in TCP repair mode.
@@ -485,9 +527,10 @@ fn inject_segment(flow: &Flow, sequence: u32, payload: &[u8]) {
 /// transmits a flow's segments from several CPUs (the writer, and softirqs processing ACKs), so
 /// under load a flow's segments, and their clones, can be delivered out of order. TCP reorders
 /// them for the pooler; a segment-level mirror cannot and cuts the shadow off (`desyncs`, see
-/// the gap test). RPS steers every packet of a flow to one CPU's backlog, which is FIFO: that
-/// is the configuration the crate docs ask for, and it keeps these tests deterministic. The
-/// namespace keeps the host's lo untouched.
+/// the gap test). These tests send megabytes in bulk, which on a loaded machine reorders now
+/// and then; RPS steers every packet of a flow to one CPU's backlog, which is FIFO, and keeps
+/// them deterministic (see the crate docs for its cost). The namespace keeps the host's lo
+/// untouched.
 fn in_network_namespace<T: Send + 'static>(mtu: i32, body: impl FnOnce() -> T + Send + 'static) -> T {
     std::thread::spawn(move || {
         // SAFETY: unshare takes no pointers; CLONE_NEWNET moves only this thread.
