@@ -91,6 +91,9 @@ pub struct FastpathBenchArgs {
     /// Skip the 1-client `SELECT 1` runs that measure the latency added over direct PostgreSQL.
     #[arg(long)]
     pub skip_added_latency: bool,
+    /// Print the runs in order and the time estimate, then stop without running anything.
+    #[arg(long)]
+    pub plan_only: bool,
     /// Server connections per pool, the same for every pooler.
     #[arg(long, default_value_t = 20)]
     pub pool_size: u32,
@@ -104,6 +107,10 @@ pub fn run(args: FastpathBenchArgs, bypass_exe: &Path) -> Result<()> {
     let args = validated(args)?;
     let setup = setup(&args);
     let plan = plan(&args);
+    if args.plan_only {
+        print!("{}", plan_text(&setup, &plan));
+        return Ok(());
+    }
     pooler::drive(&setup, &plan, bypass_exe, &args.out, |postgres, load_average| {
         let base = Results::new(&setup, matrix(&args), postgres, bypass_exe, load_average)?;
         Ok(FastpathResults::new(base, &args))
@@ -195,6 +202,25 @@ fn plan(args: &FastpathBenchArgs) -> Vec<RunSpec> {
     runs
 }
 
+/// The plan as `--plan-only` prints it: one line per run, then the estimate.
+fn plan_text(setup: &Setup, plan: &[RunSpec]) -> String {
+    let mut text = String::new();
+    for (index, run) in plan.iter().enumerate() {
+        let line = format!(
+            "{:>3}. {} clients={} {} rep={}\n",
+            index + 1,
+            run.workload.name(),
+            run.clients,
+            run.contender.name(),
+            run.repetition + 1
+        );
+        text.push_str(&line);
+    }
+    let minutes = setup.estimate_s(plan).div_ceil(60);
+    text.push_str(&format!("{} runs of {} s, roughly {minutes} min\n", plan.len(), setup.duration_s));
+    text
+}
+
 /// `wanted` in its order, keeping those the user asked for.
 fn chosen(args: &FastpathBenchArgs, wanted: &[Contender]) -> Vec<Contender> {
     wanted.iter().copied().filter(|contender| args.contenders.contains(contender)).collect()
@@ -254,6 +280,7 @@ mod tests {
             (args.mirroring, args.mirror_clients.clone(), args.skip_added_latency),
             (false, vec![10, 100], false)
         );
+        assert!(!args.plan_only);
         assert_eq!(args.out, PathBuf::from("bench/results"));
         // The mirrored contenders are internal: they cannot be named on the command line.
         let cli = Cli::try_parse_from(["fastpath", "--contenders", "bypass-mirror"]);
@@ -326,5 +353,8 @@ mod tests {
         assert!(minutes <= 35, "default plan estimated at {minutes} min");
         let mirrored = validated(parse(&["--mirroring"])).expect("valid");
         assert_eq!(plan(&mirrored).len(), runs.len() + 6, "bypass and bypass-kernel at 100 clients are reused");
+        let text = plan_text(&setup(&args), &runs);
+        assert!(text.starts_with("  1. select1 clients=1 direct rep=1\n"), "{text}");
+        assert!(text.ends_with(&format!("82 runs of 15 s, roughly {minutes} min\n")), "{text}");
     }
 }

@@ -207,6 +207,29 @@ mod tests {
         assert!(kernel.lines().any(|l| l == "fast_path = \"kernel\""), "{kernel}");
     }
 
+    // Goal: the pooler's own loader accepts what the bench writes, so a renamed setting fails
+    // here and not in the middle of a benchmark; the mirrored configs may be refused only for
+    // `mirror` itself (the pooler learns it in parallel); method: write each config to a file
+    // and run `bypass_pooler::Config::load` on it.
+    #[test]
+    fn pooler_accepts_the_generated_configs() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("bypass.toml");
+        for contender in [Contender::Bypass, Contender::BypassKernel] {
+            std::fs::write(&path, render_bypass_config(7000, 5555, 20, contender)).expect("write");
+            if let Err(error) = bypass_pooler::Config::load(&path) {
+                panic!("{contender:?}: the pooler refuses the bench's config: {error}");
+            }
+        }
+        for contender in [Contender::BypassMirror, Contender::BypassKernelMirror] {
+            std::fs::write(&path, render_bypass_config(7000, 5555, 20, contender)).expect("write");
+            if let Err(error) = bypass_pooler::Config::load(&path) {
+                let text = format!("{error}: {:?}", std::error::Error::source(&error).map(|e| e.to_string()));
+                assert!(text.contains("mirror"), "{contender:?} refused for something other than `mirror`: {text}");
+            }
+        }
+    }
+
     // Goal: a mirroring contender mirrors `postgres` into `shadow` on the same server, in the
     // right fast-path mode, and the config is valid TOML with the mirror inside the primary's
     // entry only; method: render for both mirroring contenders and parse the TOML.

@@ -217,12 +217,9 @@ impl<'a> Bench<'a> {
         let mut record = RunRecord::from_outcome(spec, sampling_rate, &outcome, latency, cpu);
         if let (Some(before), Some(after)) = (bpf_before, bpf_after) {
             let transactions = outcome.summary.processed.unwrap_or(0);
-            match (before, after) {
-                (Ok(before), Ok(after)) => match bpf_stats::cost(&before, &after, transactions) {
-                    Some(cost) => record.bpf = Some(cost),
-                    None => record.bpf_error = Some("no fp_client/fp_server program of this pooler".to_string()),
-                },
-                (Err(error), _) | (_, Err(error)) => record.bpf_error = Some(format!("{error:#}")),
+            match bpf_cost(before, after, transactions) {
+                Ok(cost) => record.bpf = Some(cost),
+                Err(error) => record.bpf_error = Some(format!("{error:#}")),
             }
         }
         Ok(record)
@@ -279,6 +276,13 @@ impl<'a> Bench<'a> {
         let name = self.setup.benchmark;
         eprintln!("bench {name}: warning: client backends still connected after {IDLE_BACKENDS_TIMEOUT:?}");
     }
+}
+
+/// The fast path's cost over a run from the samples before and after it; a missing figure is
+/// an error for the record, never for the run.
+fn bpf_cost(before: Result<bpf_stats::Sample>, after: Result<bpf_stats::Sample>, transactions: u64) -> Result<BpfCost> {
+    bpf_stats::cost(&before?, &after?, transactions)
+        .context("no fp_client/fp_server program of this pooler, or no transaction completed")
 }
 
 /// The arguments common to every measured pgbench run, without the workload and connection.

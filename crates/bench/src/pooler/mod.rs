@@ -100,7 +100,8 @@ pub enum Workload {
     Select1,
     /// pgbench -S: one primary-key lookup on pgbench_accounts.
     SelectOnly,
-    /// pgbench -N: TPC-B-like without the teller and branch updates (5 statements, 3 writes).
+    /// pgbench -N: TPC-B-like without the teller and branch updates (BEGIN, UPDATE accounts,
+    /// SELECT, INSERT history, END).
     SimpleUpdate,
     /// YCSB-like A on `usertable`: 50% reads, 50% updates, zipfian keys.
     YcsbA,
