@@ -115,12 +115,7 @@ impl FastPath {
         let servers = sock_hash(&mut ebpf, "fp_servers")?;
         let mut program_ids = Vec::new();
         for (name, map) in [("fp_client", &clients), ("fp_server", &servers)] {
-            let program: &mut SkSkb = ebpf
-                .program_mut(name)
-                .ok_or_else(|| FastPathError::Load(format!("{name} missing from the object")))?
-                .try_into()
-                .map_err(|e: aya::programs::ProgramError| FastPathError::Load(e.to_string()))?;
-            program.load().map_err(|e| FastPathError::Load(format!("{name}: {e}")))?;
+            let program = load_sk_skb(&mut ebpf, name)?;
             program.attach(map.fd()).map_err(|e| FastPathError::Load(format!("attaching {name}: {e}")))?;
             let id = program.info().map(|info| info.id()).unwrap_or(0);
             program_ids.push((name, id));
@@ -297,6 +292,17 @@ fn program_stats(ids: &[(&'static str, u32)]) -> Vec<ProgramStats> {
             }
         })
         .collect()
+}
+
+/// Loads an `sk_skb` program of an object (attaching is the caller's: maps and attach types differ).
+pub(crate) fn load_sk_skb<'a>(ebpf: &'a mut Ebpf, name: &'static str) -> Result<&'a mut SkSkb> {
+    let program: &mut SkSkb = ebpf
+        .program_mut(name)
+        .ok_or_else(|| FastPathError::Load(format!("{name} missing from the object")))?
+        .try_into()
+        .map_err(|e: aya::programs::ProgramError| FastPathError::Load(e.to_string()))?;
+    program.load().map_err(|e| FastPathError::Load(format!("{name}: {e}")))?;
+    Ok(program)
 }
 
 fn add_counters(total: &mut Counters, cpu: &Counters) {

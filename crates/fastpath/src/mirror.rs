@@ -54,11 +54,11 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 
 use aya::maps::{Array, HashMap, MapData, PerCpuArray, SockHash, SockMap};
-use aya::programs::{tc, SchedClassifier, SkSkb, TcAttachType};
+use aya::programs::{tc, SchedClassifier, TcAttachType};
 use aya::Ebpf;
 
 use crate::abi::{MirrorConfig, MirrorCounters, MirrorFlow, MIRROR_CLONE_EGRESS, STREAM_BROKEN};
-use crate::{lock, map_error, program_stats, take_map, FastPath, FastPathError, ProgramStats, Result};
+use crate::{load_sk_skb, lock, map_error, program_stats, take_map, FastPath, FastPathError, ProgramStats, Result};
 
 /// The compiled mirroring programs, aligned for the ELF parser.
 static MIRROR_PROGRAMS: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/mirror.bpf.o"));
@@ -357,16 +357,6 @@ fn random_id() -> Result<u64> {
         return Err(FastPathError::Socket(std::io::Error::last_os_error()));
     }
     Ok(u64::from_ne_bytes(bytes))
-}
-
-fn load_sk_skb<'a>(ebpf: &'a mut Ebpf, name: &'static str) -> Result<&'a mut SkSkb> {
-    let program: &mut SkSkb = ebpf
-        .program_mut(name)
-        .ok_or_else(|| FastPathError::Load(format!("{name} missing from the object")))?
-        .try_into()
-        .map_err(|e: aya::programs::ProgramError| FastPathError::Load(e.to_string()))?;
-    program.load().map_err(|e| FastPathError::Load(format!("{name}: {e}")))?;
-    Ok(program)
 }
 
 /// The shadow map's verdict: a TCP socket, so aya's stream-verdict attach fits.
