@@ -283,7 +283,7 @@ impl Host {
         loop {
             let phase = self.phase();
             if phase >= Phase::Measure && window.is_none() {
-                window = Some((self.snapshot(), Instant::now()));
+                window = Some((self.window_start(), Instant::now()));
             }
             if phase >= Phase::Stop {
                 break;
@@ -437,6 +437,15 @@ impl Host {
     // ---- end of run ----
 
     /// Every counter of this host right now (worker, SWcc, transport, log, arenas).
+    /// The snapshot a measured window subtracts. Acknowledgements still pending count as given
+    /// here: they belong to transactions committed before the window, so the window's `acked`
+    /// covers exactly the transactions it committed.
+    fn window_start(&self) -> Counters {
+        let mut start = self.snapshot();
+        start.acked += self.pending_acks.len() as u64;
+        start
+    }
+
     fn snapshot(&self) -> Counters {
         let mut counters = self.counters.clone();
         let swcc = self.swcc.counters;
