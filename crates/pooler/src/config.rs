@@ -16,9 +16,10 @@ use crate::auth_file::AuthFile;
 pub const SOURCE: &str = include_str!("config.rs");
 
 /// `[pooler]` settings read at start only: a reload reports them as needing a restart.
-pub const RESTART_ONLY: [&str; 13] = [
+pub const RESTART_ONLY: [&str; 14] = [
     "listen_addr",
     "fast_path",
+    "mirror_interface",
     "workers",
     "listen_backlog",
     "metrics_addr",
@@ -185,6 +186,15 @@ pub struct PoolerSettings {
     /// CAP_BPF/CAP_NET_ADMIN, old kernel) the pooler logs one line and serves in user space.
     /// Default `user`.
     pub fast_path: FastPathMode,
+    /// Network interface mirrored clients reach the pooler on, where the kernel copies their
+    /// bytes for `mirror` (with `fast_path = "kernel"`): `lo` for local clients, else the
+    /// Ethernet interface (which needs `net.ipv4.conf.<interface>.route_localnet = 1`). When the
+    /// kernel cannot mirror there, clients are mirrored in user space. Default `lo`.
+    pub mirror_interface: String,
+    /// Bound on connecting and logging in to a client's shadow server (`mirror`), ms: a shadow
+    /// slower than this is given up (the client is served unmirrored, `mirror_failures` counts
+    /// it), so a dead shadow delays a login by at most this much. Default 1000.
+    pub mirror_connect_timeout_ms: u64,
 }
 
 /// See [`PoolerSettings::fast_path`].
@@ -244,6 +254,8 @@ impl Default for PoolerSettings {
             auth_user: None,
             auth_query: "SELECT usename, passwd FROM pg_shadow WHERE usename=$1".into(),
             fast_path: FastPathMode::User,
+            mirror_interface: "lo".into(),
+            mirror_connect_timeout_ms: 1_000,
         }
     }
 }
@@ -270,6 +282,12 @@ pub struct DatabaseEntry {
     pub pool_mode: Option<PoolMode>,
     /// Overrides `max_db_connections`.
     pub max_db_connections: Option<u32>,
+    /// Another `[databases]` entry that receives a copy of every byte this database's clients
+    /// send (workload mirroring, as Tigger's "replication"): each client gets its own session on
+    /// that entry's backend (same user), whose replies are discarded; the client's own answers
+    /// never wait on it. The entry must exist, differ from this one, not be `*`, and not be
+    /// mirrored itself. Default none.
+    pub mirror: Option<String>,
 }
 
 impl Default for DatabaseEntry {
@@ -284,6 +302,7 @@ impl Default for DatabaseEntry {
             min_pool_size: None,
             pool_mode: None,
             max_db_connections: None,
+            mirror: None,
         }
     }
 }
@@ -340,6 +359,7 @@ impl Config {
         for (name, entry) in &self.databases {
             entry.check(name, &self.pooler, &mut problems);
         }
+        self.check_mirrors(&mut problems);
         let auth = self.load_auth_file(&mut problems);
         let tls = crate::tls::TlsContexts::load(&self.pooler, &mut problems);
         let hba = self.pooler.auth_hba_file.as_deref().and_then(|path| {
@@ -348,6 +368,28 @@ impl Config {
         match (problems.is_empty(), listen_addr) {
             (true, Some(listen_addr)) => Ok(ValidConfig { config: self, listen_addr, auth, tls, hba }),
             _ => Err(ConfigError::Invalid(problems)),
+        }
+    }
+
+    /// A mirror names another plain entry: not itself, not `*`, not one that mirrors again (a
+    /// chain or a cycle would copy a workload twice, or forever).
+    fn check_mirrors(&self, problems: &mut Vec<String>) {
+        for (name, entry) in &self.databases {
+            let Some(mirror) = &entry.mirror else { continue };
+            let problem = match self.databases.get(mirror) {
+                _ if mirror == name => Some("names its own entry".to_owned()),
+                _ if mirror == "*" => Some("names the wildcard entry `*`; name a database".to_owned()),
+                None => Some("names no [databases] entry".to_owned()),
+                Some(target) => target.mirror.as_ref().map(|next| {
+                    format!("names an entry that is mirrored itself (databases.{mirror}.mirror = {next:?}); mirrors do not chain")
+                }),
+            };
+            if let Some(problem) = problem {
+                problems.push(format!("databases.{name}.mirror = {mirror:?} {problem}"));
+            }
+        }
+        if self.databases.values().any(|entry| entry.mirror.is_some()) && self.pooler.mirror_interface.is_empty() {
+            problems.push("pooler.mirror_interface is empty".into());
         }
     }
 
@@ -390,6 +432,7 @@ impl PoolerSettings {
         require(self.message_size_max <= i32::MAX as u32, "pooler.message_size_max must fit PostgreSQL's 2 GiB limit");
         require(self.server_connect_timeout_ms > 0, "pooler.server_connect_timeout_ms must be positive");
         require(self.client_login_timeout_ms > 0, "pooler.client_login_timeout_ms must be positive");
+        require(self.mirror_connect_timeout_ms > 0, "pooler.mirror_connect_timeout_ms must be positive");
         require(self.workers <= 256, "pooler.workers must be at most 256");
         require(!self.server_reset_query.contains('\0'), "pooler.server_reset_query contains NUL");
     }

@@ -41,6 +41,7 @@ pub mod io;
 pub mod kernel;
 pub mod login;
 pub mod metrics;
+pub mod mirror;
 pub mod params;
 pub mod pool;
 pub mod prepared;

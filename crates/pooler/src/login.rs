@@ -104,10 +104,18 @@ pub async fn login(
     }
     build::backend_key_data(&mut client.out, registration.entry.process_id, &registration.entry.secret);
     build::ready_for_query(&mut client.out, TransactionStatus::Idle);
+    // Mirrored before the ReadyForQuery leaves, so the shadow sees the client's first request;
+    // a client mirrored in user space stays off the kernel path, where its bytes would bypass
+    // the copy.
+    client.mirror = crate::mirror::attach(shared, client, &request.database, &request.user, shard).await;
+    let user_mirrored = client.mirror.as_ref().is_some_and(crate::mirror::ClientMirror::in_user_space);
     // Into the kernel's maps before the ReadyForQuery leaves: the client's first request, sent
     // right after it, must meet the verdict program.
     let message_max = pool.settings.message_size_max;
-    let kernel = pool.kernel().and_then(|kernel| crate::session::KernelClient::enter(kernel, client, message_max));
+    let kernel = pool
+        .kernel()
+        .filter(|_| !user_mirrored)
+        .and_then(|kernel| crate::session::KernelClient::enter(kernel, client, message_max));
     if let Some(kernel) = &kernel {
         let _ = registration.entry.kernel_slot.set(kernel.slot());
     }

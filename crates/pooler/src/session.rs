@@ -38,12 +38,14 @@ pub use kernel::KernelClient;
 /// Bytes of a client's read buffer. Larger client messages stream through in pieces.
 pub const CLIENT_BUFFER_BYTES: usize = 16 * 1024;
 
-/// The client's socket, its read buffer and framing state, and a scratch buffer for replies.
+/// The client's socket, its read buffer and framing state, a scratch buffer for replies, and
+/// its shadow when its database is mirrored.
 pub struct ClientSide {
     pub stream: Stream,
     pub buffer: Buffer,
     pub scanner: Scanner,
     pub out: Vec<u8>,
+    pub mirror: Option<crate::mirror::ClientMirror>,
 }
 
 impl ClientSide {
@@ -58,7 +60,19 @@ impl ClientSide {
             buffer: Buffer::with_capacity(CLIENT_BUFFER_BYTES),
             scanner: Scanner::new(),
             out: Vec::with_capacity(512),
+            mirror: None,
         }
+    }
+
+    /// Reads once into the buffer; `Ok(0)` means the client closed. The one place a logged-in
+    /// client's bytes are read in user space: a user-space mirror copies them here.
+    pub async fn read_some(&mut self) -> std::io::Result<usize> {
+        let count = read_some(&mut self.stream, &mut self.buffer).await?;
+        if let Some(mirror) = &self.mirror {
+            let pending = self.buffer.pending();
+            mirror.copy(&pending[pending.len() - count..]);
+        }
+        Ok(count)
     }
 
     /// Writes and clears `out`.
@@ -252,7 +266,7 @@ impl Session {
                 None => {}
             }
             tokio::select! {
-                read = read_some(&mut client.stream, &mut client.buffer) => {
+                read = client.read_some() => {
                     if read.map_err(PoolerError::ClientIo)? == 0 {
                         return Ok(false);
                     }

@@ -72,6 +72,8 @@ pub struct Shared {
     pub fastpath: Option<Arc<bypass_fastpath::FastPath>>,
     /// Pools running in the kernel, by kernel index (for the handoff ring).
     pub kernel_pools: Arc<crate::kernel::KernelPools>,
+    /// Workload mirroring: whether the kernel mirrors, and the counters.
+    pub mirror: crate::mirror::MirrorState,
 }
 
 /// A point-in-time summary for the status line.
@@ -99,6 +101,7 @@ impl Shared {
         Arc::new(Shared {
             fastpath,
             kernel_pools: Arc::default(),
+            mirror: crate::mirror::MirrorState::default(),
             live: RwLock::new(Arc::new(live)),
             config_path: Mutex::new(None),
             cancel: Arc::new(CancelRegistry::default()),
@@ -140,6 +143,20 @@ impl Shared {
             pool
         });
         Ok(pool.clone())
+    }
+
+    /// Where a client of `database` logging in as `user` is mirrored: the `mirror` entry's
+    /// backend and credential (`None` when the database has no mirror). Built per login, as a
+    /// pool identity is, so a reload applies to the next login.
+    pub fn mirror_target(&self, database: &str, user: &str) -> Option<Result<(LoginTarget, Credential), PoolerError>> {
+        let live = self.live();
+        let entry = live.databases.get(database).or_else(|| live.databases.get("*"))?;
+        let mirror = entry.mirror.as_deref()?;
+        let Some(mirror_entry) = live.databases.get(mirror) else {
+            return Some(Err(PoolerError::refused(SqlState::INVALID_CATALOG_NAME, format!("no such database: {mirror}"))));
+        };
+        let key = PoolKey { database: mirror.to_owned(), user: user.to_owned() };
+        Some(identity(&live, &self.tls, key, mirror_entry).map(|identity| (identity.target, identity.credential)))
     }
 
     /// Lets a transaction-mode pool run in the kernel when the fast path is loaded.
@@ -290,6 +307,7 @@ fn restart_only_changes(old: &PoolerSettings, new: &PoolerSettings) -> Vec<Strin
     check("workers", old.workers != new.workers);
     check("listen_backlog", old.listen_backlog != new.listen_backlog);
     check("metrics_addr", old.metrics_addr != new.metrics_addr);
+    check("mirror_interface", old.mirror_interface != new.mirror_interface);
     let tls_files = [
         old.client_tls_cert_file != new.client_tls_cert_file,
         old.client_tls_key_file != new.client_tls_key_file,

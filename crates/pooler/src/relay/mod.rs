@@ -123,7 +123,7 @@ pub async fn relay(
             read = read_some(&mut linked.server.stream, &mut linked.server.buffer) => {
                 Ready::Server(read.map_err(PoolerError::ServerIo)?)
             }
-            read = read_some(&mut client.stream, &mut client.buffer) => Ready::Client(read.map_err(PoolerError::ClientIo)?),
+            read = client.read_some() => Ready::Client(read.map_err(PoolerError::ClientIo)?),
             _ = sleep_until(deadline) => Ready::Timeout,
         };
         match ready {
