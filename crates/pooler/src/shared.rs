@@ -153,7 +153,10 @@ impl Shared {
         let entry = live.databases.get(database).or_else(|| live.databases.get("*"))?;
         let mirror = entry.mirror.as_deref()?;
         let Some(mirror_entry) = live.databases.get(mirror) else {
-            return Some(Err(PoolerError::refused(SqlState::INVALID_CATALOG_NAME, format!("no such database: {mirror}"))));
+            return Some(Err(PoolerError::refused(
+                SqlState::INVALID_CATALOG_NAME,
+                format!("no such database: {mirror}"),
+            )));
         };
         let key = PoolKey { database: mirror.to_owned(), user: user.to_owned() };
         Some(identity(&live, &self.tls, key, mirror_entry).map(|identity| (identity.target, identity.credential)))
