@@ -15,6 +15,9 @@
 //!                    ▼                                                    nothing outstanding)
 //!                  server: TLS per server_tls_sslmode, login (trust/cleartext/md5/scram),
 //!                          reset, parameter sync
+//!
+//!  mirror = "<db>": login ─► shadow session per client ─► kernel tc copy, or every client read
+//!                   copied to a bounded queue a task feeds to the shadow (replies dropped)
 //! ```
 //!
 //! Invariants:
@@ -25,6 +28,8 @@
 //! - Waiting clients are served first come, first served; a released server may go to a waiter of
 //!   its own core that joined shortly after the head (a quarter of the head's wait, 2–50 ms).
 //! - After login, relaying allocates nothing: each side owns one fixed buffer.
+//! - A mirrored client's shadow gets a byte-exact prefix of the client's stream or is closed,
+//!   and the client never waits on it ([`mirror`]).
 //! - Plaintext and TLS share one [`stream::Stream`]: plaintext costs one `match` per read or
 //!   write, and its TCP socket stays reachable for the kernel fast path.
 
