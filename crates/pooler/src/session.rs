@@ -64,8 +64,9 @@ impl ClientSide {
         }
     }
 
-    /// Reads once into the buffer; `Ok(0)` means the client closed. The one place a logged-in
-    /// client's bytes are read in user space: a user-space mirror copies them here.
+    /// Reads once into the buffer; `Ok(0)` means the client closed. Where a logged-in client's
+    /// bytes are read in user space, so a user-space mirror copies them here (the kernel path
+    /// in `session/kernel.rs` reads on its own: its clients are never mirrored in user space).
     pub async fn read_some(&mut self) -> std::io::Result<usize> {
         let count = read_some(&mut self.stream, &mut self.buffer).await?;
         if let Some(mirror) = &self.mirror {
