@@ -107,7 +107,8 @@ pub async fn login(
     // Into the kernel's maps before the ReadyForQuery leaves: the client's first request, sent
     // right after it, must meet the verdict program.
     let message_max = pool.settings.message_size_max;
-    let kernel = pool.kernel().and_then(|kernel| crate::session::KernelClient::enter(kernel, client, message_max));
+    let kernel =
+        pool.kernel().and_then(|kernel| crate::session::KernelClient::enter(kernel, client, message_max, &wanted));
     if let Some(kernel) = &kernel {
         let _ = registration.entry.kernel_slot.set(kernel.slot());
     }
