@@ -79,6 +79,19 @@ impl FastPath {
         Some(server)
     }
 
+    /// Takes a server back from the client the kernel linked it to, whatever it was doing (the
+    /// server hung up). False if the client is linked elsewhere or not at all by now.
+    pub fn unlink_server(&self, client: ClientSlot, server: ServerSlot) -> bool {
+        let word = &self.client(client).link;
+        let link = word.load(Ordering::Acquire);
+        if link_peer(link) != Some(server.0) || word.compare_exchange(link, 0, Ordering::AcqRel, Ordering::Acquire).is_err()
+        {
+            return false;
+        }
+        self.hold(server);
+        true
+    }
+
     fn hold(&self, server: ServerSlot) {
         let slot = self.server(server);
         slot.owner.store(OWNER_USER, Ordering::Release);

@@ -23,9 +23,10 @@ use std::sync::{Arc, Mutex, Weak};
 
 use std::sync::atomic::Ordering;
 
-use bypass_fastpath::abi::{CLIENT_SLOTS, OWNER_FREE, PARAMS_UNKNOWN, POOL_SERVERS_MAX};
-use bypass_fastpath::{FastPath, ServerSlot};
+use bypass_fastpath::abi::{CLIENT_SLOTS, NO_PEER, OWNER_FREE, OWNER_KERNEL, PARAMS_UNKNOWN, POOL_SERVERS_MAX};
+use bypass_fastpath::{ClientSlot, FastPath, ServerSlot};
 use tokio::io::unix::AsyncFd;
+use tokio::sync::Notify;
 
 use crate::params::ParamSet;
 use crate::pool::Pool;
@@ -57,6 +58,8 @@ pub struct KernelPool {
     lent: Mutex<Vec<Option<Box<ServerConn>>>>,
     /// Packed parameter values → their id in `fp_slot.params`.
     params_ids: Mutex<HashMap<Vec<u8>, u16>>,
+    /// Kernel clients' sessions by client slot, woken when the server linked to them hangs up.
+    sessions: Mutex<HashMap<u32, Weak<Notify>>>,
 }
 
 impl KernelPool {
@@ -66,7 +69,67 @@ impl KernelPool {
             index,
             lent: Mutex::new((0..POOL_SERVERS_MAX).map(|_| None).collect()),
             params_ids: Mutex::new(HashMap::new()),
+            sessions: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Registers a kernel client's session; the notify fires when its server hangs up. (Entries
+    /// are keyed by client slot, so a reused slot replaces its stale one: bounded.)
+    pub fn watch(&self, client: ClientSlot) -> Arc<Notify> {
+        let notify = Arc::new(Notify::new());
+        lock(&self.sessions).insert(client.0, Arc::downgrade(&notify));
+        notify
+    }
+
+    /// Lent servers whose backend hung up (killed, restarted): free ones are taken back, linked
+    /// ones are unlinked from their client, whose session is woken to end it. The caller
+    /// closes what comes back. One non-blocking poll over the pool's sockets.
+    #[allow(clippy::vec_box)]
+    pub fn reap_hung_up(&self) -> Vec<Box<ServerConn>> {
+        let mut lent = lock(&self.lent);
+        let mut polled: Vec<libc::pollfd> = lent
+            .iter()
+            .flatten()
+            .map(|server| libc::pollfd { fd: server.stream.tcp().as_raw_fd(), events: libc::POLLRDHUP, revents: 0 })
+            .collect();
+        // SAFETY: `polled` is a valid array of that many pollfds; timeout 0 never blocks.
+        let ready = unsafe { libc::poll(polled.as_mut_ptr(), polled.len() as libc::nfds_t, 0) };
+        if ready <= 0 {
+            return Vec::new();
+        }
+        let hung_up: Vec<i32> = polled
+            .iter()
+            .filter(|entry| entry.revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0)
+            .map(|entry| entry.fd)
+            .collect();
+        let mut taken = Vec::new();
+        for entry in lent.iter_mut() {
+            let Some(server) = entry.as_ref() else { continue };
+            let slot = server.kernel.as_ref().map(|socket| socket.slot);
+            if hung_up.contains(&server.stream.tcp().as_raw_fd()) && slot.is_some_and(|slot| self.take_hung_up(slot)) {
+                taken.extend(entry.take());
+            }
+        }
+        taken
+    }
+
+    /// Takes a hung-up server from the kernel: back from the free set, or from its client.
+    fn take_hung_up(&self, slot: ServerSlot) -> bool {
+        if self.fast.reclaim_server(slot) {
+            return true;
+        }
+        let kernel = self.fast.server(slot);
+        let client = kernel.peer.load(Ordering::Acquire);
+        if kernel.owner.load(Ordering::Acquire) != OWNER_KERNEL || client == NO_PEER {
+            return false;
+        }
+        if !self.fast.unlink_server(ClientSlot(client), slot) {
+            return false;
+        }
+        if let Some(session) = lock(&self.sessions).get(&client).and_then(Weak::upgrade) {
+            session.notify_one();
+        }
+        true
     }
 
     /// The id of a set of parameter values; [`PARAMS_UNKNOWN`] once the table is full.

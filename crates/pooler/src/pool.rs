@@ -618,6 +618,7 @@ impl Pool {
                 close
             });
             closing.extend(expired);
+            closing.extend(kernel.reap_hung_up());
         }
         let missing = settings.min_size.saturating_sub(state.open - closing.len() as u32);
         drop(state);

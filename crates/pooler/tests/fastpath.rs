@@ -187,3 +187,31 @@ fn clients_with_different_parameters_stay_in_the_kernel_on_matching_servers() {
     let ended = pooler.shared.fastpath.as_ref().expect("loaded").counters().transactions - before;
     assert!(ended >= 150, "only {ended} of 200 transactions ended in the kernel");
 }
+
+#[test]
+fn a_server_killed_mid_transaction_ends_its_client_and_leaks_nothing() {
+    // Goal: a backend that dies while the kernel links it to a client leaves no client bound to
+    // a dead server and no leaked server; the pooler survives. Method: pool of 2; a raw client
+    // opens a transaction in the kernel, its backend is terminated from outside; the client gets
+    // the FATAL and is closed within seconds (not left hanging), then pgbench runs cleanly and
+    // the pool holds at most 2 backends.
+    let postgres = common::postgres();
+    init_pgbench(&postgres);
+    let pooler = kernel_pooler(&postgres, 2);
+    let mut victim = common::RawClient::login(pooler.port);
+    first_value(&mut victim, "BEGIN");
+    let pid = first_value(&mut victim, "SELECT pg_backend_pid()").expect("pid");
+    let counters = pooler.shared.fastpath.as_ref().expect("loaded").counters();
+    assert!(counters.bytes_to_clients > 0, "the transaction did not run in the kernel: the test proves nothing");
+    postgres.psql(&format!("SELECT pg_terminate_backend({pid})")).expect("terminate");
+    // PostgreSQL's FATAL reaches the client through the kernel; then the pooler must notice the
+    // hang-up and close the client (a read timeout of 10 s would fail `is_closed`).
+    let fatal = victim.read_message().expect("the backend's FATAL");
+    assert_eq!((fatal.0, common::error_code(&fatal.1)), (b'E', "57P01".to_owned()));
+    assert!(victim.is_closed(), "the client of a dead server was left open");
+    let (done, failed, output) = pgbench(pooler.port, &["-S", "-c", "4", "-j", "2", "-t", "200"]);
+    assert_eq!((done, failed), (800, 0), "{output}");
+    let sql = "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()";
+    let backends: u32 = postgres.psql(sql).expect("count").trim().parse().expect("number");
+    assert!(backends <= 2, "{backends} backends for a pool of 2: a server leaked");
+}

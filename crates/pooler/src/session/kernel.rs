@@ -16,10 +16,11 @@ use std::time::{Duration, Instant};
 
 use bypass_fastpath::{ClientSlot, FastPath, ServerSlot};
 use bypass_wire::HEADER_LEN;
+use tokio::sync::Notify;
 
 use super::{next_request, ClientSide, Session};
 use crate::error::{PoolerError, TimeoutKind};
-use crate::io::read_some;
+use crate::io::{read_some, sleep_until};
 use crate::kernel::KernelPool;
 use crate::params::ParamSet;
 use crate::relay::LinkEnd;
@@ -41,6 +42,8 @@ pub struct KernelClient {
     raw_left: u32,
     /// The gate was open: the next passed bytes start a new episode (read `pass_skip`).
     armed: bool,
+    /// Fires when the server the kernel linked this client to hangs up (see `reap_hung_up`).
+    server_hung_up: Arc<Notify>,
 }
 
 impl Drop for KernelClient {
@@ -72,6 +75,7 @@ impl KernelClient {
                 base: client.buffer.committed(),
                 raw_left: 0,
                 armed: true,
+                server_hung_up: kernel.watch(slot),
             }),
             Err(error) => {
                 tracing::debug!(%error, "client stays in user space");
@@ -156,10 +160,9 @@ impl Session {
     /// transaction left open, subject to `idle_transaction_timeout`.
     async fn wait_for_passed(&mut self, client: &mut ClientSide) -> Result<bool, PoolerError> {
         let (idle_ms, open_ms) = (self.limits.client_idle_timeout_ms, self.limits.idle_transaction_timeout_ms);
-        let Some(shortest) = [idle_ms, open_ms].into_iter().filter(|&ms| ms > 0).min() else {
-            return self.wait_for_request(client).await;
-        };
-        let tick = Duration::from_millis((shortest / 4).max(1));
+        let shortest = [idle_ms, open_ms].into_iter().filter(|&ms| ms > 0).min();
+        let tick = shortest.map(|ms| Duration::from_millis((ms / 4).max(1)));
+        let hung_up = self.kernel_client().server_hung_up.clone();
         let mut seen = self.kernel_activity();
         let mut quiet_since = Instant::now();
         loop {
@@ -174,7 +177,8 @@ impl Session {
                         return Ok(false);
                     }
                 }
-                _ = tokio::time::sleep(tick) => {
+                _ = hung_up.notified() => return Err(PoolerError::ServerIo(std::io::ErrorKind::ConnectionReset.into())),
+                _ = sleep_until(tick.map(|tick| Instant::now() + tick)) => {
                     let now = self.kernel_activity();
                     if now != seen {
                         (seen, quiet_since) = (now, Instant::now());
