@@ -215,3 +215,26 @@ fn a_server_killed_mid_transaction_ends_its_client_and_leaks_nothing() {
     let backends: u32 = postgres.psql(sql).expect("count").trim().parse().expect("number");
     assert!(backends <= 2, "{backends} backends for a pool of 2: a server leaked");
 }
+
+#[test]
+fn ten_thousand_clients_share_a_pool_of_20_without_errors() {
+    // Goal: the kernel path holds 10,000 concurrent clients (the fd limit of 20,000 per process
+    // allows it) on 20 servers with zero errors. Method: pgbench -S with 10,000 connections,
+    // 3 transactions each; every transaction succeeds, most end in the kernel, and PostgreSQL
+    // never sees more than 20 pooled backends.
+    let postgres = common::postgres();
+    init_pgbench(&postgres);
+    let mut config = common::config(&postgres, PoolMode::Transaction, 20);
+    config.pooler.fast_path = FastPathMode::Kernel;
+    config.pooler.max_client_conn = 10_100;
+    config.pooler.query_wait_timeout_ms = 120_000;
+    let pooler = Pooler::start(config);
+    assert!(pooler.shared.fastpath.is_some(), "the fast path must load (CI runs as root on Linux 6.x)");
+    let (done, failed, output) = pgbench(pooler.port, &["-S", "-c", "10000", "-j", "2", "-t", "3"]);
+    assert_eq!((done, failed), (30_000, 0), "{output}");
+    let counters = pooler.shared.fastpath.as_ref().expect("loaded").counters();
+    assert!(counters.transactions > 10_000, "too few transactions ended in the kernel: {counters:?}");
+    let sql = "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()";
+    let backends: u32 = postgres.psql(sql).expect("count").trim().parse().expect("number");
+    assert!(backends <= 20, "{backends} backends for a pool of 20");
+}
