@@ -102,7 +102,6 @@ struct walk {
 	__u8 stash[4];
 	__u8 stash_len;
 	__u8 flags;
-	__u8 is_server;
 	__u8 unsafe;      /* client: a message only user space may handle */
 	__u32 skip;       /* bytes at the skb's start that finish a message begun in an earlier skb */
 	__u32 requests;   /* client: Query, Sync and FunctionCall messages */
@@ -187,63 +186,107 @@ static __always_inline void note_boundary(struct walk *w)
 	}
 }
 
-/* One bpf_loop iteration: finishes the current message or walks one header. 1 stops the loop. */
-static long walk_step(__u32 i, void *data)
-{
-	struct walk *w = data;
-	__u8 m[8] = {};
-	__u32 have = 0;
+/* What the shared part of a walk step did. */
+enum step {
+	STEP_STOP,   /* the skb is walked (or unreadable): stop the loop */
+	STEP_DONE,   /* finished (part of) a message body or a split status byte */
+	STEP_HEADER, /* `m` holds a message header (and up to 2 body bytes), w->pos is past the header */
+};
 
+/* The part of a step both directions share: finishes the current message or a split
+ * ReadyForQuery status byte, or reads the next header into `m`. */
+static __always_inline int walk_common(struct walk *w, __u8 *m, __u32 *have, __u32 *length)
+{
 	note_boundary(w);
 	if (w->pos >= w->len)
-		return 1;
+		return STEP_STOP;
 	if (w->flags & FP_FLAG_STATUS_NEXT) {
 		__u8 status = 0;
 		if (bpf_skb_load_bytes(w->skb, w->pos, &status, 1) < 0) {
 			w->bad = 1;
-			return 1;
+			return STEP_STOP;
 		}
 		w->flags &= ~FP_FLAG_STATUS_NEXT;
 		saw_ready(w, status);
 		w->pos += 1;
-		return 0;
+		return STEP_DONE;
 	}
 	if (w->frame_left) {
 		__u32 avail = w->len - w->pos;
 		__u32 take = w->frame_left < avail ? w->frame_left : avail;
 		w->frame_left -= take;
 		w->pos += take;
-		return 0;
+		return STEP_DONE;
 	}
 	__u32 stashed = w->stash_len & 3;
-	if (read_header(w, m, &have) < 0) {
+	if (read_header(w, m, have) < 0) {
 		w->bad = 1;
-		return 1;
+		return STEP_STOP;
 	}
-	if (have < 5) {
-		stash_rest(w, m, have);
-		return 1;
+	if (*have < 5) {
+		stash_rest(w, m, *have);
+		return STEP_STOP;
 	}
-	__u32 length = ((__u32)m[1] << 24) | ((__u32)m[2] << 16) | ((__u32)m[3] << 8) | m[4];
-	if (length < 4) {
+	*length = ((__u32)m[1] << 24) | ((__u32)m[2] << 16) | ((__u32)m[3] << 8) | m[4];
+	if (*length < 4) {
 		w->bad = 1;
-		return 1;
+		return STEP_STOP;
 	}
 	w->stash_len = 0;
 	w->pos += 5 - stashed;
-	w->frame_left = length - 4;
-	if (w->is_server) {
-		if (m[0] == 'Z' && length == 5) {
-			w->frame_left = 0;
-			if (w->pos >= w->len) {
-				w->flags |= FP_FLAG_STATUS_NEXT;
-				return 1;
-			}
-			saw_ready(w, m[5]);
-			w->pos += 1;
-		}
+	w->frame_left = *length - 4;
+	return STEP_HEADER;
+}
+
+/* A server message that changes session state beyond the transaction: ParameterStatus (a SET
+ * of a reported parameter) or the CommandComplete of SET ("SET" alone: 8 bytes, unlike
+ * "SELECT n"), LISTEN, LOAD, PREPARE or CREATE. A CommandComplete whose tag this skb lacks
+ * counts too: closing a clean server costs a reconnect, keeping a dirty one leaks state. */
+static __always_inline int server_state_change(__u8 *m, __u32 have, __u32 length)
+{
+	if (m[0] == 'S')
+		return 1;
+	if (m[0] != 'C')
 		return 0;
+	if (have < 7)
+		return 1;
+	__u8 a = m[5], b = m[6];
+	return (a == 'S' && b == 'E' && length == 8) || (a == 'L' && (b == 'I' || b == 'O')) ||
+	       (a == 'P' && b == 'R') || (a == 'C' && b == 'R');
+}
+
+/* One bpf_loop iteration on a server skb. 1 stops the loop. */
+static long walk_server_step(__u32 i, void *data)
+{
+	struct walk *w = data;
+	__u8 m[8] = {};
+	__u32 have = 0, length = 0;
+	int step = walk_common(w, m, &have, &length);
+	if (step != STEP_HEADER)
+		return step == STEP_STOP;
+	if (m[0] == 'Z' && length == 5) {
+		w->frame_left = 0;
+		if (w->pos >= w->len) {
+			w->flags |= FP_FLAG_STATUS_NEXT;
+			return 1;
+		}
+		saw_ready(w, m[5]);
+		w->pos += 1;
+	} else if (server_state_change(m, have, length)) {
+		w->flags |= FP_FLAG_DIRTY;
 	}
+	return 0;
+}
+
+/* One bpf_loop iteration on a client skb. 1 stops the loop. */
+static long walk_client_step(__u32 i, void *data)
+{
+	struct walk *w = data;
+	__u8 m[8] = {};
+	__u32 have = 0, length = 0;
+	int step = walk_common(w, m, &have, &length);
+	if (step != STEP_HEADER)
+		return step == STEP_STOP;
 	if (client_unsafe(m, have))
 		w->unsafe = 1;
 	if (m[0] == 'Q' || m[0] == 'S' || m[0] == 'F')
@@ -251,13 +294,14 @@ static long walk_step(__u32 i, void *data)
 	return 0;
 }
 
-/* Walks every message of the skb; `skip` is the whole skb when no message starts in it. */
-static __always_inline void walk_all(struct walk *w)
-{
-	bpf_loop(FP_WALK_MAX, walk_step, w, 0);
-	if (!w->boundary_seen)
-		w->skip = w->len;
-}
+/* Walks every message of the skb; `skip` is the whole skb when no message starts in it. One
+ * callback per direction, so each program's verification explores only its own. */
+#define walk_all(w, step)                            \
+	do {                                         \
+		bpf_loop(FP_WALK_MAX, step, (w), 0); \
+		if (!(w)->boundary_seen)             \
+			(w)->skip = (w)->len;        \
+	} while (0)
 
 static __always_inline void walk_init(struct walk *w, struct __sk_buff *skb, struct fp_slot *s)
 {
@@ -302,14 +346,15 @@ static __always_inline int answer_requests(struct fp_slot *c, __u32 server_index
 }
 
 /* Gives a released server back: to the kernel's free set, or to user space when clients wait
- * there (FIFO order is theirs). The second look at `waiters` closes the race with a client
- * that queued between the first look and the store. */
+ * there (FIFO order is theirs) or its session state changed (user space closes it). The second
+ * look at `waiters` closes the race with a client that queued between the first look and the
+ * store. */
 static __always_inline void server_give_back(struct fp_slot *s, __u32 index, struct fp_counters *n)
 {
 	__u32 pool_index = s->pool;
 	struct fp_pool *pool = bpf_map_lookup_elem(&fp_pools, &pool_index);
 	s->peer = FP_NO_PEER;
-	if (pool && pool->waiters == 0) {
+	if (pool && pool->waiters == 0 && !(s->flags & FP_FLAG_DIRTY)) {
 		/* An atomic exchange, so the store is ordered before the second look at `waiters`. */
 		__sync_lock_test_and_set(&s->owner, FP_OWNER_FREE);
 		if (pool->waiters == 0 || CAS(&s->owner, FP_OWNER_FREE, FP_OWNER_HANDOFF) != FP_OWNER_FREE)
@@ -354,8 +399,7 @@ int fp_server(struct __sk_buff *skb)
 	if (!c)
 		return SK_PASS;
 	walk_init(&w, skb, s);
-	w.is_server = 1;
-	walk_all(&w);
+	walk_all(&w, walk_server_step);
 	walk_commit(&w, s);
 	int released = answer_requests(c, index - FP_CLIENT_SLOTS, &w);
 	__u64 cookie = c->cookie;
@@ -400,12 +444,13 @@ static __always_inline int client_pass(struct fp_slot *c, struct __sk_buff *skb,
 	return SK_DROP;
 }
 
-/* Takes a free server of the pool unless clients already wait for one in user space. */
-static __always_inline int take_server(__u32 pool_index, __u32 client_index, __u32 *server_index)
+/* Takes a free server of the pool with the client's parameter values, unless clients already
+ * wait for one in user space. */
+static __always_inline int take_server(__u32 pool_index, __u32 client_index, __u16 params, __u32 *server_index)
 {
 	struct fp_pool *pool = bpf_map_lookup_elem(&fp_pools, &pool_index);
 	__u32 i;
-	if (!pool || pool->waiters)
+	if (!pool || pool->waiters || params == FP_PARAMS_UNKNOWN)
 		return -1;
 	__u32 count = pool->servers;
 	if (count > FP_POOL_SERVERS_MAX)
@@ -415,7 +460,7 @@ static __always_inline int take_server(__u32 pool_index, __u32 client_index, __u
 			break;
 		__u32 index = FP_CLIENT_SLOTS + pool_index * FP_POOL_SERVERS_MAX + i;
 		struct fp_slot *s = slot_at(index);
-		if (!s || s->owner != FP_OWNER_FREE)
+		if (!s || s->owner != FP_OWNER_FREE || s->params != params)
 			continue;
 		if (CAS(&s->owner, FP_OWNER_FREE, FP_OWNER_KERNEL) != FP_OWNER_FREE)
 			continue;
@@ -447,19 +492,69 @@ static __always_inline int add_requests(struct fp_slot *c, __u32 requests, __u32
 		     TAG_BIT('H') | TAG_BIT('P') | TAG_BIT('Q') | TAG_BIT('S') | TAG_BIT('c') | \
 		     TAG_BIT('d') | TAG_BIT('f'))
 
-/* A message that starts the skb and that user space must refuse: an unknown type (a stray
- * password message, garbage) or a length over the client's limit. Checked here, outside the
- * walk, because any further state in the walk's loop costs the verifier its pruning; messages
- * that start mid-skb reach the server, which refuses an unknown type itself (FATAL 08P01). */
-static __always_inline int client_first_refused(struct __sk_buff *skb, struct fp_slot *c)
+/* Upper-cases ASCII letters (and folds other bytes the same way on both sides of a compare). */
+#define FOLD 0xdfdfdfdfdfdfdfdfull
+#define KEYWORD(word, text, n) ((((word) ^ (text)) & FOLD & ((n) == 8 ? ~0ull : (1ull << (8 * (n))) - 1)) == 0)
+
+/* SQL text whose first word may change session state (SET, RESET, LISTEN, LOAD, PREPARE,
+ * DECLARE, CREATE) or that starts with a comment: user space's session-state guard must see
+ * it (and track what a SET changes). `text` is the little-endian first 8 bytes after any
+ * leading blanks. The server program's dirty flag catches what slips past (a statement after
+ * a ';' or a message that starts mid-skb). */
+static __always_inline int sql_may_change_state(__u64 text)
 {
-	__u8 header[5];
+	return KEYWORD(text, 0x544553ull, 3) || KEYWORD(text, 0x5445534552ull, 5) ||
+	       KEYWORD(text, 0x4e455453494cull, 6) || KEYWORD(text, 0x44414f4cull, 4) ||
+	       KEYWORD(text, 0x45524150455250ull, 7) || KEYWORD(text, 0x4552414c434544ull, 7) ||
+	       KEYWORD(text, 0x455441455243ull, 6) || (text & 0xffff) == 0x2d2d || (text & 0xffff) == 0x2a2f;
+}
+
+/* The first 8 bytes of SQL text at `offset`, after up to 7 leading blanks (8 blanks: all ones,
+ * which counts as a comment-like start and goes to user space). */
+static __always_inline __u64 sql_start(struct __sk_buff *skb, __u32 offset)
+{
+	__u8 text[16] = {};
+	__u32 avail = skb->len > offset ? skb->len - offset : 0;
+	__u32 k, blanks = 0;
+	if (avail >= 16)
+		bpf_skb_load_bytes(skb, offset, text, 16);
+	else if (avail >= 8)
+		bpf_skb_load_bytes(skb, offset, text, 8);
+	else if (avail >= 4)
+		bpf_skb_load_bytes(skb, offset, text, 4);
+	for (k = 0; k < 8; k++) {
+		__u8 b = text[k];
+		if (blanks == k && (b == ' ' || b == '\t' || b == '\n' || b == '\r'))
+			blanks = k + 1;
+	}
+	if (blanks == 8)
+		return 0x2d2d;
+	__u64 low, high;
+	__builtin_memcpy(&low, text, 8);
+	__builtin_memcpy(&high, text + 8, 8);
+	return blanks ? (low >> (8 * blanks)) | (high << (64 - 8 * blanks)) : low;
+}
+
+/* A message that starts the skb and that user space must see: an unknown type (a stray
+ * password message, garbage) or a length over the client's limit (user space refuses them), or
+ * a Query or unnamed Parse whose SQL may change session state. Checked here, outside the walk,
+ * because any further state in the walk's loop costs the verifier its pruning; messages that
+ * start mid-skb reach the server, which refuses an unknown type itself (FATAL 08P01). */
+static __always_inline int client_first_for_user_space(struct __sk_buff *skb, struct fp_slot *c)
+{
+	__u8 header[5], name = 1;
 	if (c->frame_left || c->stash_len || bpf_skb_load_bytes(skb, 0, header, 5) < 0)
 		return 0;
 	__u8 tag = header[0];
 	__u32 length = ((__u32)header[1] << 24) | ((__u32)header[2] << 16) | ((__u32)header[3] << 8) | header[4];
 	int known = tag >= 64 && tag < 128 && ((CLIENT_TAGS >> (tag - 64)) & 1);
-	return !known || length > c->message_max;
+	if (!known || length > c->message_max)
+		return 1;
+	if (tag == 'Q')
+		return sql_may_change_state(sql_start(skb, 5));
+	if (tag == 'P' && bpf_skb_load_bytes(skb, 5, &name, 1) == 0 && name == 0)
+		return sql_may_change_state(sql_start(skb, 6));
+	return 0;
 }
 
 SEC("sk_skb/stream_verdict")
@@ -478,20 +573,20 @@ int fp_client(struct __sk_buff *skb)
 			n->passes_slow++;
 		return client_pass(c, skb, 0);
 	}
-	if (client_first_refused(skb, c)) {
+	if (client_first_for_user_space(skb, c)) {
 		if (n)
 			n->passes_unsafe++;
 		return client_pass(c, skb, 0);
 	}
 	walk_init(&w, skb, c);
-	walk_all(&w);
+	walk_all(&w, walk_client_step);
 	if (w.unsafe || w.bad) {
 		if (n)
 			n->passes_unsafe++;
 		return client_pass(c, skb, w.skip);
 	}
 	if (add_requests(c, w.requests, &server) < 0) {
-		if (w.skip || take_server(c->pool, index, &server) < 0) {
+		if (w.skip || take_server(c->pool, index, c->params, &server) < 0) {
 			if (n)
 				n->passes_no_server++;
 			return client_pass(c, skb, w.skip);

@@ -40,6 +40,15 @@ enum fp_owner {
 
 /* fp_slot.flags: framing state that does not fit the counters. */
 #define FP_FLAG_STATUS_NEXT 1 /* a ReadyForQuery header ended the last skb: its status byte is next */
+/* Servers: session state changed while the kernel linked it (a ParameterStatus, or a
+ * CommandComplete of SET, LISTEN, LOAD, PREPARE or CREATE): released to user space, which
+ * closes it, never into the free set. */
+#define FP_FLAG_DIRTY 2
+
+/* fp_slot.params: which tracked parameter values (client_encoding, DateStyle, TimeZone, ...) a
+ * client wants or a server has, as an id user space interns per pool. The kernel links a client
+ * only to a FREE server with the same id; UNKNOWN matches nothing. */
+#define FP_PARAMS_UNKNOWN 0xffff
 
 /* Per-socket state, one cache line, in an mmap-able array shared with user space. */
 struct fp_slot {
@@ -54,7 +63,7 @@ struct fp_slot {
 	__u8 stash[4];    /* start of a message header split across skbs */
 	__u8 stash_len;
 	__u8 flags;
-	__u16 pad;
+	__u16 params;     /* see FP_PARAMS_UNKNOWN */
 	__u32 pass_skip;  /* clients: bytes at the start of the first passed skb that finish a message the kernel forwarded */
 	__u32 message_max; /* clients: longer messages go to user space, which refuses them */
 };

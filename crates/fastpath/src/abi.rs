@@ -22,6 +22,11 @@ pub const OWNER_KERNEL: u32 = 2;
 pub const OWNER_USER: u32 = 3;
 pub const OWNER_HANDOFF: u32 = 4;
 
+/// `fp_slot.flags` bit: the server's session state changed in the kernel (`FP_FLAG_DIRTY`).
+pub const FLAG_DIRTY: u8 = 2;
+/// `fp_slot.params` of a socket whose parameter values are not known: matches nothing.
+pub const PARAMS_UNKNOWN: u16 = 0xffff;
+
 /// One socket's state (`struct fp_slot`).
 #[repr(C)]
 pub struct Slot {
@@ -36,7 +41,7 @@ pub struct Slot {
     pub stash: [AtomicU8; 4],
     pub stash_len: AtomicU8,
     pub flags: AtomicU8,
-    pub pad: [AtomicU8; 2],
+    pub params: std::sync::atomic::AtomicU16,
     pub pass_skip: AtomicU32,
     pub message_max: AtomicU32,
 }
@@ -76,6 +81,7 @@ const _: () = {
     assert!(offset_of!(Slot, frame_left) == 32);
     assert!(offset_of!(Slot, owner) == 44);
     assert!(offset_of!(Slot, stash) == 48);
+    assert!(offset_of!(Slot, params) == 54);
     assert!(offset_of!(Slot, pass_skip) == 56);
     assert!(size_of::<PoolEntry>() == 32);
     assert!(size_of::<Counters>() == 88);

@@ -172,7 +172,8 @@ impl FastPath {
     /// Puts a logged-in client's socket under the client program with its gate open. Call it
     /// before the login's final ReadyForQuery: bytes queued before the insert never reach it.
     /// `message_max`: longer messages go to user space (which refuses them).
-    pub fn add_client(&self, socket: &impl AsRawFd, pool: u32, message_max: u32) -> Result<ClientSlot> {
+    /// `params`: the id of the client's parameter values (see [`FastPath::set_params`]).
+    pub fn add_client(&self, socket: &impl AsRawFd, pool: u32, message_max: u32, params: u16) -> Result<ClientSlot> {
         let index = lock(&self.free_clients).pop().ok_or(FastPathError::Full("client"))?;
         let cookie = socket_cookie(socket.as_raw_fd())?;
         let slot = self.slot(index);
@@ -182,6 +183,7 @@ impl FastPath {
         slot.cookie.store(cookie, Ordering::Relaxed);
         slot.redirected.store(0, Ordering::Relaxed);
         slot.message_max.store(message_max, Ordering::Relaxed);
+        slot.params.store(params, Ordering::Relaxed);
         slot.pool.store(pool, Ordering::Release);
         let inserted = self.index_socket(cookie, index, socket, &self.clients, "fp_clients");
         if let Err(error) = inserted {
@@ -211,6 +213,7 @@ impl FastPath {
         slot.redirected.store(0, Ordering::Relaxed);
         slot.peer.store(NO_PEER, Ordering::Relaxed);
         slot.pool.store(pool, Ordering::Relaxed);
+        slot.params.store(PARAMS_UNKNOWN, Ordering::Relaxed);
         slot.owner.store(OWNER_USER, Ordering::Release);
         self.pool(pool).servers.fetch_max(relative + 1, Ordering::AcqRel);
         let inserted = self.index_socket(cookie, CLIENT_SLOTS + server.0, socket, &self.servers, "fp_servers");

@@ -79,16 +79,31 @@ impl FastPath {
         Some(server)
     }
 
+    /// Takes a server back from the client the kernel linked it to, whatever it was doing (the
+    /// server hung up). False if the client is linked elsewhere or not at all by now.
+    pub fn unlink_server(&self, client: ClientSlot, server: ServerSlot) -> bool {
+        let word = &self.client(client).link;
+        let link = word.load(Ordering::Acquire);
+        if link_peer(link) != Some(server.0) || word.compare_exchange(link, 0, Ordering::AcqRel, Ordering::Acquire).is_err()
+        {
+            return false;
+        }
+        self.hold(server);
+        true
+    }
+
     fn hold(&self, server: ServerSlot) {
         let slot = self.server(server);
         slot.owner.store(OWNER_USER, Ordering::Release);
         slot.peer.store(NO_PEER, Ordering::Release);
     }
 
-    /// Lends an idle server user space holds to the kernel's free set.
-    pub fn lend(&self, server: ServerSlot) {
+    /// Lends an idle server user space holds to the kernel's free set; `params` is the id of
+    /// its parameter values (clients with the same id may take it).
+    pub fn lend(&self, server: ServerSlot, params: u16) {
         let slot = self.server(server);
         reset_framing(slot);
+        slot.params.store(params, Ordering::Relaxed);
         slot.peer.store(NO_PEER, Ordering::Release);
         slot.owner.store(OWNER_FREE, Ordering::Release);
     }
@@ -102,10 +117,28 @@ impl FastPath {
         })
     }
 
+    /// Takes one particular free server back from the kernel; false if it is not free.
+    pub fn reclaim_server(&self, server: ServerSlot) -> bool {
+        let owner = &self.server(server).owner;
+        owner.compare_exchange(OWNER_FREE, OWNER_USER, Ordering::AcqRel, Ordering::Acquire).is_ok()
+    }
+
     /// Accepts a server the kernel announced on the handoff ring.
     pub fn take_handoff(&self, server: ServerSlot) -> bool {
         let owner = &self.server(server).owner;
         owner.compare_exchange(OWNER_HANDOFF, OWNER_USER, Ordering::AcqRel, Ordering::Acquire).is_ok()
+    }
+
+    /// Sets the parameter-values id of a client (what it wants) or a server (what it has, set
+    /// before the server is lent): the kernel links a client only to a free server with its id.
+    pub fn set_params(&self, slot: &Slot, params: u16) {
+        slot.params.store(params, Ordering::Release);
+    }
+
+    /// Whether a server's session state changed while the kernel linked it (read it once user
+    /// space holds the server, before lending or linking clears the flag).
+    pub fn server_dirty(&self, server: ServerSlot) -> bool {
+        self.server(server).flags.load(Ordering::Acquire) & FLAG_DIRTY != 0
     }
 
     /// Tells the kernel how many clients of `pool` wait in user space (it then leaves free

@@ -11,10 +11,10 @@ fn programs_load_and_sockets_enter_the_maps() {
     let client = std::net::TcpStream::connect(listener.local_addr().expect("addr")).expect("connect");
     let (server, _) = listener.accept().expect("accept");
     let pool = fast.pool_index("test").expect("a pool index");
-    let client_slot = fast.add_client(&client, pool, 1 << 20).expect("client enters the map");
+    let client_slot = fast.add_client(&client, pool, 1 << 20, 0).expect("client enters the map");
     let server_slot = fast.add_server(&server, pool).expect("server enters the map");
     assert!(fast.link(client_slot).is_none());
-    fast.lend(server_slot);
+    fast.lend(server_slot, 0);
     assert_eq!(fast.reclaim(pool), Some(server_slot), "a lent server can be taken back");
     assert!(fast.reclaim(pool).is_none(), "and only once");
     assert_eq!(fast.program_stats().len(), 2);

@@ -266,9 +266,9 @@ fn a_client_forwarded_by_the_kernel_fast_path_is_mirrored_too() {
         let mut postgres = Shadow::open(); // the pooler's server connection and its PostgreSQL end
         let mut shadow = Shadow::open();
         let pool = fast.pool_index("mirrored").expect("a pool index");
-        let client_slot = fast.add_client(&flow.pooler, pool, 1 << 20).expect("client enters the fast path");
+        let client_slot = fast.add_client(&flow.pooler, pool, 1 << 20, 0).expect("client enters the fast path");
         let server_slot = fast.add_server(&postgres.socket, pool).expect("server enters the fast path");
-        fast.lend(server_slot);
+        fast.lend(server_slot, 0);
         let handle = mirror(&fast, &flow, &shadow);
         let queries: Vec<u8> = (0..300).flat_map(|index| query_message(&format!("SELECT {index}"))).collect();
         let writer = send_messages(flow.client.try_clone().expect("clone"), vec![queries.len()], queries.clone());

@@ -11,16 +11,24 @@
 //! ```
 //! Servers lent to the kernel stay owned here (`lent`), so their sockets, leases and statement
 //! caches live on; only the right to use them moves.
+//!
+//! Parameters: every client and lent server carries the id of its tracked parameter values
+//! (interned here per pool), and the kernel links a client only to a free server with its id;
+//! any other client is served (and its server synced) here. A server whose session state
+//! changed in the kernel comes back marked dirty and is reset or closed before reuse.
 
+use std::collections::HashMap;
 use std::os::fd::AsRawFd;
 use std::sync::{Arc, Mutex, Weak};
 
 use std::sync::atomic::Ordering;
 
-use bypass_fastpath::abi::{CLIENT_SLOTS, OWNER_FREE, POOL_SERVERS_MAX};
-use bypass_fastpath::{FastPath, ServerSlot};
+use bypass_fastpath::abi::{CLIENT_SLOTS, NO_PEER, OWNER_FREE, OWNER_KERNEL, PARAMS_UNKNOWN, POOL_SERVERS_MAX};
+use bypass_fastpath::{ClientSlot, FastPath, ServerSlot};
 use tokio::io::unix::AsyncFd;
+use tokio::sync::Notify;
 
+use crate::params::ParamSet;
 use crate::pool::Pool;
 use crate::server::ServerConn;
 use crate::stream::Stream;
@@ -29,6 +37,8 @@ use crate::stream::Stream;
 pub struct KernelSocket {
     fast: Arc<FastPath>,
     pub slot: ServerSlot,
+    /// Bytes the kernel had redirected into the server at the last maintenance look.
+    seen_redirected: u64,
 }
 
 impl Drop for KernelSocket {
@@ -37,25 +47,112 @@ impl Drop for KernelSocket {
     }
 }
 
+/// Distinct parameter-value sets a pool gives ids to; clients with others stay in user space.
+const PARAMS_IDS_MAX: usize = 1024;
+
 /// A pool's share of the fast path: its kernel index and the servers lent to the kernel.
 pub struct KernelPool {
     pub fast: Arc<FastPath>,
     pub index: u32,
     #[allow(clippy::vec_box)]
     lent: Mutex<Vec<Option<Box<ServerConn>>>>,
+    /// Packed parameter values → their id in `fp_slot.params`.
+    params_ids: Mutex<HashMap<Vec<u8>, u16>>,
+    /// Kernel clients' sessions by client slot, woken when the server linked to them hangs up.
+    sessions: Mutex<HashMap<u32, Weak<Notify>>>,
 }
 
 impl KernelPool {
     pub fn new(fast: Arc<FastPath>, index: u32) -> Self {
-        KernelPool { fast, index, lent: Mutex::new((0..POOL_SERVERS_MAX).map(|_| None).collect()) }
+        KernelPool {
+            fast,
+            index,
+            lent: Mutex::new((0..POOL_SERVERS_MAX).map(|_| None).collect()),
+            params_ids: Mutex::new(HashMap::new()),
+            sessions: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Registers a kernel client's session; the notify fires when its server hangs up. (Entries
+    /// are keyed by client slot, so a reused slot replaces its stale one: bounded.)
+    pub fn watch(&self, client: ClientSlot) -> Arc<Notify> {
+        let notify = Arc::new(Notify::new());
+        lock(&self.sessions).insert(client.0, Arc::downgrade(&notify));
+        notify
+    }
+
+    /// Lent servers whose backend hung up (killed, restarted): free ones are taken back, linked
+    /// ones are unlinked from their client, whose session is woken to end it. The caller
+    /// closes what comes back. One non-blocking poll over the pool's sockets.
+    #[allow(clippy::vec_box)]
+    pub fn reap_hung_up(&self) -> Vec<Box<ServerConn>> {
+        let mut lent = lock(&self.lent);
+        let mut polled: Vec<libc::pollfd> = lent
+            .iter()
+            .flatten()
+            .map(|server| libc::pollfd { fd: server.stream.tcp().as_raw_fd(), events: libc::POLLRDHUP, revents: 0 })
+            .collect();
+        // SAFETY: `polled` is a valid array of that many pollfds; timeout 0 never blocks.
+        let ready = unsafe { libc::poll(polled.as_mut_ptr(), polled.len() as libc::nfds_t, 0) };
+        if ready <= 0 {
+            return Vec::new();
+        }
+        let hung_up: Vec<i32> = polled
+            .iter()
+            .filter(|entry| entry.revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0)
+            .map(|entry| entry.fd)
+            .collect();
+        let mut taken = Vec::new();
+        for entry in lent.iter_mut() {
+            let Some(server) = entry.as_ref() else { continue };
+            let slot = server.kernel.as_ref().map(|socket| socket.slot);
+            if hung_up.contains(&server.stream.tcp().as_raw_fd()) && slot.is_some_and(|slot| self.take_hung_up(slot)) {
+                taken.extend(entry.take());
+            }
+        }
+        taken
+    }
+
+    /// Takes a hung-up server from the kernel: back from the free set, or from its client.
+    fn take_hung_up(&self, slot: ServerSlot) -> bool {
+        if self.fast.reclaim_server(slot) {
+            return true;
+        }
+        let kernel = self.fast.server(slot);
+        let client = kernel.peer.load(Ordering::Acquire);
+        if kernel.owner.load(Ordering::Acquire) != OWNER_KERNEL || client == NO_PEER {
+            return false;
+        }
+        if !self.fast.unlink_server(ClientSlot(client), slot) {
+            return false;
+        }
+        if let Some(session) = lock(&self.sessions).get(&client).and_then(Weak::upgrade) {
+            session.notify_one();
+        }
+        true
+    }
+
+    /// The id of a set of parameter values; [`PARAMS_UNKNOWN`] once the table is full.
+    pub fn params_id(&self, params: &ParamSet) -> u16 {
+        let mut ids = lock(&self.params_ids);
+        if let Some(&id) = ids.get(params.packed()) {
+            return id;
+        }
+        if ids.len() >= PARAMS_IDS_MAX {
+            return PARAMS_UNKNOWN;
+        }
+        let id = ids.len() as u16;
+        ids.insert(params.packed().to_vec(), id);
+        id
     }
 
     /// Lends an idle server to the kernel's free set; a server that cannot go there (TLS, no
     /// slot left) comes back for the user-space idle list.
     pub fn lend(&self, mut server: Box<ServerConn>) -> Result<(), Box<ServerConn>> {
         let Some(slot) = self.register(&mut server) else { return Err(server) };
+        let params = self.params_id(&server.params);
         lock(&self.lent)[relative(slot)] = Some(server);
-        self.fast.lend(slot);
+        self.fast.lend(slot, params);
         Ok(())
     }
 
@@ -65,9 +162,14 @@ impl KernelPool {
         self.take(slot)
     }
 
-    /// The server of a slot user space now holds (after reclaim, handoff or unlink).
+    /// The server of a slot user space now holds (after reclaim, handoff or unlink); marked
+    /// dirty if its session state changed in the kernel (the release path resets it).
     pub fn take(&self, slot: ServerSlot) -> Option<Box<ServerConn>> {
-        lock(&self.lent)[relative(slot)].take()
+        let mut server = lock(&self.lent)[relative(slot)].take()?;
+        if self.fast.server_dirty(slot) {
+            server.session_dirty = true;
+        }
+        Some(server)
     }
 
     /// Puts a server user space holds into the kernel's maps (once), without lending it.
@@ -77,13 +179,41 @@ impl KernelPool {
         }
         let Stream::Plain(tcp) = &server.stream else { return None };
         let slot = self.fast.add_server(tcp, self.index).ok()?;
-        server.kernel = Some(KernelSocket { fast: self.fast.clone(), slot });
+        server.kernel = Some(KernelSocket { fast: self.fast.clone(), slot, seen_redirected: 0 });
         Some(slot)
     }
 
     /// The socket of a server in the lent table (linked in the kernel or free).
     pub fn fd_of(&self, slot: ServerSlot) -> Option<std::os::fd::RawFd> {
         lock(&self.lent)[relative(slot)].as_ref().map(|server| server.stream.tcp().as_raw_fd())
+    }
+
+    /// Takes back the free servers `expired` picks (past their lifetime or idle timeout, which
+    /// they see through `idle_since`: traffic the kernel moved since the last look counts as
+    /// use, so a server busy in the kernel never looks idle).
+    #[allow(clippy::vec_box)]
+    pub fn reclaim_free_where(
+        &self,
+        now: std::time::Instant,
+        mut expired: impl FnMut(&ServerConn) -> bool,
+    ) -> Vec<Box<ServerConn>> {
+        let mut lent = lock(&self.lent);
+        let mut taken = Vec::new();
+        for entry in lent.iter_mut() {
+            let Some(server) = entry.as_mut() else { continue };
+            let Some(socket) = server.kernel.as_mut() else { continue };
+            let (slot, kernel) = (socket.slot, self.fast.server(socket.slot));
+            let redirected = kernel.redirected.load(Ordering::Acquire);
+            if redirected != socket.seen_redirected {
+                socket.seen_redirected = redirected;
+                server.idle_since = now;
+            }
+            let free = kernel.owner.load(Ordering::Acquire) == OWNER_FREE;
+            if free && expired(server) && self.fast.reclaim_server(slot) {
+                taken.extend(entry.take());
+            }
+        }
+        taken
     }
 
     /// (backend process id, opened at) of every lent server the kernel holds free (idle).
@@ -105,9 +235,11 @@ impl KernelPool {
         lock(&self.lent)[relative(slot)].as_ref().map(|server| server.key)
     }
 
-    /// Puts back a server user space linked to a client in the kernel (it stays owned here).
+    /// Puts back a server user space linked to a client in the kernel (it stays owned here),
+    /// with the id of its parameter values for when the kernel frees it.
     pub fn keep_linked(&self, server: Box<ServerConn>) {
         if let Some(slot) = server.kernel.as_ref().map(|socket| socket.slot) {
+            self.fast.set_params(self.fast.server(slot), self.params_id(&server.params));
             lock(&self.lent)[relative(slot)] = Some(server);
         }
     }

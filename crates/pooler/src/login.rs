@@ -115,7 +115,7 @@ pub async fn login(
     let kernel = pool
         .kernel()
         .filter(|_| !user_mirrored)
-        .and_then(|kernel| crate::session::KernelClient::enter(kernel, client, message_max));
+        .and_then(|kernel| crate::session::KernelClient::enter(kernel, client, message_max, &wanted));
     if let Some(kernel) = &kernel {
         let _ = registration.entry.kernel_slot.set(kernel.slot());
     }

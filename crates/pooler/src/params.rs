@@ -21,6 +21,11 @@ pub fn tracked_index(name: &[u8]) -> Option<usize> {
 }
 
 impl ParamSet {
+    /// Every value in one byte string: equal for equal sets (the key of parameter ids).
+    pub fn packed(&self) -> &[u8] {
+        &self.packed
+    }
+
     pub fn get(&self, index: usize) -> Option<&str> {
         self.values[index].as_deref()
     }

@@ -461,11 +461,12 @@ impl Pool {
         Ok(server)
     }
 
-    /// Returns a server after use. Broken or expired servers are closed instead.
+    /// Returns a server after use. Broken or expired servers, and servers with session state
+    /// nobody reset (a dirty server the kernel handed back), are closed instead.
     pub fn release(&self, mut server: Box<ServerConn>) {
         let now = Instant::now();
         let in_flight = !server.buffer.is_empty() || !server.plan.is_empty();
-        if server.broken || in_flight || self.successor.get().is_some() {
+        if server.broken || in_flight || server.session_dirty || self.successor.get().is_some() {
             return; // Dropping the server closes it.
         }
         server.idle_since = now;
@@ -577,7 +578,8 @@ impl Pool {
             if std::ptr::eq(Arc::as_ptr(&sibling), self) {
                 continue;
             }
-            let victim = lock(&sibling.state).idle.pop();
+            let reclaimed = || sibling.kernel.get().and_then(|kernel| kernel.reclaim());
+            let victim = lock(&sibling.state).idle.pop().or_else(reclaimed);
             if let Some(victim) = victim {
                 drop(victim);
                 return;
@@ -603,6 +605,20 @@ impl Pool {
             } else {
                 index += 1;
             }
+        }
+        if let Some(kernel) = self.kernel.get() {
+            let mut closing_count = closing.len() as u32;
+            let moved = self.successor.get().is_some();
+            let expired = kernel.reclaim_free_where(now, |server| {
+                let idle_expired =
+                    settings.server_idle_timeout_ms > 0 && server.idle_ms(now) >= settings.server_idle_timeout_ms;
+                let keep_for_min = state.open - closing_count <= settings.min_size;
+                let close = moved || state.retired(server, now) || (idle_expired && !keep_for_min);
+                closing_count += u32::from(close);
+                close
+            });
+            closing.extend(expired);
+            closing.extend(kernel.reap_hung_up());
         }
         let missing = settings.min_size.saturating_sub(state.open - closing.len() as u32);
         drop(state);

@@ -32,7 +32,7 @@ pub fn might_change_state(sql: &[u8]) -> bool {
     }
     let word_end = text.iter().position(|b| !b.is_ascii_alphabetic()).unwrap_or(text.len());
     let word = &text[..word_end];
-    let ours = ["SET", "LISTEN", "PREPARE", "DECLARE", "CREATE", "LOAD"];
+    let ours = ["SET", "RESET", "LISTEN", "PREPARE", "DECLARE", "CREATE", "LOAD"];
     if ours.iter().any(|keyword| word.eq_ignore_ascii_case(keyword.as_bytes())) {
         return true;
     }

@@ -35,7 +35,7 @@ fn pgbench_select_only_runs_in_the_kernel() {
 fn pgbench_writes_extended_and_pipelined_scripts_are_correct() {
     // Goal: writes with 'T' status, the extended protocol and pipelining (four queries, one
     // Sync) keep servers until their last ReadyForQuery. Method: pgbench -N -M extended and a
-    // \startpipeline script at 40 clients on a pool of 4; zero failures, and the pipelined
+    // \startpipeline script at 100 clients on a pool of 4; zero failures, and the pipelined
     // inserts all land (counted in the table).
     let postgres = common::postgres();
     init_pgbench(&postgres);
@@ -51,10 +51,13 @@ fn pgbench_writes_extended_and_pipelined_scripts_are_correct() {
     .expect("write script");
     let file = format!("{}", script.path().display());
     let (done, failed, output) =
-        pgbench(pooler.port, &["-M", "extended", "-c", "40", "-j", "2", "-t", "50", "-f", &file]);
+        pgbench(pooler.port, &["-M", "extended", "-c", "100", "-j", "2", "-t", "20", "-f", &file]);
     assert_eq!((done, failed), (2_000, 0), "{output}");
     let rows = postgres.psql("SELECT count(*) FROM piped").expect("count");
     assert_eq!(rows.trim(), "4000");
+    let wrong =
+        postgres.psql("SELECT count(*) FROM (SELECT client FROM piped GROUP BY client HAVING count(*) <> 40) c");
+    assert_eq!(wrong.expect("per client").trim(), "0", "a client's pipelined inserts went missing or doubled");
 }
 
 #[test]
@@ -120,4 +123,118 @@ fn clients_vanishing_mid_transaction_leak_no_server() {
     });
     let (done, failed, output) = pgbench(pooler.port, &["-S", "-c", "8", "-j", "2", "-t", "200"]);
     assert_eq!((done, failed), (1_600, 0), "{output}");
+}
+
+/// Runs a simple query on a raw client; returns the text of the first column of the first row.
+fn first_value(client: &mut common::RawClient, sql: &str) -> Option<String> {
+    let mut message = Vec::new();
+    bypass_wire::frontend::build::query(&mut message, sql);
+    client.send(&message);
+    let answers = client.read_until(b'Z');
+    let (_, row) = answers.iter().find(|(tag, _)| *tag == b'D')?;
+    let length = i32::from_be_bytes([row[2], row[3], row[4], row[5]]) as usize;
+    Some(String::from_utf8_lossy(&row[6..6 + length]).into_owned())
+}
+
+#[test]
+fn session_state_hidden_from_the_kernel_filter_never_reaches_the_next_client() {
+    // Goal: a SET the client program cannot see (after a ';') still never leaks: the server
+    // program sees its CommandComplete / ParameterStatus and the server is closed, not reused.
+    // Method: pool of 1; client A runs "select 1; set ..." for an untracked and a tracked
+    // parameter, client B then sees the defaults.
+    let postgres = common::postgres();
+    let pooler = kernel_pooler(&postgres, 1);
+    let mut a = common::RawClient::login(pooler.port);
+    let mut b = common::RawClient::login(pooler.port);
+    let work_mem = first_value(&mut b, "show work_mem").expect("work_mem");
+    let name = first_value(&mut b, "show application_name").expect("application_name");
+    let transactions = || pooler.shared.fastpath.as_ref().expect("loaded").counters().transactions;
+    for (sql, show, default) in [
+        ("select 1; set application_name = 'leaked'", "show application_name", &name),
+        ("select 1; set work_mem = '77MB'", "show work_mem", &work_mem),
+    ] {
+        let before = transactions();
+        first_value(&mut a, sql);
+        assert_eq!(transactions(), before + 1, "{sql} did not run in the kernel: the test proves nothing");
+        assert_eq!(first_value(&mut b, show).as_deref(), Some(default.as_str()), "{sql} leaked");
+    }
+}
+
+#[test]
+fn clients_with_different_parameters_stay_in_the_kernel_on_matching_servers() {
+    // Goal: the kernel links a client only to a server with its parameter values, so clients
+    // with different application_name/TimeZone each see their own and still run in the kernel.
+    // Method: two psql-like clients (different startup values) alternate 200 times on a pool
+    // of 2; every answer is the client's own value; most transactions end in the kernel.
+    let postgres = common::postgres();
+    let pooler = kernel_pooler(&postgres, 2);
+    let login = |name: &str| {
+        let mut client = common::RawClient::connect(pooler.port);
+        let mut startup = Vec::new();
+        let params = [("user", "postgres"), ("database", "postgres"), ("application_name", name)];
+        bypass_wire::startup::encode_startup(&mut startup, &params);
+        client.send(&startup);
+        client.read_until(b'Z');
+        client
+    };
+    let mut clients = [(login("app-one"), "app-one"), (login("app-two"), "app-two")];
+    let before = pooler.shared.fastpath.as_ref().expect("loaded").counters().transactions;
+    for _ in 0..100 {
+        for (client, name) in clients.iter_mut() {
+            assert_eq!(first_value(client, "show application_name").as_deref(), Some(*name));
+        }
+    }
+    let ended = pooler.shared.fastpath.as_ref().expect("loaded").counters().transactions - before;
+    assert!(ended >= 150, "only {ended} of 200 transactions ended in the kernel");
+}
+
+#[test]
+fn a_server_killed_mid_transaction_ends_its_client_and_leaks_nothing() {
+    // Goal: a backend that dies while the kernel links it to a client leaves no client bound to
+    // a dead server and no leaked server; the pooler survives. Method: pool of 2; a raw client
+    // opens a transaction in the kernel, its backend is terminated from outside; the client gets
+    // the FATAL and is closed within seconds (not left hanging), then pgbench runs cleanly and
+    // the pool holds at most 2 backends.
+    let postgres = common::postgres();
+    init_pgbench(&postgres);
+    let pooler = kernel_pooler(&postgres, 2);
+    let mut victim = common::RawClient::login(pooler.port);
+    first_value(&mut victim, "BEGIN");
+    let pid = first_value(&mut victim, "SELECT pg_backend_pid()").expect("pid");
+    let counters = pooler.shared.fastpath.as_ref().expect("loaded").counters();
+    assert!(counters.bytes_to_clients > 0, "the transaction did not run in the kernel: the test proves nothing");
+    postgres.psql(&format!("SELECT pg_terminate_backend({pid})")).expect("terminate");
+    // PostgreSQL's FATAL reaches the client through the kernel; then the pooler must notice the
+    // hang-up and close the client (a read timeout of 10 s would fail `is_closed`).
+    let fatal = victim.read_message().expect("the backend's FATAL");
+    assert_eq!((fatal.0, common::error_code(&fatal.1)), (b'E', "57P01".to_owned()));
+    assert!(victim.is_closed(), "the client of a dead server was left open");
+    let (done, failed, output) = pgbench(pooler.port, &["-S", "-c", "4", "-j", "2", "-t", "200"]);
+    assert_eq!((done, failed), (800, 0), "{output}");
+    let sql = "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()";
+    let backends: u32 = postgres.psql(sql).expect("count").trim().parse().expect("number");
+    assert!(backends <= 2, "{backends} backends for a pool of 2: a server leaked");
+}
+
+#[test]
+fn ten_thousand_clients_share_a_pool_of_20_without_errors() {
+    // Goal: the kernel path holds 10,000 concurrent clients (the fd limit of 20,000 per process
+    // allows it) on 20 servers with zero errors. Method: pgbench -S with 10,000 connections,
+    // 3 transactions each; every transaction succeeds, most end in the kernel, and PostgreSQL
+    // never sees more than 20 pooled backends.
+    let postgres = common::postgres();
+    init_pgbench(&postgres);
+    let mut config = common::config(&postgres, PoolMode::Transaction, 20);
+    config.pooler.fast_path = FastPathMode::Kernel;
+    config.pooler.max_client_conn = 10_100;
+    config.pooler.query_wait_timeout_ms = 120_000;
+    let pooler = Pooler::start(config);
+    assert!(pooler.shared.fastpath.is_some(), "the fast path must load (CI runs as root on Linux 6.x)");
+    let (done, failed, output) = pgbench(pooler.port, &["-S", "-c", "10000", "-j", "2", "-t", "3"]);
+    assert_eq!((done, failed), (30_000, 0), "{output}");
+    let counters = pooler.shared.fastpath.as_ref().expect("loaded").counters();
+    assert!(counters.transactions > 10_000, "too few transactions ended in the kernel: {counters:?}");
+    let sql = "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()";
+    let backends: u32 = postgres.psql(sql).expect("count").trim().parse().expect("number");
+    assert!(backends <= 20, "{backends} backends for a pool of 20");
 }

@@ -10,18 +10,22 @@
 //! - **re-arm** when every passed byte is read and handled, so the paths never reorder bytes.
 
 use std::os::fd::RawFd;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bypass_fastpath::{ClientSlot, FastPath, ServerSlot};
 use bypass_wire::HEADER_LEN;
+use tokio::sync::Notify;
 
-use super::{ClientSide, Session};
-use crate::error::PoolerError;
-use crate::io::read_some;
+use super::{next_request, ClientSide, Session};
+use crate::error::{PoolerError, TimeoutKind};
+use crate::io::{read_some, sleep_until};
 use crate::kernel::KernelPool;
+use crate::params::ParamSet;
 use crate::relay::LinkEnd;
 use crate::server::ServerConn;
+use crate::session_state::might_change_state;
 use crate::stream::Stream;
 
 /// How often a client waits to see its kernel-linked requests answered before user space
@@ -38,6 +42,8 @@ pub struct KernelClient {
     raw_left: u32,
     /// The gate was open: the next passed bytes start a new episode (read `pass_skip`).
     armed: bool,
+    /// Fires when the server the kernel linked this client to hangs up (see `reap_hung_up`).
+    server_hung_up: Arc<Notify>,
 }
 
 impl Drop for KernelClient {
@@ -52,18 +58,24 @@ impl KernelClient {
     }
 
     /// Puts a logged-in client under the client program; called before its final ReadyForQuery.
-    pub fn enter(kernel: &KernelPool, client: &ClientSide, message_max: u32) -> Option<KernelClient> {
+    pub fn enter(
+        kernel: &KernelPool,
+        client: &ClientSide,
+        message_max: u32,
+        wanted: &ParamSet,
+    ) -> Option<KernelClient> {
         let Stream::Plain(tcp) = &client.stream else { return None };
         if !client.buffer.is_empty() {
             return None; // Bytes read ahead of login stay on the user-space path.
         }
-        match kernel.fast.add_client(tcp, kernel.index, message_max) {
+        match kernel.fast.add_client(tcp, kernel.index, message_max, kernel.params_id(wanted)) {
             Ok(slot) => Some(KernelClient {
                 fast: kernel.fast.clone(),
                 slot,
                 base: client.buffer.committed(),
                 raw_left: 0,
                 armed: true,
+                server_hung_up: kernel.watch(slot),
             }),
             Err(error) => {
                 tracing::debug!(%error, "client stays in user space");
@@ -133,13 +145,72 @@ impl Session {
     /// the next bytes the kernel passes. False when the client left.
     async fn rearm_or_read(&mut self, client: &mut ClientSide) -> Result<bool, PoolerError> {
         let read = client.buffer.committed() - self.kernel_client().base;
+        self.publish_params();
         let kernel = self.kernel_client();
         if kernel.fast.rearm(kernel.slot, read) {
             kernel.armed = true;
-            return self.wait_for_request(client).await.map(|more| more || !client.buffer.is_empty());
+            return self.wait_for_passed(client).await.map(|more| more || !client.buffer.is_empty());
         }
         let count = read_some(&mut client.stream, &mut client.buffer).await.map_err(PoolerError::ClientIo)?;
         Ok(count > 0)
+    }
+
+    /// With the gate open: waits for bytes the kernel passes. Traffic the kernel forwards counts
+    /// as activity for `client_idle_timeout`; a link held with every request answered is a
+    /// transaction left open, subject to `idle_transaction_timeout`.
+    async fn wait_for_passed(&mut self, client: &mut ClientSide) -> Result<bool, PoolerError> {
+        let (idle_ms, open_ms) = (self.limits.client_idle_timeout_ms, self.limits.idle_transaction_timeout_ms);
+        let shortest = [idle_ms, open_ms].into_iter().filter(|&ms| ms > 0).min();
+        let tick = shortest.map(|ms| Duration::from_millis((ms / 4).max(1)));
+        let hung_up = self.kernel_client().server_hung_up.clone();
+        let mut seen = self.kernel_activity();
+        let mut quiet_since = Instant::now();
+        loop {
+            match next_request(client, self.limits.message_size_max)? {
+                Some(b'X') => return Ok(false),
+                Some(_) => return Ok(true),
+                None => {}
+            }
+            tokio::select! {
+                read = read_some(&mut client.stream, &mut client.buffer) => {
+                    if read.map_err(PoolerError::ClientIo)? == 0 {
+                        return Ok(false);
+                    }
+                }
+                _ = hung_up.notified() => return Err(PoolerError::ServerIo(std::io::ErrorKind::ConnectionReset.into())),
+                _ = sleep_until(tick.map(|tick| Instant::now() + tick)) => {
+                    let now = self.kernel_activity();
+                    if now != seen {
+                        (seen, quiet_since) = (now, Instant::now());
+                    }
+                    let quiet_ms = quiet_since.elapsed().as_millis() as u64;
+                    match self.kernel_link() {
+                        Some((_, 0)) if open_ms > 0 && quiet_ms >= open_ms => {
+                            return Err(PoolerError::Timeout(TimeoutKind::IdleTransaction))
+                        }
+                        None if idle_ms > 0 && quiet_ms >= idle_ms => {
+                            return Err(PoolerError::Timeout(TimeoutKind::ClientIdle))
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        }
+    }
+
+    /// What changes whenever the kernel moves this client's traffic: its link word (requests,
+    /// releases) and the bytes redirected to it.
+    fn kernel_activity(&self) -> (u64, u64) {
+        let Some(kernel) = self.kernel.as_ref() else { return (0, 0) };
+        let slot = kernel.fast.client(kernel.slot);
+        (slot.link.load(Ordering::Acquire), slot.redirected.load(Ordering::Acquire))
+    }
+
+    /// Tells the kernel which parameter values the client wants now (a SET served here may
+    /// have changed them), so it links the client only to servers that have them.
+    fn publish_params(&self) {
+        let (Some(kernel), Some(pool)) = (self.kernel.as_ref(), self.pool.kernel()) else { return };
+        kernel.fast.set_params(kernel.fast.client(kernel.slot), pool.params_id(&self.wanted));
     }
 
     /// At the start of a passed episode, bytes finishing a message the kernel forwarded go to
@@ -272,14 +343,20 @@ fn classify(pending: &[u8], capacity: usize) -> Batch {
 }
 
 /// The same rule as the client program: named statements and portals need the pooler's
-/// statement bookkeeping, Terminate ends the session, unknown types get the relay's error.
+/// statement bookkeeping, SQL that may change session state needs its guard and parameter
+/// tracking, Terminate ends the session, unknown types get the relay's error.
 fn kernel_may_forward(tag: u8, body: &[u8]) -> bool {
     let byte = |i: usize| body.get(i).copied().unwrap_or(0);
+    let sql_is_stateless = |text: &[u8]| {
+        let end = text.iter().position(|&b| b == 0).unwrap_or(text.len());
+        !might_change_state(&text[..end])
+    };
     match tag {
-        b'P' => byte(0) == 0,
+        b'Q' => sql_is_stateless(body),
+        b'P' => byte(0) == 0 && sql_is_stateless(body.get(1..).unwrap_or_default()),
         b'B' => byte(0) == 0 && byte(1) == 0,
         b'D' | b'C' => !(byte(0) == b'S' && byte(1) != 0),
-        b'Q' | b'E' | b'S' | b'H' | b'F' | b'd' | b'c' | b'f' => true,
+        b'E' | b'S' | b'H' | b'F' | b'd' | b'c' | b'f' => true,
         _ => false,
     }
 }
