@@ -29,7 +29,7 @@
 //! still runs the client's last transactions instead of being reset mid-way.
 
 use std::fmt::Write as _;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -249,18 +249,21 @@ async fn supervise_kernel_mirror(
     mut client_left: oneshot::Receiver<()>,
 ) {
     let mut checks = tokio::time::interval(KERNEL_MIRROR_CHECK_INTERVAL);
+    let mut stall = SendStall::default();
+    let mut stuck = false;
     loop {
         tokio::select! {
             _ = &mut client_left => break,
             _ = checks.tick() => {
-                if !fast.mirror_intact(&handle) {
+                stuck = stall.stuck(unsent_bytes(&shadow));
+                if stuck || !fast.mirror_intact(&handle) {
                     break;
                 }
             }
         }
     }
     tokio::time::sleep(KERNEL_FLUSH_GRACE).await;
-    let intact = fast.mirror_intact(&handle);
+    let intact = !stuck && fast.mirror_intact(&handle);
     // Out of the maps first: from here the socket is an ordinary one again, safe to use.
     fast.remove_mirror(handle);
     if !intact {
@@ -270,6 +273,40 @@ async fn supervise_kernel_mirror(
     }
     let (reader, writer) = shadow.into_split();
     finish_shadow(reader, writer).await;
+}
+
+/// A kernel-mirrored shadow that stops reading: its socket's unsent bytes stay the same,
+/// non-zero, check after check. The kernel's copies queued behind them are charged to no
+/// socket buffer, so such a shadow is cut off after [`MIRROR_WRITE_TIMEOUT`], as a user-space
+/// shadow whose write takes that long is.
+#[derive(Default)]
+struct SendStall {
+    last_unsent: usize,
+    unchanged_checks: u32,
+}
+
+impl SendStall {
+    fn stuck(&mut self, unsent: usize) -> bool {
+        if unsent == 0 || unsent != self.last_unsent {
+            (self.last_unsent, self.unchanged_checks) = (unsent, 0);
+            return false;
+        }
+        self.unchanged_checks += 1;
+        let limit = MIRROR_WRITE_TIMEOUT.as_secs_f64() / KERNEL_MIRROR_CHECK_INTERVAL.as_secs_f64();
+        f64::from(self.unchanged_checks) >= limit
+    }
+}
+
+/// Bytes in a socket's send queue not yet acknowledged by the peer (`SIOCOUTQ`).
+fn unsent_bytes(socket: &TcpStream) -> usize {
+    let mut unsent: libc::c_int = 0;
+    // SAFETY: TIOCOUTQ (= SIOCOUTQ) writes one int through the pointer, which is valid.
+    let result = unsafe { libc::ioctl(socket.as_raw_fd(), libc::TIOCOUTQ, &mut unsent) };
+    if result < 0 {
+        0
+    } else {
+        unsent.max(0) as usize
+    }
 }
 
 /// Ends a shadow session gracefully: FIN after what was sent, then its replies are read and
@@ -572,5 +609,23 @@ mod tests {
         let mut batch = Vec::new();
         assert!(matches!(queue.take(&mut batch), Take::CutOff));
         assert!(batch.is_empty());
+    }
+}
+
+#[cfg(test)]
+mod stall_tests {
+    use super::*;
+
+    #[test]
+    fn a_send_queue_that_never_moves_is_stuck_and_a_moving_one_is_not() {
+        // Goal: only a shadow that stopped reading is cut off. Method: feed check results.
+        let checks = (MIRROR_WRITE_TIMEOUT.as_secs() / KERNEL_MIRROR_CHECK_INTERVAL.as_secs()) as usize;
+        let mut stall = SendStall::default();
+        assert!((0..checks * 2).all(|i| !stall.stuck(1000 + i % 3)), "a moving queue is never stuck");
+        assert!((0..checks * 2).all(|_| !stall.stuck(0)), "an empty queue is never stuck");
+        let mut stall = SendStall::default();
+        let verdicts: Vec<bool> = (0..=checks).map(|_| stall.stuck(4096)).collect();
+        assert!(!verdicts[..checks].iter().any(|&v| v), "cut off too early: {verdicts:?}");
+        assert!(verdicts[checks], "never cut off");
     }
 }

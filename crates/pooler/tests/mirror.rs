@@ -208,8 +208,21 @@ fn a_shadow_that_falls_behind_is_cut_off_and_the_primary_runs_on() {
     // shadow's table, so the shadow blocks on the first insert; the client sends 40 inserts of
     // 1 MB each (far beyond the queue and the socket buffers); all succeed on the primary and
     // the cut-off is counted.
+    shadow_falls_behind(FastPathMode::User, CATCH_UP);
+}
+
+#[test]
+fn a_kernel_mirrored_shadow_that_stops_reading_is_cut_off() {
+    // Goal: in the kernel, where the copies are charged to no socket buffer, a shadow that stops
+    // reading is cut off too (its send queue stays full for MIRROR_WRITE_TIMEOUT). Method: as
+    // the user-space test, with the kernel copy.
+    let timeout = bypass_pooler::mirror::MIRROR_WRITE_TIMEOUT + Duration::from_secs(5);
+    shadow_falls_behind(FastPathMode::Kernel, timeout.max(CATCH_UP));
+}
+
+fn shadow_falls_behind(mode: FastPathMode, catch_up: Duration) {
     let postgres = two_databases(true);
-    let (running, port) = start_as_configured(mirror_config(&postgres, postgres.port(), FastPathMode::User));
+    let (running, port) = start_as_configured(mirror_config(&postgres, postgres.port(), mode));
     let shared = running.shared();
     runtime().block_on(async {
         let blocker = common::connect_db(postgres.port(), "postgres", None, "shadow").await.expect("direct");
@@ -220,13 +233,16 @@ fn a_shadow_that_falls_behind_is_cut_off_and_the_primary_runs_on() {
         for id in 0..40 {
             client.execute(insert, &[&id, &payload]).await.expect("the primary keeps answering");
         }
-        let deadline = Instant::now() + CATCH_UP;
+        let deadline = Instant::now() + catch_up;
         while shared.mirror.counters.cut_offs.load(Ordering::Relaxed) == 0 && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         blocker.batch_execute("ROLLBACK").await.expect("unlock");
     });
-    assert_eq!(shared.mirror.counters.cut_offs.load(Ordering::Relaxed), 1, "the stuck shadow must be cut off");
+    let counters = &shared.mirror.counters;
+    let expected_path = if mode == FastPathMode::Kernel { &counters.kernel_clients } else { &counters.user_clients };
+    assert_eq!(expected_path.load(Ordering::Relaxed), 1, "the client was not mirrored on the {mode:?} path");
+    assert_eq!(counters.cut_offs.load(Ordering::Relaxed), 1, "the stuck shadow must be cut off");
     assert_eq!(sql(&postgres, "app", "SELECT count(*) FROM items"), "40");
     running.stop();
 }
