@@ -44,7 +44,10 @@ pub struct Plan {
     pub python: Option<PathBuf>,
     pub out_dir: PathBuf,
     pub skip_nautdb: bool,
+    pub skip_allocator: bool,
     pub skip_tpch: bool,
+    /// The specialized side of the seed's grid runs under SCHED_FIFO.
+    pub sched_fifo: bool,
 }
 
 /// Median, coefficient of variation and samples of one measured quantity.
@@ -103,8 +106,8 @@ fn cell(runtime: RuntimeKind, columns: usize, rows: usize, trials: Vec<nautdb::T
 /// Runs the grid; trials alternate between the runtimes (which goes first alternates too)
 /// so drift on a shared machine hits both alike.
 pub fn run_nautdb(plan: &Plan) -> anyhow::Result<Vec<Cell>> {
-    let mut specialized = nautdb::Side::new(RuntimeKind::Specialized, EXPERIMENT_POOL_BYTES_MAX);
-    let mut plain = nautdb::Side::new(RuntimeKind::Plain, 0);
+    let mut specialized = nautdb::Side::new(RuntimeKind::Specialized, EXPERIMENT_POOL_BYTES_MAX, plan.sched_fifo)?;
+    let mut plain = nautdb::Side::new(RuntimeKind::Plain, 0, false)?;
     let mut cells = Vec::new();
     for &columns in &plan.columns {
         for &log2 in &plan.rows_log2 {
@@ -174,8 +177,12 @@ pub fn run(plan: &Plan) -> anyhow::Result<Results> {
     let load_before = read_trimmed("/proc/loadavg");
     let started_unix_s = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
     let nautdb = if plan.skip_nautdb { Vec::new() } else { run_nautdb(plan)? };
-    eprintln!("allocators …");
-    let allocator = alloc::run(plan.allocator_rounds, &plan.allocator_sizes);
+    let allocator = if plan.skip_allocator {
+        Vec::new()
+    } else {
+        eprintln!("allocators …");
+        alloc::run(plan.allocator_rounds, &plan.allocator_sizes)?
+    };
     let tpch = if plan.skip_tpch {
         None
     } else {
