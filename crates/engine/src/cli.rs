@@ -103,10 +103,10 @@ pub struct BenchArgs {
     /// Only these log2 rows per chunk of the seed's grid (default: 4..=13), e.g. `--rows-log2 13`.
     #[arg(long, value_delimiter = ',')]
     pub rows_log2: Vec<u32>,
-    /// Run the specialized side of the seed's grid under SCHED_FIFO (root; off by default, as in
-    /// the runtime: it takes its core from every time-shared process for up to 0.95 s per second).
+    /// Leave out the seed's grid's third variant, the specialized runtime under SCHED_FIFO (root;
+    /// while a trial runs it takes its core from time-shared processes for up to 0.95 s a second).
     #[arg(long)]
-    pub sched_fifo: bool,
+    pub no_sched_fifo: bool,
     /// Skip the allocator micro-benchmark.
     #[arg(long)]
     pub skip_allocator: bool,
@@ -154,7 +154,7 @@ impl BenchArgs {
             skip_nautdb: self.skip_nautdb,
             skip_allocator: self.skip_allocator,
             skip_tpch: self.skip_tpch,
-            sched_fifo: self.sched_fifo,
+            sched_fifo: !self.no_sched_fifo,
         }
     }
 }

@@ -133,7 +133,8 @@ impl Runtime {
                         pin_to_core(index);
                     }
                     if fifo {
-                        set_sched_fifo();
+                        // Best effort: without root the worker stays time-shared.
+                        let _ = set_sched_fifo();
                     }
                     while !failed.load(Ordering::Relaxed) {
                         let Some(morsel) = next_morsel(&queue, stealers, index) else { break };
@@ -227,13 +228,11 @@ pub fn unpin() {
     }
 }
 
-/// Best effort SCHED_FIFO at priority 1 (needs root; ignored otherwise).
-pub fn set_sched_fifo() {
+/// Best effort SCHED_FIFO at priority 1 (needs root); returns whether the kernel granted it.
+pub fn set_sched_fifo() -> bool {
     let parameters = libc::sched_param { sched_priority: 1 };
     // SAFETY: sched_setscheduler(0) targets the calling thread with a valid parameter struct.
-    unsafe {
-        libc::sched_setscheduler(0, libc::SCHED_FIFO, &parameters);
-    }
+    unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &parameters) == 0 }
 }
 
 /// Back to the default time-sharing policy (undoes [`set_sched_fifo`]; best effort).

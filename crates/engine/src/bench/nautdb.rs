@@ -36,6 +36,8 @@ pub struct TrialTimes {
     pub select_ns: u64,
     pub free_ns: u64,
     pub page_faults: u64,
+    /// The trial ran under SCHED_FIFO.
+    pub sched_fifo: bool,
 }
 
 /// A table of `CHUNKS` chunks × `columns` column chunks of `rows` values.
@@ -190,20 +192,20 @@ pub struct Side {
     pool: Arc<ChunkPool>,
     /// Scratch of the specialized side (None: plain, the heap serves it).
     arena: Option<Arena>,
-    /// Run the specialized side's trials under SCHED_FIFO (opt-in, as in the runtime).
-    sched_fifo: bool,
 }
 
 impl Side {
-    pub fn new(kind: RuntimeKind, pool_bytes_max: usize, sched_fifo: bool) -> Result<Side> {
+    pub fn new(kind: RuntimeKind, pool_bytes_max: usize) -> Result<Side> {
         let specialized = kind == RuntimeKind::Specialized;
         let mode = if specialized { PoolMode::Specialized } else { PoolMode::Plain };
         let arena = if specialized { Some(Arena::new(crate::runtime::WORKER_ARENA_BYTES)?) } else { None };
-        Ok(Side { kind, pool: ChunkPool::new(mode, pool_bytes_max), arena, sched_fifo: sched_fifo && specialized })
+        Ok(Side { kind, pool: ChunkPool::new(mode, pool_bytes_max), arena })
     }
 
-    /// One trial: create, row sort, column sort, select, free; each timed.
-    pub fn trial(&mut self, columns: usize, rows: usize, seed: u64) -> Result<TrialTimes> {
+    /// One trial: create, row sort, column sort, select, free; each timed. `sched_fifo` runs
+    /// it under SCHED_FIFO (the specialized side only; `sched_fifo` in the result says whether
+    /// the kernel granted it).
+    pub fn trial(&mut self, columns: usize, rows: usize, seed: u64, sched_fifo: bool) -> Result<TrialTimes> {
         let specialized = self.kind == RuntimeKind::Specialized;
         if specialized {
             // The core the scheduler chose at the start (the idler one on a shared machine),
@@ -212,12 +214,10 @@ impl Side {
         } else {
             unpin();
         }
-        if self.sched_fifo {
-            set_sched_fifo();
-        }
+        let sched_fifo = sched_fifo && specialized && set_sched_fifo();
         let faults_before = minor_faults();
         let mut random = Random(seed | 1);
-        let mut times = TrialTimes::default();
+        let mut times = TrialTimes { sched_fifo, ..TrialTimes::default() };
         let started = Instant::now();
         let table = create(&self.pool, columns, rows, &mut random)?;
         times.create_ns = elapsed_ns(started);
@@ -239,7 +239,7 @@ impl Side {
         drop(table);
         times.free_ns = elapsed_ns(started);
         times.page_faults = minor_faults() - faults_before;
-        if self.sched_fifo {
+        if sched_fifo {
             set_sched_other();
         }
         unpin();
@@ -256,8 +256,8 @@ mod tests {
     #[test]
     fn sorts_and_selection_are_correct() {
         for kind in [RuntimeKind::Specialized, RuntimeKind::Plain] {
-            let mut side = Side::new(kind, 1 << 30, false).expect("arena maps");
-            let times = side.trial(4, 64, 7).expect("trial runs");
+            let mut side = Side::new(kind, 1 << 30).expect("arena maps");
+            let times = side.trial(4, 64, 7, false).expect("trial runs");
             assert!(times.create_ns > 0);
             let pool = ChunkPool::new(PoolMode::Plain, 0);
             let table = create(&pool, 3, 500, &mut Random(3)).expect("heap");

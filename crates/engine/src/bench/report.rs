@@ -12,8 +12,9 @@ use crate::runtime::RuntimeKind;
 
 const FONT_PATH: &str = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf";
 
+/// The cell of one runtime without SCHED_FIFO (the seed's two-way comparison).
 fn find(cells: &[Cell], runtime: RuntimeKind, columns: usize, rows: usize) -> Option<&Cell> {
-    cells.iter().find(|c| c.runtime == runtime && c.columns == columns && c.rows_per_chunk == rows)
+    cells.iter().find(|c| c.runtime == runtime && !c.sched_fifo && c.columns == columns && c.rows_per_chunk == rows)
 }
 
 fn nautdb_markdown(out: &mut String, results: &Results) {
@@ -26,13 +27,13 @@ fn nautdb_markdown(out: &mut String, results: &Results) {
     let _ = writeln!(
         out,
         "256 chunks of uint32 columns, values in 0..100; create, row-oriented sort, column-oriented sort (counting \
-         sort per chunk), select (`c0 = 42`, all columns materialized), free. {trials} trials per cell, alternating \
+         sort per chunk), select (`c0 = 42`, all columns materialized), free. {trials} trials per cell, rotating \
          runtimes; medians in ms, CV = coefficient of variation, faults = minor page faults per trial. Ratio = \
          plain / specialized (> 1: specialized faster). 2-core machine.\n"
     );
     let _ = writeln!(out, "| columns | rows/chunk | row sort spec | row sort plain | ratio | CV spec | CV plain | col sort spec | col sort plain | ratio | CV spec | CV plain | create ratio | select ratio | free ratio | faults spec | faults plain |");
     let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
-    for s in cells.iter().filter(|c| c.runtime == RuntimeKind::Specialized) {
+    for s in cells.iter().filter(|c| c.runtime == RuntimeKind::Specialized && !c.sched_fifo) {
         let Some(p) = find(cells, RuntimeKind::Plain, s.columns, s.rows_per_chunk) else { continue };
         let ratio = |a: f64, b: f64| if a > 0.0 { b / a } else { 0.0 };
         let _ = writeln!(
@@ -43,6 +44,50 @@ fn nautdb_markdown(out: &mut String, results: &Results) {
             ratio(s.column_sort_ms.median, p.column_sort_ms.median), s.column_sort_ms.cv, p.column_sort_ms.cv,
             ratio(s.create_ms.median, p.create_ms.median), ratio(s.select_ms.median, p.select_ms.median),
             ratio(s.free_ms.median, p.free_ms.median), s.page_faults.median, p.page_faults.median,
+        );
+    }
+    let _ = writeln!(out);
+    fifo_markdown(out, cells);
+}
+
+/// Predictability with and without SCHED_FIFO: the same grid, the specialized runtime once
+/// time-shared (pinned) and once under SCHED_FIFO, next to plain.
+fn fifo_markdown(out: &mut String, cells: &[Cell]) {
+    if !cells.iter().any(|c| c.sched_fifo) {
+        return;
+    }
+    let _ = writeln!(out, "### Predictability: the specialized runtime with SCHED_FIFO (\"no time-sharing\")\n");
+    let _ = writeln!(
+        out,
+        "The same cells, a third variant in the same rotation: specialized + SCHED_FIFO (priority 1, pinned to \
+         the core the trial starts on; the kernel's RT throttling leaves other tasks 5% of that core). Medians in \
+         ms and CV; ratio = plain / specialized+FIFO. 2-core machine shared with other engineers' builds.\n"
+    );
+    let _ = writeln!(out, "| columns | rows/chunk | row sort fifo | ratio | CV row fifo | CV row spec | CV row plain | col sort fifo | ratio | CV col fifo | CV col spec | CV col plain |");
+    let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|---|");
+    for f in cells.iter().filter(|c| c.sched_fifo) {
+        let (Some(s), Some(p)) = (
+            find(cells, RuntimeKind::Specialized, f.columns, f.rows_per_chunk),
+            find(cells, RuntimeKind::Plain, f.columns, f.rows_per_chunk),
+        ) else {
+            continue;
+        };
+        let ratio = |a: f64, b: f64| if a > 0.0 { b / a } else { 0.0 };
+        let _ = writeln!(
+            out,
+            "| {} | {} | {:.2} | {:.2} | {:.3} | {:.3} | {:.3} | {:.2} | {:.2} | {:.3} | {:.3} | {:.3} |",
+            f.columns,
+            f.rows_per_chunk,
+            f.row_sort_ms.median,
+            ratio(f.row_sort_ms.median, p.row_sort_ms.median),
+            f.row_sort_ms.cv,
+            s.row_sort_ms.cv,
+            p.row_sort_ms.cv,
+            f.column_sort_ms.median,
+            ratio(f.column_sort_ms.median, p.column_sort_ms.median),
+            f.column_sort_ms.cv,
+            s.column_sort_ms.cv,
+            p.column_sort_ms.cv,
         );
     }
     let _ = writeln!(out);
@@ -262,7 +307,7 @@ fn column_sort_lines(area: &Area<'_>, cells: &[Cell]) -> anyhow::Result<()> {
     let series = |runtime: RuntimeKind| -> Vec<(f64, f64, f64)> {
         cells
             .iter()
-            .filter(|c| c.runtime == runtime && c.rows_per_chunk == rows)
+            .filter(|c| c.runtime == runtime && !c.sched_fifo && c.rows_per_chunk == rows)
             .map(|c| ((c.columns as f64).log2(), c.column_sort_ms.median, c.column_sort_ms.cv * c.column_sort_ms.mean))
             .collect()
     };
