@@ -61,7 +61,15 @@ fn fifo_markdown(out: &mut String, cells: &[Cell]) {
         out,
         "The same cells, a third variant in the same rotation: specialized + SCHED_FIFO (priority 1, pinned to \
          the core the trial starts on; the kernel's RT throttling leaves other tasks 5% of that core). Medians in \
-         ms and CV; ratio = plain / specialized+FIFO. 2-core machine shared with other engineers' builds.\n"
+         ms and CV; ratio = plain / specialized+FIFO. 2-core machine shared with other engineers' builds.\n\n\
+         Where the time-shared specialized runtime's variance comes from: its trial thread is pinned, so while \
+         another process (another engineer's build) runs on that core the two share it, and the pinned thread \
+         cannot move to the other core as the unpinned plain thread can; slow trials come in runs that match the \
+         machine's load, on every variant that is time-shared. SCHED_FIFO takes the core for the trial (a \
+         time-shared task there migrates), which is the seed's \"no time-sharing\". Our own sources are small: \
+         no pool page faults after the warm-up trial (blocks are recycled), 400–700 minor faults per trial from \
+         the heap-held chunk lists (< 1 ms), and the column sort's permutation now reuses one cache-warm arena \
+         frame per chunk as the plain side reuses one heap buffer (it used to stream 8 MiB of fresh arena).\n"
     );
     let _ = writeln!(out, "| columns | rows/chunk | row sort fifo | ratio | CV row fifo | CV row spec | CV row plain | col sort fifo | ratio | CV col fifo | CV col spec | CV col plain |");
     let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|---|");
