@@ -97,6 +97,19 @@ pub struct BenchArgs {
     /// Skip the seed's grid.
     #[arg(long)]
     pub skip_nautdb: bool,
+    /// Only these column counts of the seed's grid (default: 2, 8, 32, 128), e.g. `--columns 128`.
+    #[arg(long, value_delimiter = ',')]
+    pub columns: Vec<usize>,
+    /// Only these log2 rows per chunk of the seed's grid (default: 4..=13), e.g. `--rows-log2 13`.
+    #[arg(long, value_delimiter = ',')]
+    pub rows_log2: Vec<u32>,
+    /// Leave out the seed's grid's third variant, the specialized runtime under SCHED_FIFO (root;
+    /// while a trial runs it takes its core from time-shared processes for up to 0.95 s a second).
+    #[arg(long)]
+    pub no_sched_fifo: bool,
+    /// Skip the allocator micro-benchmark.
+    #[arg(long)]
+    pub skip_allocator: bool,
     /// Skip TPC-H.
     #[arg(long)]
     pub skip_tpch: bool,
@@ -116,11 +129,17 @@ fn default_python() -> Option<std::path::PathBuf> {
 impl BenchArgs {
     fn plan(&self) -> crate::bench::Plan {
         let python = if self.no_peers { None } else { self.python.clone().or_else(default_python) };
-        let (trials, columns, rows_log2, rounds, sf, runs) = if self.quick {
+        let (trials, mut columns, mut rows_log2, rounds, sf, runs) = if self.quick {
             (3, vec![2, 32], vec![4, 8, 12], 3, 0.1, 3)
         } else {
             (self.trials, crate::bench::COLUMNS.to_vec(), crate::bench::ROWS_LOG2.collect(), 10, self.sf, self.runs)
         };
+        if !self.columns.is_empty() {
+            columns.clone_from(&self.columns);
+        }
+        if !self.rows_log2.is_empty() {
+            rows_log2.clone_from(&self.rows_log2);
+        }
         crate::bench::Plan {
             trials,
             columns,
@@ -133,7 +152,9 @@ impl BenchArgs {
             python,
             out_dir: self.out_dir.clone(),
             skip_nautdb: self.skip_nautdb,
+            skip_allocator: self.skip_allocator,
             skip_tpch: self.skip_tpch,
+            sched_fifo: !self.no_sched_fifo,
         }
     }
 }
@@ -194,6 +215,13 @@ pub fn run(command: Command) -> anyhow::Result<()> {
 
 pub fn bench(args: BenchArgs) -> anyhow::Result<()> {
     let plan = args.plan();
+    // Bounded like the seed's grid: 2^13 rows × 128 columns × 256 chunks is already 1 GiB a table.
+    anyhow::ensure!(
+        plan.rows_log2.iter().all(|log2| crate::bench::ROWS_LOG2.contains(log2)),
+        "--rows-log2 values must lie in {:?}",
+        crate::bench::ROWS_LOG2
+    );
+    anyhow::ensure!(plan.columns.iter().all(|&c| (1..=128).contains(&c)), "--columns values must lie in 1..=128");
     if plan.python.is_none() && !plan.skip_tpch {
         eprintln!("bench engine: no Python venv with the peers (run scripts/engine-venv.sh); TPC-H runs bypass only");
     }

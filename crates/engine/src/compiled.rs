@@ -38,6 +38,13 @@ pub const BLOCK_ROWS: usize = 1024;
 pub const COMPILED_GROUPS_MAX: usize = 1 << 12;
 /// Factors per aggregated product (shapes with 1, 2 and 3 factors are pre-instantiated).
 const FACTORS_MAX: usize = 3;
+/// Largest scratch one morsel takes from its worker's arena (see `Scratch`), plus one grain of
+/// rounding per slice.
+const SCRATCH_BYTES_MAX: usize = BLOCK_ROWS * (1 + 4 + 4)
+    + COMPILED_GROUPS_MAX * LANES * 8
+    + FACTORS_MAX * BLOCK_ROWS * 8
+    + 5 * crate::arena::GRAIN_BYTES;
+const _: () = assert!(SCRATCH_BYTES_MAX <= crate::runtime::WORKER_ARENA_BYTES, "a morsel's scratch fits the arena");
 
 /// A filter building block over table columns.
 #[derive(Debug, Clone)]
@@ -122,14 +129,17 @@ impl CompiledAggregate {
             let mut accumulators = partials[worker].lock().unwrap_or_else(|p| p.into_inner());
             runtime.with_arena(worker, |arena| match arena {
                 Some(arena) => {
+                    // One frame per morsel: the same cache-warm bytes serve every morsel.
+                    let mut frame = arena.frame();
                     let mut scratch = Scratch {
-                        mask: arena.alloc_slice_fill_copy(BLOCK_ROWS, 0u8),
-                        selection: arena.alloc_slice_fill_copy(BLOCK_ROWS, 0u32),
-                        group_ids: arena.alloc_slice_fill_copy(BLOCK_ROWS, 0u32),
-                        lanes: arena.alloc_slice_fill_copy(self.group_slots * LANES, 0i64),
-                        gathered: arena.alloc_slice_fill_copy(FACTORS_MAX * BLOCK_ROWS, 0i64),
+                        mask: frame.alloc_slice(BLOCK_ROWS, 0u8)?,
+                        selection: frame.alloc_slice(BLOCK_ROWS, 0u32)?,
+                        group_ids: frame.alloc_slice(BLOCK_ROWS, 0u32)?,
+                        lanes: frame.alloc_slice(self.group_slots * LANES, 0i64)?,
+                        gathered: frame.alloc_slice(FACTORS_MAX * BLOCK_ROWS, 0i64)?,
                     };
                     self.run_morsel(morsel, &mut scratch, &mut accumulators);
+                    Ok(())
                 }
                 None => {
                     let (mut mask, mut selection, mut group_ids) =
@@ -144,9 +154,9 @@ impl CompiledAggregate {
                         gathered: &mut gathered,
                     };
                     self.run_morsel(morsel, &mut scratch, &mut accumulators);
+                    Ok(())
                 }
-            });
-            Ok(())
+            })
         })?;
         let mut total = self.accumulators();
         for partial in partials {

@@ -158,9 +158,7 @@ impl Engine {
     }
 
     pub fn execute_statement(&self, statement: &ast::Statement) -> Result<QueryResult> {
-        let result = self.dispatch(statement);
-        self.runtime.reset_arenas();
-        result
+        self.dispatch(statement)
     }
 
     fn dispatch(&self, statement: &ast::Statement) -> Result<QueryResult> {

@@ -1,6 +1,6 @@
 //! Bypass engine: an in-memory columnar SQL engine whose pipelines run as fused, monomorphized
 //! loops on pinned morsel-driven workers in a "specialized" runtime (huge-page prefaulted chunk
-//! pool, per-worker arenas, optional SCHED_FIFO), after NautDB (seed 002). It speaks the
+//! pool, per-worker scratch arenas (`arena`: one prefaulted region, bump frames), optional SCHED_FIFO), after NautDB (seed 002). It speaks the
 //! PostgreSQL protocol (`server`), loads TPC-H in-process (`tpch`) and compares itself with a
 //! plain runtime and with DuckDB, DataFusion and Polars (`bench`).
 //!
@@ -27,6 +27,7 @@
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+pub mod arena;
 pub mod bench;
 pub mod bind;
 pub mod cli;

@@ -5,8 +5,8 @@
 //!     morsels 0..n dealt round-robin ──► Worker deque (core 0)   Worker deque (core 1) …
 //!                                          │ pop local (LIFO-free: FIFO)     │
 //!                                          └──── steal from the others ◄─────┘ when empty
-//!   each worker: pinned to its core (specialized), runs morsels to completion, keeps its
-//!   scratch arena (specialized) across morsels of the query
+//!   each worker: pinned to its core (specialized), runs morsels to completion; each morsel's
+//!   scratch is one frame of the worker's arena (specialized), released when the morsel ends
 //! ```
 //!
 //! `specialized` turns on together: pinning, huge-page prefaulted chunk pool, per-worker arena,
@@ -18,6 +18,7 @@ use std::sync::{Arc, Mutex};
 
 use crossbeam_deque::{Steal, Stealer, Worker};
 
+use crate::arena::Arena;
 use crate::error::{EngineError, Result};
 use crate::pool::{ChunkPool, PoolMode};
 
@@ -25,8 +26,9 @@ use crate::pool::{ChunkPool, PoolMode};
 pub const WORKERS_MAX: usize = 256;
 /// Default bound on the chunk pool: 16 GiB.
 pub const POOL_BYTES_MAX_DEFAULT: usize = 16 << 30;
-/// Initial size of a worker's scratch arena.
-pub const ARENA_BYTES_INITIAL: usize = 1 << 20;
+/// Size of each worker's scratch arena: mapped and prefaulted once, never grown (the compiled
+/// tier asserts at compile time that its per-morsel scratch fits).
+pub const WORKER_ARENA_BYTES: usize = 1 << 20;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
 pub enum RuntimeKind {
@@ -64,7 +66,9 @@ impl Default for RuntimeSettings {
 pub struct Runtime {
     settings: RuntimeSettings,
     pool: Arc<ChunkPool>,
-    arenas: Vec<Mutex<bumpalo::Bump>>,
+    /// One per worker index (empty in the plain runtime). `run_morsels` gives each index to
+    /// one thread, so a lock is never contended; it is there to make sharing the runtime safe.
+    arenas: Vec<Mutex<Arena>>,
 }
 
 impl Runtime {
@@ -77,7 +81,12 @@ impl Runtime {
             RuntimeKind::Plain => PoolMode::Plain,
         };
         let pool = ChunkPool::new(mode, settings.pool_bytes_max);
-        let arenas = (0..settings.workers).map(|_| Mutex::new(prefaulted_arena(ARENA_BYTES_INITIAL))).collect();
+        let arenas = match settings.kind {
+            RuntimeKind::Specialized => {
+                (0..settings.workers).map(|_| Arena::new(WORKER_ARENA_BYTES).map(Mutex::new)).collect::<Result<_>>()?
+            }
+            RuntimeKind::Plain => Vec::new(),
+        };
         Ok(Runtime { settings, pool, arenas })
     }
 
@@ -124,7 +133,8 @@ impl Runtime {
                         pin_to_core(index);
                     }
                     if fifo {
-                        set_sched_fifo();
+                        // Best effort: without root the worker stays time-shared.
+                        let _ = set_sched_fifo();
                     }
                     while !failed.load(Ordering::Relaxed) {
                         let Some(morsel) = next_morsel(&queue, stealers, index) else { break };
@@ -143,36 +153,15 @@ impl Runtime {
     }
 
     /// Runs `f` with worker `index`'s scratch arena (specialized) or `None` (plain: the global
-    /// allocator serves scratch memory).
-    pub fn with_arena<R>(&self, index: usize, f: impl FnOnce(Option<&bumpalo::Bump>) -> R) -> R {
-        if !self.is_specialized() {
+    /// allocator serves scratch memory). Scratch taken from it lives in a frame that ends
+    /// before `f` returns, so nothing is carried from one morsel or query to the next.
+    pub fn with_arena<R>(&self, index: usize, f: impl FnOnce(Option<&mut Arena>) -> R) -> R {
+        if self.arenas.is_empty() {
             return f(None);
         }
-        let arena = self.arenas[index % self.arenas.len()].lock().unwrap_or_else(|p| p.into_inner());
-        f(Some(&arena))
+        let mut arena = self.arenas[index % self.arenas.len()].lock().unwrap_or_else(|p| p.into_inner());
+        f(Some(&mut arena))
     }
-
-    /// Releases every arena's memory for reuse by the next query (no destructors run: arenas
-    /// hold only POD scratch).
-    pub fn reset_arenas(&self) {
-        for arena in &self.arenas {
-            arena.lock().unwrap_or_else(|p| p.into_inner()).reset();
-        }
-    }
-}
-
-/// An arena of `bytes` whose pages are already faulted in (touched once, then reset), so
-/// query-time allocations from it never fault.
-pub fn prefaulted_arena(bytes: usize) -> bumpalo::Bump {
-    const PAGE_BYTES: usize = 4096;
-    let mut arena = bumpalo::Bump::with_capacity(bytes);
-    let touched = arena.alloc_slice_fill_copy(bytes, 0u8);
-    for offset in (0..touched.len()).step_by(PAGE_BYTES) {
-        // SAFETY: in bounds of the slice we were just given; volatile so it is not elided.
-        unsafe { std::ptr::write_volatile(touched.as_mut_ptr().add(offset), 1) };
-    }
-    arena.reset();
-    arena
 }
 
 fn next_morsel(local: &Worker<usize>, stealers: &[Stealer<usize>], me: usize) -> Option<usize> {
@@ -218,6 +207,14 @@ pub fn pin_to_core(index: usize) {
     }
 }
 
+/// Pins the calling thread to the core it is running on now (best effort): keeps the core the
+/// scheduler picked, and stops migrations from then on.
+pub fn pin_to_current_core() {
+    // SAFETY: sched_getcpu has no preconditions; it returns -1 on failure.
+    let core = unsafe { libc::sched_getcpu() };
+    pin_to_core(usize::try_from(core).unwrap_or(0));
+}
+
 /// Lifts every CPU restriction of the calling thread (plain runtime measurements).
 pub fn unpin() {
     let cores = online_cores();
@@ -231,12 +228,19 @@ pub fn unpin() {
     }
 }
 
-/// Best effort SCHED_FIFO at priority 1 (needs root; ignored otherwise).
-pub fn set_sched_fifo() {
+/// Best effort SCHED_FIFO at priority 1 (needs root); returns whether the kernel granted it.
+pub fn set_sched_fifo() -> bool {
     let parameters = libc::sched_param { sched_priority: 1 };
     // SAFETY: sched_setscheduler(0) targets the calling thread with a valid parameter struct.
+    unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &parameters) == 0 }
+}
+
+/// Back to the default time-sharing policy (undoes [`set_sched_fifo`]; best effort).
+pub fn set_sched_other() {
+    let parameters = libc::sched_param { sched_priority: 0 };
+    // SAFETY: as in set_sched_fifo.
     unsafe {
-        libc::sched_setscheduler(0, libc::SCHED_FIFO, &parameters);
+        libc::sched_setscheduler(0, libc::SCHED_OTHER, &parameters);
     }
 }
 
@@ -267,6 +271,34 @@ mod tests {
             assert!(counts.iter().all(|c| c.load(Ordering::Relaxed) == 1));
             assert!(by_worker[1].load(Ordering::Relaxed) > 50, "the fast worker stole from the slow one");
         }
+    }
+
+    // Goal: the specialized runtime serves morsel scratch from its worker arenas, reusing the
+    // same bytes morsel after morsel, and the plain one from the heap; method: record the
+    // address of each morsel's first scratch slice.
+    #[test]
+    fn specialized_morsels_reuse_their_worker_arena() {
+        let runtime = Runtime::new(RuntimeSettings { workers: 2, ..RuntimeSettings::default() }).expect("valid");
+        let addresses: Vec<Mutex<Vec<usize>>> = (0..2).map(|_| Mutex::new(Vec::new())).collect();
+        runtime
+            .run_morsels(40, |worker, _| {
+                runtime.with_arena(worker, |arena| {
+                    let arena = arena.expect("specialized workers have an arena");
+                    let mut frame = arena.frame();
+                    let scratch = frame.alloc_slice(1024, 0u32)?;
+                    addresses[worker].lock().expect("not poisoned").push(scratch.as_ptr() as usize);
+                    Ok(())
+                })
+            })
+            .expect("no morsel fails");
+        for worker in addresses {
+            let worker = worker.into_inner().expect("not poisoned");
+            assert!(worker.windows(2).all(|w| w[0] == w[1]), "every morsel of a worker reuses its frame's bytes");
+        }
+        let plain =
+            Runtime::new(RuntimeSettings { kind: RuntimeKind::Plain, workers: 2, ..RuntimeSettings::default() })
+                .expect("valid");
+        assert!(plain.with_arena(0, |arena| arena.is_none()), "plain scratch comes from the heap");
     }
 
     // Goal: a failing morsel surfaces as the error; method: fail morsel 7.

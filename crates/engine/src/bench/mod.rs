@@ -44,7 +44,10 @@ pub struct Plan {
     pub python: Option<PathBuf>,
     pub out_dir: PathBuf,
     pub skip_nautdb: bool,
+    pub skip_allocator: bool,
     pub skip_tpch: bool,
+    /// The specialized side of the seed's grid runs under SCHED_FIFO.
+    pub sched_fifo: bool,
 }
 
 /// Median, coefficient of variation and samples of one measured quantity.
@@ -71,6 +74,8 @@ impl Stat {
 #[derive(Debug, Clone, Serialize)]
 pub struct Cell {
     pub runtime: RuntimeKind,
+    /// Trials ran under SCHED_FIFO (the specialized runtime's opt-in "no time-sharing").
+    pub sched_fifo: bool,
     pub columns: usize,
     pub rows_per_chunk: usize,
     pub create_ms: Stat,
@@ -82,12 +87,13 @@ pub struct Cell {
     pub trials: Vec<nautdb::TrialTimes>,
 }
 
-fn cell(runtime: RuntimeKind, columns: usize, rows: usize, trials: Vec<nautdb::TrialTimes>) -> Cell {
+fn cell(runtime: RuntimeKind, sched_fifo: bool, columns: usize, rows: usize, trials: Vec<nautdb::TrialTimes>) -> Cell {
     let ms = |f: fn(&nautdb::TrialTimes) -> u64| -> Stat {
         Stat::of(&trials.iter().map(|t| f(t) as f64 / 1e6).collect::<Vec<_>>())
     };
     Cell {
         runtime,
+        sched_fifo,
         columns,
         rows_per_chunk: rows,
         create_ms: ms(|t| t.create_ns),
@@ -100,34 +106,46 @@ fn cell(runtime: RuntimeKind, columns: usize, rows: usize, trials: Vec<nautdb::T
     }
 }
 
-/// Runs the grid; trials alternate between the runtimes (which goes first alternates too)
-/// so drift on a shared machine hits both alike.
+/// The variants of the grid: (runtime, SCHED_FIFO). The specialized runtime runs with and
+/// without SCHED_FIFO (the design brief: "measure CV on/off"); both share one side (pool,
+/// arena) so the FIFO variant costs no extra memory.
+fn variants(plan: &Plan) -> Vec<(RuntimeKind, bool)> {
+    let mut variants = vec![(RuntimeKind::Specialized, false), (RuntimeKind::Plain, false)];
+    if plan.sched_fifo {
+        variants.push((RuntimeKind::Specialized, true));
+    }
+    variants
+}
+
+/// Runs the grid; trials rotate through the variants (which goes first rotates too) so drift
+/// on a shared machine hits all alike.
 pub fn run_nautdb(plan: &Plan) -> anyhow::Result<Vec<Cell>> {
-    let mut specialized = nautdb::Side::new(RuntimeKind::Specialized, EXPERIMENT_POOL_BYTES_MAX);
-    let mut plain = nautdb::Side::new(RuntimeKind::Plain, 0);
+    let mut specialized = nautdb::Side::new(RuntimeKind::Specialized, EXPERIMENT_POOL_BYTES_MAX)?;
+    let mut plain = nautdb::Side::new(RuntimeKind::Plain, 0)?;
+    let variants = variants(plan);
     let mut cells = Vec::new();
     for &columns in &plan.columns {
         for &log2 in &plan.rows_log2 {
             let rows = 1usize << log2;
-            let (mut s, mut p) = (Vec::new(), Vec::new());
+            let mut trials: Vec<Vec<nautdb::TrialTimes>> = vec![Vec::new(); variants.len()];
             for warmup in 0..WARMUP_TRIALS {
                 let seed = 0x5EED + warmup as u64;
-                specialized.trial(columns, rows, seed)?;
-                plain.trial(columns, rows, seed)?;
+                specialized.trial(columns, rows, seed, false)?;
+                plain.trial(columns, rows, seed, false)?;
             }
             for trial in 0..plan.trials {
                 let seed = (trial as u64 + 1) * 0x9E37_79B9;
-                if trial % 2 == 0 {
-                    s.push(specialized.trial(columns, rows, seed)?);
-                    p.push(plain.trial(columns, rows, seed)?);
-                } else {
-                    p.push(plain.trial(columns, rows, seed)?);
-                    s.push(specialized.trial(columns, rows, seed)?);
+                for turn in 0..variants.len() {
+                    let index = (trial + turn) % variants.len();
+                    let (kind, fifo) = variants[index];
+                    let side = if kind == RuntimeKind::Specialized { &mut specialized } else { &mut plain };
+                    trials[index].push(side.trial(columns, rows, seed, fifo)?);
                 }
             }
             eprintln!("nautdb: {columns:>3} columns × 2^{log2:<2} rows done");
-            cells.push(cell(RuntimeKind::Specialized, columns, rows, s));
-            cells.push(cell(RuntimeKind::Plain, columns, rows, p));
+            for ((kind, fifo), trials) in variants.iter().zip(trials) {
+                cells.push(cell(*kind, *fifo, columns, rows, trials));
+            }
         }
     }
     Ok(cells)
@@ -174,8 +192,12 @@ pub fn run(plan: &Plan) -> anyhow::Result<Results> {
     let load_before = read_trimmed("/proc/loadavg");
     let started_unix_s = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
     let nautdb = if plan.skip_nautdb { Vec::new() } else { run_nautdb(plan)? };
-    eprintln!("allocators …");
-    let allocator = alloc::run(plan.allocator_rounds, &plan.allocator_sizes);
+    let allocator = if plan.skip_allocator {
+        Vec::new()
+    } else {
+        eprintln!("allocators …");
+        alloc::run(plan.allocator_rounds, &plan.allocator_sizes)?
+    };
     let tpch = if plan.skip_tpch {
         None
     } else {

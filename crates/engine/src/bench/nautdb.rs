@@ -3,16 +3,22 @@
 //! in the specialized and the plain runtime, trial by trial.
 //!
 //! Specialized: chunk buffers from the huge-page prefaulted pool (blocks recycled, so trials
-//! after the first fault nothing in), the thread pinned, scratch from an arena. Plain: every
-//! buffer from the global allocator (large ones are fresh mappings, faulted in on first touch
-//! and unmapped on free), the thread unpinned, scratch from the heap.
+//! after the first fault nothing in), the thread pinned to the core it starts the trial on,
+//! scratch from a frame of a prefaulted arena (optionally SCHED_FIFO). Plain: every buffer from
+//! the global allocator (large ones are fresh mappings, faulted in on first touch and unmapped
+//! on free), the thread unpinned, scratch from the heap.
+//!
+//! Both sides use their scratch the same way: one permutation buffer per chunk, reused for the
+//! next chunk (the heap side reuses one `Vec`, the arena side starts a new frame, which hands
+//! out the same cache-warm bytes).
 
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::arena::Arena;
 use crate::error::Result;
 use crate::pool::{ChunkPool, PoolBuffer, PoolMode};
-use crate::runtime::{pin_to_core, unpin, RuntimeKind};
+use crate::runtime::{pin_to_current_core, set_sched_fifo, set_sched_other, unpin, RuntimeKind};
 
 /// Table chunks, as in the seed.
 pub const CHUNKS: usize = 256;
@@ -30,6 +36,8 @@ pub struct TrialTimes {
     pub select_ns: u64,
     pub free_ns: u64,
     pub page_faults: u64,
+    /// The trial ran under SCHED_FIFO.
+    pub sched_fifo: bool,
 }
 
 /// A table of `CHUNKS` chunks × `columns` column chunks of `rows` values.
@@ -106,14 +114,15 @@ fn row_sort(pool: &Arc<ChunkPool>, table: &Table) -> Result<Table> {
 }
 
 /// Column-oriented: one permutation per chunk, then applied column by column. The
-/// permutation lives in the arena (specialized) or on the heap (plain).
-fn column_sort(pool: &Arc<ChunkPool>, table: &Table, arena: Option<&bumpalo::Bump>) -> Result<Table> {
+/// permutation lives in a frame of the arena (specialized) or in a reused `Vec` (plain).
+fn column_sort(pool: &Arc<ChunkPool>, table: &Table, mut arena: Option<&mut Arena>) -> Result<Table> {
     let mut chunks = Vec::with_capacity(table.chunks.len());
     let mut heap: Vec<u32> = Vec::new();
     for chunk in &table.chunks {
         let rows = chunk[0].len();
-        let permutation: &mut [u32] = match arena {
-            Some(arena) => arena.alloc_slice_fill_copy(rows, 0u32),
+        let mut frame = arena.as_deref_mut().map(Arena::frame);
+        let permutation: &mut [u32] = match frame.as_mut() {
+            Some(frame) => frame.alloc_slice(rows, 0u32)?,
             None => {
                 heap.clear();
                 heap.resize(rows, 0);
@@ -181,26 +190,34 @@ fn elapsed_ns(started: Instant) -> u64 {
 pub struct Side {
     pub kind: RuntimeKind,
     pool: Arc<ChunkPool>,
-    arena: bumpalo::Bump,
+    /// Scratch of the specialized side (None: plain, the heap serves it).
+    arena: Option<Arena>,
 }
 
 impl Side {
-    pub fn new(kind: RuntimeKind, pool_bytes_max: usize) -> Side {
-        let mode = if kind == RuntimeKind::Specialized { PoolMode::Specialized } else { PoolMode::Plain };
-        Side { kind, pool: ChunkPool::new(mode, pool_bytes_max), arena: bumpalo::Bump::new() }
+    pub fn new(kind: RuntimeKind, pool_bytes_max: usize) -> Result<Side> {
+        let specialized = kind == RuntimeKind::Specialized;
+        let mode = if specialized { PoolMode::Specialized } else { PoolMode::Plain };
+        let arena = if specialized { Some(Arena::new(crate::runtime::WORKER_ARENA_BYTES)?) } else { None };
+        Ok(Side { kind, pool: ChunkPool::new(mode, pool_bytes_max), arena })
     }
 
-    /// One trial: create, row sort, column sort, select, free; each timed.
-    pub fn trial(&mut self, columns: usize, rows: usize, seed: u64) -> Result<TrialTimes> {
+    /// One trial: create, row sort, column sort, select, free; each timed. `sched_fifo` runs
+    /// it under SCHED_FIFO (the specialized side only; `sched_fifo` in the result says whether
+    /// the kernel granted it).
+    pub fn trial(&mut self, columns: usize, rows: usize, seed: u64, sched_fifo: bool) -> Result<TrialTimes> {
         let specialized = self.kind == RuntimeKind::Specialized;
         if specialized {
-            pin_to_core(0);
+            // The core the scheduler chose at the start (the idler one on a shared machine),
+            // not a fixed core that another process may be keeping busy.
+            pin_to_current_core();
         } else {
             unpin();
         }
+        let sched_fifo = sched_fifo && specialized && set_sched_fifo();
         let faults_before = minor_faults();
         let mut random = Random(seed | 1);
-        let mut times = TrialTimes::default();
+        let mut times = TrialTimes { sched_fifo, ..TrialTimes::default() };
         let started = Instant::now();
         let table = create(&self.pool, columns, rows, &mut random)?;
         times.create_ns = elapsed_ns(started);
@@ -210,8 +227,7 @@ impl Side {
         assert!(check_sorted(&table, &sorted), "row sort output is sorted and a permutation");
         drop(sorted);
         let started = Instant::now();
-        let arena = specialized.then_some(&self.arena);
-        let sorted = column_sort(&self.pool, &table, arena)?;
+        let sorted = column_sort(&self.pool, &table, self.arena.as_mut())?;
         times.column_sort_ns = elapsed_ns(started);
         assert!(check_sorted(&table, &sorted), "column sort output is sorted and a permutation");
         drop(sorted);
@@ -223,7 +239,9 @@ impl Side {
         drop(table);
         times.free_ns = elapsed_ns(started);
         times.page_faults = minor_faults() - faults_before;
-        self.arena.reset();
+        if sched_fifo {
+            set_sched_other();
+        }
         unpin();
         Ok(times)
     }
@@ -238,8 +256,8 @@ mod tests {
     #[test]
     fn sorts_and_selection_are_correct() {
         for kind in [RuntimeKind::Specialized, RuntimeKind::Plain] {
-            let mut side = Side::new(kind, 1 << 30);
-            let times = side.trial(4, 64, 7).expect("trial runs");
+            let mut side = Side::new(kind, 1 << 30).expect("arena maps");
+            let times = side.trial(4, 64, 7, false).expect("trial runs");
             assert!(times.create_ns > 0);
             let pool = ChunkPool::new(PoolMode::Plain, 0);
             let table = create(&pool, 3, 500, &mut Random(3)).expect("heap");
