@@ -84,7 +84,8 @@ impl FastPath {
     pub fn unlink_server(&self, client: ClientSlot, server: ServerSlot) -> bool {
         let word = &self.client(client).link;
         let link = word.load(Ordering::Acquire);
-        if link_peer(link) != Some(server.0) || word.compare_exchange(link, 0, Ordering::AcqRel, Ordering::Acquire).is_err()
+        if link_peer(link) != Some(server.0)
+            || word.compare_exchange(link, 0, Ordering::AcqRel, Ordering::Acquire).is_err()
         {
             return false;
         }
