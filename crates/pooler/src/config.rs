@@ -136,7 +136,10 @@ pub struct PoolerSettings {
     /// run with a WARNING; `error` refuses the untracked ones with SQLSTATE 0A000
     /// (in simple queries; through the extended protocol they get the WARNING). In every mode a
     /// server whose session state was changed is reset (`DISCARD ALL`) before another client gets
-    /// it. Default `track`.
+    /// it. Default `track`. With `fast_path = "kernel"`, `warn` and `error` keep clients in user
+    /// space (only the relay reads every statement); under `track` the kernel sends statements
+    /// that start with a state-changing keyword to the relay and closes, instead of reusing, a
+    /// server on which it saw state change in a statement it forwarded (no warning then).
     pub session_state: SessionStatePolicy,
     /// TLS towards clients: `disable`, `allow`, `prefer`, `require`, `verify-ca` or `verify-full`
     /// (PgBouncer's meanings: `allow`/`prefer` use TLS when the client asks, `require` refuses

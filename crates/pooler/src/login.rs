@@ -20,7 +20,7 @@ use bypass_wire::{auth_messages, md5, Authentication, BackendMessage, SqlState, 
 use rand::Rng;
 
 use crate::auth_file::Secret;
-use crate::config::{AuthType, PoolMode};
+use crate::config::{AuthType, PoolMode, SessionStatePolicy};
 use crate::error::PoolerError;
 use crate::hba::HbaMethod;
 use crate::io::{body, read_message, read_some, ReadFailure};
@@ -112,9 +112,12 @@ pub async fn login(
     // Into the kernel's maps before the ReadyForQuery leaves: the client's first request, sent
     // right after it, must meet the verdict program.
     let message_max = pool.settings.message_size_max;
+    // `warn` and `error` promise a verdict on every statement, which only the relay can give
+    // (the kernel reads no SQL): clients under them stay in user space.
+    let guard_all = shared.live().settings.session_state != SessionStatePolicy::Track;
     let kernel = pool
         .kernel()
-        .filter(|_| !user_mirrored)
+        .filter(|_| !user_mirrored && !guard_all)
         .and_then(|kernel| crate::session::KernelClient::enter(kernel, client, message_max, &wanted));
     if let Some(kernel) = &kernel {
         let _ = registration.entry.kernel_slot.set(kernel.slot());
