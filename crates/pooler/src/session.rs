@@ -261,10 +261,8 @@ impl Session {
         let timeout_ms = self.limits.client_idle_timeout_ms;
         let deadline = (timeout_ms > 0).then(|| Instant::now() + Duration::from_millis(timeout_ms));
         loop {
-            match next_request(client, self.limits.message_size_max)? {
-                Some(b'X') => return Ok(false),
-                Some(_) => return Ok(true),
-                None => {}
+            if let Some(tag) = next_request(client, self.limits.message_size_max)? {
+                return Ok(tag != b'X'); // A request, or Terminate: the client is leaving.
             }
             tokio::select! {
                 read = client.read_some() => {

@@ -166,10 +166,8 @@ impl Session {
         let mut seen = self.kernel_activity();
         let mut quiet_since = Instant::now();
         loop {
-            match next_request(client, self.limits.message_size_max)? {
-                Some(b'X') => return Ok(false),
-                Some(_) => return Ok(true),
-                None => {}
+            if let Some(tag) = next_request(client, self.limits.message_size_max)? {
+                return Ok(tag != b'X'); // A request, or Terminate: the client is leaving.
             }
             tokio::select! {
                 read = read_some(&mut client.stream, &mut client.buffer) => {
