@@ -97,6 +97,10 @@ pub struct BenchArgs {
     /// Measure and print, but write no result files (for validating the harness).
     #[arg(long)]
     pub dry_run: bool,
+    /// Passes over all contenders; each point reports the median pass (small answers are
+    /// latency-bound and vary run to run on a shared 2-core machine).
+    #[arg(long, default_value_t = 3)]
+    pub rounds: u32,
 }
 
 pub fn run(command: Command) -> anyhow::Result<()> {
@@ -172,6 +176,7 @@ pub fn bench(args: BenchArgs) -> anyhow::Result<()> {
         out_dir: args.out_dir,
         command: std::env::args().collect::<Vec<_>>().join(" "),
         write: !args.dry_run,
+        rounds: args.rounds,
     };
     let results = bench::run(&options)?;
     println!("{}", results.markdown());

@@ -30,8 +30,14 @@ pub struct BenchResults {
     pub hybrid_threshold_bytes: u64,
     pub sizes: Vec<u64>,
     pub contenders: Vec<Contender>,
+    /// Median round per (contender, size).
     pub throughput: Vec<Point>,
+    /// Every round, in the order measured.
+    pub throughput_runs: Vec<Point>,
     pub latency: Vec<Point>,
+    pub rounds: u32,
+    /// How idle CPUs behaved during the run.
+    pub cpu_idle: String,
     /// TCP resets sent in the whole lab while each contender ran.
     pub resets: Vec<(Contender, u64)>,
     /// (contender, hand-overs, of which on demand) over the whole sweep.
@@ -70,7 +76,10 @@ impl BenchResults {
             sizes: options.sizes.clone(),
             contenders: options.contenders.clone(),
             throughput,
+            throughput_runs: Vec::new(),
             latency,
+            rounds: options.rounds.max(1),
+            cpu_idle: String::new(),
             resets,
             handovers: Vec::new(),
             crossover_bytes: None,
@@ -162,11 +171,14 @@ impl BenchResults {
             md,
             "Machine: {}; links shaped to {} Mbit/s (tbf) on every server link, so the dispatcher's link is the \
              bottleneck; 2 clients × 1 persistent connection, 2 backends (stock PostgreSQL 15 + agent); every \
-             payload byte verified. Warm-up {} s, {} s per point. {}. Load average before: {}, after: {}.\n",
+             payload byte verified. Warm-up {} s, {} s per point, median of {} rounds (contender order rotated \
+             between rounds); {}. {}. Load average before: {}, after: {}.\n",
             self.machine,
             self.link_rate_mbit,
             self.warmup_s,
             self.duration_s,
+            self.rounds,
+            self.cpu_idle,
             self.haproxy,
             self.load_average_before,
             self.load_average_after
