@@ -51,6 +51,8 @@ pub struct Statement {
     /// Names of functions a read calls that are neither known safe nor known volatile: the
     /// dispatcher asks the catalog before sending the read to a replica.
     pub functions: Vec<String>,
+    /// The statement's shape ([`fingerprint`]), from the same lexing pass.
+    pub fingerprint: u64,
 }
 
 /// Built-in functions with side effects or changing results (pg_proc.provolatile = 'v'):
@@ -211,18 +213,19 @@ enum Token {
 /// Classifies one simple-query string.
 pub fn classify(sql: &str) -> Statement {
     if sql.len() > CLASSIFY_BYTES_MAX {
-        return Statement { kind: Kind::Write, hint: None, functions: Vec::new() };
+        return Statement { kind: Kind::Write, hint: None, functions: Vec::new(), fingerprint: fingerprint(sql) };
     }
     let (tokens, hint) = lex(sql);
+    let fingerprint = fingerprint_of(&tokens);
     let kind = kind_of(&tokens);
     let functions = match kind {
         Kind::Read => match called_functions(&tokens) {
             Some(unknown) => unknown,
-            None => return Statement { kind: Kind::Write, hint, functions: Vec::new() },
+            None => return Statement { kind: Kind::Write, hint, functions: Vec::new(), fingerprint },
         },
         _ => Vec::new(),
     };
-    Statement { kind, hint, functions }
+    Statement { kind, hint, functions, fingerprint }
 }
 
 fn kind_of(tokens: &[Token]) -> Kind {
@@ -425,12 +428,19 @@ fn dollar_quoted_end(sql: &str, start: usize) -> usize {
 /// hybrid policy remembers answer sizes per fingerprint.
 pub fn fingerprint(sql: &str) -> u64 {
     use std::hash::{Hash, Hasher};
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
     if sql.len() > CLASSIFY_BYTES_MAX {
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
         sql.len().hash(&mut hasher);
         return hasher.finish();
     }
-    for token in lex(sql).0 {
+    fingerprint_of(&lex(sql).0)
+}
+
+/// Hashes a statement's tokens with every literal's text left out.
+fn fingerprint_of(tokens: &[Token]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    for token in tokens {
         match token {
             Token::Literal(_) => 0u8.hash(&mut hasher),
             other => other.hash(&mut hasher),
@@ -560,6 +570,9 @@ mod tests {
         assert_eq!(fingerprint(&query(1, 10)), fingerprint(&query(99, 1 << 27)));
         assert_ne!(fingerprint(&query(1, 10)), fingerprint("select 1"));
         assert_eq!(fingerprint("select 'a'"), fingerprint("select 'b'"));
+        for sql in [query(7, 64).as_str(), "select 1", "update t set a = 'x'", "select now()"] {
+            assert_eq!(classify(sql).fingerprint, fingerprint(sql), "one lexing pass gives the same shape: {sql}");
+        }
     }
 
     // Goal: strings, quoted names and comments cannot fake keywords; method: tricky inputs.

@@ -190,6 +190,8 @@ struct Request {
     kind: RequestKind,
     /// ReadyForQuery messages the answer will end with.
     answers: u32,
+    /// A simple query's shape, once classified (hybrid policy: predicts the answer's size).
+    fingerprint: Option<u64>,
 }
 
 enum RequestKind {
@@ -327,7 +329,7 @@ impl Session {
         }
     }
 
-    async fn handle(&mut self, request: Request) -> Result<()> {
+    async fn handle(&mut self, mut request: Request) -> Result<()> {
         if self.pinned.is_some() {
             let link = self.pinned.take().expect("checked above");
             return self.run_on(link, &request, None, false).await.map(|_| ());
@@ -335,6 +337,7 @@ impl Session {
         match &request.kind {
             RequestKind::Simple(sql) => {
                 let statement = routing::classify(sql);
+                request.fingerprint = Some(statement.fingerprint);
                 match &statement.kind {
                     Kind::SetRoute(hint) => return self.answer_set_route(*hint, request.len).await,
                     Kind::SetSession { name } => {
@@ -526,7 +529,7 @@ impl Session {
             return relay;
         }
         let threshold = settings.handover_min_bytes;
-        let fingerprint = routing::fingerprint(sql);
+        let fingerprint = request.fingerprint.unwrap_or_else(|| routing::fingerprint(sql));
         let delivery = match settings.policy {
             Policy::Relay => return relay,
             Policy::Handover => Delivery::Direct,
@@ -781,13 +784,23 @@ fn parse_request(pending: &[u8]) -> Result<Option<Request>> {
         match FrontendMessage::decode(header.tag, body)? {
             FrontendMessage::Query(sql) if first => {
                 let sql = String::from_utf8_lossy(sql.strip_suffix(&[0]).unwrap_or(sql)).into_owned();
-                return Ok(Some(Request { len: offset, kind: RequestKind::Simple(sql), answers: 1 }));
+                return Ok(Some(Request {
+                    len: offset,
+                    kind: RequestKind::Simple(sql),
+                    answers: 1,
+                    fingerprint: None,
+                }));
             }
             FrontendMessage::FunctionCall(_) if first => {
-                return Ok(Some(Request { len: offset, kind: RequestKind::FunctionCall, answers: 1 }))
+                return Ok(Some(Request {
+                    len: offset,
+                    kind: RequestKind::FunctionCall,
+                    answers: 1,
+                    fingerprint: None,
+                }))
             }
             FrontendMessage::Terminate if first => {
-                return Ok(Some(Request { len: offset, kind: RequestKind::Terminate, answers: 0 }))
+                return Ok(Some(Request { len: offset, kind: RequestKind::Terminate, answers: 0, fingerprint: None }))
             }
             FrontendMessage::Parse(parse) => {
                 named |= !parse.name.is_empty();
@@ -798,7 +811,7 @@ fn parse_request(pending: &[u8]) -> Result<Option<Request>> {
             FrontendMessage::Execute { portal, .. } => named |= !portal.is_empty(),
             FrontendMessage::Sync => {
                 let kind = RequestKind::Extended { queries, named };
-                return Ok(Some(Request { len: offset, kind, answers: 1 }));
+                return Ok(Some(Request { len: offset, kind, answers: 1, fingerprint: None }));
             }
             FrontendMessage::Flush => {}
             other => {
