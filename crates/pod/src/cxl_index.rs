@@ -98,24 +98,27 @@ impl CxlIndex {
     }
 
     /// Owner only: removes `node` from its chain. The node keeps its `next` so readers standing on
-    /// it can continue. Returns whether it was linked.
-    pub fn unlink(&self, region: &Region, me: usize, node_off: Off<CatNode>, table: TableId, key: u64) -> bool {
+    /// it can continue. Returns the HWcc lines it read (bucket and chain up to the node), or
+    /// `None` if the node was not linked.
+    pub fn unlink(&self, region: &Region, me: usize, node_off: Off<CatNode>, table: TableId, key: u64) -> Option<u32> {
         let bucket = region.atomic_u64(self.bucket(me, table, key));
         let next_of = |raw: u64| region.get::<CatNode>(Off::new(raw)).next.load(Ordering::Relaxed);
         let mut current = bucket.load(Ordering::Relaxed);
+        let mut lines = 1;
         if current == node_off.raw() {
             bucket.store(next_of(current), Ordering::Release);
-            return true;
+            return Some(lines + 1);
         }
         while current != 0 {
             let next = next_of(current);
+            lines += 1;
             if next == node_off.raw() {
                 region.get::<CatNode>(Off::new(current)).next.store(next_of(next), Ordering::Release);
-                return true;
+                return Some(lines + 1);
             }
             current = next;
         }
-        false
+        None
     }
 }
 
@@ -147,7 +150,7 @@ mod tests {
         }
         assert_eq!(index.lookup(&reader, 1, 4, 0).node, None, "table is part of the key");
         for key in (0..40u64).step_by(2) {
-            assert!(index.unlink(&region, 1, nodes[key as usize], 3, key));
+            assert!(index.unlink(&region, 1, nodes[key as usize], 3, key).is_some());
             arena.free_node(nodes[key as usize]);
         }
         for key in 100..120u64 {
@@ -183,7 +186,7 @@ mod tests {
                 let (table, key) = (rng.below(3) as TableId, rng.below(64));
                 match model.remove(&(table, key)) {
                     Some(node) => {
-                        assert!(index.unlink(&region, 0, node, table, key), "seed {seed} step {step}");
+                        assert!(index.unlink(&region, 0, node, table, key).is_some(), "seed {seed} step {step}");
                         arena.free_node(node);
                     }
                     None => {

@@ -45,8 +45,11 @@
 //! - No cross-host epoch-based reclamation: a CXL index lookup is only a hint, re-validated
 //!   under the node's latch (key, table, block offset ≠ 0); nodes are never unmapped, a freed
 //!   node's word is zero, and a reused node is re-initialised under its latch ([`cxl_index`]).
-//! - `ref_cnt` (pins) lives in the HWcc node next to the word, and the owner pins a freshly
+//! - `ref_cnt` (pins) lives in the HWcc node next to the word, changed only under the latch
+//!   (so by plain stores on the line the latch CAS holds), and the owner pins a freshly
 //!   moved-in tuple for the requester before replying, so it cannot be evicted in between.
+//! - A committed write to a CAT stores and writes back only the TID line and the lines whose
+//!   bytes changed (Tigon `clwb`s the whole tuple; a `clwb` of a clean line moves no data).
 //! - Remote range scans and inserts (Tigon-style) are served by the owner taking the locks for
 //!   the requester before it replies — the range and its next key read-locked ([`next_key`]), a
 //!   placeholder and its next key write-locked ([`remote_insert`]) — rather than at Tigon's

@@ -138,7 +138,7 @@ impl Host {
             return Ok(Err(Refusal::Conflict));
         };
         latched.value = locked;
-        node.pins.fetch_add(1, Ordering::Relaxed);
+        node.pin(&latched);
         Ok(Ok(node_off))
     }
 
@@ -147,7 +147,7 @@ impl Host {
         let node: &CatNode = self.region.get(node_off);
         let mut latched = self.latch_owned(node, node_off).map_err(fatal)?;
         latched.value = release(latched.value, held);
-        node.pins.fetch_sub(1, Ordering::Relaxed);
+        node.unpin(&latched);
         Ok(())
     }
 
@@ -316,7 +316,7 @@ impl Host {
         let node: &CatNode = self.region.get(node_off);
         let mut latched = self.latch(node, node_off).map_err(fatal)?;
         latched.value = release(latched.value, held);
-        node.pins.fetch_sub(1, Ordering::Relaxed);
+        node.unpin(&latched);
         Ok(())
     }
 

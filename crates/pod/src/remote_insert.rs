@@ -112,7 +112,7 @@ impl Host {
         let node_off = stored.shortcut;
         let node: &CatNode = self.region.get(node_off);
         let latched = self.latch_owned(node, node_off).map_err(fatal)?;
-        node.pins.fetch_sub(1, Ordering::Relaxed);
+        node.unpin(&latched);
         drop(latched);
         let stored = self.partition.table_mut(table).row_mut(row);
         if committed && !stored.is(row_flags::DELETE_PENDING) {
@@ -224,7 +224,7 @@ impl Host {
     ) -> Result<()> {
         let node: &CatNode = self.region.get(node_off);
         let latched = self.latch(node, node_off).map_err(fatal)?;
-        node.pins.fetch_sub(1, Ordering::Relaxed);
+        node.unpin(&latched);
         drop(latched);
         self.counters.remote_deletes += 1;
         self.send(owner, &Message::RemoteDelete { table, key })
@@ -241,7 +241,7 @@ impl Host {
     ) -> Result<()> {
         let node: &CatNode = self.region.get(node_off);
         let latched = self.latch(node, node_off).map_err(fatal)?;
-        node.pins.fetch_sub(1, Ordering::Relaxed);
+        node.unpin(&latched);
         drop(latched);
         self.send(owner, &Message::InsertDone { table, key, committed: false })
     }

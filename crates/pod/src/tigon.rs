@@ -10,7 +10,8 @@
 //!  move-out (B, CLOCK second chance, never a pinned node): lock state + modified data back to
 //!    DRAM, unlink, free the node (word = 0), keep the block for the next move-in
 //!
-//!  SWcc block: [ TID u64 | length u32 | flags u32 | row bytes … ]  (line-aligned, whole lines)
+//!  SWcc block: [ TID u64 | length u32 | flags u32 | row bytes … ]  (line-aligned, whole lines;
+//!              a write stores and writes back only the TID line and the lines it changes)
 //! ```
 //!
 //! Invariants: lock state lives in exactly one tier — it moves with `MIGRATED` while the owner's
@@ -22,13 +23,13 @@ use std::sync::atomic::Ordering;
 
 use crate::alloc::SwccArena;
 use crate::coherence::SwccProtocol;
-use crate::config::CrashPoint;
+use crate::config::{CrashPoint, InjectedFault};
 use crate::cxl_index::NewCat;
 use crate::error::{PodError, Result};
 use crate::host::Host;
 use crate::message::{Message, MigrateOutcome};
 use crate::partition::{row_flags, RowId, TableId};
-use crate::region::Off;
+use crate::region::{Off, LINE_BYTES};
 use crate::txn::{abort, Abort, Access, Change, LockMode, Place, TxnError, TxnResult, TxnState};
 use crate::word::{CatNode, Latched, MetaWord, CAT_NODE_BYTES};
 
@@ -158,14 +159,12 @@ impl Host {
         }
         let Some(locked) = transition(latched.value, LockMode::None, want) else {
             if pinned {
-                node.pins.fetch_sub(1, Ordering::Relaxed);
-                self.counters.hwcc_atomics += 1;
+                node.unpin(&latched);
             }
             return Ok(Pinned::Conflict);
         };
         if !pinned {
-            node.pins.fetch_add(1, Ordering::Relaxed);
-            self.counters.hwcc_atomics += 1;
+            node.pin(&latched);
         }
         let mut word = locked.with_flag(MetaWord::SECOND_CHANCE, true);
         let len = (BLOCK_HEADER_BYTES + self.row_bytes(table)) as u64;
@@ -184,18 +183,29 @@ impl Host {
         (u64::from_le_bytes(tid), bytes.split_off(BLOCK_HEADER_BYTES))
     }
 
-    /// Stores TID and row into a block through this host's cache (written back at unlock).
+    /// Stores TID and row into a block through this host's cache (the caller writes it back).
     fn store_block(&mut self, block: u64, tid: u64, value: &[u8]) {
-        let mut header = [0u8; BLOCK_HEADER_BYTES];
-        header[..8].copy_from_slice(&tid.to_le_bytes());
-        header[8..12].copy_from_slice(&(value.len() as u32).to_le_bytes());
-        self.swcc.store(self.region, block, &header);
-        self.swcc.store(self.region, block + BLOCK_HEADER_BYTES as u64, value);
+        self.swcc.store(self.region, block, &block_image(tid, value));
     }
 
-    pub(crate) fn tigon_store_block(&mut self, node_off: Off<CatNode>, tid: u64, value: &[u8]) {
+    /// A committed write of `new` (version `tid`) to a CAT the caller holds write-locked, whose
+    /// row in the block is `old` (`None`: unknown, e.g. an insert's placeholder). Stores and
+    /// writes back only the lines that change — the header line (new TID) and the lines where
+    /// the row differs: writing back an unchanged line carries no data (Tigon `clwb`s the whole
+    /// tuple, but a `clwb` of a clean line moves nothing), so neither the cache nor the model
+    /// pays for it. The caller's fence before it releases the lock publishes the lines.
+    pub(crate) fn tigon_write_block(&mut self, node_off: Off<CatNode>, tid: u64, old: Option<&[u8]>, new: &[u8]) {
         let block = MetaWord(self.region.get(node_off).word.load(Ordering::Acquire)).block_offset();
-        self.store_block(block, tid, value);
+        let image = block_image(tid, new);
+        let skip = self.config.fault == Some(InjectedFault::SkipWriterWriteback);
+        for lines in changed_line_runs(old, new) {
+            let bytes = &image[lines.start * LINE..(lines.end * LINE).min(image.len())];
+            let at = block + (lines.start * LINE) as u64;
+            self.swcc.store(self.region, at, bytes);
+            if !skip {
+                self.swcc.writeback(self.region, at, bytes.len() as u64);
+            }
+        }
     }
 
     pub(crate) fn tigon_upgrade(&mut self, node_off: Off<CatNode>) -> TxnResult<()> {
@@ -284,7 +294,9 @@ impl Host {
         let len = (BLOCK_HEADER_BYTES + self.row_bytes(access.table)) as u64;
         if let (true, Some(tid)) = (wrote, commit_tid) {
             let value = txn.value(index).expect("an update carries its value");
-            self.tigon_store_block(node_off, tid, value);
+            // What we read under this lock is what the block holds; an insert's is unknown.
+            let old = if access.change == Change::Update { txn.read_value(index) } else { None };
+            self.tigon_write_block(node_off, tid, old, value);
         }
         let mut latched = self.latch(node, node_off)?;
         self.maybe_crash(CrashPoint::HoldingLatch);
@@ -294,8 +306,7 @@ impl Host {
             word = word.with_flag(MetaWord::MODIFIED, true);
         }
         latched.value = release(word, access.lock);
-        node.pins.fetch_sub(1, Ordering::Relaxed);
-        self.counters.hwcc_atomics += 1;
+        node.unpin(&latched);
         drop(latched);
         if access.change == Change::Insert {
             // The owner turns its placeholder into the row (module `remote_insert`).
@@ -333,6 +344,8 @@ impl Host {
     /// Handles a migration request: the tuple becomes (or already is) a CAT, pinned for `from`.
     pub(crate) fn serve_migrate(&mut self, from: usize, request: u32, table: TableId, key: u64) -> Result<()> {
         let row = self.partition.table(table).find(key);
+        // Finding and reading the row is a DRAM tuple access, as for a baseline's remote access.
+        self.counters.dram_tuple_ops += u64::from(row.is_some());
         let outcome = match row {
             None => MigrateOutcome::NotFound,
             // A migrated placeholder is a remote insert: its CAT's lock tells the truth (held
@@ -341,7 +354,7 @@ impl Host {
                 let node_off = self.partition.table(table).row(row).shortcut;
                 let node: &CatNode = self.region.get(node_off);
                 let latched = self.latch_owned(node, node_off).map_err(into_pod_error)?;
-                node.pins.fetch_add(1, Ordering::Relaxed);
+                node.pin(&latched);
                 drop(latched);
                 MigrateOutcome::Moved { node: node_off.raw() }
             }
@@ -384,9 +397,15 @@ impl Host {
             self.swcc.fence();
         }
         let node = self.hwcc.alloc_node().expect("make_room reserved the node");
-        let word = MetaWord(0).with_block_offset(block).with_lock_of(lock).with_only_host_valid(self.me);
+        let mut word = MetaWord(0).with_block_offset(block).with_lock_of(lock).with_only_host_valid(self.me);
+        if current && self.config.swcc == SwccProtocol::NoSwcc {
+            // Hardware coherence kept other hosts' copies of the unchanged block valid.
+            word = MetaWord(word.0 | self.partition.table(table).row(row).retained_valid_hosts);
+        }
         self.index.link(self.region, self.me, node, NewCat { table, key, word, pins })?;
+        // The latch CAS on the new node, and the bucket head line the link rewrites.
         self.counters.owner_atomics += 1;
+        self.counters.hwcc_lines_read += 1;
         let stored = self.partition.table_mut(table).row_mut(row);
         stored.set(row_flags::MIGRATED, true);
         stored.set(row_flags::MODIFIED_SINCE_MOVED_OUT, false);
@@ -454,8 +473,9 @@ impl Host {
         stored.lock = stored.lock.with_lock_of(word);
         stored.set(row_flags::MIGRATED, false);
         stored.shortcut = Off::NULL;
-        let linked = self.index.unlink(self.region, self.me, entry.node, entry.table, key);
-        assert!(linked, "an owned CAT is in its owner's index");
+        stored.retained_valid_hosts = word.0 & MetaWord::HOST_VALID_MASK;
+        let lines = self.index.unlink(self.region, self.me, entry.node, entry.table, key);
+        self.counters.hwcc_lines_read += u64::from(lines.expect("an owned CAT is in its owner's index"));
         latched.value = MetaWord(0);
         self.hwcc.free_node(entry.node);
         if self.config.swcc == SwccProtocol::NoSwcc {
@@ -513,9 +533,67 @@ impl Host {
     }
 }
 
+/// Line size as an index into a block image.
+const LINE: usize = LINE_BYTES as usize;
+
+/// A block's bytes: `[TID u64 | length u32 | flags u32 | row …]`.
+fn block_image(tid: u64, row: &[u8]) -> Vec<u8> {
+    let mut image = Vec::with_capacity(BLOCK_HEADER_BYTES + row.len());
+    image.extend_from_slice(&tid.to_le_bytes());
+    image.extend_from_slice(&(row.len() as u32).to_le_bytes());
+    image.extend_from_slice(&[0u8; 4]);
+    image.extend_from_slice(row);
+    image
+}
+
+/// Runs of block lines (line indexes) a write of `new` over `old` changes: always line 0 (the
+/// TID), then every line whose row bytes differ; every line when `old` is unknown.
+fn changed_line_runs(old: Option<&[u8]>, new: &[u8]) -> Vec<std::ops::Range<usize>> {
+    let lines = (BLOCK_HEADER_BYTES + new.len()).div_ceil(LINE);
+    let changed = |line: usize| {
+        let row_start = (line * LINE).saturating_sub(BLOCK_HEADER_BYTES);
+        let row_end = ((line + 1) * LINE - BLOCK_HEADER_BYTES).min(new.len());
+        match old {
+            Some(old) if line > 0 && old.len() == new.len() => old[row_start..row_end] != new[row_start..row_end],
+            _ => true,
+        }
+    };
+    let mut runs: Vec<std::ops::Range<usize>> = Vec::new();
+    for line in (0..lines).filter(|line| changed(*line)) {
+        match runs.last_mut() {
+            Some(run) if run.end == line => run.end += 1,
+            _ => runs.push(line..line + 1),
+        }
+    }
+    runs
+}
+
 fn into_pod_error(error: TxnError) -> PodError {
     match error {
         TxnError::Fatal(error) => error,
         TxnError::Abort(_) => PodError::Unsupported("latching cannot abort"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_write_stores_the_tid_line_and_only_the_lines_it_changes() {
+        // Goal: write-back covers exactly the header line and the changed lines, merged into runs.
+        // Method: a 320-byte row (6 block lines); change bytes in lines 2, 3 and 5; then no change;
+        // then an unknown old value.
+        let old = vec![7u8; 320];
+        let mut new = old.clone();
+        new[2 * LINE - BLOCK_HEADER_BYTES] = 1; // first byte of line 2
+        new[4 * LINE - BLOCK_HEADER_BYTES - 1] = 1; // last byte of line 3
+        new[319] = 1; // last row byte, in line 5
+        assert_eq!(changed_line_runs(Some(&old), &new), vec![0..1, 2..4, 5..6]);
+        assert_eq!(changed_line_runs(Some(&old), &old), vec![0..1], "the new TID is always written");
+        assert_eq!(changed_line_runs(None, &new), vec![0..6]);
+        let image = block_image(9, &new);
+        assert_eq!(image.len(), BLOCK_HEADER_BYTES + 320);
+        assert_eq!(u64::from_le_bytes(image[..8].try_into().expect("8 bytes")), 9);
     }
 }

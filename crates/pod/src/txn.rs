@@ -113,6 +113,8 @@ pub struct TxnState {
     pub accesses: Vec<Access>,
     lookup: IntMap<(TableId, u64), usize>,
     values: Vec<u8>,
+    /// Per access, the value it first read (what the tuple held when locked), in `values`.
+    read_values: Vec<Option<(usize, usize)>>,
     pub scans: Vec<ScanRecord>,
 }
 
@@ -122,6 +124,7 @@ impl TxnState {
         self.accesses.clear();
         self.lookup.clear();
         self.values.clear();
+        self.read_values.clear();
         self.scans.clear();
     }
 
@@ -141,6 +144,7 @@ impl TxnState {
         if let Some(value) = value {
             self.set_value(index, value);
         }
+        self.read_values.push(self.accesses[index].value);
         Ok(index)
     }
 
@@ -152,6 +156,12 @@ impl TxnState {
 
     pub fn value(&self, index: usize) -> Option<&[u8]> {
         let (start, len) = self.accesses[index].value?;
+        Some(&self.values[start..start + len])
+    }
+
+    /// The value access `index` read when it was first made (before any write replaced it).
+    pub fn read_value(&self, index: usize) -> Option<&[u8]> {
+        let (start, len) = self.read_values[index]?;
         Some(&self.values[start..start + len])
     }
 
@@ -502,15 +512,17 @@ impl Host {
     /// Writes a committed value to an owned row: DRAM always, and the CXL block too if it is a CAT.
     fn apply_owned(&mut self, table: TableId, row: RowId, value: &[u8], tid: u64) {
         let stored = self.partition.table_mut(table).row_mut(row);
-        stored.data.copy_from_slice(value);
         stored.lock = stored.lock.with_tid(tid);
         stored.set(row_flags::PLACEHOLDER, false);
         self.counters.dram_tuple_ops += 1;
         self.counters.dram_bytes += value.len() as u64;
         if stored.is(row_flags::MIGRATED) {
+            // The DRAM row equals the block (a remote write was copied back at lock time).
             let node = stored.shortcut;
-            self.tigon_store_block(node, tid, value);
+            let old = std::mem::replace(&mut stored.data, value.to_vec().into_boxed_slice());
+            self.tigon_write_block(node, tid, Some(&old), value);
         } else {
+            stored.data.copy_from_slice(value);
             stored.set(row_flags::MODIFIED_SINCE_MOVED_OUT, true);
         }
     }
@@ -580,27 +592,20 @@ impl Host {
         }
     }
 
-    /// Under the latch, for a writer about to release its write lock: make the new data
-    /// visible (write back) and mark other hosts' copies stale.
+    /// Under the latch, for a writer about to release its write lock: mark other hosts' copies
+    /// stale and fence, so the lines [`Host::tigon_write_block`] wrote back reach memory before
+    /// the lock is visibly released (NonTemporal also drops its copy).
     pub(crate) fn swcc_after_write(&mut self, word: &mut MetaWord, len: u64) {
         let block = word.block_offset();
         use crate::coherence::SwccProtocol::*;
         let skip = self.config.fault == Some(InjectedFault::SkipWriterWriteback);
         match self.config.swcc {
-            WriteThrough | NoSharedReader | NoSwcc => {
-                *word = word.with_only_host_valid(self.me);
-                if !skip {
-                    self.swcc.writeback(self.region, block, len);
-                    self.swcc.fence();
-                }
-            }
-            NonTemporal => {
-                if !skip {
-                    self.swcc.writeback(self.region, block, len);
-                    self.swcc.invalidate(self.region, block, len);
-                    self.swcc.fence();
-                }
-            }
+            WriteThrough | NoSharedReader | NoSwcc => *word = word.with_only_host_valid(self.me),
+            NonTemporal if !skip => self.swcc.invalidate(self.region, block, len),
+            NonTemporal => {}
+        }
+        if !skip {
+            self.swcc.fence();
         }
     }
 

@@ -129,6 +129,22 @@ fn load_average() -> String {
     read_trimmed("/proc/loadavg").split_whitespace().take(3).collect::<Vec<_>>().join(" ")
 }
 
+/// What the model charges where Tigon's protocol and our implementation could disagree.
+fn model_notes_markdown(md: &mut String) {
+    let _ = writeln!(
+        md,
+        "What the counters charge, checked against what Tigon's protocol needs: \
+         a latch is charged its compare-and-swaps, not the spins of a waiter (those measure time-slicing); \
+         a pin (Tigon's `ref_cnt`) changes under the latch on the line the latch CAS already holds, so it is no second cross-host atomic; \
+         a committed write to a CAT stores and writes back the TID line and the lines whose bytes changed, since a `clwb` of a clean line moves no data \
+         (a TPC-C stock or customer update changes 1–2 of its 6–9 lines; a YCSB update rewrites the whole value, as YCSB's updates do); \
+         the owner pays for each migration it serves: the DRAM lookup and read of the row (as a baseline participant does) and the HWcc index lines its link and unlink touch; \
+         under NoSWcc a block that comes back unchanged keeps the host-valid bits it had at move-out, because hardware coherence keeps those copies valid \
+         (WriteThrough resets them, as Tigon's move-in does). DS2PL+ pays per remote transaction three round trips and six messages \
+         (remote lock, prepare with the participant's log records, decision), OCC+ its lock, prepare-with-validation and decision rounds.\n"
+    );
+}
+
 impl Results {
     pub fn new(args: &BenchArgs) -> Results {
         let cpuinfo = read_trimmed("/proc/cpuinfo");
@@ -358,6 +374,7 @@ impl Results {
             if self.settings.small_warehouses { "small: 60 customers per district, 1000 items" } else { "full size: 10 districts × 3000 customers, 100 000 items" },
             self.settings.main_hwcc_budget_bytes >> 20
         );
+        model_notes_markdown(&mut md);
         self.claims_markdown(&mut md);
         let protocols: Vec<&str> =
             [Protocol::Tigon, Protocol::Ds2pl, Protocol::Occ].iter().map(|p| p.label()).collect();
