@@ -5,18 +5,19 @@
 //! pattern written with no allocator at all.
 //!
 //! ```text
-//!   per round:  floor floor floor ─► arena arena ─► mimalloc mimalloc ─► glibc glibc
-//!               (untimed) (timed twice)  (untimed, timed) …              medians over rounds
+//!   per round:  settle F │ F A A F A F F A │ settle M, M │ settle G, G     (medians)
+//!               (untimed rounds until two agree within 5 %)  timed: F A A F…, M, G
 //!   floor = the arena's own addresses (its mapping), the same one-byte volatile store
 //!   allocator cost above the floor = (glibc − floor) ÷ (arena − floor), unless arena − floor
-//!   lies inside the noise band (2 × the gap between the two timed floors, at least 5 %)
+//!   lies inside the noise band (2 × its deviation over rounds, at least 5 % of the floor)
 //! ```
 //!
 //! Every allocator gets the same objects, the same touch (one volatile byte store per object),
 //! the same free order (allocation order; the arena frees a batch by ending its frame) and the
 //! same opaque size (`black_box`, so no call is specialized on a constant). Three working sets:
-//! - streaming: all n objects live at once (16 MiB at 16 B × 2^20): the touches write fresh
-//!   cache lines that miss every cache, so DRAM write-allocation dominates every allocator;
+//! - streaming: all n objects live at once (16 MiB at 16 B × 2^20, 8× this machine's 2 MiB
+//!   L2): every line the touches write is filled from beyond L2 (L3 or DRAM), which dominates
+//!   the arena's time;
 //! - L2-resident: batches of 256 KiB allocated, touched and freed in turn: the memory is handed
 //!   out again while it is in L2; an object ≥ 64 B still fills one line from L2 on its touch;
 //! - L1-resident: batches of 32 KiB, about one morsel's scratch in the compiled tier (mask,
@@ -51,7 +52,14 @@ const ALIGN: usize = 16;
 /// the floor: the two are different loops, and code placement alone moves a loop's time by a
 /// few percent however many rounds are taken.
 const FLOOR_RESOLUTION_FRACTION: f64 = 0.05;
-/// The noise band is this many times the median gap between two back-to-back floor timings.
+/// Timed passes of the floor and the arena per round, alternating in Thue–Morse order (ABBA
+/// BAAB), which cancels drift that is linear or quadratic in time.
+const FLOOR_ARENA_PASSES: usize = 8;
+/// A server has settled when two untimed rounds in a row differ by at most this fraction.
+const SETTLED_FRACTION: f64 = 0.05;
+/// Bound on the untimed rounds spent settling (a server on a noisy machine may never agree).
+const SETTLE_ROUNDS_MAX: usize = 16;
+/// The noise band is this many times the median absolute deviation of arena − floor.
 const FLOOR_NOISE_MULTIPLE: f64 = 2.0;
 
 /// How many bytes are live at once.
@@ -77,15 +85,15 @@ pub struct WorkingSetResult {
     /// The touches alone: the arena's addresses written from a pre-faulted block, no allocator.
     #[serde(default)]
     pub floor_ns: f64,
-    /// Median gap between the two back-to-back floor timings of a round (one loop timed twice).
-    #[serde(default)]
-    pub floor_noise_ns: f64,
     pub arena_ns: f64,
     pub mimalloc_ns: f64,
     pub glibc_ns: f64,
-    /// arena − floor: what the arena adds to the touches.
+    /// arena − floor: what the arena adds to the touches (median of the per-round differences).
     #[serde(default)]
     pub arena_above_floor_ns: f64,
+    /// Median absolute deviation of the per-round differences arena − floor.
+    #[serde(default)]
+    pub arena_above_floor_noise_ns: f64,
     /// (glibc − floor) ÷ (arena − floor); None when the arena is within noise of the floor.
     #[serde(default)]
     pub glibc_above_floor_ratio: Option<f64>,
@@ -94,7 +102,7 @@ pub struct WorkingSetResult {
 impl WorkingSetResult {
     /// Differences from the floor up to this are indistinguishable from zero.
     pub fn floor_band_ns(&self) -> f64 {
-        (FLOOR_NOISE_MULTIPLE * self.floor_noise_ns).max(FLOOR_RESOLUTION_FRACTION * self.floor_ns)
+        (FLOOR_NOISE_MULTIPLE * self.arena_above_floor_noise_ns).max(FLOOR_RESOLUTION_FRACTION * self.floor_ns)
     }
 
     /// Whether the arena's time is the floor's, within noise (or below it).
@@ -154,9 +162,23 @@ impl Bench {
         Ok(Bench { size, objects, batch, arena, pointers: Vec::with_capacity(batch) })
     }
 
-    /// An untimed round, then a timed one: ns per object of the second.
-    pub fn warmed_round(&mut self, server: Server) -> f64 {
-        self.round(server);
+    /// Untimed rounds until two in a row agree within [`SETTLED_FRACTION`] (at most
+    /// [`SETTLE_ROUNDS_MAX`]): the caches and the TLB are then as this server's own rounds
+    /// leave them, not as another server's traffic or munmap left them.
+    pub fn settle(&mut self, server: Server) {
+        let mut previous_ns = self.round(server);
+        for _ in 1..SETTLE_ROUNDS_MAX {
+            let time_ns = self.round(server);
+            if (time_ns - previous_ns).abs() <= SETTLED_FRACTION * previous_ns {
+                return;
+            }
+            previous_ns = time_ns;
+        }
+    }
+
+    /// A timed round once the server has settled: ns per object.
+    pub fn settled_round(&mut self, server: Server) -> f64 {
+        self.settle(server);
         self.round(server)
     }
 
@@ -257,49 +279,64 @@ fn median(mut values: Vec<f64>) -> f64 {
     values[values.len() / 2]
 }
 
-/// Medians of `rounds` interleaved rounds in one working set. Every timed round follows an
-/// untimed round of the same server, so each finds the caches and the TLB as its own last
-/// round left them (the floor and the arena, which share addresses, find the same state, and
-/// neither pays for another allocator's munmap or cache pollution); the floor is timed twice
-/// in a row, and the gap between the two is the noise of an identical loop.
+/// Per-round times in one working set, ns per object.
+#[derive(Debug, Default)]
+struct Timings {
+    floor: Vec<f64>,
+    arena: Vec<f64>,
+    mimalloc: Vec<f64>,
+    glibc: Vec<f64>,
+}
+
+/// `rounds` interleaved rounds in one working set; every server is timed once it has settled
+/// ([`Bench::settle`]). After another server's traffic, a streaming block's lines come back
+/// into the caches over several passes (measured at 64 B: 6.7, 6.5, 5.6, 4.5, 3.7 ns per
+/// object). The floor and the arena write the same lines, so they are timed as one block:
+/// the floor settles, then [`FLOOR_ARENA_PASSES`] passes alternate in Thue–Morse order, which
+/// gives both the same share of any drift that is left.
 fn measure(size: usize, objects: usize, rounds: usize, working_set: &WorkingSet) -> Result<WorkingSetResult> {
     let mut bench = Bench::new(size, objects, working_set)?;
-    let (mut floor_ns, mut floor_gaps_ns) = (Vec::new(), Vec::new());
-    let (mut arena_ns, mut mimalloc_ns, mut glibc_ns) = (Vec::new(), Vec::new(), Vec::new());
+    let mut timings = Timings::default();
     for _ in 0..rounds.max(1) {
-        let first_floor = bench.warmed_round(Server::Floor);
-        let second_floor = bench.round(Server::Floor);
-        floor_gaps_ns.push((first_floor - second_floor).abs());
-        floor_ns.extend([first_floor, second_floor]);
-        arena_ns.push(bench.warmed_round(Server::Arena));
-        mimalloc_ns.push(bench.warmed_round(Server::Mimalloc));
-        glibc_ns.push(bench.warmed_round(Server::Glibc));
+        bench.settle(Server::Floor);
+        let (mut floor_ns, mut arena_ns) = (0.0, 0.0);
+        for pass in 0..FLOOR_ARENA_PASSES {
+            // The Thue–Morse sequence: floor, arena, arena, floor, arena, floor, floor, arena.
+            if pass.count_ones() % 2 == 0 {
+                floor_ns += bench.round(Server::Floor);
+            } else {
+                arena_ns += bench.round(Server::Arena);
+            }
+        }
+        timings.floor.push(floor_ns / (FLOOR_ARENA_PASSES / 2) as f64);
+        timings.arena.push(arena_ns / (FLOOR_ARENA_PASSES / 2) as f64);
+        timings.mimalloc.push(bench.settled_round(Server::Mimalloc));
+        timings.glibc.push(bench.settled_round(Server::Glibc));
     }
-    Ok(WorkingSetResult::new(
-        working_set.clone(),
-        bench.batch,
-        [median(floor_ns), median(floor_gaps_ns), median(arena_ns), median(mimalloc_ns), median(glibc_ns)],
-    ))
+    Ok(WorkingSetResult::new(working_set.clone(), bench.batch, &timings))
 }
 
 impl WorkingSetResult {
-    /// From the medians `[floor, floor noise, arena, mimalloc, glibc]`, with the ratio above
-    /// the floor left out when the arena is within noise of it.
-    fn new(working_set: WorkingSet, batch_objects: usize, medians_ns: [f64; 5]) -> WorkingSetResult {
-        let [floor_ns, floor_noise_ns, arena_ns, mimalloc_ns, glibc_ns] = medians_ns;
+    /// Medians of the rounds; arena − floor is the median of the per-round differences (each
+    /// round's floor and arena share a block), its noise their median absolute deviation, and
+    /// the ratio above the floor is left out when the difference is within noise.
+    fn new(working_set: WorkingSet, batch_objects: usize, timings: &Timings) -> WorkingSetResult {
+        let differences: Vec<f64> = timings.arena.iter().zip(&timings.floor).map(|(a, f)| a - f).collect();
+        let arena_above_floor_ns = median(differences.clone());
+        let deviations = differences.iter().map(|d| (d - arena_above_floor_ns).abs()).collect();
         let mut result = WorkingSetResult {
             working_set,
             batch_objects,
-            floor_ns,
-            floor_noise_ns,
-            arena_ns,
-            mimalloc_ns,
-            glibc_ns,
-            arena_above_floor_ns: arena_ns - floor_ns,
+            floor_ns: median(timings.floor.clone()),
+            arena_ns: median(timings.arena.clone()),
+            mimalloc_ns: median(timings.mimalloc.clone()),
+            glibc_ns: median(timings.glibc.clone()),
+            arena_above_floor_ns,
+            arena_above_floor_noise_ns: median(deviations),
             glibc_above_floor_ratio: None,
         };
         if !result.arena_within_noise_of_floor() {
-            result.glibc_above_floor_ratio = Some((glibc_ns - floor_ns) / result.arena_above_floor_ns);
+            result.glibc_above_floor_ratio = Some((result.glibc_ns - result.floor_ns) / arena_above_floor_ns);
         }
         result
     }
@@ -361,19 +398,27 @@ mod tests {
         }
     }
 
+    fn result(floor: [f64; 3], arena: [f64; 3]) -> WorkingSetResult {
+        let timings =
+            Timings { floor: floor.to_vec(), arena: arena.to_vec(), mimalloc: vec![6.0; 3], glibc: vec![10.0; 3] };
+        WorkingSetResult::new(WORKING_SETS[1].clone(), 1, &timings)
+    }
+
     // Goal: the ratio above the floor is left out when the arena is within noise of the floor
-    // and computed otherwise; method: medians on either side of the band (5 % of the floor, or
-    // twice the floor's own gap when that is larger).
+    // and computed otherwise; method: rounds on either side of the band (5 % of the floor, or
+    // twice the deviation of arena − floor over rounds when that is larger).
     #[test]
     fn the_ratio_above_the_floor_is_clamped_inside_the_noise_band() {
-        let set = WORKING_SETS[1].clone();
-        let near = WorkingSetResult::new(set.clone(), 1, [1.0, 0.01, 1.04, 6.0, 10.0]);
+        let near = result([1.0; 3], [1.04; 3]);
         assert!(near.arena_within_noise_of_floor());
         assert_eq!(near.glibc_above_floor_ratio, None, "4 % above the floor is noise");
-        let noisy = WorkingSetResult::new(set.clone(), 1, [1.0, 0.2, 1.3, 6.0, 10.0]);
-        assert_eq!(noisy.glibc_above_floor_ratio, None, "inside twice the floor's own gap");
-        let above = WorkingSetResult::new(set, 1, [1.0, 0.01, 1.5, 6.0, 10.0]);
-        let ratio = above.glibc_above_floor_ratio.expect("0.5 ns above the floor is a cost");
+        let noisy = result([1.0; 3], [1.0, 1.3, 1.6]);
+        assert!((noisy.arena_above_floor_noise_ns - 0.3).abs() < 1e-9);
+        assert_eq!(noisy.glibc_above_floor_ratio, None, "0.3 ns inside twice a deviation of 0.3 ns");
+        let below = result([2.0; 3], [1.0; 3]);
+        assert_eq!(below.glibc_above_floor_ratio, None, "below the floor gives no ratio either");
+        let above = result([1.0, 1.1, 0.9], [1.5, 1.6, 1.4]);
+        let ratio = above.glibc_above_floor_ratio.expect("0.5 ns above the floor, steadily, is a cost");
         assert!((ratio - 18.0).abs() < 1e-9, "(10 − 1) ÷ (1.5 − 1) = 18, got {ratio}");
     }
 

@@ -123,7 +123,8 @@ pub fn parse_cachegrind(text: &str) -> anyhow::Result<Counts> {
 /// Runs the worker once under cachegrind and returns its totals.
 fn cachegrind(worker: &Path, server: Server, size: usize, working_set: &str, rounds: usize) -> anyhow::Result<Counts> {
     let out = tempfile::NamedTempFile::new()?;
-    let status = Command::new("valgrind")
+    // The worker's own output (its round times, meaningless under valgrind) is kept for errors.
+    let output = Command::new("valgrind")
         .args(["--tool=cachegrind", "--cache-sim=yes", "--branch-sim=no", "--I1=32768,8,64"])
         .arg(format!("--D1={D1_MODEL}"))
         .arg(format!("--LL={LL_MODEL}"))
@@ -132,12 +133,14 @@ fn cachegrind(worker: &Path, server: Server, size: usize, working_set: &str, rou
         .arg(worker)
         .args(["round", "--server", server_name(server), "--working-set", working_set])
         .args(["--size", &size.to_string(), "--rounds", &rounds.to_string()])
-        .status()
+        .output()
         .map_err(|e| anyhow::anyhow!("valgrind: {e} (apt-get install -y valgrind)"))?;
     anyhow::ensure!(
-        status.success(),
-        "valgrind on {} {size} B {working_set} exited with {status}",
-        server_name(server)
+        output.status.success(),
+        "valgrind on {} {size} B {working_set} exited with {}: {}",
+        server_name(server),
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
     );
     parse_cachegrind(&std::fs::read_to_string(out.path())?)
 }
@@ -202,8 +205,9 @@ pub fn markdown(profile: &Profile) -> String {
         "Events per object in the steady state: (a run of {ROUNDS_LONG} rounds − a run of {ROUNDS_SHORT}) ÷ the \
          objects of the extra rounds, for the same loops `bypass bench engine` times (one byte touched per object; \
          floor = the arena's addresses with no allocator). Ir = instructions, D1mw / LLmw = write misses, D1mr / \
-         LLmr = read misses. Deterministic: cachegrind simulates the caches (write-allocate, no prefetchers, \
-         write-backs not counted), so these figures do not depend on the machine's load.\n"
+         LLmr = read misses. cachegrind simulates the caches (write-allocate, no prefetchers, write-backs not \
+         counted), so these figures do not depend on the machine's load; two runs agree to three digits (only \
+         the address layout moves a few events).\n"
     );
     for set in &WORKING_SETS {
         let _ = writeln!(out, "**{}**\n", set.name);
