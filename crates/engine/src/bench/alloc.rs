@@ -6,7 +6,7 @@
 //!
 //! ```text
 //!   per round:  settle F │ F A A F A F F A │ settle M, M │ settle G, G     (medians)
-//!               (untimed rounds until two agree within 5 %)  timed: F A A F…, M, G
+//!               (untimed rounds until three in a row agree within 5 %)  timed: F A A F…, M, G
 //!   floor = the arena's own addresses (its mapping), the same one-byte volatile store
 //!   allocator cost above the floor = (glibc − floor) ÷ (arena − floor), unless arena − floor
 //!   lies inside the noise band (2 × its deviation over rounds, at least 5 % of the floor)
@@ -55,8 +55,10 @@ const FLOOR_RESOLUTION_FRACTION: f64 = 0.05;
 /// Timed passes of the floor and the arena per round, alternating in Thue–Morse order (ABBA
 /// BAAB), which cancels drift that is linear or quadratic in time.
 const FLOOR_ARENA_PASSES: usize = 8;
-/// A server has settled when two untimed rounds in a row differ by at most this fraction.
+/// Two untimed rounds agree when they differ by at most this fraction.
 const SETTLED_FRACTION: f64 = 0.05;
+/// A server has settled after this many agreements in a row.
+const SETTLED_AGREEMENTS: usize = 2;
 /// Bound on the untimed rounds spent settling (a server on a noisy machine may never agree).
 const SETTLE_ROUNDS_MAX: usize = 16;
 /// The noise band is this many times the median absolute deviation of arena − floor.
@@ -162,14 +164,18 @@ impl Bench {
         Ok(Bench { size, objects, batch, arena, pointers: Vec::with_capacity(batch) })
     }
 
-    /// Untimed rounds until two in a row agree within [`SETTLED_FRACTION`] (at most
-    /// [`SETTLE_ROUNDS_MAX`]): the caches and the TLB are then as this server's own rounds
-    /// leave them, not as another server's traffic or munmap left them.
+    /// Untimed rounds until [`SETTLED_AGREEMENTS`] + 1 in a row agree, each within
+    /// [`SETTLED_FRACTION`] of the one before (at most [`SETTLE_ROUNDS_MAX`]): the caches and
+    /// the TLB are then as this server's own rounds leave them, not as another server's
+    /// traffic or munmap left them. One agreement is not enough: after the heap allocators'
+    /// traffic a streaming block runs two rounds at one speed before it starts to speed up.
     pub fn settle(&mut self, server: Server) {
-        let mut previous_ns = self.round(server);
+        let (mut previous_ns, mut agreements) = (self.round(server), 0);
         for _ in 1..SETTLE_ROUNDS_MAX {
             let time_ns = self.round(server);
-            if (time_ns - previous_ns).abs() <= SETTLED_FRACTION * previous_ns {
+            agreements =
+                if (time_ns - previous_ns).abs() <= SETTLED_FRACTION * previous_ns { agreements + 1 } else { 0 };
+            if agreements == SETTLED_AGREEMENTS {
                 return;
             }
             previous_ns = time_ns;
@@ -290,8 +296,8 @@ struct Timings {
 
 /// `rounds` interleaved rounds in one working set; every server is timed once it has settled
 /// ([`Bench::settle`]). After another server's traffic, a streaming block's lines come back
-/// into the caches over several passes (measured at 64 B: 6.7, 6.5, 5.6, 4.5, 3.7 ns per
-/// object). The floor and the arena write the same lines, so they are timed as one block:
+/// into the caches over several passes (measured at 64 B: 6.8, 6.7, 5.8, 5.0, 4.1, 3.6, 2.9,
+/// 2.7, 2.7 ns per object). The floor and the arena write the same lines, so they are timed as one block:
 /// the floor settles, then [`FLOOR_ARENA_PASSES`] passes alternate in Thue–Morse order, which
 /// gives both the same share of any drift that is left.
 fn measure(size: usize, objects: usize, rounds: usize, working_set: &WorkingSet) -> Result<WorkingSetResult> {

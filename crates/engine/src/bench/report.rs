@@ -116,10 +116,12 @@ fn allocator_markdown(out: &mut String, results: &Results, profile: Option<&Prof
          `libc::malloc`/`free`, mimalloc through its `GlobalAlloc`, the arena is the runtime's worker arena \
          (`crate::arena`: a frame per batch, an allocation is a compare and an add). **floor** = the same touches \
          with no allocator: the arena's own addresses (same stride, batch and store) written from its pre-faulted \
-         mapping. Every server is timed once it has settled (untimed rounds until two in a row agree within 5 %: after \
-         another server's traffic a streaming block's lines come back into the caches over several passes); the \
+         mapping. Every server is timed once it has settled (untimed rounds until three in a row agree within 5 %, at \
+         most 16: after another server's traffic a streaming block's lines come back into the caches over several \
+         passes); the \
          floor and the arena, which write the same lines, are timed as one block of 8 passes in Thue–Morse order, \
-         F A A F A F F A, which gives both the same share of any drift left; **arena − floor** is what the arena adds to the touches, and \
+         F A A F A F F A, which gives both the same share of any drift left; **arena − floor** is what the arena adds to the touches (the median of the per-round differences, \
+         which can differ from the difference of the medians where rounds drift, as streaming ones do), and \
          **(glibc − floor) ÷ (arena − floor)** compares the allocators' own costs (left out when arena − floor is \
          within noise: 2 × the median deviation of the per-round arena − floor, at least 5 % of the floor). The working set \
          decides what the touch costs: *streaming* keeps all n live (16 MiB and more, past the 2 MiB L2), so \
