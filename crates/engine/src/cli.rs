@@ -113,6 +113,10 @@ pub struct BenchArgs {
     /// Skip TPC-H.
     #[arg(long)]
     pub skip_tpch: bool,
+    /// Run only this section and merge it into the engine.json already in --out-dir (the other
+    /// sections, and their command and load, are kept; the section notes its own run).
+    #[arg(long, value_enum, conflicts_with_all = ["skip_nautdb", "skip_allocator", "skip_tpch"])]
+    pub only: Option<crate::bench::Section>,
     /// Where engine.{json,md,png} go.
     #[arg(long, default_value = "bench/results")]
     pub out_dir: std::path::PathBuf,
@@ -155,6 +159,7 @@ impl BenchArgs {
             skip_allocator: self.skip_allocator,
             skip_tpch: self.skip_tpch,
             sched_fifo: !self.no_sched_fifo,
+            only: self.only,
         }
     }
 }
@@ -222,7 +227,8 @@ pub fn bench(args: BenchArgs) -> anyhow::Result<()> {
         crate::bench::ROWS_LOG2
     );
     anyhow::ensure!(plan.columns.iter().all(|&c| (1..=128).contains(&c)), "--columns values must lie in 1..=128");
-    if plan.python.is_none() && !plan.skip_tpch {
+    let runs_tpch = plan.only.map_or(!plan.skip_tpch, |only| only == crate::bench::Section::Tpch);
+    if plan.python.is_none() && runs_tpch {
         eprintln!("bench engine: no Python venv with the peers (run scripts/engine-venv.sh); TPC-H runs bypass only");
     }
     crate::bench::run(&plan)?;

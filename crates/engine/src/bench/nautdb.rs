@@ -28,7 +28,7 @@ pub const DOMAIN: u32 = 100;
 const SELECT_VALUE: u32 = 42;
 
 /// Times of one trial (nanoseconds) and its minor page faults.
-#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+#[derive(Debug, Clone, Copy, Default, serde::Serialize, serde::Deserialize)]
 pub struct TrialTimes {
     pub create_ns: u64,
     pub row_sort_ns: u64,

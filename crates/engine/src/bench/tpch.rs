@@ -7,7 +7,7 @@ use std::path::Path;
 use std::time::Instant;
 
 use anyhow::Context;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::engine::{Engine, EngineSettings};
 use crate::exec::Tier;
@@ -23,7 +23,7 @@ const ANSWER_TOLERANCE: f64 = 1e-6;
 /// Each query's rows as text, the reference the peers' answers are checked against.
 pub type Answers = BTreeMap<u8, Vec<Vec<String>>>;
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct QueryTimes {
     pub times_ms: Vec<f64>,
     pub min_ms: Option<f64>,
@@ -33,7 +33,7 @@ pub struct QueryTimes {
     pub error: Option<String>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct EngineTimes {
     pub version: String,
     pub load_s: f64,
@@ -42,7 +42,7 @@ pub struct EngineTimes {
     pub geomean_ms: Option<f64>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct TpchReport {
     pub scale_factor: f64,
     pub threads: usize,
