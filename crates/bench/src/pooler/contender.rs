@@ -58,7 +58,11 @@ pub fn start(contender: Contender, backend_port: u16, pool_size: u32, bypass_exe
             let pooler_pids = bouncer.pids();
             Ok(Target { port: bouncer.port(), pooler_pids, _pgbouncer: Some(bouncer), _bypass: None })
         }
-        Contender::Bypass | Contender::BypassKernel | Contender::BypassMirror | Contender::BypassKernelMirror => {
+        Contender::Bypass
+        | Contender::Bypass2
+        | Contender::BypassKernel
+        | Contender::BypassMirror
+        | Contender::BypassKernelMirror => {
             let bypass = BypassProcess::start(bypass_exe, backend_port, pool_size, contender)?;
             let (port, pooler_pids) = (bypass.port, vec![bypass.child.id()]);
             Ok(Target { port, pooler_pids, _pgbouncer: None, _bypass: Some(bypass) })
@@ -78,6 +82,13 @@ pub const SHADOW_DATABASE: &str = "shadow";
 /// shadow; the others accept any database through the `"*"` entry.
 pub fn render_bypass_config(listen_port: u16, backend_port: u16, pool_size: u32, contender: Contender) -> String {
     let fast_path = if contender.is_kernel() { "kernel" } else { "user" };
+    // User-space contenders get the thread count of the PgBouncer they are compared with; the
+    // kernel fast path keeps the default (one per core: its user space only logs in and hands off).
+    let workers = match contender {
+        Contender::Bypass2 => "workers = 2\n",
+        _ if contender.is_kernel() => "",
+        _ => "workers = 1\n",
+    };
     let databases = if contender.mirrors() {
         format!(
             "[databases.{DATABASE}]\n\
@@ -101,6 +112,7 @@ pub fn render_bypass_config(listen_port: u16, backend_port: u16, pool_size: u32,
          default_pool_size = {pool_size}\n\
          listen_backlog = 4096\n\
          fast_path = \"{fast_path}\"\n\
+         {workers}\
          \n\
          {databases}"
     )
@@ -203,6 +215,9 @@ mod tests {
             assert!(text.lines().any(|l| l == line), "missing {line:?} in\n{text}");
         }
         assert!(!text.contains("mirror"), "{text}");
+        assert!(text.lines().any(|l| l == "workers = 1"), "one thread, as one PgBouncer process:\n{text}");
+        let two = render_bypass_config(7000, 5555, 20, Contender::Bypass2);
+        assert!(two.lines().any(|l| l == "workers = 2"), "two threads, as PgBouncer ×2:\n{two}");
         let kernel = render_bypass_config(7000, 5555, 20, Contender::BypassKernel);
         assert!(kernel.lines().any(|l| l == "fast_path = \"kernel\""), "{kernel}");
     }
@@ -215,7 +230,7 @@ mod tests {
     fn pooler_accepts_the_generated_configs() {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("bypass.toml");
-        for contender in [Contender::Bypass, Contender::BypassKernel] {
+        for contender in [Contender::Bypass, Contender::Bypass2, Contender::BypassKernel] {
             std::fs::write(&path, render_bypass_config(7000, 5555, 20, contender)).expect("write");
             if let Err(error) = bypass_pooler::Config::load(&path) {
                 panic!("{contender:?}: the pooler refuses the bench's config: {error}");

@@ -81,8 +81,8 @@ pub struct PoolerBenchArgs {
     #[arg(long, default_value = "bench/results")]
     pub out: PathBuf,
     /// Contenders, comma-separated: direct, pgbouncer, pgbouncer2 (two processes with
-    /// so_reuseport), bypass, bypass-kernel.
-    #[arg(long, value_enum, value_delimiter = ',', default_value = "direct,pgbouncer,pgbouncer2,bypass")]
+    /// so_reuseport), bypass (one worker thread), bypass2 (two), bypass-kernel.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "direct,pgbouncer,pgbouncer2,bypass,bypass2")]
     pub contenders: Vec<Contender>,
     /// Server connections per pool, the same for every pooler.
     #[arg(long, default_value_t = 20)]
@@ -156,8 +156,11 @@ pub enum Contender {
     Pgbouncer,
     /// PgBouncer, two processes sharing the port with so_reuseport.
     Pgbouncer2,
-    /// The bypass binary (`bypass proxy`, `fast_path = "user"`), as a child process.
+    /// The bypass binary (`bypass proxy`, `fast_path = "user"`) with one worker thread, as one
+    /// PgBouncer process has, as a child process.
     Bypass,
+    /// The same with two worker threads (`workers = 2`), against PgBouncer's two processes.
+    Bypass2,
     /// The same with `fast_path = "kernel"` (transactions forwarded by eBPF in the kernel).
     #[value(name = "bypass-kernel")]
     #[serde(rename = "bypass-kernel")]
@@ -180,6 +183,7 @@ impl Contender {
             Contender::Pgbouncer => "pgbouncer",
             Contender::Pgbouncer2 => "pgbouncer2",
             Contender::Bypass => "bypass",
+            Contender::Bypass2 => "bypass2",
             Contender::BypassKernel => "bypass-kernel",
             Contender::BypassMirror => "bypass-mirror",
             Contender::BypassKernelMirror => "bypass-kernel-mirror",
@@ -193,6 +197,7 @@ impl Contender {
             Contender::Pgbouncer => "PgBouncer",
             Contender::Pgbouncer2 => "PgBouncer ×2",
             Contender::Bypass => "Bypass",
+            Contender::Bypass2 => "Bypass ×2",
             Contender::BypassKernel => "Bypass kernel",
             Contender::BypassMirror => "Bypass + mirror",
             Contender::BypassKernelMirror => "Bypass kernel + mirror",
@@ -294,7 +299,8 @@ pub fn run(args: PoolerBenchArgs, bypass_exe: &Path) -> Result<()> {
             workloads: args.workloads.clone(),
             clients: args.clients.clone(),
             contenders: args.contenders.clone(),
-            ratio_pairs: [Contender::Pgbouncer, Contender::Pgbouncer2].map(|peer| (Contender::Bypass, peer)).to_vec(),
+            // Like against like: one pooler thread against one PgBouncer process, two against two.
+            ratio_pairs: vec![(Contender::Bypass, Contender::Pgbouncer), (Contender::Bypass2, Contender::Pgbouncer2)],
         };
         Results::new(&setup, matrix, postgres, bypass_exe, load_average)
     })
@@ -486,7 +492,8 @@ mod tests {
         let args = parse(&[]);
         assert_eq!(args.clients, vec![50, 1000, 10_000]);
         assert_eq!(args.workloads, vec![Workload::Select1, Workload::SelectOnly]);
-        let all = vec![Contender::Direct, Contender::Pgbouncer, Contender::Pgbouncer2, Contender::Bypass];
+        let all =
+            vec![Contender::Direct, Contender::Pgbouncer, Contender::Pgbouncer2, Contender::Bypass, Contender::Bypass2];
         assert_eq!(args.contenders, all);
         assert_eq!((args.duration_s, args.repetitions, args.pool_size), (30, 1, 20));
         assert_eq!(args.out, PathBuf::from("bench/results"));
@@ -502,12 +509,12 @@ mod tests {
             plan(&args).iter().map(|run| (run.clients, run.contender.name(), run.repetition)).collect();
         let mut expected = Vec::new();
         for repetition in 0..2 {
-            for name in ["direct", "pgbouncer", "pgbouncer2", "bypass"] {
+            for name in ["direct", "pgbouncer", "pgbouncer2", "bypass", "bypass2"] {
                 expected.push((50, name, repetition));
             }
         }
         for repetition in 0..2 {
-            for name in ["pgbouncer", "pgbouncer2", "bypass"] {
+            for name in ["pgbouncer", "pgbouncer2", "bypass", "bypass2"] {
                 expected.push((1000, name, repetition));
             }
         }

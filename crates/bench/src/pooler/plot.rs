@@ -187,6 +187,7 @@ fn color_of(contender: Contender) -> RGBColor {
         Contender::Pgbouncer => RGBColor(31, 119, 180),
         Contender::Pgbouncer2 => RGBColor(44, 160, 44),
         Contender::Bypass => RGBColor(214, 39, 40),
+        Contender::Bypass2 => RGBColor(227, 119, 194),
         Contender::BypassKernel => RGBColor(148, 103, 189),
         Contender::BypassMirror => RGBColor(255, 127, 14),
         Contender::BypassKernelMirror => RGBColor(140, 86, 75),
