@@ -181,11 +181,14 @@ pub fn stale_lines(traces: &[HostTrace], protocol: SwccProtocol, owner_of: impl 
             TraceKind::Read | TraceKind::ReadAlwaysFetches => {
                 // A first touch is a compulsory miss, not a coherence miss: in a long run (Tigon
                 // measures 20 s) first touches amortise to nothing, while here how many fall in
-                // the window depends on how fast the machine got through the warm-up.
+                // the window depends on how fast the machine got through the warm-up. It still
+                // fetches, so under NoSharedReader it still evicts the other readers.
                 let compulsory = !std::mem::replace(&mut touched[host], true) && host != owner;
-                let stale = (dirty[host] && !compulsory) || record.kind == TraceKind::ReadAlwaysFetches;
+                let always = record.kind == TraceKind::ReadAlwaysFetches;
+                let fetches = dirty[host] || compulsory || always;
+                let stale = always || (dirty[host] && !compulsory);
                 dirty[host] = false;
-                if stale && protocol == SwccProtocol::NoSharedReader && record.kind == TraceKind::Read {
+                if fetches && protocol == SwccProtocol::NoSharedReader && !always {
                     clear_others(&mut dirty, host, owner, false);
                 }
                 let lines = if stale { record.lines } else { 0 };

@@ -453,6 +453,23 @@ mod tests {
     }
 
     #[test]
+    fn block_re_reads_are_priced_from_the_logical_time_count() {
+        // Goal: the real-order block re-reads (which depend on time-slicing) are not priced; the
+        // logical-time count and ring invalidations are, and first move-ins are not. Method: vary
+        // each counter alone and compare modelled work.
+        let table = LatencyTable::default();
+        let base = Counters { committed: 1, attempts: 1, swcc_loaded_bytes: 64 * 64, ..Counters::default() };
+        let real_order = Counters { swcc_invalidated_lines: 20, block_fetched_lines: 20, ..base.clone() };
+        assert_eq!(table.work_ns(&real_order), table.work_ns(&base), "real-order block re-reads are not priced");
+        let logical = Counters { model_stale_lines: 20, ..real_order.clone() };
+        assert_eq!(table.work_ns(&logical) - table.work_ns(&base), 20.0 * table.cxl_line_read_ns);
+        let ring = Counters { swcc_invalidated_lines: 25, ..real_order.clone() };
+        assert_eq!(table.work_ns(&ring) - table.work_ns(&base), 5.0 * table.cxl_line_read_ns, "ring lines stay priced");
+        let first_move_in = Counters { coherent_written_lines: 17, first_move_in_written_lines: 17, ..base.clone() };
+        assert_eq!(table.work_ns(&first_move_in), table.work_ns(&base), "first move-ins are compulsory");
+    }
+
+    #[test]
     fn busy_segments_accumulate_squares_of_positive_segments() {
         // Goal: poll points turn modelled work into Σ s². Method: 3 µs then nothing then 1 µs.
         let mut counters = Counters::default();
