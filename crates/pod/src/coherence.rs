@@ -111,6 +111,10 @@ pub struct SwccCounters {
     /// On an all-coherent back-end: lines whose new data hardware coherence must carry to CXL
     /// for the next host, where an SWcc host would write back.
     pub coherent_written_lines: u64,
+    /// The part of `invalidated_lines` + `coherent_fetched_lines` spent on tuple blocks. Their
+    /// number depends on how the hosts' transactions interleaved in real time, so the model
+    /// prices [`crate::staleness`]'s logical-time count instead (ring payloads stay as counted).
+    pub block_fetched_lines: u64,
 }
 
 impl Swcc {
@@ -137,6 +141,11 @@ impl Swcc {
         }
         self.counters.invalidated_lines += lines_spanned(offset, len);
         self.backend.invalidate(region, offset, len);
+    }
+    /// [`Swcc::invalidate`] of a tuple block (see [`SwccCounters::block_fetched_lines`]).
+    pub fn invalidate_block(&mut self, region: &Region, offset: u64, len: u64) {
+        self.counters.block_fetched_lines += lines_spanned(offset, len);
+        self.invalidate(region, offset, len);
     }
     pub fn writeback(&mut self, region: &Region, offset: u64, len: u64) {
         if !self.backend.flushes() {

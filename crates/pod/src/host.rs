@@ -223,6 +223,9 @@ impl Host {
     /// Marks a point where the worker polls its inbox: the modelled work since the previous
     /// one is a busy segment, during which a request from another host waits.
     fn poll_point(&mut self) {
+        // The logical-time staleness is only known after the run ([`crate::staleness`]), and the
+        // real-order re-reads depend on time-slicing, so busy segments leave block re-reads out
+        // (a second-order term of the peer's wait; it slightly favours variants that send messages).
         let work_now_ns = LatencyTable::default().work_ns(&self.snapshot());
         self.busy.poll_point(work_now_ns, &mut self.counters);
     }
@@ -284,6 +287,8 @@ impl Host {
             let phase = self.phase();
             if phase >= Phase::Measure && window.is_none() {
                 window = Some((self.window_start(), Instant::now()));
+                let first_read = crate::staleness::read_time(self.counters.attempts + 1);
+                self.shared().trace_window_start.store(first_read, Ordering::Release);
             }
             if phase >= Phase::Stop {
                 break;
@@ -453,6 +458,7 @@ impl Host {
         counters.swcc_written_back_lines = swcc.written_back_lines;
         counters.coherent_fetched_lines = swcc.coherent_fetched_lines;
         counters.coherent_written_lines = swcc.coherent_written_lines;
+        counters.block_fetched_lines = swcc.block_fetched_lines;
         counters.swcc_fences = swcc.fences;
         counters.swcc_loaded_bytes = swcc.loaded_bytes;
         counters.swcc_stored_bytes = swcc.stored_bytes;
@@ -474,6 +480,8 @@ impl Host {
     fn finish(&mut self, logger: Option<Logger>, window: Option<(Counters, Instant)>) -> Result<()> {
         let header = self.region.header();
         let stopped = Instant::now();
+        let last_read = crate::staleness::read_time(self.counters.attempts);
+        self.shared().trace_window_end.store(last_read, Ordering::Release);
         let mut totals = self.snapshot();
         header.done_hosts.fetch_add(1, Ordering::AcqRel);
         self.wait_all(|header| header.done_hosts.load(Ordering::Acquire))?;

@@ -273,13 +273,19 @@ impl Pod {
 
     /// Counters every host published, in total, with the model applied.
     pub fn report(&self) -> RunReport {
-        let per_host: Vec<Counters> = (0..self.config.hosts)
+        let mut per_host: Vec<Counters> = (0..self.config.hosts)
             .map(|host| {
                 let shared = self.region.host_shared(&self.layout, host);
                 let words: Vec<u64> = shared.stats.iter().map(|word| word.load(Ordering::Acquire)).collect();
                 Counters::from_words(&words)
             })
             .collect();
+        let traces = crate::staleness::read_traces(&self.region, &self.layout);
+        let owner_of = |block: u64| ((block - self.layout.swcc) / self.layout.swcc_per_host) as usize;
+        let stale = crate::staleness::stale_lines(&traces, self.config.swcc, owner_of);
+        for (counters, stale_lines) in per_host.iter_mut().zip(stale) {
+            counters.model_stale_lines = stale_lines;
+        }
         let mut total = Counters::default();
         for counters in &per_host {
             total.add(counters);

@@ -34,7 +34,9 @@
 //! budget) and by the coherence back-end ([`coherence`]): real `clflushopt`/`clwb` for cost, or
 //! a simulated non-coherent cache per host under which a missing flush is a stale read. Every
 //! CXL event is counted and priced by a latency table ([`stats`]), so results are reported both
-//! measured and modelled.
+//! measured and modelled; which reads of shared tuples re-fetch stale lines is judged after the run
+//! from per-host traces merged in logical time ([`staleness`]), so the model does not depend on
+//! how two cores time-slice the hosts.
 //!
 //! Testing: the integration suites run on the simulated non-coherent caches by default and are
 //! count-driven — a run measures until `measure_acked_min` transactions are acknowledged, so a
@@ -79,6 +81,7 @@ pub mod region;
 pub mod remote_insert;
 pub mod ring;
 pub mod rng;
+pub mod staleness;
 pub mod stats;
 pub mod tigon;
 pub mod txn;

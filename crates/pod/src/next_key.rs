@@ -289,6 +289,7 @@ impl Host {
             );
             let mut word = latched.value.with_flag(MetaWord::SECOND_CHANCE, true);
             let len = (BLOCK_HEADER_BYTES + self.row_bytes(table)) as u64;
+            self.model_read(word.block_offset(), len);
             self.swcc_before_read(&mut word, len);
             latched.value = word;
         }

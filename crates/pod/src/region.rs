@@ -2,10 +2,10 @@
 //! address, so the region holds offsets ([`Off`]) and never pointers.
 //!
 //! ```text
-//!  0        4 KiB          +8×4 KiB        rings          HWcc arena         SWcc arena        ring payloads
-//!  | Header | HostShared×8 | RingControl×8 | host0 … hostN  | host0 … hostN   | host0 … hostN    |
-//!    epochs,  epochs, stats   head/tail,      index buckets,   tuple blocks      RING_SLOTS ×
-//!    phase    errors          ready flags     CatNodes (budget) (line-aligned)    RING_SLOT_BYTES
+//!  0        4 KiB          +8×4 KiB        rings          HWcc arena         SWcc arena        ring payloads     model traces
+//!  | Header | HostShared×8 | RingControl×8 | host0 … hostN  | host0 … hostN   | host0 … hostN    | host0 … hostN |
+//!    epochs,  epochs, stats   head/tail,      index buckets,   tuple blocks      RING_SLOTS ×      latency model
+//!    phase    errors          ready flags     CatNodes (budget) (line-aligned)    RING_SLOT_BYTES   only (sparse)
 //! ```
 //!
 //! Everything in the header, host slots, ring controls and HWcc arena is an atomic in place, so a
@@ -36,9 +36,10 @@ pub const ERROR_BYTES: usize = 512;
 /// Magic at offset 0 ("BYPASSPD").
 pub const MAGIC: u64 = 0x4259_5041_5353_5044;
 /// Bumped whenever a shared layout changes.
-pub const LAYOUT_VERSION: u64 = 3;
+pub const LAYOUT_VERSION: u64 = 4;
 
 const HEADER_BYTES: u64 = 4096;
+const TRACE_BYTES_PER_HOST: u64 = crate::staleness::TRACE_RECORDS_PER_HOST * crate::staleness::TRACE_RECORD_BYTES;
 const HOST_SHARED_BYTES: u64 = 8192;
 
 /// A shared struct made only of atomics (or arrays of them) with a fixed `#[repr(C)]` layout.
@@ -156,6 +157,11 @@ pub struct HostShared {
     _pad: [AtomicU64; 2],
     pub error: [AtomicU8; ERROR_BYTES],
     pub stats: [AtomicU64; STATS_WORDS],
+    /// Latency model only ([`crate::staleness`]): records in this host's trace, and the logical
+    /// times of its measured window's first and last reads.
+    pub trace_records: AtomicU64,
+    pub trace_window_start: AtomicU64,
+    pub trace_window_end: AtomicU64,
 }
 const _: () = assert!(std::mem::size_of::<HostShared>() as u64 <= HOST_SHARED_BYTES);
 // SAFETY: only atomics.
@@ -184,6 +190,8 @@ pub struct Layout {
     pub swcc: u64,
     pub swcc_per_host: u64,
     pub payloads: u64,
+    /// Latency-model traces, one area per host ([`crate::staleness`]); not part of the pod.
+    pub traces: u64,
     pub total: u64,
 }
 
@@ -199,7 +207,8 @@ impl Layout {
         let hwcc = round_up(ring_controls + HOSTS_MAX as u64 * ring_control_bytes, page);
         let swcc = hwcc + hosts as u64 * hwcc_per_host;
         let payloads = swcc + hosts as u64 * swcc_per_host;
-        let total = payloads + hosts as u64 * RING_SLOTS as u64 * RING_SLOT_BYTES;
+        let traces = payloads + hosts as u64 * RING_SLOTS as u64 * RING_SLOT_BYTES;
+        let total = traces + hosts as u64 * TRACE_BYTES_PER_HOST;
         Layout {
             hosts,
             host_shared,
@@ -210,6 +219,7 @@ impl Layout {
             swcc,
             swcc_per_host,
             payloads,
+            traces,
             total,
         }
     }
@@ -230,6 +240,11 @@ impl Layout {
     pub fn swcc_slice(&self, host: usize) -> u64 {
         assert!(host < self.hosts);
         self.swcc + host as u64 * self.swcc_per_host
+    }
+    /// Record `at` of `host`'s latency-model trace.
+    pub fn trace_record(&self, host: usize, at: u64) -> u64 {
+        assert!(host < self.hosts && at < crate::staleness::TRACE_RECORDS_PER_HOST);
+        self.traces + host as u64 * TRACE_BYTES_PER_HOST + at * crate::staleness::TRACE_RECORD_BYTES
     }
     /// First byte of ring slot `slot` of `host`'s inbox.
     pub fn payload_slot(&self, host: usize, slot: usize) -> u64 {
@@ -450,7 +465,8 @@ mod tests {
         assert!(layout.hwcc >= layout.ring_controls + HOSTS_MAX as u64 * layout.ring_control_bytes);
         assert_eq!(layout.swcc, layout.hwcc + 4 * (1 << 20));
         assert_eq!(layout.payloads, layout.swcc + 4 * (8 << 20));
-        assert_eq!(layout.payload_slot(3, RING_SLOTS - 1) + RING_SLOT_BYTES, layout.total);
+        assert_eq!(layout.payload_slot(3, RING_SLOTS - 1) + RING_SLOT_BYTES, layout.traces);
+        assert_eq!(layout.trace_record(3, crate::staleness::TRACE_RECORDS_PER_HOST - 1) + 16, layout.total);
         assert_eq!(layout.hwcc % 4096, 0);
     }
 

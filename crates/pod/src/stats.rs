@@ -151,6 +151,15 @@ counters! {
     coherent_fetched_lines,
     /// All-coherent back-end: lines this host wrote that coherence must carry to CXL for others.
     coherent_written_lines,
+    /// Tuple-block lines among the invalidated / coherently fetched lines above (real order).
+    block_fetched_lines,
+    /// Tuple-block lines whose cached copy was stale in logical time ([`crate::staleness`]):
+    /// what the model prices instead of `block_fetched_lines`, independent of time-slicing.
+    model_stale_lines,
+    /// Lines written back (or, under NoSWcc, carried coherently) by a row's first move-in into
+    /// a fresh block. Like a compulsory miss it amortises to nothing in a long run, but how many
+    /// fall in a short window depends on how far the machine got in the warm-up: not priced.
+    first_move_in_written_lines,
     /// Σ s² over this host's busy segments s (modelled work between two points where it polls
     /// its inbox), in ns·µs: the length-biased wait a request sees ([`LatencyTable::modelled_tps`]).
     busy_segments_squared_ns_us,
@@ -258,16 +267,19 @@ impl Default for LatencyTable {
 
 impl LatencyTable {
     /// Modelled busy time of one host, without waiting for replies, in nanoseconds. CXL line
-    /// reads are the lines a host had to fetch again: shared-data lines another host wrote —
-    /// invalidated by SWcc, or a coherence miss under NoSWcc — bounded by what it loaded, and
-    /// HWcc index lines. Lines written for other hosts cost a write-back either way: pod.md §3.2
+    /// reads are the lines a host had to fetch again: ring payloads it invalidated, tuple-block
+    /// lines whose copy another host made stale — judged in logical time, as if the hosts ran
+    /// in parallel at equal rates ([`crate::staleness`]; an SWcc invalidation or a coherence miss
+    /// under NoSWcc) — bounded by what it loaded, and HWcc index lines. Lines written for other hosts cost a write-back either way: pod.md §3.2
     /// prices NoSWcc as "all CXL treated as HWcc" (Tigon's `SCCNoOP` is a plain `memcpy` on
     /// cacheable memory, so there is a local cache), and §1.1 puts every CXL access at 250–400 ns
     /// — coherence does not make another host's data free, it only removes the instructions.
     pub fn work_ns(&self, c: &Counters) -> f64 {
         let loaded_lines = c.swcc_loaded_bytes.div_ceil(64);
-        let data_fetched = (c.swcc_invalidated_lines + c.coherent_fetched_lines).min(loaded_lines) as f64;
-        let data_written = (c.swcc_written_back_lines + c.coherent_written_lines) as f64;
+        let ring_fetched = (c.swcc_invalidated_lines + c.coherent_fetched_lines).saturating_sub(c.block_fetched_lines);
+        let data_fetched = (ring_fetched + c.model_stale_lines).min(loaded_lines) as f64;
+        let data_written =
+            (c.swcc_written_back_lines + c.coherent_written_lines).saturating_sub(c.first_move_in_written_lines) as f64;
         c.attempts as f64 * self.attempt_ns
             + c.dram_tuple_ops as f64 * self.dram_tuple_ns
             + (data_fetched + c.hwcc_lines_read as f64) * self.cxl_line_read_ns
@@ -438,6 +450,23 @@ mod tests {
         let coherent = Counters { coherent_fetched_lines: 16, coherent_written_lines: 16, ..base.clone() };
         assert!(table.work_ns(&coherent) > table.work_ns(&base));
         assert_eq!(table.work_ns(&coherent), table.work_ns(&swcc));
+    }
+
+    #[test]
+    fn block_re_reads_are_priced_from_the_logical_time_count() {
+        // Goal: the real-order block re-reads (which depend on time-slicing) are not priced; the
+        // logical-time count and ring invalidations are, and first move-ins are not. Method: vary
+        // each counter alone and compare modelled work.
+        let table = LatencyTable::default();
+        let base = Counters { committed: 1, attempts: 1, swcc_loaded_bytes: 64 * 64, ..Counters::default() };
+        let real_order = Counters { swcc_invalidated_lines: 20, block_fetched_lines: 20, ..base.clone() };
+        assert_eq!(table.work_ns(&real_order), table.work_ns(&base), "real-order block re-reads are not priced");
+        let logical = Counters { model_stale_lines: 20, ..real_order.clone() };
+        assert_eq!(table.work_ns(&logical) - table.work_ns(&base), 20.0 * table.cxl_line_read_ns);
+        let ring = Counters { swcc_invalidated_lines: 25, ..real_order.clone() };
+        assert_eq!(table.work_ns(&ring) - table.work_ns(&base), 5.0 * table.cxl_line_read_ns, "ring lines stay priced");
+        let first_move_in = Counters { coherent_written_lines: 17, first_move_in_written_lines: 17, ..base.clone() };
+        assert_eq!(table.work_ns(&first_move_in), table.work_ns(&base), "first move-ins are compulsory");
     }
 
     #[test]

@@ -22,7 +22,7 @@
 use std::sync::atomic::Ordering;
 
 use crate::alloc::SwccArena;
-use crate::coherence::SwccProtocol;
+use crate::coherence::{lines_spanned, SwccProtocol};
 use crate::config::{CrashPoint, InjectedFault};
 use crate::cxl_index::NewCat;
 use crate::error::{PodError, Result};
@@ -30,6 +30,7 @@ use crate::host::Host;
 use crate::message::{Message, MigrateOutcome};
 use crate::partition::{row_flags, RowId, TableId};
 use crate::region::{Off, LINE_BYTES};
+use crate::staleness::TraceKind;
 use crate::txn::{abort, Abort, Access, Change, LockMode, Place, TxnError, TxnResult, TxnState};
 use crate::word::{CatNode, Latched, MetaWord, CAT_NODE_BYTES};
 
@@ -168,6 +169,7 @@ impl Host {
         }
         let mut word = locked.with_flag(MetaWord::SECOND_CHANCE, true);
         let len = (BLOCK_HEADER_BYTES + self.row_bytes(table)) as u64;
+        self.model_read(word.block_offset(), len);
         self.swcc_before_read(&mut word, len);
         latched.value = word;
         Ok(Pinned::Locked)
@@ -245,8 +247,9 @@ impl Host {
         let Some(mut word) = transition(latched.value, held, want) else {
             return abort(Abort::Conflict);
         };
+        let len = (BLOCK_HEADER_BYTES + self.row_bytes(table)) as u64;
+        self.model_read(word.block_offset(), len);
         if word.flag(MetaWord::MODIFIED) {
-            let len = (BLOCK_HEADER_BYTES + self.row_bytes(table)) as u64;
             self.swcc_before_read(&mut word, len);
             latched.value = word;
             let (tid, value) = self.load_block(node_off, table);
@@ -390,17 +393,26 @@ impl Host {
             block => (block, !stored.is(row_flags::MODIFIED_SINCE_MOVED_OUT)),
         };
         assert!(self.hwcc.charge_data(data_charge), "make_room reserved the data bytes");
-        let (key, lock, data) = (stored.key, stored.lock, stored.data.clone());
+        let (key, lock, data, fresh) = (stored.key, stored.lock, stored.data.clone(), stored.retained_block == 0);
         if !current {
             self.store_block(block, lock.tid(), &data);
             self.swcc.writeback(self.region, block, (BLOCK_HEADER_BYTES + data.len()) as u64);
             self.swcc.fence();
+            if fresh {
+                // A row's first move-in: see `Counters::first_move_in_written_lines`.
+                self.counters.first_move_in_written_lines +=
+                    lines_spanned(block, (BLOCK_HEADER_BYTES + data.len()) as u64);
+            }
         }
         let node = self.hwcc.alloc_node().expect("make_room reserved the node");
         let mut word = MetaWord(0).with_block_offset(block).with_lock_of(lock).with_only_host_valid(self.me);
+        let block_len = BLOCK_HEADER_BYTES as u64 + self.row_bytes(table) as u64;
         if current && self.config.swcc == SwccProtocol::NoSwcc {
             // Hardware coherence kept other hosts' copies of the unchanged block valid.
             word = MetaWord(word.0 | self.partition.table(table).row(row).retained_valid_hosts);
+        } else {
+            let kind = if current { TraceKind::Reset } else { TraceKind::Write };
+            self.model_event(block, kind, block_len);
         }
         self.index.link(self.region, self.me, node, NewCat { table, key, word, pins })?;
         // The latch CAS on the new node, and the bucket head line the link rewrites.
@@ -461,8 +473,9 @@ impl Host {
     fn evict_latched(&mut self, entry: ClockEntry, latched: &mut Latched<'_>) {
         let mut word = latched.value;
         let key = self.partition.table(entry.table).row(entry.row).key;
+        let len = (BLOCK_HEADER_BYTES + self.row_bytes(entry.table)) as u64;
+        self.model_read(word.block_offset(), len);
         if word.flag(MetaWord::MODIFIED) {
-            let len = (BLOCK_HEADER_BYTES + self.row_bytes(entry.table)) as u64;
             self.swcc_before_read(&mut word, len);
             let (tid, value) = self.load_block(entry.node, entry.table);
             let stored = self.partition.table_mut(entry.table).row_mut(entry.row);

@@ -16,11 +16,14 @@
 //! read + 1, the worker's last TID + 1), so versions of a key strictly increase; a transaction
 //! never touches more than [`ACCESSES_MAX`] tuples.
 
+use crate::coherence::lines_spanned;
+use crate::coherence::SwccProtocol;
 use crate::config::{InjectedFault, Protocol};
 use crate::error::PodError;
 use crate::host::Host;
 use crate::partition::{row_flags, IntMap, RowId, TableId, SUPREMUM_KEY};
 use crate::region::Off;
+use crate::staleness::{event_time, read_time, TraceKind, TraceRecord};
 use crate::word::{CatNode, Latched, LocalLock, MetaWord};
 
 /// Most tuples one transaction may touch (TPC-C StockLevel reads ~400).
@@ -575,7 +578,7 @@ impl Host {
             WriteThrough | NoSharedReader | NoSwcc => {
                 self.counters.swcc_misses += 1;
                 if !skip {
-                    self.swcc.invalidate(self.region, block, len);
+                    self.swcc.invalidate_block(self.region, block, len);
                 }
                 *word = if self.config.swcc != NoSharedReader {
                     word.with_host_valid(self.me)
@@ -586,7 +589,7 @@ impl Host {
             NonTemporal => {
                 self.counters.swcc_misses += 1;
                 if !skip {
-                    self.swcc.invalidate(self.region, block, len);
+                    self.swcc.invalidate_block(self.region, block, len);
                 }
             }
         }
@@ -601,11 +604,47 @@ impl Host {
         let skip = self.config.fault == Some(InjectedFault::SkipWriterWriteback);
         match self.config.swcc {
             WriteThrough | NoSharedReader | NoSwcc => *word = word.with_only_host_valid(self.me),
-            NonTemporal if !skip => self.swcc.invalidate(self.region, block, len),
+            NonTemporal if !skip => self.swcc.invalidate_block(self.region, block, len),
             NonTemporal => {}
         }
         if !skip {
             self.swcc.fence();
+        }
+        self.model_event(block, TraceKind::Write, len);
+    }
+
+    /// Latency model: this host reads the CAT block at `block` (`len` bytes) now — a remote
+    /// reader before every read, the owner before every lock (it re-reads only after a foreign
+    /// write). Traced; the launcher judges staleness in logical time ([`crate::staleness`]).
+    pub(crate) fn model_read(&mut self, block: u64, len: u64) {
+        let slice = self.layout.swcc_slice(self.me);
+        let owner = slice <= block && block < slice + self.layout.swcc_per_host;
+        let kind = if self.config.swcc == SwccProtocol::NonTemporal && !owner {
+            TraceKind::ReadAlwaysFetches
+        } else {
+            TraceKind::Read
+        };
+        self.trace(TraceRecord {
+            block,
+            time: read_time(self.counters.attempts),
+            kind,
+            lines: lines_spanned(block, len),
+        });
+    }
+
+    /// Latency model: this host cleared other hosts' copies of `block` now (`Write` or `Reset`).
+    pub(crate) fn model_event(&mut self, block: u64, kind: TraceKind, len: u64) {
+        self.trace(TraceRecord {
+            block,
+            time: event_time(self.counters.attempts),
+            kind,
+            lines: lines_spanned(block, len),
+        });
+    }
+
+    fn trace(&mut self, record: TraceRecord) {
+        if self.config.protocol == Protocol::Tigon {
+            crate::staleness::append(self.region, &self.layout, self.me, record);
         }
     }
 
