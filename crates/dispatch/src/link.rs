@@ -40,7 +40,9 @@ pub enum Delivery {
 /// One control frame.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Control<'a> {
-    /// Dispatcher → agent, before a request.
+    /// Dispatcher → agent, before a request. `Relay` and `OnDemand` stand for every later
+    /// request on the link too, until the next `Request` (so a hybrid dispatcher's small
+    /// requests carry no frame: only a change of mode does); `Direct` is for this request only.
     Request { delivery: Delivery, threshold: u64 },
     /// Dispatcher → agent: the exported client connection (see [`crate::handover`]).
     Socket(&'a [u8]),

@@ -8,6 +8,8 @@
 //!              ─► rest of the answer ─► client
 //!  Direct    : (hold the answer) ─► Socket ─► import ─► Imported ─► Steered ─► answer ─► client
 //!  (OnDemand, Direct) StaysHome instead of Socket: the client is closing ─► relay the answer
+//!  Relay and OnDemand stand until the next Request frame (a hybrid's small requests carry
+//!  none); Direct, and anything after a request's first answer, holds for that request only.
 //!  hand-back : after ReadyForQuery: client acknowledged all? client's next request here (or
 //!              handback_wait_ms passed)? ─► ReturnReady ─► Blocked{segments} ─► socket has
 //!              received that many (bounded wait) ─► export, silent close
@@ -51,8 +53,15 @@ pub struct LinkSession<'a> {
     /// Bytes from PostgreSQL.
     up: Buffer,
     up_scanner: Scanner,
+    /// How the current answer goes, and the size that starts an on-demand hand-over.
     delivery: Delivery,
     threshold: u64,
+    /// What `delivery` and `threshold` return to once a request is answered (see
+    /// [`Control::Request`]).
+    standing: (Delivery, u64),
+    /// Queries and Syncs forwarded to PostgreSQL and not yet answered by ReadyForQuery: a
+    /// request with several answers hands over only in its first, as the dispatcher expects.
+    open_requests: u32,
     /// Answer bytes of the current request written so far (to the link and to the client).
     answer_bytes: u64,
     /// The handed-over client connection while this agent owns it.
@@ -78,6 +87,8 @@ impl<'a> LinkSession<'a> {
             up_scanner: Scanner::new(),
             delivery: Delivery::Relay,
             threshold: u64::MAX,
+            standing: (Delivery::Relay, u64::MAX),
+            open_requests: 0,
             answer_bytes: 0,
             client: None,
             client_segments_base: 0,
@@ -147,8 +158,15 @@ impl<'a> LinkSession<'a> {
                     }
                 }
                 match self.down_scanner.next(pending, self.down.capacity(), DEFAULT_MESSAGE_SIZE_MAX)? {
-                    Step::Message(header) => forward += header.frame_len(),
-                    Step::LargeStart { chunk_len, .. } | Step::Continuation { chunk_len, .. } => forward += chunk_len,
+                    Step::Message(header) => {
+                        self.open_requests += u32::from(matches!(header.tag, b'Q' | b'S'));
+                        forward += header.frame_len();
+                    }
+                    Step::LargeStart { header, chunk_len } => {
+                        self.open_requests += u32::from(header.tag == b'Q');
+                        forward += chunk_len;
+                    }
+                    Step::Continuation { chunk_len, .. } => forward += chunk_len,
                     Step::NeedMore => break,
                 }
             }
@@ -176,6 +194,9 @@ impl<'a> LinkSession<'a> {
     async fn on_control(&mut self, body: &[u8]) -> Result<()> {
         match Control::decode(body)? {
             Control::Request { delivery, threshold } => {
+                if delivery != Delivery::Direct {
+                    self.standing = (delivery, threshold);
+                }
                 self.delivery = delivery;
                 self.threshold = threshold;
                 self.answer_bytes = 0;
@@ -281,7 +302,11 @@ impl<'a> LinkSession<'a> {
             if self.client.is_some() {
                 self.hand_back(status).await?;
             }
-            self.delivery = Delivery::Relay;
+            self.open_requests = self.open_requests.saturating_sub(1);
+            match self.open_requests {
+                0 => (self.delivery, self.threshold) = self.standing,
+                _ => self.delivery = Delivery::Relay,
+            }
             self.answer_bytes = 0;
         }
         Ok(())

@@ -14,6 +14,7 @@ use tokio::net::{TcpSocket, TcpStream};
 use crate::buffer::{Buffer, BufferIo};
 use crate::config::BackendSpec;
 use crate::error::{DispatchError, Result};
+use crate::link::Delivery;
 use crate::pglogin::{Login, LoginRequest, LoginStep, Welcome};
 
 /// Bytes of a link's read buffer; answers stream through it.
@@ -47,6 +48,9 @@ pub struct Link {
     pub welcome: Welcome,
     /// Hash of the session settings this link's server has applied (0 = none).
     pub settings_applied: u64,
+    /// The delivery (Relay or OnDemand) and threshold the agent applies to a request that
+    /// comes without a `Request` frame.
+    pub standing: (Delivery, u64),
     key: PoolKey,
 }
 
@@ -129,6 +133,7 @@ impl BackendState {
             backend: self.id,
             welcome: Welcome::default(),
             settings_applied: 0,
+            standing: (Delivery::Relay, u64::MAX),
             key,
         };
         let (mut login, startup) = Login::start(request);

@@ -551,8 +551,8 @@ impl Session {
         plan: &Plan,
     ) -> Result<Answer> {
         let mut out = Vec::with_capacity(request.len + 16);
-        if plan.delivery != Delivery::Relay {
-            Control::Request { delivery: plan.delivery, threshold: plan.threshold }.encode(&mut out);
+        if let Some(control) = request_frame(&mut link.standing, plan.delivery, plan.threshold) {
+            control.encode(&mut out);
         }
         out.extend_from_slice(&self.client.buffer.pending()[..request.len]);
         link.stream.write_all(&out).await.map_err(|e| DispatchError::io("sending a request to the agent", e))?;
@@ -622,6 +622,20 @@ impl Session {
             self.shared.remember_bytes(fingerprint, answer_bytes);
         }
     }
+}
+
+/// The `Request` frame a request needs on a link whose agent applies `standing` to requests
+/// without one: always for a hand-over, else only when the plan differs from `standing` (and
+/// then becomes it).
+fn request_frame(standing: &mut (Delivery, u64), delivery: Delivery, threshold: u64) -> Option<Control<'static>> {
+    let wanted = (delivery, if delivery == Delivery::Relay { u64::MAX } else { threshold });
+    if delivery != Delivery::Direct {
+        if *standing == wanted {
+            return None;
+        }
+        *standing = wanted;
+    }
+    Some(Control::Request { delivery: wanted.0, threshold: wanted.1 })
 }
 
 /// Whether a request ran, or may be retried on another backend.
@@ -821,5 +835,29 @@ fn parse_request(pending: &[u8]) -> Result<Option<Request>> {
                 )))
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Goal: a hybrid's small requests carry no Request frame once the agent stands in
+    // OnDemand, a hand-over always carries one without changing the standing mode, and a
+    // change of mode or threshold is announced; method: a sequence of plans on one link.
+    #[test]
+    fn request_frames_only_announce_changes() {
+        let mut standing = (Delivery::Relay, u64::MAX);
+        assert_eq!(request_frame(&mut standing, Delivery::Relay, 100), None, "a new link already relays");
+        let on_demand = Some(Control::Request { delivery: Delivery::OnDemand, threshold: 100 });
+        assert_eq!(request_frame(&mut standing, Delivery::OnDemand, 100), on_demand);
+        assert_eq!(request_frame(&mut standing, Delivery::OnDemand, 100), None);
+        let direct = Some(Control::Request { delivery: Delivery::Direct, threshold: 100 });
+        assert_eq!(request_frame(&mut standing, Delivery::Direct, 100), direct);
+        assert_eq!(standing, (Delivery::OnDemand, 100), "a hand-over is for one request only");
+        assert!(request_frame(&mut standing, Delivery::OnDemand, 200).is_some(), "a new threshold is announced");
+        let relay = Some(Control::Request { delivery: Delivery::Relay, threshold: u64::MAX });
+        assert_eq!(request_frame(&mut standing, Delivery::Relay, 200), relay);
+        assert_eq!(request_frame(&mut standing, Delivery::Relay, 200), None);
     }
 }
