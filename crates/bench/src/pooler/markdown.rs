@@ -25,6 +25,7 @@ pub fn workload_tables(results: &Results) -> String {
     for &workload in &results.workloads {
         out.push_str(&main_table(results, workload));
         out.push_str(&sanity_table(results, workload));
+        out.push_str(&repetition_table(results, workload));
     }
     out
 }
@@ -182,6 +183,46 @@ fn sanity_table(results: &Results, workload: Workload) -> String {
     text
 }
 
+/// Each ratio pair's TPS ratio round by round (the contenders of a round run back to back), so
+/// a reader sees how far a median ratio is from run-to-run noise. Empty with one repetition.
+fn repetition_table(results: &Results, workload: Workload) -> String {
+    let pairs = ratio_pairs(results);
+    if results.settings.repetitions < 2 || pairs.is_empty() {
+        return String::new();
+    }
+    let mut text = format!("TPS ratios of {} round by round:\n\n| clients |", workload.name());
+    for (subject, peer) in &pairs {
+        let _ = write!(text, " {} ÷ {} |", subject.label(), peer.label());
+    }
+    text.push_str("\n|---:|");
+    text.push_str(&"---|".repeat(pairs.len()));
+    text.push('\n');
+    for &clients in &results.clients {
+        let _ = write!(text, "| {} |", thousands(f64::from(clients)));
+        for &(subject, peer) in &pairs {
+            let rounds: Vec<String> = (0..results.settings.repetitions)
+                .map(|round| {
+                    let tps = |contender| {
+                        results
+                            .runs
+                            .iter()
+                            .find(|run| {
+                                (run.workload, run.clients, run.contender, run.repetition)
+                                    == (workload, clients, contender, round)
+                            })?
+                            .tps
+                    };
+                    times(crate::pooler::report::divide(tps(subject), tps(peer)))
+                })
+                .collect();
+            let _ = write!(text, " {} |", rounds.join(" · "));
+        }
+        text.push('\n');
+    }
+    text.push('\n');
+    text
+}
+
 /// Every failed run with its full error.
 pub fn errors(results: &Results) -> String {
     let failed: Vec<_> = results.runs.iter().filter(|run| run.error.is_some()).collect();
@@ -287,6 +328,25 @@ mod tests {
         assert!(row_1000.ends_with("| 1.50× / 0.50× / 0.50× / 0.67× | — / — / — / — |"), "{row_1000}");
         assert!(text.contains("## Errors\n\n- PgBouncer ×2 select1 clients=1000 rep=1: pgbench exited"));
         assert!(text.contains("L 1.00 · 0 failed · pooler — · pgbench 11.9 (25%) · connect"), "{text}");
+    }
+
+    // Goal: each round's TPS ratio is shown next to the median; method: two rounds, one pair.
+    #[test]
+    fn shows_ratios_round_by_round() {
+        let mut second = run(Workload::Select1, 50, Contender::Bypass, 18_000.0, 2.0);
+        second.repetition = 1;
+        let mut peer_second = run(Workload::Select1, 50, Contender::Pgbouncer, 20_000.0, 4.0);
+        peer_second.repetition = 1;
+        let mut sample = results(vec![
+            run(Workload::Select1, 50, Contender::Pgbouncer, 20_000.0, 4.0),
+            run(Workload::Select1, 50, Contender::Bypass, 30_000.0, 2.0),
+            peer_second,
+            second,
+        ]);
+        sample.settings.repetitions = 2;
+        let text = render(&sample);
+        assert!(text.contains("TPS ratios of select1 round by round"), "{text}");
+        assert!(text.contains("| 50 | 1.50× · 0.90× |"), "{text}");
     }
 
     // Goal: thousands separators are placed right; method: a few magnitudes.
