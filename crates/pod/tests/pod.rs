@@ -2,8 +2,9 @@
 
 mod common;
 
-use bypass_pod::coherence::CoherenceBackend;
+use bypass_pod::coherence::{CoherenceBackend, SwccProtocol};
 use bypass_pod::error::PodError;
+use bypass_pod::workload::WorkloadConfig;
 use bypass_pod::{Pod, PodConfig, Protocol};
 use common::*;
 
@@ -52,6 +53,54 @@ fn small_budget_forces_clock_move_outs_and_stays_correct() {
     for host in &report.per_host {
         assert!(host.hwcc_peak_bytes <= config.hwcc_budget_per_host(), "peak {} over budget", host.hwcc_peak_bytes);
     }
+}
+
+#[test]
+fn requester_searches_the_owners_index_again_after_a_migration() {
+    // Goal: like Tigon's requester (`get_migrated_row` on DATA_MIGRATION_RESPONSE), ours reaches a
+    // tuple it had moved in through the owner's CXL index, so a migration reads a missed search,
+    // the owner's link and a second search. Method: a budget that holds every key (no move-outs)
+    // and far more buckets than keys (chains of at most about one node): an index hit reads at
+    // least 2 lines (bucket, node), a migration at least 1 + 1 + 2.
+    let _pod = exclusive();
+    let mut config = small(ycsb(100, 50, 100), Protocol::Tigon);
+    config.warmup_ms = 0;
+    config.index_buckets_per_host = 1 << 14;
+    let report = Pod::run(config).expect("run");
+    assert_ycsb(&report);
+    let total = &report.total;
+    assert_eq!(total.moves_out, 0, "the budget holds every key");
+    assert!(total.remote_messages > 20, "too few migrations to tell: {total:?}");
+    let floor = 2 * total.remote_index_hits + 4 * total.remote_messages;
+    assert!(total.hwcc_lines_read >= floor, "{} HWcc lines, floor {floor}: {total:?}", total.hwcc_lines_read);
+}
+
+#[test]
+fn no_swcc_frees_blocks_at_move_out_and_writes_a_fresh_one_at_every_move_in() {
+    // Goal: under NoSWcc all CXL data is hardware-coherent memory charged to the budget, so — as in
+    // Tigon, whose move-out frees the block when SWcc is off — no block outlives its CAT, and every
+    // move-in writes its row into a fresh block. Method: read-heavy YCSB across hosts, 1000-byte
+    // rows (16-line blocks), a budget for ~40 CATs per host: blocks in use never exceed the budget,
+    // and at least a whole block is written per move-in (reads and messages write far fewer).
+    let _pod = exclusive();
+    let mut workload = ycsb(400, 95, 100);
+    if let WorkloadConfig::Ycsb(ycsb) = &mut workload {
+        ycsb.value_bytes = 1000;
+    }
+    let mut config = small(workload, Protocol::Tigon);
+    config.swcc = SwccProtocol::NoSwcc;
+    config.index_buckets_per_host = 64;
+    config.hwcc_budget_bytes = 2 * (64 * 8 + 40 * (32 + 1024));
+    let report = Pod::run(config.clone()).expect("run");
+    assert_ycsb(&report);
+    let total = &report.total;
+    assert!(total.moves_out > 100, "moves out: {}", total.moves_out);
+    for host in &report.per_host {
+        let (peak, budget) = (host.swcc_peak_bytes, config.hwcc_budget_per_host());
+        assert!(peak <= budget, "{peak} bytes of blocks outlive the HWcc budget of {budget}");
+    }
+    let floor = 16 * total.moves_in;
+    assert!(total.coherent_written_lines >= floor, "{} lines written, floor {floor}", total.coherent_written_lines);
 }
 
 #[test]
