@@ -131,6 +131,9 @@ counters! {
     remote_index_hits,
     /// Remote accesses that needed a message (migration request or baseline read/lock).
     remote_messages,
+    /// Searches of another host's CXL index: one per remote point access, and one more after
+    /// each migration reply (Tigon's requester finds the moved-in tuple through the index too).
+    remote_index_searches,
     /// Inserts into another host's partition that committed (Tigon-style, through a CAT).
     remote_inserts,
     /// Deletes of another host's rows that committed (Tigon-style, handed to the owner).

@@ -90,8 +90,7 @@ impl Host {
     ) -> TxnResult<Option<usize>> {
         self.counters.remote_accesses += 1;
         let want = want.max(LockMode::Read);
-        let lookup = self.index.lookup(self.region, owner, table, key);
-        self.counters.hwcc_lines_read += u64::from(lookup.steps);
+        let lookup = self.search_remote_index(owner, table, key);
         let mut locked = None;
         if let Some(node) = lookup.node {
             match self.pin_and_lock(node, table, key, want, false)? {
@@ -135,9 +134,16 @@ impl Host {
     /// reply's node is used: the search was still made and is counted.
     fn migrate_and_find(&mut self, owner: usize, table: TableId, key: u64) -> TxnResult<Option<Off<CatNode>>> {
         let Some(moved) = self.migrate(owner, table, key)? else { return Ok(None) };
-        let lookup = self.index.lookup(self.region, owner, table, key);
-        self.counters.hwcc_lines_read += u64::from(lookup.steps);
+        self.search_remote_index(owner, table, key);
         Ok(Some(moved))
+    }
+
+    /// A lock-free search of `owner`'s CXL index, counted with the HWcc lines it read.
+    fn search_remote_index(&mut self, owner: usize, table: TableId, key: u64) -> crate::cxl_index::Lookup {
+        let lookup = self.index.lookup(self.region, owner, table, key);
+        self.counters.remote_index_searches += 1;
+        self.counters.hwcc_lines_read += u64::from(lookup.steps);
+        lookup
     }
 
     /// Asks the owner to move the tuple in; the node comes back pinned for us.
