@@ -8,7 +8,8 @@
 //!  commit (A): TID, redo records for every change (also B's tuples!), apply: DRAM rows and CXL
 //!    blocks directly; latch: SWcc after_write (write back, clear others' bits), MODIFIED, unlock, unpin
 //!  move-out (B, CLOCK second chance, never a pinned node): lock state + modified data back to
-//!    DRAM, unlink, free the node (word = 0), keep the block for the next move-in
+//!    DRAM, unlink, free the node (word = 0), keep the block for the next move-in (NoSWcc: free
+//!    it too, as Tigon does when all CXL data is hardware-coherent and charged to the budget)
 //!
 //!  SWcc block: [ TID u64 | length u32 | flags u32 | row bytes … ]  (line-aligned, whole lines;
 //!              a write stores and writes back only the TID line and the lines it changes)
