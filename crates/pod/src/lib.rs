@@ -59,6 +59,12 @@
 //!   keeps the next/prev-key bits of the word true on move-in, move-out, insert and delete. The
 //!   baselines scan, insert and delete only in their own partition (typed error otherwise).
 //! - The OCC baseline is Silo-style distributed OCC (lock, validate, 2PC), not Sundial: no leases.
+//! - The CXL index is a bucketed hash table ([`cxl_index`]) for every table; Tigon's YCSB table
+//!   and TPC-C CUSTOMER/STOCK use an OLC B+tree in CXL (4 KB pages), whose searches, inserts and
+//!   removes touch more HWcc lines than a bucket and a chain node.
+//! - Under NoSWcc every move-in copies the row into its fresh block. Tigon's code allocates the
+//!   fresh block too but skips the copy when the DRAM row is unchanged since its last move-out
+//!   (`enable_migration_optimization`), which leaves the block's previous bytes in place.
 
 pub mod alloc;
 pub mod baseline;

@@ -57,9 +57,6 @@ pub struct LocalRow {
     pub shortcut: Off<CatNode>,
     /// SWcc block kept after move-out (0 = none), reused on the next move-in.
     pub retained_block: u64,
-    /// NoSWcc only: the word's host-valid bits at move-out — the hosts whose (hardware-coherent)
-    /// cached copy of the retained block is still current if it comes back unchanged.
-    pub retained_valid_hosts: u64,
     pub data: Box<[u8]>,
 }
 
@@ -132,15 +129,8 @@ impl LocalTable {
     /// Adds a row; the key must be absent.
     pub fn insert(&mut self, key: u64, data: Box<[u8]>, tid: u64) -> RowId {
         assert_eq!(data.len(), self.spec.row_bytes, "row size of table {}", self.spec.name);
-        let row = LocalRow {
-            key,
-            lock: LocalLock::unlocked(tid),
-            flags: 0,
-            shortcut: Off::NULL,
-            retained_block: 0,
-            retained_valid_hosts: 0,
-            data,
-        };
+        let row =
+            LocalRow { key, lock: LocalLock::unlocked(tid), flags: 0, shortcut: Off::NULL, retained_block: 0, data };
         let id = match self.free.pop() {
             Some(id) => {
                 self.rows[id as usize] = row;
@@ -166,7 +156,6 @@ impl LocalTable {
             flags: 0,
             shortcut: Off::NULL,
             retained_block: 0,
-            retained_valid_hosts: 0,
             data: Box::new([]),
         };
         Some(std::mem::replace(&mut self.rows[id as usize], placeholder))

@@ -131,6 +131,9 @@ counters! {
     remote_index_hits,
     /// Remote accesses that needed a message (migration request or baseline read/lock).
     remote_messages,
+    /// Searches of another host's CXL index: one per remote point access, and one more after
+    /// each migration reply (Tigon's requester finds the moved-in tuple through the index too).
+    remote_index_searches,
     /// Inserts into another host's partition that committed (Tigon-style, through a CAT).
     remote_inserts,
     /// Deletes of another host's rows that committed (Tigon-style, handed to the owner).
@@ -156,9 +159,11 @@ counters! {
     /// Tuple-block lines whose cached copy was stale in logical time ([`crate::staleness`]):
     /// what the model prices instead of `block_fetched_lines`, independent of time-slicing.
     model_stale_lines,
-    /// Lines written back (or, under NoSWcc, carried coherently) by a row's first move-in into
-    /// a fresh block. Like a compulsory miss it amortises to nothing in a long run, but how many
-    /// fall in a short window depends on how far the machine got in the warm-up: not priced.
+    /// Lines written back by a row's first move-in into a fresh block under an SWcc protocol,
+    /// where every later move-in reuses the block. Like a compulsory miss it amortises to nothing
+    /// in a long run, but how many fall in a short window depends on how far the machine got in
+    /// the warm-up: not priced. (Under NoSWcc every move-in fills a fresh block, as in Tigon, so
+    /// none is compulsory and all are priced.)
     first_move_in_written_lines,
     /// Σ s² over this host's busy segments s (modelled work between two points where it polls
     /// its inbox), in ns·µs: the length-biased wait a request sees ([`LatencyTable::modelled_tps`]).

@@ -8,7 +8,8 @@
 //!  commit (A): TID, redo records for every change (also B's tuples!), apply: DRAM rows and CXL
 //!    blocks directly; latch: SWcc after_write (write back, clear others' bits), MODIFIED, unlock, unpin
 //!  move-out (B, CLOCK second chance, never a pinned node): lock state + modified data back to
-//!    DRAM, unlink, free the node (word = 0), keep the block for the next move-in
+//!    DRAM, unlink, free the node (word = 0), keep the block for the next move-in (NoSWcc: free
+//!    it too, as Tigon does when all CXL data is hardware-coherent and charged to the budget)
 //!
 //!  SWcc block: [ TID u64 | length u32 | flags u32 | row bytes … ]  (line-aligned, whole lines;
 //!              a write stores and writes back only the TID line and the lines it changes)
@@ -90,8 +91,7 @@ impl Host {
     ) -> TxnResult<Option<usize>> {
         self.counters.remote_accesses += 1;
         let want = want.max(LockMode::Read);
-        let lookup = self.index.lookup(self.region, owner, table, key);
-        self.counters.hwcc_lines_read += u64::from(lookup.steps);
+        let lookup = self.search_remote_index(owner, table, key);
         let mut locked = None;
         if let Some(node) = lookup.node {
             match self.pin_and_lock(node, table, key, want, false)? {
@@ -105,7 +105,7 @@ impl Host {
                 self.counters.remote_index_hits += 1;
                 node
             }
-            None => match self.migrate(owner, table, key)? {
+            None => match self.migrate_and_find(owner, table, key)? {
                 Some(node) => match self.pin_and_lock(node, table, key, want, true)? {
                     Pinned::Locked => node,
                     Pinned::Conflict => return abort(Abort::Conflict),
@@ -125,6 +125,26 @@ impl Host {
             change: Change::None,
         };
         Ok(Some(txn.push(access, Some(&value))?))
+    }
+
+    /// Asks the owner to move the tuple in, then searches the owner's CXL index for it as Tigon's
+    /// requester does (`data_migration_response_handler` → `get_migrated_row`): a second index
+    /// search, over lines the owner's link just rewrote. The node comes back pinned for us and
+    /// named in the reply, so the search normally finds it; a concurrent unlink and reuse can
+    /// send a lock-free search down another chain (see [`crate::cxl_index`]), and then the
+    /// reply's node is used: the search was still made and is counted.
+    fn migrate_and_find(&mut self, owner: usize, table: TableId, key: u64) -> TxnResult<Option<Off<CatNode>>> {
+        let Some(moved) = self.migrate(owner, table, key)? else { return Ok(None) };
+        self.search_remote_index(owner, table, key);
+        Ok(Some(moved))
+    }
+
+    /// A lock-free search of `owner`'s CXL index, counted with the HWcc lines it read.
+    fn search_remote_index(&mut self, owner: usize, table: TableId, key: u64) -> crate::cxl_index::Lookup {
+        let lookup = self.index.lookup(self.region, owner, table, key);
+        self.counters.remote_index_searches += 1;
+        self.counters.hwcc_lines_read += u64::from(lookup.steps);
+        lookup
     }
 
     /// Asks the owner to move the tuple in; the node comes back pinned for us.
@@ -374,6 +394,9 @@ impl Host {
     }
 
     /// Moves an owned row into CXL with `pins` pins; `None` if no room even after eviction.
+    /// Like Tigon's `move_from_partition_to_shared_region`: block (a retained one under SWcc, a
+    /// fresh one under NoSWcc), data copied unless the retained block is current, node linked
+    /// into the CXL index, shortcut set.
     pub(crate) fn move_in(&mut self, table: TableId, row: RowId, pins: u32) -> Result<Option<Off<CatNode>>> {
         let bytes = block_bytes(self.row_bytes(table));
         let data_charge = if self.config.swcc == SwccProtocol::NoSwcc { bytes } else { 0 };
@@ -393,27 +416,23 @@ impl Host {
             block => (block, !stored.is(row_flags::MODIFIED_SINCE_MOVED_OUT)),
         };
         assert!(self.hwcc.charge_data(data_charge), "make_room reserved the data bytes");
-        let (key, lock, data, fresh) = (stored.key, stored.lock, stored.data.clone(), stored.retained_block == 0);
+        let (key, lock, data) = (stored.key, stored.lock, stored.data.clone());
+        // Under SWcc a row's first move-in fills the block later ones reuse: a compulsory cost
+        // (`Counters::first_move_in_written_lines`). Under NoSWcc every move-in fills a fresh
+        // block, so the first one is what each later one costs too, and is priced.
+        let compulsory = stored.retained_block == 0 && self.config.swcc != SwccProtocol::NoSwcc;
+        let block_len = BLOCK_HEADER_BYTES as u64 + self.row_bytes(table) as u64;
         if !current {
             self.store_block(block, lock.tid(), &data);
-            self.swcc.writeback(self.region, block, (BLOCK_HEADER_BYTES + data.len()) as u64);
+            self.swcc.writeback(self.region, block, block_len);
             self.swcc.fence();
-            if fresh {
-                // A row's first move-in: see `Counters::first_move_in_written_lines`.
-                self.counters.first_move_in_written_lines +=
-                    lines_spanned(block, (BLOCK_HEADER_BYTES + data.len()) as u64);
+            if compulsory {
+                self.counters.first_move_in_written_lines += lines_spanned(block, block_len);
             }
         }
         let node = self.hwcc.alloc_node().expect("make_room reserved the node");
-        let mut word = MetaWord(0).with_block_offset(block).with_lock_of(lock).with_only_host_valid(self.me);
-        let block_len = BLOCK_HEADER_BYTES as u64 + self.row_bytes(table) as u64;
-        if current && self.config.swcc == SwccProtocol::NoSwcc {
-            // Hardware coherence kept other hosts' copies of the unchanged block valid.
-            word = MetaWord(word.0 | self.partition.table(table).row(row).retained_valid_hosts);
-        } else {
-            let kind = if current { TraceKind::Reset } else { TraceKind::Write };
-            self.model_event(block, kind, block_len);
-        }
+        let word = MetaWord(0).with_block_offset(block).with_lock_of(lock).with_only_host_valid(self.me);
+        self.model_event(block, if current { TraceKind::Reset } else { TraceKind::Write }, block_len);
         self.index.link(self.region, self.me, node, NewCat { table, key, word, pins })?;
         // The latch CAS on the new node, and the bucket head line the link rewrites.
         self.counters.owner_atomics += 1;
@@ -486,13 +505,18 @@ impl Host {
         stored.lock = stored.lock.with_lock_of(word);
         stored.set(row_flags::MIGRATED, false);
         stored.shortcut = Off::NULL;
-        stored.retained_valid_hosts = word.0 & MetaWord::HOST_VALID_MASK;
         let lines = self.index.unlink(self.region, self.me, entry.node, entry.table, key);
         self.counters.hwcc_lines_read += u64::from(lines.expect("an owned CAT is in its owner's index"));
         latched.value = MetaWord(0);
         self.hwcc.free_node(entry.node);
         if self.config.swcc == SwccProtocol::NoSwcc {
-            self.hwcc.refund_data(block_bytes(self.row_bytes(entry.table)));
+            // Tigon keeps the block as a cache only under SWcc (`move_from_*_to_partition`
+            // frees it when `enable_scc` is off, and the next move-in allocates a fresh one), so
+            // under NoSWcc every move-in rewrites a block and its readers fetch it anew.
+            let bytes = block_bytes(self.row_bytes(entry.table));
+            self.hwcc.refund_data(bytes);
+            self.blocks.free(word.block_offset(), bytes);
+            self.partition.table_mut(entry.table).row_mut(entry.row).retained_block = 0;
         }
         self.counters.moves_out += 1;
         self.shared().hwcc_used_bytes.store(self.hwcc.used_bytes(), Ordering::Relaxed);

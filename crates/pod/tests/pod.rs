@@ -2,8 +2,9 @@
 
 mod common;
 
-use bypass_pod::coherence::CoherenceBackend;
+use bypass_pod::coherence::{CoherenceBackend, SwccProtocol};
 use bypass_pod::error::PodError;
+use bypass_pod::workload::WorkloadConfig;
 use bypass_pod::{Pod, PodConfig, Protocol};
 use common::*;
 
@@ -52,6 +53,53 @@ fn small_budget_forces_clock_move_outs_and_stays_correct() {
     for host in &report.per_host {
         assert!(host.hwcc_peak_bytes <= config.hwcc_budget_per_host(), "peak {} over budget", host.hwcc_peak_bytes);
     }
+}
+
+#[test]
+fn requester_searches_the_owners_index_again_after_a_migration() {
+    // Goal: like Tigon's requester (`get_migrated_row` on DATA_MIGRATION_RESPONSE), ours reaches a
+    // tuple it had moved in through the owner's CXL index: every remote access searches the index
+    // once, and each migration once more, and those searches read HWcc lines. Method: YCSB 100%
+    // cross with moves in and out under a small budget; the searches are exactly accesses plus
+    // migrations, and each search reads at least the bucket line.
+    let _pod = exclusive();
+    let mut config = small(ycsb(400, 50, 100), Protocol::Tigon);
+    config.index_buckets_per_host = 64;
+    config.hwcc_budget_bytes = 2 * (64 * 8 + 40 * 32);
+    let report = Pod::run(config).expect("run");
+    assert_ycsb(&report);
+    let total = &report.total;
+    assert!(total.remote_messages > 100, "too few migrations to tell: {total:?}");
+    assert_eq!(total.remote_index_searches, total.remote_accesses + total.remote_messages, "{total:?}");
+    assert!(total.hwcc_lines_read >= total.remote_index_searches, "{total:?}");
+}
+
+#[test]
+fn no_swcc_frees_blocks_at_move_out_and_writes_a_fresh_one_at_every_move_in() {
+    // Goal: under NoSWcc all CXL data is hardware-coherent memory charged to the budget, so — as in
+    // Tigon, whose move-out frees the block when SWcc is off — no block outlives its CAT, and every
+    // move-in writes its row into a fresh block. Method: read-heavy YCSB across hosts, 1000-byte
+    // rows (16-line blocks), a budget for ~40 CATs per host: blocks in use never exceed the budget,
+    // and at least a whole block is written per move-in (reads and messages write far fewer).
+    let _pod = exclusive();
+    let mut workload = ycsb(400, 95, 100);
+    if let WorkloadConfig::Ycsb(ycsb) = &mut workload {
+        ycsb.value_bytes = 1000;
+    }
+    let mut config = small(workload, Protocol::Tigon);
+    config.swcc = SwccProtocol::NoSwcc;
+    config.index_buckets_per_host = 64;
+    config.hwcc_budget_bytes = 2 * (64 * 8 + 40 * (32 + 1024));
+    let report = Pod::run(config.clone()).expect("run");
+    assert_ycsb(&report);
+    let total = &report.total;
+    assert!(total.moves_out > 100, "moves out: {}", total.moves_out);
+    for host in &report.per_host {
+        let (peak, budget) = (host.swcc_peak_bytes, config.hwcc_budget_per_host());
+        assert!(peak <= budget, "{peak} bytes of blocks outlive the HWcc budget of {budget}");
+    }
+    let floor = 16 * total.moves_in;
+    assert!(total.coherent_written_lines >= floor, "{} lines written, floor {floor}", total.coherent_written_lines);
 }
 
 #[test]

@@ -154,9 +154,12 @@ fn model_notes_markdown(md: &mut String) {
          a pin (Tigon's `ref_cnt`) changes under the latch on the line the latch CAS already holds, so it is no second cross-host atomic; \
          a committed write to a CAT stores and writes back the TID line and the lines whose bytes changed, since a `clwb` of a clean line moves no data \
          (a TPC-C stock or customer update changes 1–2 of its 6–9 lines; a YCSB update rewrites the whole value, as YCSB's updates do); \
-         the owner pays for each migration it serves: the DRAM lookup and read of the row (as a baseline participant does) and the HWcc index lines its link and unlink touch; \
-         under NoSWcc a block that comes back unchanged keeps the host-valid bits it had at move-out, because hardware coherence keeps those copies valid \
-         (WriteThrough resets them, as Tigon's move-in does). DS2PL+ pays per remote transaction three round trips and six messages \
+         a migration is charged what Tigon's code does for it (`TwoPLPashaExecutor` / `TwoPLPashaMessage.h` / `TwoPLPashaHelper.h`): \
+         the requester's index search that misses, the request and reply, and a second search of the owner's index once the reply arrives (`get_migrated_row`) before it latches the tuple; \
+         the owner's DRAM lookup and read of the row (as a baseline participant does), the HWcc index lines its link and the forced move-out's unlink touch, and the latches; \
+         under WriteThrough the owner's retained block is reused (rewritten only if the DRAM row changed) and its move-in resets the host-valid bits, so readers re-fetch it; \
+         under NoSWcc the block is freed at move-out and every move-in fills a fresh one (Tigon's `enable_scc=0` path: all CXL data is HWcc memory charged to the budget), \
+         whose lines the owner writes and each reader fetches anew. DS2PL+ pays per remote transaction three round trips and six messages \
          (remote lock, prepare with the participant's log records, decision), OCC+ its lock, prepare-with-validation and decision rounds.\n"
     );
 }
@@ -384,7 +387,7 @@ impl Results {
              every host traces its reads, writes and move-ins of CAT blocks stamped with its own transaction count, and after the run the traces are merged by that count, \
              as if the hosts ran truly in parallel at equal rates (a core per host); a read is stale if another host wrote the block (or, for remote copies, reset its valid bits) \
              since this host last read it — Tigon's WriteThrough rule, and under NoSWcc a coherence miss. The rate of stale lines per read in the logical span all hosts cover \
-             is applied to each host's reads in its measured window. First touches (a host's first read of a block, a row's first move-in into a fresh block) are compulsory, \
+             is applied to each host's reads in its measured window. First touches (a host's first read of a block, under SWcc a row's first move-in into a fresh block) are compulsory, \
              not priced: they amortise in a long run like Tigon's 20 s ones, while how many fall in a short window depends on the machine's speed. \
              Counted this way the model does not depend on how the cores are time-sliced: YCSB 95/5 at 100% cross, both hosts pinned to one core, models within 3% of the normal run \
              (the events table shows the re-read lines in real order beside the modelled ones). YCSB: {} keys per host, 1000-byte values, 10 operations, zipfian. TPC-C: one warehouse per host ({}). \
