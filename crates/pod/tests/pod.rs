@@ -39,14 +39,20 @@ fn tigon_moves_tuples_in_and_reaches_them_without_messages() {
     assert_eq!(total.messages_sent, total.remote_messages * 2, "one request + one reply per migration");
 }
 
+/// YCSB, 400 keys, 100% cross, with HWcc room for ~40 CATs per host: CLOCK must move tuples out.
+fn tight_budget_ycsb() -> PodConfig {
+    let mut config = small(ycsb(400, 50, 100), Protocol::Tigon);
+    config.index_buckets_per_host = 64;
+    config.hwcc_budget_bytes = 2 * (64 * 8 + 40 * 32);
+    config
+}
+
 #[test]
 fn small_budget_forces_clock_move_outs_and_stays_correct() {
     // Goal: CLOCK moves tuples back out under a tight HWcc budget, never exceeding it, and the data
     // survives the round trips. Method: room for ~40 CATs per host, 400 keys, updates across hosts.
     let _pod = exclusive();
-    let mut config = small(ycsb(400, 50, 100), Protocol::Tigon);
-    config.index_buckets_per_host = 64;
-    config.hwcc_budget_bytes = 2 * (64 * 8 + 40 * 32);
+    let config = tight_budget_ycsb();
     let report = Pod::run(config.clone()).expect("run");
     assert_ycsb(&report);
     assert!(report.total.moves_out > 100, "moves out: {}", report.total.moves_out);
@@ -63,9 +69,7 @@ fn requester_searches_the_owners_index_again_after_a_migration() {
     // cross with moves in and out under a small budget; the searches are exactly accesses plus
     // migrations, and each search reads at least the bucket line.
     let _pod = exclusive();
-    let mut config = small(ycsb(400, 50, 100), Protocol::Tigon);
-    config.index_buckets_per_host = 64;
-    config.hwcc_budget_bytes = 2 * (64 * 8 + 40 * 32);
+    let config = tight_budget_ycsb();
     let report = Pod::run(config).expect("run");
     assert_ycsb(&report);
     let total = &report.total;
