@@ -55,6 +55,11 @@ impl CancelEntry {
         *self.route.lock().unwrap_or_else(|p| p.into_inner()) = route;
     }
 
+    /// Where the route lives, for a prefetch before the client's next transaction sets it.
+    pub fn route_line(&self) -> *const u8 {
+        std::ptr::from_ref(&self.route).cast()
+    }
+
     pub fn route(&self) -> Option<CancelRoute> {
         *self.route.lock().unwrap_or_else(|p| p.into_inner())
     }

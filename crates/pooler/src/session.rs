@@ -207,6 +207,7 @@ impl Session {
                 if !self.wait_for_request(client).await? {
                     return Ok(());
                 }
+                self.waiter.remember_lines([client.buffer.pending().as_ptr(), self.cancel.entry.route_line()]);
                 let server = self.acquire().await?;
                 self.link_with(server).await?;
             }
