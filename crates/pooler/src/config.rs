@@ -16,11 +16,12 @@ use crate::auth_file::AuthFile;
 pub const SOURCE: &str = include_str!("config.rs");
 
 /// `[pooler]` settings read at start only: a reload reports them as needing a restart.
-pub const RESTART_ONLY: [&str; 14] = [
+pub const RESTART_ONLY: [&str; 15] = [
     "listen_addr",
     "fast_path",
     "mirror_interface",
     "workers",
+    "pin_workers",
     "listen_backlog",
     "metrics_addr",
     "client_tls_sslmode",
@@ -113,6 +114,10 @@ pub struct PoolerSettings {
     /// Shards: threads with their own runtime and listener (`SO_REUSEPORT`); 0 = one per CPU.
     /// Default 0.
     pub workers: u32,
+    /// Pins shard `i`'s thread to the `i`-th CPU the process may run on (wrapping around). An
+    /// unpinned shard is pulled onto the CPU of whichever backend woke it and drags the backends
+    /// it wakes onto its own, leaving the other CPUs idle while it waits there. Default true.
+    pub pin_workers: bool,
     /// `listen()` backlog. Default 4096.
     pub listen_backlog: u32,
     /// Users allowed on the admin console (database `bypass`, alias `pgbouncer`): every command.
@@ -239,6 +244,7 @@ impl Default for PoolerSettings {
             message_size_max: bypass_wire::DEFAULT_MESSAGE_SIZE_MAX,
             max_prepared_statements: 200,
             workers: 0,
+            pin_workers: true,
             listen_backlog: 4096,
             admin_users: Vec::new(),
             stats_users: Vec::new(),

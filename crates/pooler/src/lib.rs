@@ -26,7 +26,7 @@
 //! - Every server connection is counted in its pool by a lease that frees the slot on drop, so no
 //!   error path can leak a slot.
 //! - Waiting clients are served first come, first served; a released server may go to a waiter of
-//!   its own core that joined shortly after the head (a quarter of the head's wait, 2–50 ms).
+//!   its own core that joined up to 50 ms after the head ([`pool::LOCAL_SLACK`]).
 //! - After login, relaying allocates nothing: each side owns one fixed buffer.
 //! - A mirrored client's shadow gets a byte-exact prefix of the client's stream or is closed,
 //!   and the client never waits on it ([`mirror`]).

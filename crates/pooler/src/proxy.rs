@@ -1,6 +1,8 @@
 //! The listener side: one shard per core, each a thread with a single-threaded tokio runtime and
 //! its own `SO_REUSEPORT` listener on the pooler's address, so the kernel spreads new clients
-//! across cores and a client's whole life (login, relay, queue) stays on one core. Shard 0 also
+//! across cores and a client's whole life (login, relay, queue) stays on one core, pinned to it
+//! (`pin_workers`): the scheduler would otherwise pull a shard onto the CPU of the backend that
+//! woke it, and the backends it wakes onto its own, leaving the other CPU idle. Shard 0 also
 //! keeps the pools in shape: the queue janitor (`query_wait_timeout`) every 100 ms, idle
 //! timeouts, lifetimes and `min_pool_size` every second.
 //!
@@ -148,6 +150,33 @@ impl RunningProxy {
     }
 }
 
+/// Pins the calling thread to the `index`-th CPU of those the process may use. Failure (a
+/// restricted container) only costs the benefit, so it is logged, not fatal.
+fn pin_to_cpu(index: usize) {
+    // SAFETY: cpu_set_t is plain data; both calls get its exact size and affect this thread only.
+    let result = unsafe {
+        let mut allowed: libc::cpu_set_t = std::mem::zeroed();
+        let size = std::mem::size_of::<libc::cpu_set_t>();
+        if libc::sched_getaffinity(0, size, &mut allowed) != 0 {
+            -1
+        } else {
+            let cpus: Vec<usize> =
+                (0..libc::CPU_SETSIZE as usize).filter(|&cpu| libc::CPU_ISSET(cpu, &allowed)).collect();
+            let mut one: libc::cpu_set_t = std::mem::zeroed();
+            match cpus.get(index % cpus.len().max(1)) {
+                Some(&cpu) => {
+                    libc::CPU_SET(cpu, &mut one);
+                    libc::sched_setaffinity(0, size, &one)
+                }
+                None => -1,
+            }
+        }
+    };
+    if result != 0 {
+        tracing::warn!(error = %std::io::Error::last_os_error(), shard = index, "cannot pin the shard's thread");
+    }
+}
+
 /// Serves until told to stop: SIGHUP reloads the configuration file (a bad file is reported and
 /// changes nothing), SIGTERM and `SHUTDOWN WAIT_FOR_SERVERS` stop after running transactions
 /// (up to `shutdown_timeout_ms`), SIGINT and `SHUTDOWN` stop at once.
@@ -196,6 +225,9 @@ type ShardListeners = (std::net::TcpListener, Option<std::net::TcpListener>);
 
 fn run_shard(index: usize, listeners: ShardListeners, shared: Arc<Shared>, stopped: oneshot::Receiver<()>) {
     let (listener, mut metrics_listener) = listeners;
+    if shared.live().settings.pin_workers {
+        pin_to_cpu(index);
+    }
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(error) => {

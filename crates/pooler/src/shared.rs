@@ -308,6 +308,7 @@ fn restart_only_changes(old: &PoolerSettings, new: &PoolerSettings) -> Vec<Strin
     };
     check("listen_addr", old.listen_addr != new.listen_addr);
     check("workers", old.workers != new.workers);
+    check("pin_workers", old.pin_workers != new.pin_workers);
     check("listen_backlog", old.listen_backlog != new.listen_backlog);
     check("metrics_addr", old.metrics_addr != new.metrics_addr);
     check("mirror_interface", old.mirror_interface != new.mirror_interface);

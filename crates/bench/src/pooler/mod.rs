@@ -299,8 +299,14 @@ pub fn run(args: PoolerBenchArgs, bypass_exe: &Path) -> Result<()> {
             workloads: args.workloads.clone(),
             clients: args.clients.clone(),
             contenders: args.contenders.clone(),
-            // Like against like: one pooler thread against one PgBouncer process, two against two.
-            ratio_pairs: vec![(Contender::Bypass, Contender::Pgbouncer), (Contender::Bypass2, Contender::Pgbouncer2)],
+            // Like against like: one pooler thread against one PgBouncer process, two against two;
+            // and Bypass as it runs by default here (one shard per core: two) against PgBouncer
+            // as it runs by default (one process).
+            ratio_pairs: vec![
+                (Contender::Bypass, Contender::Pgbouncer),
+                (Contender::Bypass2, Contender::Pgbouncer2),
+                (Contender::Bypass2, Contender::Pgbouncer),
+            ],
         };
         Results::new(&setup, matrix, postgres, bypass_exe, load_average)
     })
