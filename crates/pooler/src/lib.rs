@@ -26,7 +26,8 @@
 //! - Every server connection is counted in its pool by a lease that frees the slot on drop, so no
 //!   error path can leak a slot.
 //! - Waiting clients are served first come, first served; a released server may go to a waiter of
-//!   its own core that joined up to 50 ms after the head ([`pool::LOCAL_SLACK`]).
+//!   its own core that joined up to 50 ms after the head ([`pool::LOCAL_SLACK`]); a server left
+//!   idle on one core while clients of another wait reaches them within one queue tick (100 ms).
 //! - After login, relaying allocates nothing: each side owns one fixed buffer.
 //! - A mirrored client's shadow gets a byte-exact prefix of the client's stream or is closed,
 //!   and the client never waits on it ([`mirror`]).

@@ -12,10 +12,14 @@
 //! with the reactor of one shard (its `home`). The queue is one FIFO for the whole pool, but a
 //! released server goes to its own shard's first waiter unless that one joined more than
 //! [`LOCAL_SLACK`] after the oldest waiter overall: hand-offs stay on one core (no cross-thread
-//! wake-up, no change of reactor) and no client is overtaken by one that came 50 ms later. The
-//! pool also keeps the servers split evenly between the shards that have waiters: a shard that
-//! holds two more than the oldest waiter's shard gives it its released server. Otherwise an
-//! uneven split made at start-up persists and the poorer shard's clients wait longer.
+//! wake-up, no change of reactor) and no client is overtaken by one that came 50 ms later. With
+//! no waiter on its shard, a released server stays there idle (the next client of any shard
+//! takes it) unless the oldest waiter's shard has no server or has waited past the slack.
+//! The pool splits its servers between shards in proportion to their clients: a shard holding
+//! more than its share (by one server) gives its released server to the oldest waiter's shard.
+//! Without that, the split made at start-up persists and the clients of the shard with fewer
+//! servers per client wait longer (the kernel's `SO_REUSEPORT` hash splits clients unevenly);
+//! with servers moving whenever a queue runs empty for a moment, thousands move a second.
 //!
 //! Invariants: `open` counts every live [`ServerConn`] of the pool (idle, in use, logging in) and
 //! never exceeds the pool size; a connection's [`Lease`] gives its slot back when it is dropped;
@@ -292,22 +296,34 @@ impl PoolState {
         fronts.min().map(|(_, shard)| shard)
     }
 
-    fn pop_oldest(&mut self) -> Option<Queued> {
+    /// The oldest waiter overall, and its shard.
+    fn pop_oldest(&mut self) -> Option<(usize, Queued)> {
         let shard = self.oldest_shard()?;
-        self.waiters[shard].pop_front()
+        Some((shard, self.waiters[shard].pop_front()?))
     }
 
-    /// The waiter a server of `home` goes to, and that waiter's shard: the home shard's first
-    /// waiter if it joined within [`LOCAL_SLACK`] of the oldest waiter overall and the home shard
-    /// does not hold two servers more than the oldest waiter's shard; else the oldest waiter.
-    fn next_waiter(&mut self, home: usize) -> Option<(usize, Queued)> {
+    /// The waiter a server of `home` released at `now` goes to, and that waiter's shard; `None`
+    /// leaves it idle on `home`. `clients` counts the pool's clients on a shard. See the module
+    /// documentation for the rules.
+    fn next_waiter(&mut self, home: usize, now: Instant, clients: impl Fn(usize) -> u32) -> Option<(usize, Queued)> {
         let oldest = self.oldest_shard()?;
         let oldest_since = self.waiters[oldest].front().map(|queued| queued.since)?;
-        let local_in_time =
-            self.waiters[home].front().is_some_and(|local| local.since.duration_since(oldest_since) <= LOCAL_SLACK);
-        let richer = self.homed[home] > self.homed[oldest] + 1;
-        let shard = if local_in_time && !richer { home } else { oldest };
+        let shard = match self.waiters[home].front() {
+            _ if oldest == home => home,
+            _ if self.richer(home, oldest, &clients) => oldest,
+            Some(local) if local.since.duration_since(oldest_since) <= LOCAL_SLACK => home,
+            Some(_) => oldest,
+            None if self.homed[oldest] == 0 || now.saturating_duration_since(oldest_since) > LOCAL_SLACK => oldest,
+            None => return None,
+        };
         Some((shard, self.waiters[shard].pop_front()?))
+    }
+
+    /// True when `shard` has more servers per client than `other` would have with one more:
+    /// moving one server then evens out the clients' share without swinging back.
+    fn richer(&self, shard: usize, other: usize, clients: impl Fn(usize) -> u32) -> bool {
+        let servers = |shard: usize| u64::from(self.homed[shard]);
+        servers(shard) * u64::from(clients(other)) > (servers(other) + 1) * u64::from(clients(shard))
     }
 
     /// Counts a logged-in server on `shard` from now on (it is about to move there, or just
@@ -494,20 +510,25 @@ impl Pool {
     }
 
     /// Expires waiters queued for `query_wait_timeout` or longer; called every maintenance tick.
+    /// Also hands out servers left idle on a quiet shard while clients of another wait.
     pub fn expire_waiters(&self, now: Instant) {
         let mut state = lock(&self.state);
         let timeout_ms = state.limits.query_wait_timeout_ms;
-        if timeout_ms == 0 {
-            return;
-        }
-        let timeout = Duration::from_millis(timeout_ms);
-        for queue in state.waiters.iter_mut() {
-            while queue.front().is_some_and(|queued| now.duration_since(queued.since) >= timeout) {
-                let queued = queue.pop_front().expect("checked non-empty");
-                queued.waiter.give(Grant::Expired);
+        if timeout_ms > 0 {
+            let timeout = Duration::from_millis(timeout_ms);
+            for queue in state.waiters.iter_mut() {
+                while queue.front().is_some_and(|queued| now.duration_since(queued.since) >= timeout) {
+                    let queued = queue.pop_front().expect("checked non-empty");
+                    queued.waiter.give(Grant::Expired);
+                }
             }
+            self.sync_kernel_waiters(&state);
         }
-        self.sync_kernel_waiters(&state);
+        let stranded = !state.idle.is_empty() && state.waiting() > 0;
+        drop(state);
+        if stranded {
+            self.serve_waiters();
+        }
     }
 
     /// Logs in a new server on `shard` in a slot already counted in `open`.
@@ -543,7 +564,13 @@ impl Pool {
             drop(state);
             return;
         }
-        let next = if state.paused { None } else { state.next_waiter(server.home) };
+        let clients = |shard| self.stats.clients_on(shard);
+        let next = match state.paused {
+            true => None,
+            // A server the kernel holds free is not handed to clients waiting here: no idling.
+            false if self.kernel.get().is_some() => state.pop_oldest(),
+            false => state.next_waiter(server.home, now, clients),
+        };
         self.sync_kernel_waiters(&state);
         match next {
             Some((shard, queued)) => {
@@ -621,7 +648,7 @@ impl Pool {
         let room = !state.paused && state.open < state.limits.size && self.successor.get().is_none();
         if room && state.waiting() > 0 && self.database.try_take() {
             state.open += 1;
-            let queued = state.pop_oldest().expect("checked non-empty");
+            let (_, queued) = state.pop_oldest().expect("checked non-empty");
             self.sync_kernel_waiters(&state);
             queued.waiter.give(Grant::Connect);
             return;
@@ -641,7 +668,7 @@ impl Pool {
             return false;
         }
         state.open += 1;
-        let queued = state.pop_oldest().expect("checked non-empty");
+        let (_, queued) = state.pop_oldest().expect("checked non-empty");
         queued.waiter.give(Grant::Connect);
         true
     }
@@ -793,13 +820,14 @@ impl Pool {
         drop(idle);
     }
 
-    /// Hands idle servers and free slots to waiters (after RESUME or a larger pool size).
+    /// Hands idle servers and free slots to waiters, oldest first (after RESUME, a larger pool
+    /// size, or a server left idle on a quiet shard).
     fn serve_waiters(&self) {
         let mut state = lock(&self.state);
         while state.waiting() > 0 && !state.paused {
             let reclaimed = || self.kernel.get().and_then(|kernel| kernel.reclaim());
             let Some(mut server) = state.idle.pop().or_else(reclaimed) else { break };
-            let (shard, queued) = state.next_waiter(server.home).expect("checked non-empty");
+            let (shard, queued) = state.pop_oldest().expect("checked non-empty");
             state.count_home(&mut server, shard);
             queued.waiter.give(Grant::Server(server));
         }
@@ -933,7 +961,8 @@ mod tests {
     };
 
     /// Two shards; `joined` lists (shard, milliseconds after the first arrival) in arrival order.
-    fn queues(joined: &[(usize, u64)], homed: [u32; 2]) -> (PoolState, Vec<Arc<Waiter>>) {
+    /// Returns the state and the time of the first arrival.
+    fn queues(joined: &[(usize, u64)], homed: [u32; 2]) -> (PoolState, Vec<Arc<Waiter>>, Instant) {
         let mut state = PoolState::new(2, LIMITS);
         state.homed = Box::new(homed);
         let start = Instant::now();
@@ -942,43 +971,61 @@ mod tests {
             let since = start + Duration::from_millis(*after_ms);
             state.waiters[*shard].push_back(Queued { waiter: waiter.clone(), since });
         }
-        (state, waiters)
+        (state, waiters, start)
     }
 
-    fn served(state: &mut PoolState, home: usize) -> (usize, Arc<Waiter>) {
-        let (shard, queued) = state.next_waiter(home).expect("someone waits");
-        (shard, queued.waiter)
+    /// Where a server released on `home` `after_ms` after the first arrival goes, with
+    /// `clients` per shard; `None` when it stays idle.
+    fn served_with(state: &mut PoolState, home: usize, after_ms: u64, clients: [u32; 2]) -> Option<usize> {
+        let now = state.oldest_shard().and_then(|shard| state.waiters[shard].front()).map(|queued| queued.since)?;
+        let next = state.next_waiter(home, now + Duration::from_millis(after_ms), |shard| clients[shard]);
+        next.map(|(shard, _)| shard)
+    }
+
+    fn served(state: &mut PoolState, home: usize) -> Option<usize> {
+        served_with(state, home, 2, [25, 25])
     }
 
     #[test]
     fn a_released_server_stays_with_a_local_waiter_that_came_within_the_slack() {
-        let (mut state, waiters) = queues(&[(1, 0), (0, 10)], [10, 10]);
-        let (shard, waiter) = served(&mut state, 0);
-        assert_eq!(shard, 0);
-        assert!(Arc::ptr_eq(&waiter, &waiters[1]), "the local waiter, 10 ms behind the head");
+        let (mut state, waiters, _) = queues(&[(1, 0), (0, 10)], [10, 10]);
+        assert_eq!(served(&mut state, 0), Some(0));
+        assert_eq!(state.waiters[0].len(), 0, "the local waiter, 10 ms behind the head, got it");
+        assert!(Arc::ptr_eq(&state.waiters[1][0].waiter, &waiters[0]));
     }
 
     #[test]
     fn the_oldest_waiter_wins_over_a_local_one_that_came_more_than_the_slack_later() {
-        let (mut state, waiters) = queues(&[(1, 0), (0, 60)], [10, 10]);
-        let (shard, waiter) = served(&mut state, 0);
-        assert_eq!(shard, 1);
-        assert!(Arc::ptr_eq(&waiter, &waiters[0]));
+        let (mut state, _, _) = queues(&[(1, 0), (0, 60)], [10, 10]);
+        assert_eq!(served(&mut state, 0), Some(1));
     }
 
     #[test]
-    fn a_shard_with_two_servers_more_gives_one_to_the_oldest_waiters_shard() {
-        let (mut state, waiters) = queues(&[(1, 0), (0, 1)], [11, 9]);
-        assert_eq!(served(&mut state, 0).0, 1, "11 against 9: the server moves");
-        let (mut state, _) = queues(&[(1, 0), (0, 1)], [10, 9]);
-        assert_eq!(served(&mut state, 0).0, 0, "10 against 9: it stays");
-        drop(waiters);
+    fn with_equal_clients_a_shard_with_two_servers_more_gives_one_away() {
+        let (mut state, _, _) = queues(&[(1, 0), (0, 1)], [11, 9]);
+        assert_eq!(served(&mut state, 0), Some(1), "11 against 9: the server moves");
+        let (mut state, _, _) = queues(&[(1, 0), (0, 1)], [10, 9]);
+        assert_eq!(served(&mut state, 0), Some(0), "10 against 9: it stays");
     }
 
     #[test]
-    fn with_no_local_waiter_the_oldest_elsewhere_is_served() {
-        let (mut state, _) = queues(&[(1, 0)], [10, 10]);
-        assert_eq!(served(&mut state, 0).0, 1);
-        assert!(state.next_waiter(0).is_none(), "nobody left");
+    fn servers_follow_the_clients_share_of_each_shard() {
+        // 28 and 22 clients on 20 servers: 11.2 and 8.8 is the fair split.
+        let (mut state, _, _) = queues(&[(0, 0), (1, 1)], [10, 10]);
+        assert_eq!(served_with(&mut state, 1, 2, [28, 22]), Some(0), "10 for 22 clients is more than a share");
+        let (mut state, _, _) = queues(&[(0, 0), (1, 1)], [11, 9]);
+        assert_eq!(served_with(&mut state, 1, 2, [28, 22]), Some(1), "9 for 22 stays");
+        let (mut state, _, _) = queues(&[(1, 0), (0, 1)], [11, 9]);
+        assert_eq!(served_with(&mut state, 0, 2, [28, 22]), Some(0), "11 for 28 stays");
+    }
+
+    #[test]
+    fn with_no_local_waiter_a_server_stays_idle_unless_the_other_shard_needs_it() {
+        let (mut state, _, _) = queues(&[(1, 0)], [10, 10]);
+        assert_eq!(served(&mut state, 0), None, "the other shard has its share and waited 2 ms");
+        assert_eq!(served_with(&mut state, 0, 60, [25, 25]), Some(1), "it waited past the slack");
+        let (mut state, _, _) = queues(&[(1, 0)], [1, 0]);
+        assert_eq!(served(&mut state, 0), Some(1), "the other shard has no server");
+        assert_eq!(served(&mut state, 0), None, "nobody left");
     }
 }

@@ -3,7 +3,8 @@
 //! across cores and a client's whole life (login, relay, queue) stays on one core, pinned to it
 //! (`pin_workers`): the scheduler would otherwise pull a shard onto the CPU of the backend that
 //! woke it, and the backends it wakes onto its own, leaving the other CPU idle. Shard 0 also
-//! keeps the pools in shape: the queue janitor (`query_wait_timeout`) every 100 ms, idle
+//! keeps the pools in shape: the queue janitor (`query_wait_timeout`, idle servers to waiters of
+//! another shard) every 100 ms, idle
 //! timeouts, lifetimes and `min_pool_size` every second.
 //!
 //! ```text

@@ -10,7 +10,6 @@
 //! In session mode the client is linked from login to disconnect.
 //! The bytes themselves are moved by [`crate::relay`].
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -182,9 +181,9 @@ impl Session {
 
     /// Serves the client until it leaves; the server it holds is returned or closed on every path.
     pub async fn run(mut self, client: &mut ClientSide) -> Result<(), PoolerError> {
-        self.pool.stats.clients.fetch_add(1, Ordering::Relaxed);
+        self.pool.stats.client_joined(self.shard);
         let mut result = self.serve(client).await;
-        self.pool.stats.clients.fetch_sub(1, Ordering::Relaxed);
+        self.pool.stats.client_left(self.shard);
         let clean_end = result.is_ok();
         if let Some(linked) = self.linked.take() {
             if result.is_err() && !linked.client_can_be_told() {
@@ -247,8 +246,8 @@ impl Session {
     async fn acquire(&mut self) -> Result<Box<ServerConn>, PoolerError> {
         loop {
             while let Some(next) = self.pool.successor().cloned() {
-                self.pool.stats.clients.fetch_sub(1, Ordering::Relaxed);
-                next.stats.clients.fetch_add(1, Ordering::Relaxed);
+                self.pool.stats.client_left(self.shard);
+                next.stats.client_joined(self.shard);
                 self.pool = next;
             }
             if let Some(server) = self.pool.acquire(self.shard, &self.waiter).await? {

@@ -59,6 +59,8 @@ impl HistogramTotals {
 #[derive(Debug, Default)]
 #[repr(align(128))]
 pub struct ShardStats {
+    /// Clients of the pool served on this shard (logged in, waiting or not).
+    pub clients: AtomicU32,
     pub transactions: AtomicU64,
     /// Requests answered (one per ReadyForQuery), as PgBouncer's query count.
     pub queries: AtomicU64,
@@ -101,6 +103,23 @@ impl PoolStats {
     /// The counters `shard` writes.
     pub fn shard(&self, shard: usize) -> &ShardStats {
         &self.shards[shard.min(self.shards.len() - 1)]
+    }
+
+    /// A client of this pool starts being served on `shard`.
+    pub fn client_joined(&self, shard: usize) {
+        self.clients.fetch_add(1, Ordering::Relaxed);
+        self.shard(shard).clients.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A client of this pool on `shard` left (or moved to a reloaded pool).
+    pub fn client_left(&self, shard: usize) {
+        self.clients.fetch_sub(1, Ordering::Relaxed);
+        self.shard(shard).clients.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// Clients of this pool on `shard`.
+    pub fn clients_on(&self, shard: usize) -> u32 {
+        self.shard(shard).clients.load(Ordering::Relaxed)
     }
 
     pub fn count_transaction(&self, shard: usize, elapsed: Duration) {
