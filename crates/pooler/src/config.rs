@@ -114,9 +114,10 @@ pub struct PoolerSettings {
     /// Shards: threads with their own runtime and listener (`SO_REUSEPORT`); 0 = one per CPU.
     /// Default 0.
     pub workers: u32,
-    /// Pins shard `i`'s thread to the `i`-th CPU the process may run on (wrapping around). An
-    /// unpinned shard is pulled onto the CPU of whichever backend woke it and drags the backends
-    /// it wakes onto its own, leaving the other CPUs idle while it waits there. Default true.
+    /// Pins shard `i`'s thread to the `i`-th CPU the process may run on (wrapping around), when
+    /// there are two or more shards. An unpinned shard is pulled onto the CPU of whichever
+    /// backend woke it and drags the backends it wakes onto its own, so shards end up sharing a
+    /// CPU while another idles. Default true.
     pub pin_workers: bool,
     /// `listen()` backlog. Default 4096.
     pub listen_backlog: u32,
