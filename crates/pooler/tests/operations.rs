@@ -150,6 +150,25 @@ async fn reconnect_replaces_servers_and_kill_disconnects_clients() {
     assert_eq!(sqlstate(&error).as_deref(), Some("3D000"));
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn default_workers_serve_clients_on_every_pinned_shard() {
+    // Goal: with `workers = 0` (one pinned shard per CPU, as `bypass up` runs) a pool created by
+    // a login on any shard counts every shard. Method: 16 clients (the kernel spreads them over
+    // the shards) each log in and query through a pool of 2, so some queue.
+    let postgres = postgres();
+    let mut config = admin_config(&postgres, 2);
+    config.pooler.workers = 0;
+    let pooler = Pooler::start_as_configured(config);
+    let mut clients = Vec::new();
+    for _ in 0..16 {
+        clients.push(connect_ok(pooler.port).await);
+    }
+    let queries = clients.iter().map(|client| client.simple_query("select pg_sleep(0.01)"));
+    for result in futures_util::future::join_all(queries).await {
+        result.expect("every client is served");
+    }
+}
+
 fn http_get(address: std::net::SocketAddr, path: &str) -> String {
     let mut stream = std::net::TcpStream::connect(address).expect("metrics connect");
     stream.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");

@@ -34,6 +34,12 @@ impl Pooler {
         Pooler::run(config.validate().expect("test configuration is valid"))
     }
 
+    /// Starts with `workers` as given (0: one shard per CPU, pinned).
+    pub fn start_as_configured(mut config: Config) -> Pooler {
+        config.pooler.listen_addr = "127.0.0.1:0".into();
+        Pooler::run(config.validate().expect("test configuration is valid"))
+    }
+
     /// Starts from a file (which must listen on port 0), so RELOAD can read it again.
     pub fn start_from_file(path: &std::path::Path) -> Pooler {
         let pooler = Pooler::run(Config::load(path).expect("test configuration file is valid"));
