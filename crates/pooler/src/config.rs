@@ -482,6 +482,14 @@ impl DatabaseEntry {
     }
 }
 
+/// The CPUs the process may run on, read once: after a shard thread pins itself it sees only its
+/// own CPU, and a pool created there (at a client's login, or a reload from the console) must
+/// still count every shard.
+fn process_cpus() -> usize {
+    static CPUS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CPUS.get_or_init(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -507,12 +515,4 @@ mod tests {
         assert_eq!(valid.config.databases["app"].backend_dbname("app"), "app");
         assert_eq!(valid.listen_addr.port(), 6432);
     }
-}
-
-/// The CPUs the process may run on, read once: after a shard thread pins itself it sees only its
-/// own CPU, and a pool created there (at a client's login, or a reload from the console) must
-/// still count every shard.
-fn process_cpus() -> usize {
-    static CPUS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *CPUS.get_or_init(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1))
 }
