@@ -8,6 +8,7 @@
 //!
 //! [backends.be1]
 //! agent = "10.0.0.3:7432"
+//! postgres = "10.0.0.3:5432"     # relayed answers come straight from the server
 //! mac = "02:00:0a:00:00:03"
 //!
 //! [databases."*"]
@@ -82,6 +83,9 @@ pub struct DispatcherSettings {
     /// Worker threads, each with its own single-threaded runtime; a client connection stays on
     /// the thread that takes it. Default 2.
     pub workers: usize,
+    /// Password for roles the backends' PostgreSQL servers do not trust, used by links straight
+    /// to a server (`backends.NAME.postgres`); the same for every role. Default none.
+    pub postgres_password: Option<String>,
 }
 
 impl Default for DispatcherSettings {
@@ -104,6 +108,7 @@ impl Default for DispatcherSettings {
             settle_wait_ms: 50,
             size_history_max: 4096,
             workers: 2,
+            postgres_password: None,
         }
     }
 }
@@ -114,6 +119,11 @@ impl Default for DispatcherSettings {
 pub struct BackendEntry {
     /// The agent's `host:port`.
     pub agent: String,
+    /// The PostgreSQL server's own `host:port`. When set, requests whose answers are relayed go
+    /// straight to the server, and only answers that may be handed over pass through the agent
+    /// (one hop less per relayed query). Default none: everything through the agent.
+    #[serde(default)]
+    pub postgres: Option<String>,
     /// MAC of the backend host's interface, for steering handed-over flows (`aa:bb:…`).
     pub mac: Option<String>,
 }
@@ -146,6 +156,7 @@ pub struct DispatcherConfig {
 pub struct BackendSpec {
     pub name: String,
     pub agent: SocketAddr,
+    pub postgres: Option<SocketAddr>,
     pub mac: Option<[u8; 6]>,
 }
 
@@ -229,6 +240,10 @@ impl DispatcherConfig {
 
 fn backend_spec(name: &str, entry: &BackendEntry, policy: Policy, problems: &mut Vec<String>) -> Option<BackendSpec> {
     let agent = parse_address(&entry.agent, &format!("backends.{name}.agent"), problems)?;
+    let postgres = match &entry.postgres {
+        Some(text) => Some(parse_address(text, &format!("backends.{name}.postgres"), problems)?),
+        None => None,
+    };
     let mac = match &entry.mac {
         Some(text) => match parse_mac(text) {
             Some(mac) => Some(mac),
@@ -243,7 +258,7 @@ fn backend_spec(name: &str, entry: &BackendEntry, policy: Policy, problems: &mut
         }
         None => None,
     };
-    Some(BackendSpec { name: name.to_string(), agent, mac })
+    Some(BackendSpec { name: name.to_string(), agent, postgres, mac })
 }
 
 fn parse_address(text: &str, field: &str, problems: &mut Vec<String>) -> Option<SocketAddr> {

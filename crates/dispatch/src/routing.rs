@@ -4,6 +4,7 @@
 //!   SQL ─► lexer (skips strings, quoted names, comments; reads `route=` hints) ─► Statement
 //!   Statement + session (transaction? SET bypass.route?) ─► Primary | Replica
 //!   Replica ─► healthy, lag ≤ replica_lag_max_ms, least outstanding requests ─► backend id
+//!   statement shape's last answers (hybrid) ─► Small | Large | Unknown ─► relay | hand over
 //! ```
 //! Invariants:
 //! - Anything not provably read-only goes to the primary: several statements, writes, locking
@@ -487,9 +488,54 @@ pub fn pick_replica(candidates: &[Candidate], turn: usize, preferred: Option<usi
     }
 }
 
+/// The sizes of a statement shape's last two answers, in bytes (hybrid policy).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AnswerSizes {
+    pub last: u64,
+    /// `None` when only one answer was seen.
+    pub before: Option<u64>,
+}
+
+/// What a statement's answer is expected to be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Prediction {
+    /// The last two answers stayed below the threshold: relay it, and the dispatcher can take it
+    /// straight from the server (no agent that could ask for the connection on the way).
+    Small,
+    /// The last answer reached the threshold: hand the connection over before the answer.
+    Large,
+    /// Never seen, seen once, or small after a large one: relay through the agent, which asks
+    /// for the connection if the answer passes the threshold.
+    Unknown,
+}
+
+/// The hybrid policy's guess for an answer from the shape's history: one small answer is not
+/// yet a pattern, one large answer is.
+pub fn predict_answer(sizes: Option<AnswerSizes>, threshold: u64) -> Prediction {
+    match sizes {
+        None => Prediction::Unknown,
+        Some(sizes) if sizes.last >= threshold => Prediction::Large,
+        Some(AnswerSizes { before: Some(before), .. }) if before < threshold => Prediction::Small,
+        Some(_) => Prediction::Unknown,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // Goal: a shape counts as small only after two small answers in a row and as large after one
+    // large answer; method: the decision table.
+    #[test]
+    fn answers_are_predicted_from_the_last_two() {
+        let sizes = |last, before| Some(AnswerSizes { last, before });
+        assert_eq!(predict_answer(None, 100), Prediction::Unknown);
+        assert_eq!(predict_answer(sizes(10, None), 100), Prediction::Unknown, "one small answer");
+        assert_eq!(predict_answer(sizes(10, Some(20)), 100), Prediction::Small);
+        assert_eq!(predict_answer(sizes(10, Some(100)), 100), Prediction::Unknown, "small after large");
+        assert_eq!(predict_answer(sizes(100, None), 100), Prediction::Large);
+        assert_eq!(predict_answer(sizes(100, Some(1)), 100), Prediction::Large);
+    }
 
     fn kind(sql: &str) -> Kind {
         classify(sql).kind

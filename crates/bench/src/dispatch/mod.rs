@@ -42,8 +42,11 @@ pub enum Contender {
     Direct,
     /// HAProxy in TCP mode on the dispatcher host, least connections.
     Haproxy,
-    /// Bypass, every byte relayed.
+    /// Bypass, every byte relayed (straight from the servers).
     Relay,
+    /// Bypass, every byte relayed through the backends' agents (the path before the agent left
+    /// the relay path; not in the default set).
+    RelayViaAgent,
     /// Bypass, every answer handed over.
     Handover,
     /// Bypass, relay by default, hand-over for large answers.
@@ -59,6 +62,7 @@ impl Contender {
             Contender::Direct => "direct",
             Contender::Haproxy => "HAProxy",
             Contender::Relay => "Bypass relay",
+            Contender::RelayViaAgent => "Bypass relay via agent",
             Contender::Handover => "Bypass hand-over",
             Contender::Hybrid => "Bypass hybrid",
         }
@@ -329,9 +333,10 @@ impl Service {
         match contender {
             Contender::Direct => Ok(Service::Direct),
             Contender::Haproxy => start_haproxy(lab),
-            Contender::Relay => start_bypass(lab, Policy::Relay, threshold),
-            Contender::Handover => start_bypass(lab, Policy::Handover, threshold),
-            Contender::Hybrid => start_bypass(lab, Policy::Hybrid, threshold),
+            Contender::Relay => start_bypass(lab, Policy::Relay, threshold, Relays::StraightFromServer),
+            Contender::RelayViaAgent => start_bypass(lab, Policy::Relay, threshold, Relays::ThroughAgent),
+            Contender::Handover => start_bypass(lab, Policy::Handover, threshold, Relays::StraightFromServer),
+            Contender::Hybrid => start_bypass(lab, Policy::Hybrid, threshold, Relays::StraightFromServer),
         }
     }
 
@@ -366,7 +371,14 @@ impl Drop for Service {
     }
 }
 
-fn start_bypass(lab: &Lab, policy: Policy, threshold: u64) -> Result<Service> {
+/// Where a Bypass contender's relayed answers come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Relays {
+    StraightFromServer,
+    ThroughAgent,
+}
+
+fn start_bypass(lab: &Lab, policy: Policy, threshold: u64, relays: Relays) -> Result<Service> {
     let mut config = DispatcherConfig::default();
     let settings = &mut config.dispatcher;
     settings.listen_addr = format!("{VIP}:{SERVICE_PORT}");
@@ -377,7 +389,9 @@ fn start_bypass(lab: &Lab, policy: Policy, threshold: u64) -> Result<Service> {
     settings.steer_ports = lab.clients().iter().map(|c| c.switch_port.clone()).collect();
     for backend in lab.backends() {
         let agent = format!("{}:{AGENT_PORT}", backend.address);
-        config.backends.insert(backend.short.clone(), BackendEntry { agent, mac: Some(lab::format_mac(backend.mac)) });
+        let postgres = (relays == Relays::StraightFromServer).then(|| format!("{}:{POSTGRES_PORT}", backend.address));
+        let mac = Some(lab::format_mac(backend.mac));
+        config.backends.insert(backend.short.clone(), BackendEntry { agent, postgres, mac });
     }
     let replicas = lab.backends().iter().map(|b| b.short.clone()).collect();
     config.databases.insert("*".into(), DatabaseEntry { primary: "be1".into(), replicas });

@@ -31,11 +31,11 @@ use std::sync::{Arc, Mutex};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 
-pub use backend::{BackendState, Link};
+pub use backend::{BackendState, Link, LinkKind};
 
 use crate::config::{Policy, ValidDispatcherConfig};
 use crate::error::{DispatchError, Result};
-use crate::routing::{pick_replica, Candidate};
+use crate::routing::{self, pick_replica, AnswerSizes, Candidate, Prediction};
 use crate::runtime::{self, Running};
 use crate::steer::Switch;
 
@@ -53,8 +53,8 @@ pub struct Shared {
     clients: Arc<Semaphore>,
     /// The switch's steering table (hand-over policies only).
     pub switch: Option<Switch>,
-    /// Statement fingerprint → bytes of its last answer (hybrid policy).
-    history: Mutex<HashMap<u64, u64>>,
+    /// Statement fingerprint → sizes of its last answers (hybrid policy).
+    history: Mutex<HashMap<u64, AnswerSizes>>,
     pub stats: Stats,
 }
 
@@ -93,7 +93,10 @@ impl Shared {
             .backends
             .iter()
             .enumerate()
-            .map(|(id, spec)| BackendState::new(id, spec.clone(), settings.link_idle_max, settings.source_addr))
+            .map(|(id, spec)| {
+                BackendState::new(id, spec.clone(), settings.link_idle_max, settings.source_addr)
+                    .with_postgres_password(settings.postgres_password.clone())
+            })
             .collect();
         let clients = Arc::new(Semaphore::new(settings.clients_max));
         Shared {
@@ -108,9 +111,10 @@ impl Shared {
         }
     }
 
-    /// Bytes the last answer of a statement with this fingerprint had.
-    fn predicted_bytes(&self, fingerprint: u64) -> Option<u64> {
-        self.history.lock().unwrap_or_else(|p| p.into_inner()).get(&fingerprint).copied()
+    /// What the answers of a statement with this fingerprint are expected to be.
+    fn predict(&self, fingerprint: u64) -> Prediction {
+        let sizes = self.history.lock().unwrap_or_else(|p| p.into_inner()).get(&fingerprint).copied();
+        routing::predict_answer(sizes, self.config.settings.handover_min_bytes)
     }
 
     fn remember_bytes(&self, fingerprint: u64, bytes: u64) {
@@ -118,7 +122,8 @@ impl Shared {
         if history.len() >= self.config.settings.size_history_max {
             history.clear();
         }
-        history.insert(fingerprint, bytes);
+        let before = history.get(&fingerprint).map(|sizes| sizes.last);
+        history.insert(fingerprint, AnswerSizes { last: bytes, before });
     }
 
     /// The replica for a read: healthy, fresh enough, fewest outstanding requests; a tie goes to

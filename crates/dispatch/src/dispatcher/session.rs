@@ -23,7 +23,7 @@ use tokio::sync::OwnedSemaphorePermit;
 
 use super::health::query_single_value;
 use super::transfer::{self, Moved};
-use super::{Link, Shared};
+use super::{Link, LinkKind, Prediction, Shared};
 use crate::buffer::{closed, Buffer, BufferIo};
 use crate::config::Policy;
 use crate::error::{DispatchError, Result};
@@ -247,7 +247,7 @@ async fn login(shared: &Arc<Shared>, mut client: Client, admitted: bool) -> Resu
         if !backend.is_healthy() && id != primary {
             continue;
         }
-        match backend.acquire(&user, &database).await {
+        match backend.acquire(backend.relay_kind(), &user, &database).await {
             Ok(link) => {
                 welcome = Some((id, link));
                 break;
@@ -332,7 +332,9 @@ impl Session {
     async fn handle(&mut self, mut request: Request) -> Result<()> {
         if self.pinned.is_some() {
             let link = self.pinned.take().expect("checked above");
-            return self.run_on(link, &request, None, false).await.map(|_| ());
+            let plan = self.plan(&request, link.backend, true);
+            assert_eq!(plan.delivery, Delivery::Relay, "a pinned link's answers are relayed");
+            return self.run_on(link, &request, None, false, &plan).await.map(|_| ());
         }
         match &request.kind {
             RequestKind::Simple(sql) => {
@@ -404,7 +406,7 @@ impl Session {
 
     async fn lookup_volatility(&mut self, name: &str) -> Result<bool> {
         let backend = &self.shared.backends[self.primary];
-        let mut link = backend.acquire(&self.user, &self.database).await?;
+        let mut link = backend.acquire(backend.relay_kind(), &self.user, &self.database).await?;
         let literal = name.replace('\'', "''");
         let sql =
             format!("select coalesce(bool_or(provolatile = 'v'), false) from pg_proc where proname = '{literal}'");
@@ -421,8 +423,11 @@ impl Session {
                 Route::Replica => self.shared.pick_replica(&self.replicas, self.last_replica).unwrap_or(self.primary),
                 Route::Primary => self.primary,
             };
-            let retry_allowed = route == Route::Replica && attempt < READ_ATTEMPTS_MAX;
-            let link = match self.shared.backends[backend].acquire(&self.user, &self.database).await {
+            let plan = self.plan(&request, backend, setting.is_none());
+            let retry_allowed =
+                route == Route::Replica && attempt < READ_ATTEMPTS_MAX && plan.delivery != Delivery::Direct;
+            let state = &self.shared.backends[backend];
+            let link = match state.acquire(plan.link_kind(state), &self.user, &self.database).await {
                 Ok(link) => link,
                 Err(error) if retry_allowed && is_connection_error(&error) => {
                     self.shared.backends[backend].ban(&error);
@@ -430,7 +435,7 @@ impl Session {
                 }
                 Err(error) => return self.fail_request(request.len, error).await,
             };
-            match self.run_on(link, &request, setting.clone(), retry_allowed).await? {
+            match self.run_on(link, &request, setting.clone(), retry_allowed, &plan).await? {
                 Ran::Done => {
                     if route == Route::Replica {
                         self.last_replica = Some(backend);
@@ -465,6 +470,7 @@ impl Session {
         request: &Request,
         setting: Option<(String, String)>,
         retry_allowed: bool,
+        plan: &Plan,
     ) -> Result<Ran> {
         let backend_id = link.backend;
         if link.settings_applied != self.settings.hash {
@@ -481,10 +487,8 @@ impl Session {
         let backend = &shared.backends[backend_id];
         backend.outstanding.fetch_add(1, Ordering::Relaxed);
         backend.requests.fetch_add(1, Ordering::Relaxed);
-        let plan = self.plan(request, backend_id, setting.is_none());
-        let retry_allowed = retry_allowed && plan.delivery != Delivery::Direct;
         let written_before = self.client.written;
-        let outcome = self.send_and_relay(&mut link, request, retry_allowed, &plan).await;
+        let outcome = self.send_and_relay(&mut link, request, retry_allowed, plan).await;
         backend.outstanding.fetch_sub(1, Ordering::Relaxed);
         let answer = match outcome {
             Ok(answer) => answer,
@@ -530,14 +534,19 @@ impl Session {
         }
         let threshold = settings.handover_min_bytes;
         let fingerprint = request.fingerprint.unwrap_or_else(|| routing::fingerprint(sql));
+        let straight_to_server = self.shared.backends[backend_id].relay_kind() == LinkKind::Postgres;
         let delivery = match settings.policy {
             Policy::Relay => return relay,
             Policy::Handover => Delivery::Direct,
-            Policy::Hybrid if self.shared.predicted_bytes(fingerprint).is_some_and(|b| b >= threshold) => {
-                Delivery::Direct
-            }
-            Policy::Hybrid => Delivery::OnDemand,
+            Policy::Hybrid => match self.shared.predict(fingerprint) {
+                Prediction::Large => Delivery::Direct,
+                // Known small: relayed by the dispatcher alone when it can reach the server (an
+                // answer that turns out large after all is relayed whole, and remembered).
+                Prediction::Small if straight_to_server => Delivery::Relay,
+                Prediction::Small | Prediction::Unknown => Delivery::OnDemand,
+            },
         };
+        let threshold = if delivery == Delivery::Relay { u64::MAX } else { threshold };
         Plan { delivery, threshold, fingerprint: Some(fingerprint), mac }
     }
 
@@ -552,18 +561,19 @@ impl Session {
     ) -> Result<Answer> {
         let mut out = Vec::with_capacity(request.len + 16);
         if let Some(control) = request_frame(&mut link.standing, plan.delivery, plan.threshold) {
+            assert_eq!(link.kind, LinkKind::Agent, "control frames go to agents only");
             control.encode(&mut out);
         }
         out.extend_from_slice(&self.client.buffer.pending()[..request.len]);
-        link.stream.write_all(&out).await.map_err(|e| DispatchError::io("sending a request to the agent", e))?;
+        link.stream.write_all(&out).await.map_err(|e| DispatchError::io("sending a request to the backend", e))?;
         if retry_allowed {
             let count = link
                 .buffer
                 .read_from(&mut link.stream)
                 .await
-                .map_err(|e| DispatchError::io("reading from the agent", e))?;
+                .map_err(|e| DispatchError::io("reading from the backend", e))?;
             if count == 0 {
-                return Err(DispatchError::io("reading from the agent", std::io::ErrorKind::UnexpectedEof.into()));
+                return Err(DispatchError::io("reading from the backend", std::io::ErrorKind::UnexpectedEof.into()));
             }
         }
         self.client.buffer.consume(request.len);
@@ -653,6 +663,17 @@ struct Plan {
     mac: Option<[u8; 6]>,
 }
 
+impl Plan {
+    /// Relayed answers come over the backend's relay link (straight from the server when it
+    /// can); only an answer that may be handed over needs the agent.
+    fn link_kind(&self, backend: &super::BackendState) -> LinkKind {
+        match self.delivery {
+            Delivery::Relay => backend.relay_kind(),
+            Delivery::OnDemand | Delivery::Direct => LinkKind::Agent,
+        }
+    }
+}
+
 /// Where relaying stopped.
 enum Relayed {
     Done(Answer),
@@ -722,10 +743,14 @@ async fn relay_answer(link: &mut Link, client: &mut Client, answers: u32) -> Res
             pump_copy_in(link, client).await?;
             continue;
         }
-        if link.buffer.read_from(&mut link.stream).await.map_err(|e| DispatchError::io("reading from the agent", e))?
+        if link
+            .buffer
+            .read_from(&mut link.stream)
+            .await
+            .map_err(|e| DispatchError::io("reading from the backend", e))?
             == 0
         {
-            return Err(closed("the agent"));
+            return Err(closed("the backend"));
         }
     }
 }
@@ -750,7 +775,7 @@ async fn pump_copy_in(link: &mut Link, client: &mut Client) -> Result<()> {
             link.stream
                 .write_all(&client.buffer.pending()[..forward])
                 .await
-                .map_err(|e| DispatchError::io("sending COPY data to the agent", e))?;
+                .map_err(|e| DispatchError::io("sending COPY data to the backend", e))?;
             client.buffer.consume(forward);
         }
         if done {
