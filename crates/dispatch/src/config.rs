@@ -86,6 +86,11 @@ pub struct DispatcherSettings {
     /// Password for roles the backends' PostgreSQL servers do not trust, used by links straight
     /// to a server (`backends.NAME.postgres`); the same for every role. Default none.
     pub postgres_password: Option<String>,
+    /// While a session waits for a backend's answer or for its client's next request, its
+    /// worker polls for up to this long (µs) before it sleeps. Each wake-up of a sleeping worker
+    /// costs a context switch (and on a VM an interrupt) — more than relaying a small answer —
+    /// while polling costs CPU time other work could use. Default 0 (sleep at once).
+    pub busy_poll_us: u64,
 }
 
 impl Default for DispatcherSettings {
@@ -109,6 +114,7 @@ impl Default for DispatcherSettings {
             size_history_max: 4096,
             workers: 2,
             postgres_password: None,
+            busy_poll_us: 0,
         }
     }
 }

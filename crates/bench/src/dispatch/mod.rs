@@ -88,6 +88,18 @@ pub struct BenchOptions {
     pub write: bool,
     /// Passes over all contenders; each point reports the median pass.
     pub rounds: u32,
+    pub tuning: Tuning,
+}
+
+/// Settings of the contenders that the run may change.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Tuning {
+    /// The Bypass dispatchers' `busy_poll_us`; `None`: the configuration default.
+    pub busy_poll_us: Option<u64>,
+    /// The Bypass dispatchers' `workers`; `None`: the configuration default.
+    pub dispatcher_workers: Option<usize>,
+    /// HAProxy's `nbthread`.
+    pub haproxy_threads: usize,
 }
 
 /// One measured point.
@@ -169,7 +181,7 @@ fn run_contender(
     options: &BenchOptions,
     runs: &mut Runs,
 ) -> Result<()> {
-    let service = Service::start(lab, contender, threshold)?;
+    let service = Service::start(lab, contender, threshold, &options.tuning)?;
     let before = lab_resets(lab)?;
     for &size in &options.sizes {
         let report = loadgen::run(&spec(lab, &service, size, options, false))?;
@@ -329,14 +341,15 @@ enum Service {
 }
 
 impl Service {
-    fn start(lab: &Lab, contender: Contender, threshold: u64) -> Result<Service> {
+    fn start(lab: &Lab, contender: Contender, threshold: u64, tuning: &Tuning) -> Result<Service> {
+        let bypass = |policy, relays| start_bypass(lab, policy, threshold, relays, tuning);
         match contender {
             Contender::Direct => Ok(Service::Direct),
-            Contender::Haproxy => start_haproxy(lab),
-            Contender::Relay => start_bypass(lab, Policy::Relay, threshold, Relays::StraightFromServer),
-            Contender::RelayViaAgent => start_bypass(lab, Policy::Relay, threshold, Relays::ThroughAgent),
-            Contender::Handover => start_bypass(lab, Policy::Handover, threshold, Relays::StraightFromServer),
-            Contender::Hybrid => start_bypass(lab, Policy::Hybrid, threshold, Relays::StraightFromServer),
+            Contender::Haproxy => start_haproxy(lab, tuning.haproxy_threads),
+            Contender::Relay => bypass(Policy::Relay, Relays::StraightFromServer),
+            Contender::RelayViaAgent => bypass(Policy::Relay, Relays::ThroughAgent),
+            Contender::Handover => bypass(Policy::Handover, Relays::StraightFromServer),
+            Contender::Hybrid => bypass(Policy::Hybrid, Relays::StraightFromServer),
         }
     }
 
@@ -378,9 +391,11 @@ enum Relays {
     ThroughAgent,
 }
 
-fn start_bypass(lab: &Lab, policy: Policy, threshold: u64, relays: Relays) -> Result<Service> {
+fn start_bypass(lab: &Lab, policy: Policy, threshold: u64, relays: Relays, tuning: &Tuning) -> Result<Service> {
     let mut config = DispatcherConfig::default();
     let settings = &mut config.dispatcher;
+    settings.busy_poll_us = tuning.busy_poll_us.unwrap_or(settings.busy_poll_us);
+    settings.workers = tuning.dispatcher_workers.unwrap_or(settings.workers);
     settings.listen_addr = format!("{VIP}:{SERVICE_PORT}");
     settings.source_addr = Some(lab.dispatcher().address);
     settings.policy = policy;
@@ -398,14 +413,14 @@ fn start_bypass(lab: &Lab, policy: Policy, threshold: u64, relays: Relays) -> Re
     Ok(Service::Bypass(dispatcher::start(config.validate()?, Some(lab.dispatcher().namespace))?))
 }
 
-fn start_haproxy(lab: &Lab) -> Result<Service> {
+fn start_haproxy(lab: &Lab, threads: usize) -> Result<Service> {
     let dir = lab.spec.state_dir();
     std::fs::create_dir_all(&dir).map_err(|e| DispatchError::io(format!("creating {}", dir.display()), e))?;
     let path = dir.join("haproxy.cfg");
     let servers: String =
         lab.backends().iter().map(|b| format!("  server {} {}:{POSTGRES_PORT}\n", b.short, b.address)).collect();
     let config = format!(
-        "global\n  nbthread 2\n  maxconn 1000\ndefaults\n  mode tcp\n  timeout connect 5s\n  timeout client 1h\n  \
+        "global\n  nbthread {threads}\n  maxconn 1000\ndefaults\n  mode tcp\n  timeout connect 5s\n  timeout client 1h\n  \
          timeout server 1h\n  option tcpka\nfrontend pg\n  bind {VIP}:{HAPROXY_PORT}\n  default_backend pgs\n\
          backend pgs\n  balance leastconn\n{servers}"
     );

@@ -38,6 +38,7 @@ pub struct BenchResults {
     pub rounds: u32,
     /// How idle CPUs behaved during the run.
     pub cpu_idle: String,
+    pub tuning: super::Tuning,
     /// TCP resets sent in the whole lab while each contender ran.
     pub resets: Vec<(Contender, u64)>,
     /// (contender, hand-overs, of which on demand) over the whole sweep.
@@ -80,6 +81,7 @@ impl BenchResults {
             latency,
             rounds: options.rounds.max(1),
             cpu_idle: String::new(),
+            tuning: options.tuning.clone(),
             resets,
             handovers: Vec::new(),
             crossover_bytes: None,
@@ -187,13 +189,14 @@ impl BenchResults {
             "Machine: {}; links shaped to {} Mbit/s (tbf) on every server link, so the dispatcher's link is the \
              bottleneck; 2 clients × 1 persistent connection, 2 backends (stock PostgreSQL 15 + agent); every \
              payload byte verified. Warm-up {} s, {} s per point, median of {} rounds (contender order rotated \
-             between rounds); {}. {}. Load average before: {}, after: {}.\n",
+             between rounds); {}. {}. {}. Load average before: {}, after: {}.\n",
             self.machine,
             self.link_rate_mbit,
             self.warmup_s,
             self.duration_s,
             self.rounds,
             self.cpu_idle,
+            self.tuning_text(),
             self.haproxy,
             self.load_average_before,
             self.load_average_after
@@ -220,6 +223,17 @@ impl BenchResults {
             self.resets.iter().map(|(c, n)| format!("{} {n}", c.name())).collect::<Vec<_>>().join(", ")
         );
         md
+    }
+
+    fn tuning_text(&self) -> String {
+        let t = &self.tuning;
+        let or_default = |v: Option<String>| v.unwrap_or_else(|| "default".into());
+        format!(
+            "Bypass dispatcher busy_poll_us {}, workers {}; HAProxy nbthread {}",
+            or_default(t.busy_poll_us.map(|v| v.to_string())),
+            or_default(t.dispatcher_workers.map(|v| v.to_string())),
+            t.haproxy_threads
+        )
     }
 
     fn throughput_table(&self, md: &mut String) {
@@ -293,6 +307,7 @@ fn gbit_label(value: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::dispatch::Tuning;
     use bypass_lab::loadgen::LoadReport;
     use std::time::Duration;
 
@@ -314,6 +329,7 @@ mod tests {
             command: "test".into(),
             write: false,
             rounds: 1,
+            tuning: Tuning::default(),
         };
         BenchResults::new(&options, points, latency, Vec::new(), String::new())
     }

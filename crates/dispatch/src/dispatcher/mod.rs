@@ -122,8 +122,8 @@ impl Shared {
         if history.len() >= self.config.settings.size_history_max {
             history.clear();
         }
-        let before = history.get(&fingerprint).map(|sizes| sizes.last);
-        history.insert(fingerprint, AnswerSizes { last: bytes, before });
+        let sizes = history.get(&fingerprint).copied().unwrap_or_default();
+        history.insert(fingerprint, sizes.after(bytes, self.config.settings.handover_min_bytes));
     }
 
     /// The replica for a read: healthy, fresh enough, fewest outstanding requests; a tie goes to
