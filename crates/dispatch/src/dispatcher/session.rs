@@ -615,7 +615,8 @@ impl Session {
                     Moved::Refused => {}
                 }
             }
-            match relay_answer(link, &mut self.client, request.answers, self.busy_poll()).await? {
+            let busy_poll = self.busy_poll();
+            match relay_answer(link, &mut self.client, request.answers, busy_poll).await? {
                 Relayed::Done(answer) => {
                     self.remember(plan, self.client.written - written_before);
                     return Ok(answer);
