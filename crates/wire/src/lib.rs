@@ -23,6 +23,7 @@ pub mod read;
 pub mod scram;
 pub mod sqlstate;
 pub mod startup;
+pub mod tag;
 pub mod write;
 
 pub use backend::{Authentication, BackendMessage, Severity, TransactionStatus};
