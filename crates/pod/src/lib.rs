@@ -69,10 +69,8 @@
 pub mod access;
 pub mod alloc;
 pub(crate) mod baseline;
-pub mod bench;
 pub(crate) mod cat;
 pub mod checker;
-pub mod cli;
 pub mod coherence;
 pub mod config;
 pub mod cxl_index;
