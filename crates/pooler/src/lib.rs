@@ -47,6 +47,7 @@ pub mod error;
 pub mod hba;
 pub mod io;
 pub mod kernel;
+pub mod listen;
 pub mod lease;
 pub mod load;
 pub mod login;
