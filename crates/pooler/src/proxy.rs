@@ -359,7 +359,7 @@ fn log_client_end(shared: &Shared, info: &ClientInfo, error: Option<&PoolerError
     let (database, user) = (&info.database, &info.user);
     let Some(error) = error else {
         if shared.live().settings.log_disconnections {
-            tracing::info!(%client, %database, %user, connected_s, reason = "client close request", "closing client");
+            tracing::info!(%client, %database, %user, %connected_s, reason = "client close request", "closing client");
         }
         return;
     };
@@ -368,9 +368,9 @@ fn log_client_end(shared: &Shared, info: &ClientInfo, error: Option<&PoolerError
     match error {
         PoolerError::ClientIo(_) if !shared.live().settings.log_disconnections => {}
         PoolerError::ClientIo(_) => {
-            tracing::info!(%client, %database, %user, connected_s, %reason, "closing client");
+            tracing::info!(%client, %database, %user, %connected_s, %reason, "closing client");
         }
-        _ => tracing::warn!(%client, %database, %user, connected_s, sqlstate, %reason, "closing client"),
+        _ => tracing::warn!(%client, %database, %user, %connected_s, %sqlstate, %reason, "closing client"),
     }
 }
 

@@ -280,7 +280,7 @@ impl Pool {
             database = %self.key.database,
             user = %self.key.user,
             server = %self.target.address,
-            sqlstate,
+            %sqlstate,
             %error,
             "server connect failed"
         );
@@ -371,7 +371,7 @@ impl Pool {
             user = %self.key.user,
             server = %self.target.address,
             backend_pid,
-            reason,
+            %reason,
             "closing server"
         );
     }

@@ -425,7 +425,7 @@ fn log_server_fatal(pool: &Pool, server: &ServerConn, body: &[u8]) {
         server = %pool.target.address,
         backend_pid = server.key.process_id,
         sqlstate = %text(fields.code()),
-        message = %text(fields.message()),
+        reason = %text(fields.message()),
         "server ended the session"
     );
 }
