@@ -161,8 +161,7 @@ fn main() -> Result<()> {
     let per_round: usize = arguments.next().map_or(Ok(5000), |text| text.parse())?;
     let rps = arguments.next().as_deref() == Some("rps");
     let suffix = if rps { " rps" } else { "" };
-    let command =
-        format!("cargo run --release -p bypass-bench --example mirror_bench -- {rounds} {per_round}{suffix}");
+    let command = format!("cargo run --release -p bypass-bench --example mirror_bench -- {rounds} {per_round}{suffix}");
     std::thread::spawn(move || run(rounds, per_round, rps, command)).join().map_err(|_| "benchmark thread panicked")?
 }
 
