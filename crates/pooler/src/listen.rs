@@ -70,12 +70,7 @@ fn listening_inodes(address: SocketAddr) -> Vec<u64> {
         SocketAddr::V6(_) => "/proc/net/tcp6",
     };
     let text = std::fs::read_to_string(table).unwrap_or_default();
-    text.lines()
-        .skip(1)
-        .filter_map(parse_listener)
-        .filter(|(at, _)| *at == address)
-        .map(|(_, inode)| inode)
-        .collect()
+    text.lines().skip(1).filter_map(parse_listener).filter(|(at, _)| *at == address).map(|(_, inode)| inode).collect()
 }
 
 /// (local address, inode) of a `/proc/net/tcp{,6}` line in state LISTEN.
