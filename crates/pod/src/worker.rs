@@ -85,7 +85,12 @@ impl TxnOps for ActiveTxn<'_> {
             if self.host.owns(fetch.table, fetch.key) {
                 self.host.access_local(self.txn, fetch.table, fetch.key, fetch.lock, policy)?;
             } else if self.txn.find(fetch.table, fetch.key).is_none() {
-                remote.push(RemoteFetch { owner: self.host.workload.owner(fetch.table, fetch.key), fetch });
+                let same =
+                    |wanted: &&mut RemoteFetch| (wanted.fetch.table, wanted.fetch.key) == (fetch.table, fetch.key);
+                match remote.iter_mut().find(same) {
+                    Some(wanted) => wanted.fetch.lock = wanted.fetch.lock.max(fetch.lock),
+                    None => remote.push(RemoteFetch { owner: self.host.workload.owner(fetch.table, fetch.key), fetch }),
+                }
             }
         }
         if remote.is_empty() {
