@@ -105,6 +105,9 @@ pub struct PodConfig {
     pub backoff_max_us: u64,
     pub crash: Option<CrashSpec>,
     pub fault: Option<InjectedFault>,
+    /// Pin every host process (worker and logger) to this CPU: the benchmark's check that the
+    /// latency model does not depend on how the cores time-slice the hosts.
+    pub pin_cpu: Option<usize>,
 }
 
 impl PodConfig {
@@ -132,6 +135,7 @@ impl PodConfig {
             backoff_max_us: 100,
             crash: None,
             fault: None,
+            pin_cpu: None,
         }
     }
 
@@ -152,6 +156,11 @@ impl PodConfig {
         }
         if self.epoch_ms == 0 || self.epoch_ms > 10_000 {
             problems.push("epoch_ms must be 1..=10000".into());
+        }
+        if let Some(cpu) = self.pin_cpu {
+            if cpu >= libc::CPU_SETSIZE as usize {
+                problems.push(format!("pin_cpu must be below {}", libc::CPU_SETSIZE));
+            }
         }
         if self.recover && self.log_dir.is_none() {
             problems.push("recover needs a log_dir".into());

@@ -334,6 +334,9 @@ fn child_main(host: usize, config: Arc<PodConfig>, parent_region: &Region) -> ! 
     }
     let layout = layout_for(&config);
     let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| -> Result<()> {
+        if let Some(cpu) = config.pin_cpu {
+            pin_to_cpu(cpu)?;
+        }
         let region: &'static Region = Box::leak(Box::new(parent_region.remap()?));
         crate::worker::run(host, config, region)
     }));
@@ -357,6 +360,21 @@ fn child_main(host: usize, config: Arc<PodConfig>, parent_region: &Region) -> ! 
     };
     // SAFETY: ends the child without running the parent's atexit handlers or destructors.
     unsafe { libc::_exit(code) }
+}
+
+/// Restricts this process (and the threads it starts later) to one CPU.
+fn pin_to_cpu(cpu: usize) -> Result<()> {
+    // SAFETY: a zeroed cpu_set_t is an empty set; CPU_SET stays inside it (cpu < CPU_SETSIZE is
+    // validated); sched_setaffinity reads the set we pass for our own pid (0).
+    let rc = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set)
+    };
+    if rc != 0 {
+        return Err(PodError::Process { what: "sched_setaffinity", source: std::io::Error::last_os_error() });
+    }
+    Ok(())
 }
 
 fn describe_status(status: libc::c_int) -> String {
