@@ -21,6 +21,7 @@ pub mod error;
 pub mod frame;
 pub mod frontend;
 pub mod hba;
+pub mod login;
 pub mod md5;
 pub mod read;
 pub mod scram;
