@@ -23,7 +23,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
 
 use crate::client::ClientSide;
-use crate::error::{PoolerError, TimeoutKind};
+use crate::error::PoolerError;
 use crate::io::tune;
 use crate::load::ValidConfig;
 use crate::login::{login, LoginOutcome};
@@ -304,11 +304,8 @@ impl Drop for ClientSlot {
 /// session ran inside the login task (at 1,000 clients those nested polls each touch a cold line).
 async fn log_in_and_serve(slot: ClientSlot, mut client: ClientSide, over_limit: bool, shard: usize) {
     let shared = &slot.0;
-    let login_timeout = Duration::from_millis(shared.live().settings.client_login_timeout_ms);
-    let outcome = match tokio::time::timeout(login_timeout, login(shared, &mut client, over_limit, shard)).await {
-        Ok(outcome) => outcome,
-        Err(_) => Err(PoolerError::Timeout(TimeoutKind::ClientLogin)),
-    };
+    // `login` bounds itself by client_login_timeout_ms and logs its own failures.
+    let outcome = login(shared, &mut client, over_limit, shard).await;
     let result = match outcome {
         Ok(LoginOutcome::Session(session)) => {
             tokio::spawn(serve_session(slot, *session, client));
@@ -350,6 +347,7 @@ async fn maintain(shared: Arc<Shared>) {
         if !round.is_multiple_of(QUEUE_CHECKS_PER_MAINTENANCE) {
             continue;
         }
+        shared.sweep_autodb(now);
         for pool in pools {
             let missing = pool.maintain(now);
             for _ in 0..missing {

@@ -25,6 +25,7 @@ pub mod login;
 pub mod md5;
 pub mod read;
 pub mod scram;
+pub mod sql;
 pub mod sqlstate;
 pub mod startup;
 pub mod tag;

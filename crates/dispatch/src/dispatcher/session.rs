@@ -16,6 +16,7 @@ use std::sync::Arc;
 use bypass_frontdoor::{Admission, Admitted, CancelKey, Refusal};
 use bypass_wire::backend::build;
 use bypass_wire::frame::{split_message, Scanner, Step};
+use bypass_wire::tag;
 use bypass_wire::{FrontendMessage, Severity, SqlState, TransactionStatus};
 use bypass_wire::{DEFAULT_MESSAGE_SIZE_MAX, HEADER_LEN};
 use tokio::io::AsyncWriteExt;
@@ -668,12 +669,12 @@ async fn relay_answer(link: &mut Link, client: &mut Client, answers: u32) -> Res
                 Step::Message(header) if header.tag == CONTROL_TAG => control = Some(header),
                 Step::Message(header) => {
                     match header.tag {
-                        b'Z' => {
+                        tag::backend::READY_FOR_QUERY => {
                             remaining -= 1;
                             answer.status = TransactionStatus::from_byte(pending[HEADER_LEN]).unwrap_or(answer.status);
                         }
-                        b'E' => answer.failed = true,
-                        b'G' => copy_in = true,
+                        tag::backend::ERROR_RESPONSE => answer.failed = true,
+                        tag::backend::COPY_IN_RESPONSE => copy_in = true,
                         _ => {}
                     }
                     forward += header.frame_len();
@@ -726,7 +727,7 @@ async fn pump_copy_in(link: &mut Link, client: &mut Client) -> Result<()> {
             match client.scanner.next(pending, client.buffer.capacity(), DEFAULT_MESSAGE_SIZE_MAX)? {
                 Step::Message(header) => {
                     forward += header.frame_len();
-                    done = matches!(header.tag, b'c' | b'f');
+                    done = matches!(header.tag, tag::frontend::COPY_DONE | tag::frontend::COPY_FAIL);
                 }
                 Step::LargeStart { chunk_len, .. } | Step::Continuation { chunk_len, .. } => forward += chunk_len,
                 Step::NeedMore => break,
