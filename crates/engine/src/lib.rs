@@ -30,13 +30,16 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 pub mod arena;
 pub mod bind;
+pub mod cast;
 pub mod compiled;
+pub mod depth;
 pub mod engine;
 pub mod error;
 pub mod exec;
 pub mod explain;
 pub mod expr;
 pub mod joins;
+pub mod numeric;
 pub mod parquet_file;
 pub mod plan;
 pub mod pool;
