@@ -154,7 +154,12 @@ async fn start(
         let secret = live.auth.get(&who.user).cloned();
         authenticate(shared, client, &who.user, method, secret.as_ref()).await?;
         let access = crate::admin::access(&live.settings, &who.user).ok_or_else(|| {
-            PoolerError::refused(SqlState::INVALID_AUTHORIZATION_SPECIFICATION, "not allowed to use the admin console")
+            let text = format!(
+                "user \"{}\" is not allowed to use the admin console: list it in admin_users (every command) \
+                 or stats_users (SHOW only) under [pooler]",
+                who.user
+            );
+            PoolerError::refused(SqlState::INVALID_AUTHORIZATION_SPECIFICATION, text)
         })?;
         let registration = register(shared, client, who)?;
         crate::admin::welcome(client, &registration).await?;
