@@ -166,7 +166,7 @@ impl<'a> Lexer<'a> {
     fn dollar(&mut self, start: usize) -> Token<'a> {
         let rest = &self.sql[start + 1..];
         let tag_len = rest.find('$').filter(|&n| {
-            rest[..n].bytes().all(|b| is_identifier_continue(b)) && !rest[..n].starts_with(|c: char| c.is_ascii_digit())
+            rest[..n].bytes().all(is_identifier_continue) && !rest[..n].starts_with(|c: char| c.is_ascii_digit())
         });
         let Some(tag_len) = tag_len else {
             self.at = self.scan_while(start, |byte| byte.is_ascii_digit());
