@@ -150,6 +150,7 @@ pub struct Results {
     pub claims: Vec<Claim>,
     pub published: Vec<PublishedRow>,
     pub pinned: Option<PinnedCheck>,
+    pub recovery: Vec<super::recovery::RecoveryRun>,
     pub duration_s: f64,
 }
 
@@ -200,6 +201,7 @@ impl Results {
             claims: Vec::new(),
             published: Vec::new(),
             pinned: None,
+            recovery: Vec::new(),
             duration_s: 0.0,
         }
     }
@@ -437,6 +439,7 @@ impl Results {
         self.table(&mut md, "swcc_tpcc", "SWcc variants and NoSWcc (Tigon-style, TPC-C 60/90)", "variant", &[], false);
         self.table(&mut md, "shortcut", "Shortcut pointer on/off (Tigon-style)", "shortcut", &[], false);
         self.epoch_markdown(&mut md);
+        self.recovery_markdown(&mut md);
         self.events_markdown(&mut md);
         let _ = writeln!(md, "## Latency table of the model (ns)\n\n```\n{:#?}\n```", self.latency_table);
         md
@@ -582,6 +585,37 @@ impl Results {
             );
         }
         md.push_str("\nLatencies are power-of-two bucket upper bounds; \"no log\" acknowledges at commit.\n\n");
+    }
+
+    fn recovery_markdown(&self, md: &mut String) {
+        if self.recovery.is_empty() {
+            return;
+        }
+        let _ = writeln!(
+            md,
+            "## Crash and recovery (Tigon-style, YCSB 95/5 at 100% cross)\n\n\
+             Every host SIGKILLed after the warm-up and measured time; the pod restarts from its checkpoints and logs. \
+             Each acknowledged transaction's id was recorded when it was acknowledged; after recovery each is found in a kept commit record or covered by every host's checkpoint, or counted lost.\n\n\
+             | run | ran (s) | acknowledged before the kill | log on disk (MiB) | checkpoints on disk (MiB) | recovery (ms) | acknowledged: recorded / in logs / in checkpoints / **lost** |\n|---|---|---|---|---|---|---|"
+        );
+        for run in &self.recovery {
+            let _ = writeln!(
+                md,
+                "| {}{} | {:.0} | {} | {} | {} | {} | {} / {} / {} / **{}** |",
+                run.label,
+                run.error.as_deref().map(|error| format!(" (failed: {error})")).unwrap_or_default(),
+                run.ran_s,
+                run.acked_before_kill,
+                run.log_bytes_on_disk >> 20,
+                run.checkpoint_bytes_on_disk >> 20,
+                run.recovery_ms,
+                run.acked_recorded,
+                run.acked_in_logs,
+                run.acked_in_checkpoints,
+                run.acked_lost
+            );
+        }
+        md.push('\n');
     }
 
     fn events_markdown(&self, md: &mut String) {
