@@ -409,6 +409,9 @@ impl Results {
             if self.settings.small_warehouses { "small: 60 customers per district, 1000 items" } else { "full size: 10 districts × 3000 customers, 100 000 items" },
             self.settings.main_hwcc_budget_bytes >> 20
         );
+        if let Some(warning) = self.load_warning() {
+            let _ = writeln!(md, "{warning}\n");
+        }
         model_notes_markdown(&mut md);
         self.claims_markdown(&mut md);
         self.published_markdown(&mut md);
@@ -445,6 +448,23 @@ impl Results {
         md
     }
 
+    /// A warning when other work shared the machine: the 1-minute load average before or after
+    /// the run at or above the core count.
+    fn load_warning(&self) -> Option<String> {
+        let one_minute = |text: &str| text.split_whitespace().next().and_then(|value| value.parse::<f64>().ok());
+        let load = [&self.machine.load_average_before, &self.machine.load_average_after]
+            .into_iter()
+            .filter_map(|text| one_minute(text))
+            .fold(0.0, f64::max);
+        (load >= self.machine.nproc as f64).then(|| {
+            format!(
+                "**Taken under load** (1-minute load average up to {load:.1} on {} cores: other work shared the machine). \
+                 The measured figures are not meaningful; the modelled ones do not depend on how the cores were shared (see the pinned-to-one-core check below).",
+                self.machine.nproc
+            )
+        })
+    }
+
     fn pinned_sentence(&self) -> String {
         match &self.pinned {
             Some(check) => format!(
@@ -465,10 +485,8 @@ impl Results {
         }
         let _ = writeln!(
             md,
-            "## Beside Tigon's published figures
-
-             Tigon's ratio for the same point (artifact CSVs, 8 hosts × 3 workers), ours measured and modelled, and ours modelled ÷ Tigon's.
-
+            "## Beside Tigon's published figures\n\n\
+             Tigon's ratio for the same point (artifact CSVs, 8 hosts × 3 workers), ours measured and modelled, and ours modelled ÷ Tigon's.\n\n\
              | point | Tigon | (from) | ours measured | ours modelled | modelled ÷ Tigon |\n|---|---|---|---|---|---|"
         );
         for row in &self.published {
