@@ -459,7 +459,7 @@ impl Results {
         (load >= self.machine.nproc as f64).then(|| {
             format!(
                 "**Taken under load** (1-minute load average up to {load:.1} on {} cores: other work shared the machine). \
-                 The measured figures are not meaningful; the modelled ones do not depend on how the cores were shared (see the pinned-to-one-core check below).",
+                 The measured figures are not meaningful; the modelled ones depend on how the cores were shared only through the abort rates (see the pinned-to-one-core check below).",
                 self.machine.nproc
             )
         })
