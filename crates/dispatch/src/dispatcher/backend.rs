@@ -12,6 +12,7 @@ use bypass_wire::BackendMessage;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpSocket, TcpStream};
 
+use crate::agent::key::{LinkKey, LinkLogin};
 use crate::buffer::{Buffer, BufferIo};
 use crate::config::BackendSpec;
 use crate::error::{DispatchError, Result};
@@ -40,6 +41,8 @@ pub struct BackendState {
     source_addr: Option<std::net::Ipv4Addr>,
     /// For servers that do not trust the dispatcher's links straight to them.
     postgres_password: Option<String>,
+    /// What every link proves to the agent.
+    key: LinkKey,
 }
 
 /// Where a link goes.
@@ -93,7 +96,13 @@ impl Link {
 }
 
 impl BackendState {
-    pub fn new(id: usize, spec: BackendSpec, idle_max: usize, source_addr: Option<std::net::Ipv4Addr>) -> Self {
+    pub fn new(
+        id: usize,
+        spec: BackendSpec,
+        idle_max: usize,
+        source_addr: Option<std::net::Ipv4Addr>,
+        key: LinkKey,
+    ) -> Self {
         BackendState {
             id,
             spec,
@@ -105,6 +114,7 @@ impl BackendState {
             idle_max,
             source_addr,
             postgres_password: None,
+            key,
         }
     }
 
@@ -198,11 +208,11 @@ impl BackendState {
         }
     }
 
-    /// Opens a link and logs in through the agent.
+    /// Opens a link, proves the agent key and logs in through the agent.
     pub async fn connect(&self, request: LoginRequest) -> Result<Link> {
         let stream = connect_from(self.source_addr, self.spec.agent).await?;
         let mut link = Link::new(LinkKind::Agent, self.id, stream, &request);
-        let (mut login, startup) = Login::start(request);
+        let (mut login, startup) = LinkLogin::start(self.key.clone(), request);
         link.stream.write_all(&startup).await.map_err(|e| DispatchError::io("sending a link's startup", e))?;
         loop {
             let header = link.buffer.read_message(&mut link.stream, "the agent").await?;
@@ -214,7 +224,9 @@ impl BackendState {
                     return Ok(link);
                 }
                 LoginStep::Continue => {}
-                LoginStep::Send(_) => return Err(DispatchError::Protocol("an agent asked for a password".into())),
+                LoginStep::Send(bytes) => {
+                    link.stream.write_all(&bytes).await.map_err(|e| DispatchError::io("sending the key proof", e))?
+                }
             }
         }
     }
