@@ -563,7 +563,9 @@ mod tests {
     #[test]
     fn authentication_is_required_by_default() {
         let mut config = DispatcherConfig::default();
-        config.backends.insert("be1".into(), BackendEntry { agent: "127.0.0.1:7432".into(), postgres: None, mac: None });
+        config
+            .backends
+            .insert("be1".into(), BackendEntry { agent: "127.0.0.1:7432".into(), postgres: None, mac: None });
         config.databases.insert("*".into(), DatabaseEntry { primary: "be1".into(), replicas: Vec::new() });
         let Err(DispatchError::Config(problems)) = config.validate() else { panic!("must fail") };
         let joined = problems.join("\n");
