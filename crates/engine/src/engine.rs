@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use sqlparser::ast;
 use sqlparser::dialect::PostgreSqlDialect;
-use sqlparser::parser::Parser;
+use sqlparser::parser::{Parser, ParserError};
 
 use crate::bind::{cast_expr, identifier, object_name, sql_type, ExprBinder, Scope};
 use crate::error::{EngineError, Result};
@@ -119,12 +119,20 @@ impl Engine {
         if sql.len() > SQL_BYTES_MAX {
             return Err(EngineError::LimitExceeded(format!("SQL text above {SQL_BYTES_MAX} bytes")));
         }
-        Parser::parse_sql(&PostgreSqlDialect {}, sql).map_err(|e| EngineError::Syntax(e.to_string()))
+        let dialect = PostgreSqlDialect {};
+        let parser = Parser::new(&dialect).with_recursion_limit(crate::depth::parser_recursion_limit());
+        parser.try_with_sql(sql).and_then(|mut p| p.parse_statements()).map_err(|e| match e {
+            ParserError::RecursionLimitExceeded => crate::depth::too_deep("the statement nests too deeply".into()),
+            other => EngineError::Syntax(other.to_string()),
+        })
     }
 
-    /// Runs every statement of `sql`; stops at the first error.
+    /// Runs every statement of `sql`; stops at the first error. Long texts run on a thread
+    /// whose stack fits their syntax tree (`depth`).
     pub fn execute(&self, sql: &str) -> Result<Vec<QueryResult>> {
-        Engine::parse(sql)?.iter().map(|s| self.execute_statement(s)).collect()
+        crate::depth::with_statement_stack(sql, || {
+            Engine::parse(sql)?.iter().map(|s| self.execute_statement(s)).collect()
+        })?
     }
 
     /// Runs a single query and returns its rows (tests, benchmarks).
@@ -139,12 +147,18 @@ impl Engine {
         &self,
         sql: &str,
     ) -> Result<(Option<Description>, std::collections::BTreeMap<usize, DataType>)> {
-        let (described, types) = crate::bind::infer_parameter_types(|| self.describe(sql));
+        // Parameter types are collected per thread: infer them on the thread that binds.
+        let (described, types) =
+            crate::depth::with_statement_stack(sql, || crate::bind::infer_parameter_types(|| self.describe_here(sql)))?;
         Ok((described?, types))
     }
 
     /// Output names and types of a query without running it (`None` for other statements).
     pub fn describe(&self, sql: &str) -> Result<Option<Description>> {
+        crate::depth::with_statement_stack(sql, || self.describe_here(sql))?
+    }
+
+    fn describe_here(&self, sql: &str) -> Result<Option<Description>> {
         let statements = Engine::parse(sql)?;
         match statements.as_slice() {
             [ast::Statement::Query(query)] => {
@@ -409,6 +423,7 @@ pub fn coerce_value(value: Value, to: DataType) -> Result<Value> {
         Value::Date(_) => DataType::Date,
         Value::Decimal { scale, .. } => DataType::Decimal { precision: 18, scale: *scale },
         Value::Text(_) => DataType::Text,
+        Value::Numeric(_) => DataType::Numeric,
         Value::Null => unreachable!("handled above"),
     };
     evaluate_constant(&cast_expr(crate::expr::Expr::literal(value, data_type), to)?)
@@ -526,6 +541,7 @@ pub fn parse_field(text: &str, data_type: DataType) -> Result<Value> {
             Value::Decimal { value, scale }
         }
         DataType::Text => Value::Text(text.to_string()),
+        DataType::Numeric => Value::Numeric(crate::numeric::Numeric::parse(text)?),
     })
 }
 

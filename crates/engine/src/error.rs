@@ -54,6 +54,28 @@ pub enum EngineError {
     /// A worker thread panicked or failed to start.
     #[error("runtime failure: {0}")]
     Runtime(String),
+    /// A cast between types that have none (PostgreSQL's cannot_coerce).
+    #[error("{0}")]
+    CannotCast(String),
+    /// An expression or query nested deeper than the engine evaluates (PostgreSQL's
+    /// statement_too_complex family: stack depth limit exceeded).
+    #[error("stack depth limit exceeded: {0}")]
+    StackDepth(String),
+    /// A negative LIMIT (`offset` false) or OFFSET.
+    #[error("{} must not be negative", if *offset { "OFFSET" } else { "LIMIT" })]
+    NegativeRowCount { offset: bool },
+    /// A scalar subquery that returned more than one row.
+    #[error("more than one row returned by a subquery used as an expression")]
+    CardinalityViolation,
+    /// A column outside GROUP BY in an aggregated query, or an aggregate where none may be.
+    #[error("{0}")]
+    Grouping(String),
+    /// A function or operator with no variant for these argument types.
+    #[error("{0}")]
+    UndefinedFunction(String),
+    /// A column name that more than one relation in scope has.
+    #[error("column reference \"{0}\" is ambiguous")]
+    AmbiguousColumn(String),
 }
 
 impl EngineError {
@@ -76,6 +98,14 @@ impl EngineError {
             EngineError::LimitExceeded(_) => "54000",
             EngineError::Io { .. } => "58030",
             EngineError::Runtime(_) => "XX000",
+            EngineError::CannotCast(_) => "42846",
+            EngineError::StackDepth(_) => "54001",
+            EngineError::NegativeRowCount { offset: false } => "2201W",
+            EngineError::NegativeRowCount { offset: true } => "2201X",
+            EngineError::CardinalityViolation => "21000",
+            EngineError::Grouping(_) => "42803",
+            EngineError::UndefinedFunction(_) => "42883",
+            EngineError::AmbiguousColumn(_) => "42702",
         }
     }
 

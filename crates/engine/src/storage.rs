@@ -409,6 +409,7 @@ fn new_chunk_data(pool: &Arc<ChunkPool>, data_type: DataType, rows: usize) -> Re
         DataType::Int64 | DataType::Decimal { .. } => ChunkData::I64(pool.buffer(rows)?),
         DataType::Float64 => ChunkData::F64(pool.buffer(rows)?),
         DataType::Text => ChunkData::Text(pool.buffer(rows)?),
+        DataType::Numeric => return Err(EngineError::unsupported("columns of unconstrained numeric")),
     })
 }
 

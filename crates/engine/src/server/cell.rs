@@ -31,7 +31,8 @@ impl ToSql for Cell {
             Value::Int64(v) => out.put_i64(*v),
             Value::Float64(v) => out.put_f64(*v),
             Value::Date(days) => out.put_i32(days - POSTGRES_EPOCH_DAYS),
-            Value::Decimal { value, scale } => encode_numeric(*value, *scale, out),
+            Value::Decimal { value, scale } => encode_numeric(i128::from(*value), *scale, out),
+            Value::Numeric(n) => encode_numeric(n.mantissa, n.scale, out),
             Value::Text(s) => out.put_slice(s.as_bytes()),
         }
         Ok(IsNull::No)
@@ -55,7 +56,7 @@ impl ToSqlText for Cell {
 }
 
 /// PostgreSQL's binary numeric: ndigits, weight, sign, dscale, then base-10000 digits.
-fn encode_numeric(value: i64, scale: u8, out: &mut BytesMut) {
+fn encode_numeric(value: i128, scale: u8, out: &mut BytesMut) {
     let digits = value.unsigned_abs().to_string();
     let scale = usize::from(scale);
     let (integer, fraction) = if digits.len() > scale {
@@ -99,7 +100,7 @@ mod tests {
 
     fn numeric(value: i64, scale: u8) -> Vec<i16> {
         let mut out = BytesMut::new();
-        encode_numeric(value, scale, &mut out);
+        encode_numeric(i128::from(value), scale, &mut out);
         out.chunks(2).map(|c| i16::from_be_bytes([c[0], c[1]])).collect()
     }
 

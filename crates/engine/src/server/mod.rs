@@ -75,7 +75,7 @@ fn pg_type(data_type: DataType) -> Type {
         DataType::Int64 => Type::INT8,
         DataType::Float64 => Type::FLOAT8,
         DataType::Date => Type::DATE,
-        DataType::Decimal { .. } => Type::NUMERIC,
+        DataType::Decimal { .. } | DataType::Numeric => Type::NUMERIC,
         DataType::Text => Type::TEXT,
     }
 }
