@@ -9,7 +9,6 @@ use bypass_fastpath::abi::CLIENT_SLOTS;
 use bypass_fastpath::{FastPath, ServerSlot};
 use tokio::io::unix::AsyncFd;
 
-
 use super::{lock, Pool, PoolState};
 use crate::server::ServerConn;
 
