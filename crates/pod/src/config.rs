@@ -11,7 +11,7 @@ use crate::region::HOSTS_MAX;
 use crate::workload::WorkloadConfig;
 
 /// The concurrency-control protocol all hosts of a pod run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Protocol {
     /// Pasha/Tigon: shared tuples in CXL, 2PL NO_WAIT on the HWcc word, no 2PC.

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use bypass_wire::backend::build;
+use bypass_wire::tag;
 use bypass_wire::{Severity, SqlState, TransactionStatus};
 
 use crate::cancel::Registration;
@@ -77,7 +78,7 @@ pub async fn welcome(client: &mut ClientSide, registration: &Registration) -> Re
 pub struct Console {
     shared: Arc<Shared>,
     access: Access,
-    _registration: Registration,
+    registration: Registration,
 }
 
 /// A result set: column names and rows of text values.
@@ -94,7 +95,12 @@ enum Outcome {
 
 impl Console {
     pub fn new(shared: Arc<Shared>, access: Access, registration: Registration) -> Self {
-        Console { shared, access, _registration: registration }
+        Console { shared, access, registration }
+    }
+
+    /// Who the console user is (for log lines).
+    pub fn client(&self) -> &crate::cancel::ClientInfo {
+        &self.registration.entry.info
     }
 
     /// Answers queries until the client leaves.
@@ -110,10 +116,10 @@ impl Console {
             client.buffer.consume(header.frame_len());
             client.out.clear();
             match header.tag {
-                b'Q' => self.query(&sql, &mut client.out).await,
-                b'X' => return Ok(()),
-                b'S' => build::ready_for_query(&mut client.out, TransactionStatus::Idle),
-                b'H' => {}
+                tag::frontend::QUERY => self.query(&sql, &mut client.out).await,
+                tag::frontend::TERMINATE => return Ok(()),
+                tag::frontend::SYNC => build::ready_for_query(&mut client.out, TransactionStatus::Idle),
+                tag::frontend::FLUSH => {}
                 _ => error(
                     &mut client.out,
                     SqlState::FEATURE_NOT_SUPPORTED,
