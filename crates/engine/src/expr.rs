@@ -487,7 +487,7 @@ pub fn cast(vector: Vector, to: DataType) -> Result<Vector> {
         (Data::F64(v), DataType::Int32) => Data::I32(v.iter().map(|&x| x.round() as i32).collect()),
         (Data::Text(codes, dictionary), DataType::Date) => {
             let parsed: Vec<i32> =
-                dictionary.values().iter().map(|s| crate::types::parse_date(s)).collect::<Result<_>>()?;
+                dictionary.values().iter().map(crate::types::parse_date).collect::<Result<_>>()?;
             Data::I32(codes.iter().map(|&c| parsed[c as usize]).collect())
         }
         (Data::I32(v), DataType::Text) if from == DataType::Date => {
@@ -605,7 +605,7 @@ fn text_predicate(vector: &Vector, predicate: impl Fn(&str) -> bool) -> Result<V
         return Err(EngineError::Type(format!("string predicate on {}", vector.data_type.sql_name())));
     };
     let values = if dictionary.len() <= codes.len() {
-        let per_code: Vec<bool> = dictionary.values().iter().map(|s| predicate(s)).collect();
+        let per_code: Vec<bool> = dictionary.values().iter().map(&predicate).collect();
         codes.iter().map(|&c| per_code[c as usize]).collect()
     } else {
         codes.iter().map(|&c| predicate(dictionary.get(c))).collect()

@@ -25,13 +25,18 @@
 
 #[cfg(feature = "global-mimalloc")]
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: control::TrackingAllocator<mimalloc::MiMalloc> = control::TrackingAllocator(mimalloc::MiMalloc);
 
 pub mod arena;
 pub mod bench;
 pub mod bind;
+pub mod catalog;
 pub mod cli;
 pub mod compiled;
+pub mod control;
+pub mod copy;
+pub mod ddl;
+pub mod dml;
 pub mod engine;
 pub mod error;
 pub mod exec;
@@ -43,8 +48,11 @@ pub mod plan;
 pub mod pool;
 pub mod query;
 pub mod runtime;
+pub mod session;
+pub mod settings;
 pub mod server;
 pub mod storage;
+pub mod stream;
 pub mod tpch;
 pub mod types;
 pub mod vector;

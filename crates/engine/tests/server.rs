@@ -43,7 +43,7 @@ fn psql_simple_query() -> anyhow::Result<()> {
     assert!(!ok, "UNION is not supported");
     assert!(err.contains("not supported") && err.contains("UNION"), "names the feature: {err}");
     let output = Command::new(pg_bin("psql"))
-        .args(["-X", "-h", "127.0.0.1", "-p", &server.address.port().to_string(), "-U", "a", "-d", "b"])
+        .args(["-X", "-h", "127.0.0.1", "-p", &server.address.port().to_string(), "-U", "a", "-d", "bypass"])
         .args(["-v", "VERBOSITY=verbose", "-c", "select 1 union select 2", "-c", "select 41 + 1"])
         .output()?;
     let stderr = String::from_utf8(output.stderr)?;
@@ -59,7 +59,7 @@ fn tokio_postgres_extended_query() -> anyhow::Result<()> {
     let (server, _engine) = start()?;
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     runtime.block_on(async {
-        let config = format!("host=127.0.0.1 port={} user=u dbname=d", server.address.port());
+        let config = format!("host=127.0.0.1 port={} user=u dbname=bypass", server.address.port());
         let (client, connection) = tokio_postgres::connect(&config, tokio_postgres::NoTls).await?;
         tokio::spawn(async move {
             if let Err(e) = connection.await {
@@ -114,7 +114,7 @@ fn psycopg_parameters() -> anyhow::Result<()> {
     let (server, _engine) = start()?;
     let script = format!(
         "import psycopg\n\
-         with psycopg.connect('host=127.0.0.1 port={} user=u dbname=d') as conn:\n\
+         with psycopg.connect('host=127.0.0.1 port={} user=u dbname=bypass') as conn:\n\
          \x20   rows = conn.execute('select r_name from region where r_regionkey >= %s order by r_regionkey', (3,)).fetchall()\n\
          \x20   assert rows == [('EUROPE',), ('MIDDLE EAST',)], rows\n\
          \x20   (n,) = conn.execute('select count(*) from orders where o_orderpriority = %s', ('1-URGENT',)).fetchone()\n\
