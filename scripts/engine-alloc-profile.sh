@@ -17,5 +17,5 @@ if ! command -v valgrind >/dev/null; then
     exit 1
 fi
 target_dir=${CARGO_TARGET_DIR:-target}
-cargo build --release -p bypass-engine --example alloc_profile
+cargo build --release -p bypass-bench --example alloc_profile
 "$target_dir/release/examples/alloc_profile" report --out-dir "$out_dir"

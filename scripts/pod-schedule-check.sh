@@ -6,7 +6,7 @@
 set -euo pipefail
 repetitions="${1:-3}"
 target="${CARGO_TARGET_DIR:-target}"
-cargo build --release -p bypass-pod --examples
+cargo build --release -p bypass-cli --example pod
 out="$(mktemp -d)"
 run() {
     local name="$1"; shift

@@ -4,7 +4,11 @@
 //! machine, and write JSON + markdown + a PNG plot (house style, design §9). [`pooler`] is the
 //! harness and `bench pooler` (pgbench through direct PostgreSQL, PgBouncer one and two
 //! processes, and the `bypass` binary); [`fastpath`] is `bench fastpath` (issue 4): the same
-//! harness with the kernel fast path, YCSB-like workloads, BPF cost and mirroring.
+//! harness with the kernel fast path, YCSB-like workloads, BPF cost and mirroring; [`engine`]
+//! is `bench engine` (the seed's runtime grid, allocators, TPC-H against DuckDB, DataFusion and
+//! Polars); [`pod`] is `bench pod` (Tigon against DS2PL+ and OCC+ on TPC-C and YCSB);
+//! [`dispatch`] is `bench dispatch` (relay, hand-over and hybrid against HAProxy in the lab of
+//! `bypass-lab`).
 //!
 //! ```text
 //!   pooler::run ──┐                 ┌─► contender (testkit PgBouncer / bypass child / nothing)
@@ -24,10 +28,13 @@
 
 mod bpf_stats;
 mod cpu;
+pub mod dispatch;
+pub mod engine;
 pub mod fastpath;
 mod interrupt;
 mod machine;
 mod pgbench;
 mod pgbench_log;
+pub mod pod;
 pub mod pooler;
 mod stats;

@@ -41,18 +41,18 @@ enum Command {
     },
     /// The compiled columnar engine (serve, load, query).
     #[command(subcommand)]
-    Engine(bypass_engine::cli::Command),
+    Engine(bypass_cli::engine::Command),
     /// The multi-host pod store (start hosts, run workloads, recover).
     #[command(subcommand)]
-    Pod(bypass_pod::cli::Command),
+    Pod(bypass_cli::pod::Command),
     /// The query dispatcher with TCP hand-over.
     #[command(subcommand)]
-    Dispatch(bypass_dispatch::cli::Command),
+    Dispatch(bypass_cli::dispatch::Command),
     /// The agent beside a backend that receives handed-over client connections.
-    Agent(bypass_dispatch::cli::AgentArgs),
+    Agent(bypass_cli::dispatch::AgentArgs),
     /// The network-namespace lab for the dispatcher (clients, dispatcher, backends).
     #[command(subcommand)]
-    Lab(bypass_dispatch::cli::LabCommand),
+    Lab(bypass_cli::dispatch::LabCommand),
     /// The pooler's kernel fast path.
     #[command(subcommand)]
     Fastpath(FastpathCommand),
@@ -73,11 +73,11 @@ enum BenchCommand {
     /// (--mirroring) the cost of mirroring.
     Fastpath(bypass_bench::fastpath::FastpathBenchArgs),
     /// The engine against DuckDB, DataFusion and Polars, and the runtime experiments.
-    Engine(bypass_engine::cli::BenchArgs),
+    Engine(bypass_cli::engine::BenchArgs),
     /// The pod store against 2PL+2PC and OCC on TPC-C and YCSB.
-    Pod(bypass_pod::cli::BenchArgs),
+    Pod(bypass_cli::pod::BenchArgs),
     /// The dispatcher (relay, hand-over, hybrid) against HAProxy in the lab.
-    Dispatch(bypass_dispatch::cli::BenchArgs),
+    Dispatch(bypass_cli::dispatch::BenchArgs),
 }
 
 fn main() -> Result<()> {
@@ -100,14 +100,14 @@ fn main() -> Result<()> {
         Command::Bench { which: BenchCommand::Fastpath(args) } => {
             bypass_bench::fastpath::run(args, &std::env::current_exe()?)
         }
-        Command::Bench { which: BenchCommand::Engine(args) } => bypass_engine::cli::bench(args),
-        Command::Bench { which: BenchCommand::Pod(args) } => bypass_pod::cli::bench(args),
-        Command::Engine(command) => bypass_engine::cli::run(command),
-        Command::Pod(command) => bypass_pod::cli::run(command),
-        Command::Bench { which: BenchCommand::Dispatch(args) } => bypass_dispatch::cli::bench(args),
-        Command::Dispatch(command) => bypass_dispatch::cli::run(command),
-        Command::Agent(args) => bypass_dispatch::cli::agent(args),
-        Command::Lab(command) => bypass_dispatch::cli::lab(command),
+        Command::Bench { which: BenchCommand::Engine(args) } => bypass_cli::engine::bench(args),
+        Command::Bench { which: BenchCommand::Pod(args) } => bypass_cli::pod::bench(args),
+        Command::Engine(command) => bypass_cli::engine::run(command),
+        Command::Pod(command) => bypass_cli::pod::run(command),
+        Command::Bench { which: BenchCommand::Dispatch(args) } => bypass_cli::dispatch::bench(args),
+        Command::Dispatch(command) => bypass_cli::dispatch::run(command),
+        Command::Agent(args) => bypass_cli::dispatch::agent(args),
+        Command::Lab(command) => bypass_cli::dispatch::lab(command),
     }
 }
 

@@ -18,9 +18,11 @@
 //!   writes answers into handed-over connections — stock PostgreSQL needs no change.
 //! - [`handover`]: `TCP_REPAIR` export/import; [`steer`]: the eBPF steering table;
 //!   [`link`]: the dispatcher–agent protocol (PostgreSQL messages plus control frames).
-//! - [`lab`], [`netns`], [`services`]: network namespaces with shaped links (`bypass lab`);
-//!   [`payload`], [`pgclient`], [`pglogin`], [`loadgen`]: the verifying load generator;
-//!   [`bench`]: `bypass bench dispatch`.
+//! - [`netns`]: entering a network namespace (`--namespace` of the dispatcher and the agent);
+//!   [`pglogin`]: the sans-I/O client login the dispatcher and the agent use towards PostgreSQL.
+//! - Not here (measuring, not product): the network lab, load generator and payloads live in
+//!   `bypass-lab` (crates/lab), `bypass bench dispatch` in `bypass-bench`, the subcommands in
+//!   `bypass-cli`.
 //!
 //! Invariants:
 //! - Exactly one host owns a client connection at any time; while it moves, the switch drops the
@@ -42,23 +44,16 @@
 //!   home. A dispatcher restart loses the table and with it any connection that was away.
 
 pub mod agent;
-pub mod bench;
 pub mod buffer;
-pub mod cli;
 pub mod config;
 pub mod dispatcher;
 pub mod error;
 pub mod handover;
-pub mod lab;
 pub mod link;
-pub mod loadgen;
 pub mod netns;
-pub mod payload;
-pub mod pgclient;
 pub mod pglogin;
 pub mod routing;
 pub mod runtime;
-pub mod services;
 pub mod steer;
 
 pub use error::{DispatchError, Result};

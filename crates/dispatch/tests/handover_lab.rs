@@ -6,8 +6,8 @@ mod common;
 use std::time::Duration;
 
 use bypass_dispatch::config::Policy;
-use bypass_dispatch::loadgen::{self, LoadSpec, Target};
 use bypass_dispatch::pglogin::LoginRequest;
+use bypass_lab::loadgen::{self, LoadSpec, Target};
 use common::LabCluster;
 
 fn load(cluster: &LabCluster, size: u64, connections_per_client: usize, queries: u64) -> LoadSpec {
@@ -121,11 +121,11 @@ fn ten_thousand_hand_overs_on_sixteen_connections_without_a_reset() -> anyhow::R
 // more queries.
 #[test]
 fn a_query_sent_while_away_travels_home_and_is_answered() -> anyhow::Result<()> {
-    use bypass_dispatch::payload::{query, Verifier};
+    use bypass_lab::payload::{query, Verifier};
     let cluster = LabCluster::start("hc", Policy::Handover, 1)?;
     let service = cluster.service();
     let outcome = bypass_dispatch::netns::run_in(&cluster.lab.client(1).namespace, move || {
-        let mut connection = bypass_dispatch::pgclient::PgConnection::connect(
+        let mut connection = bypass_lab::pgclient::PgConnection::connect(
             service,
             LoginRequest::trust("postgres", "postgres"),
             Duration::from_secs(30),
@@ -153,13 +153,13 @@ fn a_query_sent_while_away_travels_home_and_is_answered() -> anyhow::Result<()> 
 // PostgreSQL mid-answer.
 #[test]
 fn a_backend_killed_mid_result_fails_only_its_client() -> anyhow::Result<()> {
-    use bypass_dispatch::payload::{query, Verifier};
+    use bypass_lab::payload::{query, Verifier};
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
     let mut cluster = LabCluster::start_with("hd", Policy::Handover, 1, &["be2"])?;
     let service = cluster.service();
     let big = bypass_dispatch::netns::spawn_in(&cluster.lab.client(1).namespace, "big", move || {
-        let mut connection = bypass_dispatch::pgclient::PgConnection::connect(
+        let mut connection = bypass_lab::pgclient::PgConnection::connect(
             service,
             LoginRequest::trust("postgres", "postgres"),
             Duration::from_secs(30),
@@ -170,7 +170,7 @@ fn a_backend_killed_mid_result_fails_only_its_client() -> anyhow::Result<()> {
     let stop = Arc::new(AtomicBool::new(false));
     let stop_other = stop.clone();
     let other = bypass_dispatch::netns::spawn_in(&cluster.lab.client(2).namespace, "other", move || {
-        let mut connection = bypass_dispatch::pgclient::PgConnection::connect(
+        let mut connection = bypass_lab::pgclient::PgConnection::connect(
             service,
             LoginRequest::trust("postgres", "postgres"),
             Duration::from_secs(30),
@@ -193,7 +193,7 @@ fn a_backend_killed_mid_result_fails_only_its_client() -> anyhow::Result<()> {
     assert!(big_outcome.is_err(), "the killed backend's client must see an error, got {big_outcome:?}");
     // The client reconnects; its read falls back to the primary while the replica is down.
     let again = bypass_dispatch::netns::run_in(&cluster.lab.client(1).namespace, move || {
-        let mut connection = bypass_dispatch::pgclient::PgConnection::connect(
+        let mut connection = bypass_lab::pgclient::PgConnection::connect(
             service,
             LoginRequest::trust("postgres", "postgres"),
             Duration::from_secs(30),
@@ -217,7 +217,7 @@ fn a_backend_killed_mid_result_fails_only_its_client() -> anyhow::Result<()> {
 // twice, with a 256 KB threshold; read the dispatcher's counters after each step.
 #[test]
 fn hybrid_relays_small_answers_and_hands_over_large_ones() -> anyhow::Result<()> {
-    use bypass_dispatch::payload::{query, Verifier};
+    use bypass_lab::payload::{query, Verifier};
     let cluster = LabCluster::start("hh", Policy::Hybrid, 256 * 1024)?;
     let service = cluster.service();
     let shared = cluster.dispatcher.ready.shared.clone();
@@ -227,7 +227,7 @@ fn hybrid_relays_small_answers_and_hands_over_large_ones() -> anyhow::Result<()>
         (read(&s.handovers), read(&s.on_demand))
     };
     let steps = bypass_dispatch::netns::run_in(&cluster.lab.client(1).namespace, move || {
-        let mut connection = bypass_dispatch::pgclient::PgConnection::connect(
+        let mut connection = bypass_lab::pgclient::PgConnection::connect(
             service,
             LoginRequest::trust("postgres", "postgres"),
             Duration::from_secs(30),
@@ -256,14 +256,14 @@ fn hybrid_relays_small_answers_and_hands_over_large_ones() -> anyhow::Result<()>
 // is mispredicted small and taken over on demand.
 #[test]
 fn on_demand_hand_overs_mid_answer_are_byte_exact_without_resets() -> anyhow::Result<()> {
-    use bypass_dispatch::payload::{query, Verifier};
+    use bypass_lab::payload::{query, Verifier};
     let cluster = LabCluster::start("he", Policy::Hybrid, 256 * 1024)?;
     let (resets_before, _) = common::resets(&cluster.lab)?;
     let service = cluster.service();
     let mut threads = Vec::new();
     for client in cluster.lab.clients() {
         threads.push(bypass_dispatch::netns::spawn_in(&client.namespace, "alternating", move || {
-            let mut connection = bypass_dispatch::pgclient::PgConnection::connect(
+            let mut connection = bypass_lab::pgclient::PgConnection::connect(
                 service,
                 LoginRequest::trust("postgres", "postgres"),
                 Duration::from_secs(30),
@@ -298,7 +298,7 @@ fn on_demand_hand_overs_mid_answer_are_byte_exact_without_resets() -> anyhow::Re
 // (closing it while blocked got the client's last ACKs reset by the dispatcher's host).
 #[test]
 fn connections_move_with_megabytes_unacknowledged() -> anyhow::Result<()> {
-    use bypass_dispatch::payload::{query, Verifier};
+    use bypass_lab::payload::{query, Verifier};
     let cluster = LabCluster::start_tuned("hm", Policy::Hybrid, 256 * 1024, &["be1", "be2"], |agent, dispatcher| {
         agent.drain_wait_ms = 0;
         agent.handback_wait_ms = 0;
@@ -309,7 +309,7 @@ fn connections_move_with_megabytes_unacknowledged() -> anyhow::Result<()> {
     let mut threads = Vec::new();
     for client in cluster.lab.clients() {
         threads.push(bypass_dispatch::netns::spawn_in(&client.namespace, "unacknowledged", move || {
-            let mut connection = bypass_dispatch::pgclient::PgConnection::connect(
+            let mut connection = bypass_lab::pgclient::PgConnection::connect(
                 service,
                 LoginRequest::trust("postgres", "postgres"),
                 Duration::from_secs(30),
@@ -340,8 +340,8 @@ fn connections_move_with_megabytes_unacknowledged() -> anyhow::Result<()> {
 // CLOSE_WAIT when the move begins; a second connection then runs a normal hand-over.
 #[test]
 fn a_client_closing_with_its_query_is_answered_by_relay_without_a_reset() -> anyhow::Result<()> {
-    use bypass_dispatch::payload::{query, Verifier};
-    use bypass_dispatch::pgclient::PgConnection;
+    use bypass_lab::payload::{query, Verifier};
+    use bypass_lab::pgclient::PgConnection;
     let cluster = LabCluster::start("hf", Policy::Handover, 1)?;
     let (resets_before, _) = common::resets(&cluster.lab)?;
     let service = cluster.service();

@@ -47,7 +47,7 @@ impl Setup {
 }
 
 fn who_answers(
-    connection: &mut bypass_dispatch::pgclient::PgConnection,
+    connection: &mut bypass_lab::pgclient::PgConnection,
     sql: &str,
     count: usize,
 ) -> anyhow::Result<BTreeMap<String, usize>> {
@@ -202,7 +202,7 @@ fn a_lagging_replica_gets_no_reads() -> anyhow::Result<()> {
     let dispatcher = dispatcher::start(config, None)?;
     let shared = dispatcher.ready.shared.clone();
     let mut connection = connect(dispatcher.ready.local_addr)?;
-    let in_recovery = |connection: &mut bypass_dispatch::pgclient::PgConnection| -> anyhow::Result<String> {
+    let in_recovery = |connection: &mut bypass_lab::pgclient::PgConnection| -> anyhow::Result<String> {
         Ok(connection.query("select pg_is_in_recovery()")?.rows[0][0].clone().unwrap_or_default())
     };
     assert_eq!(in_recovery(&mut connection)?, "t", "a fresh replica serves reads");

@@ -7,10 +7,10 @@ use std::io::Read;
 use std::net::{SocketAddr, SocketAddrV4, TcpListener};
 use std::time::Duration;
 
-use bypass_dispatch::lab::{Lab, LabSpec, VIP};
 use bypass_dispatch::netns;
 use bypass_dispatch::steer::{Action, Switch};
 use bypass_dispatch::DispatchError;
+use bypass_lab::lab::{Lab, LabSpec, VIP};
 
 /// Answers every connection on `address` in `namespace` with `banner`, until the process ends.
 fn serve_banners(namespace: &str, address: SocketAddr, banner: &'static str) -> anyhow::Result<()> {

@@ -19,7 +19,7 @@
 //! heap-allocated chunk footer behind a `Cell`, so every allocation is a load and a store
 //! through memory (store-to-load forwarding on the critical path, ~4 cycles); a `Frame` is a
 //! local the compiler keeps in registers (~2 cycles per allocation, measured in
-//! `bench::alloc`).
+//! `bypass_bench::engine::alloc`).
 //!
 //! Invariants: `base ≤ next ≤ end`; `next` is a multiple of [`GRAIN_BYTES`] (so ordinary
 //! alignments cost nothing); slices of one frame are disjoint; a frame holds the arena's only

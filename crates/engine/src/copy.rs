@@ -117,7 +117,12 @@ impl CopyFormat {
 
 /// Starts a COPY statement: finishes COPY FROM a file and COPY TO STDOUT at once, returns
 /// the pending COPY FROM STDIN.
-pub fn start(session: &mut Session, engine: &Engine, copy: CopyStatement<'_>, sink: &dyn ResultSink) -> Result<Outcome> {
+pub fn start(
+    session: &mut Session,
+    engine: &Engine,
+    copy: CopyStatement<'_>,
+    sink: &dyn ResultSink,
+) -> Result<Outcome> {
     let (format, parquet) = CopyFormat::from_options(copy.options, copy.legacy_options)?;
     if copy.to {
         if !matches!(copy.target, ast::CopyTarget::Stdout) {
@@ -145,7 +150,8 @@ pub fn start(session: &mut Session, engine: &Engine, copy: CopyStatement<'_>, si
             finish_now(session, pending)
         }
         ast::CopyTarget::File { filename } => {
-            let mut file = std::fs::File::open(filename).map_err(|e| EngineError::io(format!("opening {filename}"), e))?;
+            let mut file =
+                std::fs::File::open(filename).map_err(|e| EngineError::io(format!("opening {filename}"), e))?;
             let mut buffer = vec![0; FILE_READ_BYTES];
             loop {
                 let read = file.read(&mut buffer).map_err(|e| EngineError::io(format!("reading {filename}"), e))?;
@@ -217,8 +223,11 @@ impl CopyIn {
     fn load(&mut self, line: usize, fields: Vec<Option<String>>) -> Result<()> {
         let at_line = |source| EngineError::CopyLine { line, source: Box::new(source) };
         if fields.len() != self.targets.len() {
-            let shape =
-                if fields.len() > self.targets.len() { "extra data after last expected column" } else { "missing data for a column" };
+            let shape = if fields.len() > self.targets.len() {
+                "extra data after last expected column"
+            } else {
+                "missing data for a column"
+            };
             return Err(at_line(EngineError::CopyFormat(format!(
                 "{shape}: {} fields, expected {}",
                 fields.len(),
@@ -226,7 +235,8 @@ impl CopyIn {
             ))));
         }
         let schema = self.builder.schema();
-        let mut row: Vec<Value> = self.builder.constraints().defaults.iter().map(|d| d.clone().unwrap_or(Value::Null)).collect();
+        let mut row: Vec<Value> =
+            self.builder.constraints().defaults.iter().map(|d| d.clone().unwrap_or(Value::Null)).collect();
         for (field, &column) in fields.into_iter().zip(&self.targets) {
             row[column] = match field {
                 Some(text) => parse_field(&text, schema[column].data_type).map_err(at_line)?,
@@ -277,7 +287,9 @@ impl RecordParser {
                 if self.pending.len() > COPY_RECORD_BYTES_MAX {
                     return Err(EngineError::CopyLine {
                         line: self.line,
-                        source: Box::new(EngineError::LimitExceeded(format!("record above {COPY_RECORD_BYTES_MAX} bytes"))),
+                        source: Box::new(EngineError::LimitExceeded(format!(
+                            "record above {COPY_RECORD_BYTES_MAX} bytes"
+                        ))),
                     });
                 }
                 return Ok(None);
@@ -423,7 +435,8 @@ fn split_csv(record: &str, format: &CopyFormat) -> Result<Vec<Option<String>>> {
 
 /// Parses a text field as a column type.
 pub fn parse_field(text: &str, data_type: DataType) -> Result<Value> {
-    let invalid = || EngineError::InvalidValue(format!("invalid input syntax for type {}: \"{text}\"", data_type.sql_name()));
+    let invalid =
+        || EngineError::InvalidValue(format!("invalid input syntax for type {}: \"{text}\"", data_type.sql_name()));
     Ok(match data_type {
         DataType::Bool => match text.trim().to_ascii_lowercase().as_str() {
             "t" | "true" | "1" | "yes" | "y" | "on" => Value::Bool(true),
@@ -502,7 +515,11 @@ fn copy_to_stdout(
             let list = if columns.is_empty() {
                 "*".to_string()
             } else {
-                columns.iter().map(|c| format!("\"{}\"", identifier(c).replace('"', "\"\""))).collect::<Vec<_>>().join(", ")
+                columns
+                    .iter()
+                    .map(|c| format!("\"{}\"", identifier(c).replace('"', "\"\"")))
+                    .collect::<Vec<_>>()
+                    .join(", ")
             };
             let sql = format!("SELECT {list} FROM {table_name}");
             match Engine::parse(&sql)?.pop() {

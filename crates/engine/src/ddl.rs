@@ -151,9 +151,10 @@ fn column_option(
         ast::ColumnOption::Default(expr) => {
             let scope = Scope::default();
             let bound = cast_expr(ExprBinder { scope: &scope }.bind(expr)?, column.data_type)?;
-            constraints.defaults[index] = Some(evaluate_constant(&bound).map_err(|_| {
-                EngineError::unsupported(format!("DEFAULT {expr} (only constant defaults)"))
-            })?);
+            constraints.defaults[index] = Some(
+                evaluate_constant(&bound)
+                    .map_err(|_| EngineError::unsupported(format!("DEFAULT {expr} (only constant defaults)")))?,
+            );
         }
         ast::ColumnOption::PrimaryKey(_) => {
             constraints.not_null[index] = true;
@@ -216,7 +217,12 @@ fn add_unique(constraints: &mut Constraints, name: String, columns: Vec<usize>, 
 }
 
 /// DROP TABLE [IF EXISTS] names.
-pub fn drop_tables(session: &mut Session, engine: &Engine, names: &[ast::ObjectName], if_exists: bool) -> Result<String> {
+pub fn drop_tables(
+    session: &mut Session,
+    engine: &Engine,
+    names: &[ast::ObjectName],
+    if_exists: bool,
+) -> Result<String> {
     for name in names {
         let name = user_table_name(name)?;
         if session.table_for_write(engine, &name)?.is_none() {

@@ -85,8 +85,7 @@ fn full_row(
     targets: &[usize],
     row: Vec<Option<Value>>,
 ) -> Result<Vec<Value>> {
-    let mut full: Vec<Value> =
-        constraints.defaults.iter().map(|d| d.clone().unwrap_or(Value::Null)).collect();
+    let mut full: Vec<Value> = constraints.defaults.iter().map(|d| d.clone().unwrap_or(Value::Null)).collect();
     for (value, &column) in row.into_iter().zip(targets) {
         // `None` is the DEFAULT keyword: the default stays.
         if let Some(value) = value {
@@ -116,7 +115,11 @@ fn target_columns(schema: &[ColumnDef], columns: &[ast::ObjectName]) -> Result<V
 }
 
 /// VALUES rows as constants; `None` marks DEFAULT.
-fn values_rows(rows: &[ast::Parens<Vec<ast::Expr>>], targets: &[usize], schema: &[ColumnDef]) -> Result<Vec<Vec<Option<Value>>>> {
+fn values_rows(
+    rows: &[ast::Parens<Vec<ast::Expr>>],
+    targets: &[usize],
+    schema: &[ColumnDef],
+) -> Result<Vec<Vec<Option<Value>>>> {
     let scope = Scope::default();
     let binder = ExprBinder { scope: &scope };
     rows.iter()
@@ -166,7 +169,8 @@ fn table_scope(alias: &str, schema: &[ColumnDef]) -> Scope {
 
 /// UPDATE t [AS a] SET c = expr, … [WHERE …] [RETURNING …].
 pub fn update(session: &mut Session, engine: &Engine, update: &ast::Update, sink: &dyn ResultSink) -> Result<String> {
-    if update.from.is_some() || !update.table.joins.is_empty() || update.limit.is_some() || !update.order_by.is_empty() {
+    if update.from.is_some() || !update.table.joins.is_empty() || update.limit.is_some() || !update.order_by.is_empty()
+    {
         return Err(EngineError::unsupported("UPDATE … FROM, joins, ORDER BY or LIMIT"));
     }
     let (name, alias) = single_table(&update.table.relation)?;
@@ -180,9 +184,9 @@ pub fn update(session: &mut Session, engine: &Engine, update: &ast::Update, sink
             return Err(EngineError::unsupported("UPDATE of a column tuple"));
         };
         let column_name = object_name(column)?;
-        let index = base
-            .column_index(&column_name)
-            .ok_or_else(|| EngineError::UnknownColumn(format!("\"{column_name}\" of relation \"{name}\" does not exist")))?;
+        let index = base.column_index(&column_name).ok_or_else(|| {
+            EngineError::UnknownColumn(format!("\"{column_name}\" of relation \"{name}\" does not exist"))
+        })?;
         if assignments.iter().any(|(c, _)| *c == index) {
             return Err(EngineError::Syntax(format!("multiple assignments to same column \"{column_name}\"")));
         }
@@ -334,8 +338,14 @@ fn returning_query(
 ) -> Result<(Catalog, ast::Query)> {
     let pool = Arc::clone(engine.runtime().pool());
     let width = table.schema.len();
-    let mut builder =
-        TableBuilder::with_constraints(pool, alias, 0, table.schema.clone(), Constraints::none(width), engine.chunk_rows());
+    let mut builder = TableBuilder::with_constraints(
+        pool,
+        alias,
+        0,
+        table.schema.clone(),
+        Constraints::none(width),
+        engine.chunk_rows(),
+    );
     for row in rows {
         builder.push_row(&row)?;
     }
@@ -352,7 +362,11 @@ fn returning_query(
 }
 
 /// Output names and types of INSERT/UPDATE/DELETE … RETURNING (`None` without RETURNING).
-pub fn describe_returning(session: &mut Session, engine: &Engine, statement: &ast::Statement) -> Result<Option<Description>> {
+pub fn describe_returning(
+    session: &mut Session,
+    engine: &Engine,
+    statement: &ast::Statement,
+) -> Result<Option<Description>> {
     let (name, alias, items) = match statement {
         ast::Statement::Insert(insert) => match (&insert.table, &insert.returning) {
             (ast::TableObject::TableName(name), Some(items)) => {

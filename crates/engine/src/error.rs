@@ -93,6 +93,9 @@ pub enum EngineError {
     /// A portal that does not exist.
     #[error("portal \"{0}\" does not exist")]
     UnknownPortal(String),
+    /// A database other than the server's one.
+    #[error("database \"{0}\" does not exist")]
+    UnknownDatabase(String),
     /// Text that is not valid UTF-8.
     #[error("{0}")]
     CharacterNotInRepertoire(String),
@@ -136,6 +139,7 @@ impl EngineError {
             EngineError::PreparedStatement(_) => "26000",
             EngineError::UnknownPortal(_) => "34000",
             EngineError::CharacterNotInRepertoire(_) => "22021",
+            EngineError::UnknownDatabase(_) => "3D000",
             EngineError::Protocol(_) => "08P01",
         }
     }

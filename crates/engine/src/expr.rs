@@ -486,8 +486,7 @@ pub fn cast(vector: Vector, to: DataType) -> Result<Vector> {
         (Data::F64(v), DataType::Int64) => Data::I64(v.iter().map(|&x| x.round() as i64).collect()),
         (Data::F64(v), DataType::Int32) => Data::I32(v.iter().map(|&x| x.round() as i32).collect()),
         (Data::Text(codes, dictionary), DataType::Date) => {
-            let parsed: Vec<i32> =
-                dictionary.values().iter().map(crate::types::parse_date).collect::<Result<_>>()?;
+            let parsed: Vec<i32> = dictionary.values().iter().map(crate::types::parse_date).collect::<Result<_>>()?;
             Data::I32(codes.iter().map(|&c| parsed[c as usize]).collect())
         }
         (Data::I32(v), DataType::Text) if from == DataType::Date => {

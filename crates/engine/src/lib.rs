@@ -1,8 +1,9 @@
 //! Bypass engine: an in-memory columnar SQL engine whose pipelines run as fused, monomorphized
 //! loops on pinned morsel-driven workers in a "specialized" runtime (huge-page prefaulted chunk
 //! pool, per-worker scratch arenas (`arena`: one prefaulted region, bump frames), optional SCHED_FIFO), after NautDB (seed 002). It speaks the
-//! PostgreSQL protocol (`server`), loads TPC-H in-process (`tpch`) and compares itself with a
-//! plain runtime and with DuckDB, DataFusion and Polars (`bench`).
+//! PostgreSQL protocol (`server`) and loads TPC-H in-process (`tpch`). Its benchmark against a
+//! plain runtime and DuckDB, DataFusion and Polars is `bypass-bench`'s `engine` module; its
+//! subcommands are in `bypass-cli`.
 //!
 //! ```text
 //!   SQL ─► sqlparser ─► query/bind (scope, types, casts) ─► joins (pushdown, greedy order)
@@ -28,10 +29,8 @@
 static GLOBAL: control::TrackingAllocator<mimalloc::MiMalloc> = control::TrackingAllocator(mimalloc::MiMalloc);
 
 pub mod arena;
-pub mod bench;
 pub mod bind;
 pub mod catalog;
-pub mod cli;
 pub mod compiled;
 pub mod control;
 pub mod copy;
@@ -48,9 +47,9 @@ pub mod plan;
 pub mod pool;
 pub mod query;
 pub mod runtime;
+pub mod server;
 pub mod session;
 pub mod settings;
-pub mod server;
 pub mod storage;
 pub mod stream;
 pub mod tpch;

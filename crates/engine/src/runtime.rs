@@ -134,22 +134,24 @@ impl Runtime {
             for (index, queue) in queues.into_iter().enumerate() {
                 let (stealers, task, failed, first_error) = (&stealers, &task, &failed, &first_error);
                 let control = Arc::clone(&control);
-                scope.spawn(move || crate::control::enter(&control, || {
-                    if pin {
-                        pin_to_core(index);
-                    }
-                    if fifo {
-                        // Best effort: without root the worker stays time-shared.
-                        let _ = set_sched_fifo();
-                    }
-                    while !failed.load(Ordering::Relaxed) {
-                        let Some(morsel) = next_morsel(&queue, stealers, index) else { break };
-                        if let Err(error) = crate::control::check().and_then(|()| task(index, morsel)) {
-                            failed.store(true, Ordering::Relaxed);
-                            first_error.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(error);
+                scope.spawn(move || {
+                    crate::control::enter(&control, || {
+                        if pin {
+                            pin_to_core(index);
                         }
-                    }
-                }));
+                        if fifo {
+                            // Best effort: without root the worker stays time-shared.
+                            let _ = set_sched_fifo();
+                        }
+                        while !failed.load(Ordering::Relaxed) {
+                            let Some(morsel) = next_morsel(&queue, stealers, index) else { break };
+                            if let Err(error) = crate::control::check().and_then(|()| task(index, morsel)) {
+                                failed.store(true, Ordering::Relaxed);
+                                first_error.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(error);
+                            }
+                        }
+                    })
+                });
             }
         });
         match first_error.into_inner().unwrap_or_else(|p| p.into_inner()) {

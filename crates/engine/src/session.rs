@@ -84,7 +84,12 @@ pub struct Notice {
 
 impl Session {
     pub fn new(memory_limit: usize) -> Session {
-        Session { settings: Settings::new(memory_limit), state: State::Idle, implicit_block: false, notices: Vec::new() }
+        Session {
+            settings: Settings::new(memory_limit),
+            state: State::Idle,
+            implicit_block: false,
+            notices: Vec::new(),
+        }
     }
 
     pub fn status(&self) -> Status {
@@ -152,7 +157,13 @@ impl Session {
             }
         };
         let (names, types) = sink.shape.into_inner().unwrap_or_else(|p| p.into_inner()).unwrap_or_default();
-        Ok(QueryResult { returns_rows: !names.is_empty() || !types.is_empty(), names, types, batches: sink.rows.into_batches(), tag })
+        Ok(QueryResult {
+            returns_rows: !names.is_empty() || !types.is_empty(),
+            names,
+            types,
+            batches: sink.rows.into_batches(),
+            tag,
+        })
     }
 
     fn after_statement(&mut self, engine: &Engine, outcome: Result<Outcome>) -> Result<Outcome> {
@@ -457,7 +468,12 @@ impl Session {
                 if !values.is_empty() {
                     return Err(EngineError::Syntax("COPY data inline in the query text".into()));
                 }
-                crate::copy::start(self, engine, crate::copy::CopyStatement { source, to: *to, target, options, legacy_options }, sink)
+                crate::copy::start(
+                    self,
+                    engine,
+                    crate::copy::CopyStatement { source, to: *to, target, options, legacy_options },
+                    sink,
+                )
             }
             ast::Statement::Set(set) => done(self.set(set)?),
             ast::Statement::ShowVariable { variable } => self.show(variable, sink),

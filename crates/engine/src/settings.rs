@@ -120,7 +120,9 @@ impl Settings {
             ("search_path", v) => self.search_path = v.map_or(defaults.search_path, str::to_string),
             ("timezone", v) => self.time_zone = v.map_or(defaults.time_zone, str::to_string),
             ("extra_float_digits", v) => self.extra_float_digits = parse_extra_float_digits(v)?,
-            ("client_min_messages", v) => self.client_min_messages = v.map_or(defaults.client_min_messages, str::to_lowercase),
+            ("client_min_messages", v) => {
+                self.client_min_messages = v.map_or(defaults.client_min_messages, str::to_lowercase)
+            }
             (fixed, v) => check_fixed(fixed, v)?,
         }
         Ok(())
@@ -206,7 +208,8 @@ fn check_fixed(name: &str, value: Option<&str>) -> Result<()> {
     let normalize = |text: &str| text.to_ascii_lowercase().replace(['-', '_', ' ', '\''], "");
     let same = normalize(value) == normalize(fixed)
         || (*canonical == "client_encoding" && ["unicode", "utf8"].contains(&normalize(value).as_str()))
-        || (*canonical == "DateStyle" && ["iso", "isomdy", "mdyiso"].contains(&normalize(value).replace(',', "").as_str()));
+        || (*canonical == "DateStyle"
+            && ["iso", "isomdy", "mdyiso"].contains(&normalize(value).replace(',', "").as_str()));
     if same {
         Ok(())
     } else {
@@ -271,15 +274,15 @@ pub fn parse_bytes(text: &str) -> Result<usize> {
 /// rounded output (0 and below) is not implemented.
 fn parse_extra_float_digits(value: Option<&str>) -> Result<i32> {
     let Some(value) = value else { return Ok(1) };
-    let digits: i32 = value
-        .trim()
-        .trim_matches('\'')
-        .parse()
-        .map_err(|_| EngineError::InvalidParameterValue(format!("invalid value for extra_float_digits: \"{value}\"")))?;
+    let digits: i32 = value.trim().trim_matches('\'').parse().map_err(|_| {
+        EngineError::InvalidParameterValue(format!("invalid value for extra_float_digits: \"{value}\""))
+    })?;
     match digits {
         1..=3 => Ok(digits),
         -15..=0 => Err(EngineError::unsupported(format!("extra_float_digits = {digits} (rounded float output)"))),
-        _ => Err(EngineError::InvalidParameterValue(format!("{digits} is outside the valid range for extra_float_digits"))),
+        _ => Err(EngineError::InvalidParameterValue(format!(
+            "{digits} is outside the valid range for extra_float_digits"
+        ))),
     }
 }
 
@@ -307,6 +310,9 @@ mod tests {
         assert_eq!(settings.set("work_mem", Some("4MB")).expect_err("known").sqlstate(), "0A000");
         assert_eq!(settings.set("no_such_thing", Some("1")).expect_err("unknown").sqlstate(), "42704");
         assert_eq!(settings.show("server_version").expect("fixed"), SERVER_VERSION);
-        assert_eq!(settings.set("transaction_isolation", Some("serializable")).expect_err("refused").sqlstate(), "0A000");
+        assert_eq!(
+            settings.set("transaction_isolation", Some("serializable")).expect_err("refused").sqlstate(),
+            "0A000"
+        );
     }
 }

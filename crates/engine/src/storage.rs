@@ -259,7 +259,12 @@ impl TableChunk {
                 }
                 None => None,
             };
-            columns.push(ColumnChunk { data: column.data.copy_into(pool, capacity)?, validity, min_max: None, narrow: None });
+            columns.push(ColumnChunk {
+                data: column.data.copy_into(pool, capacity)?,
+                validity,
+                min_max: None,
+                narrow: None,
+            });
         }
         Ok(TableChunk { rows: self.rows, columns, sealed: false })
     }
@@ -317,7 +322,13 @@ fn unique_key(row: &[Value], columns: &[usize]) -> Option<Box<[u8]>> {
             Value::Int64(v) | Value::Decimal { value: v, .. } => key.extend_from_slice(&v.to_le_bytes()),
             Value::Float64(v) => {
                 // PostgreSQL: -0 = 0 and NaN = NaN for equality.
-                let canonical = if *v == 0.0 { 0.0 } else if v.is_nan() { f64::NAN } else { *v };
+                let canonical = if *v == 0.0 {
+                    0.0
+                } else if v.is_nan() {
+                    f64::NAN
+                } else {
+                    *v
+                };
                 key.extend_from_slice(&canonical.to_bits().to_le_bytes());
             }
             Value::Text(text) => {
@@ -541,7 +552,8 @@ impl TableBuilder {
             self.chunks.push(Arc::new(TableChunk { rows: 0, columns, sealed: false }));
         }
         let last = self.chunks.last_mut().expect("a chunk was just ensured");
-        let appendable = Arc::get_mut(last).is_some_and(|c| c.columns.iter().all(|c| c.data.capacity() >= self.chunk_rows));
+        let appendable =
+            Arc::get_mut(last).is_some_and(|c| c.columns.iter().all(|c| c.data.capacity() >= self.chunk_rows));
         if !appendable {
             *last = Arc::new(last.copy_for_append(&self.pool, self.chunk_rows)?);
         }
@@ -719,7 +731,13 @@ fn intern_row(dictionaries: &mut [Option<Arc<Dictionary>>], row: &[Value]) -> Ve
 }
 
 /// Appends one row to a chunk with room for it (`capacity` rows in all).
-fn write_row(pool: &Arc<ChunkPool>, capacity: usize, chunk: &mut TableChunk, row: &[Value], codes: &[u32]) -> Result<()> {
+fn write_row(
+    pool: &Arc<ChunkPool>,
+    capacity: usize,
+    chunk: &mut TableChunk,
+    row: &[Value],
+    codes: &[u32],
+) -> Result<()> {
     let position = chunk.rows;
     for ((value, column), &code) in row.iter().zip(&mut chunk.columns).zip(codes) {
         if value.is_null() && column.validity.is_none() {

@@ -247,7 +247,8 @@ fn run_in_order(
     let pin = runtime.is_specialized();
     std::thread::scope(|scope| {
         for index in 0..workers {
-            let (state, changed, claimed, stop, control, slices) = (&state, &changed, &claimed, &stop, &control, &slices);
+            let (state, changed, claimed, stop, control, slices) =
+                (&state, &changed, &claimed, &stop, &control, &slices);
             scope.spawn(move || {
                 crate::control::enter(control, || {
                     if pin {

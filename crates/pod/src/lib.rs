@@ -68,9 +68,7 @@
 
 pub mod alloc;
 pub mod baseline;
-pub mod bench;
 pub mod checker;
-pub mod cli;
 pub mod coherence;
 pub mod config;
 pub mod cxl_index;

@@ -4,6 +4,7 @@ use crate::error::{WireError, WireResult};
 use crate::frontend::{Int16List, ValueList};
 use crate::read::FieldReader;
 use crate::sqlstate::SqlState;
+use crate::tag;
 use crate::write::{message, put_count16, put_cstr, put_i16, put_i32, put_nullable};
 
 /// The transaction status a ReadyForQuery reports.
@@ -17,18 +18,18 @@ pub enum TransactionStatus {
 impl TransactionStatus {
     pub fn from_byte(byte: u8) -> Option<Self> {
         match byte {
-            b'I' => Some(TransactionStatus::Idle),
-            b'T' => Some(TransactionStatus::InTransaction),
-            b'E' => Some(TransactionStatus::Failed),
+            tag::status::IDLE => Some(TransactionStatus::Idle),
+            tag::status::IN_TRANSACTION => Some(TransactionStatus::InTransaction),
+            tag::status::FAILED => Some(TransactionStatus::Failed),
             _ => None,
         }
     }
 
     pub fn byte(self) -> u8 {
         match self {
-            TransactionStatus::Idle => b'I',
-            TransactionStatus::InTransaction => b'T',
-            TransactionStatus::Failed => b'E',
+            TransactionStatus::Idle => tag::status::IDLE,
+            TransactionStatus::InTransaction => tag::status::IN_TRANSACTION,
+            TransactionStatus::Failed => tag::status::FAILED,
         }
     }
 }
@@ -132,7 +133,7 @@ pub struct Fields<'a> {
 
 impl<'a> Fields<'a> {
     pub fn iter(&self) -> impl Iterator<Item = (u8, &'a [u8])> + 'a {
-        let mut reader = FieldReader::new(b'E', self.raw);
+        let mut reader = FieldReader::new(tag::backend::ERROR_RESPONSE, self.raw);
         std::iter::from_fn(move || {
             let code = reader.u8("field code").ok().filter(|&c| c != 0)?;
             Some((code, reader.cstr("field value").ok()?))
@@ -145,15 +146,15 @@ impl<'a> Fields<'a> {
 
     /// Field `'V'` (untranslated severity), falling back to `'S'`.
     pub fn severity(&self) -> Option<&'a [u8]> {
-        self.get(b'V').or_else(|| self.get(b'S'))
+        self.get(tag::field::SEVERITY_NONLOCALIZED).or_else(|| self.get(tag::field::SEVERITY))
     }
 
     pub fn code(&self) -> Option<&'a [u8]> {
-        self.get(b'C')
+        self.get(tag::field::CODE)
     }
 
     pub fn message(&self) -> Option<&'a [u8]> {
-        self.get(b'M')
+        self.get(tag::field::MESSAGE)
     }
 
     /// True for FATAL and PANIC: the server closes the connection after this.
@@ -167,30 +168,34 @@ impl<'a> BackendMessage<'a> {
     pub fn decode(tag: u8, body: &'a [u8]) -> WireResult<Self> {
         let mut reader = FieldReader::new(tag, body);
         let message = match tag {
-            b'R' => BackendMessage::Authentication(decode_authentication(&mut reader)?),
-            b'K' => decode_key_data(&mut reader)?,
-            b'2' => BackendMessage::BindComplete,
-            b'3' => BackendMessage::CloseComplete,
-            b'C' => BackendMessage::CommandComplete(reader.cstr("command tag")?),
-            b'd' => BackendMessage::CopyData(take_rest(&mut reader)),
-            b'c' => BackendMessage::CopyDone,
-            b'G' => BackendMessage::CopyInResponse(decode_copy_format(&mut reader)?),
-            b'H' => BackendMessage::CopyOutResponse(decode_copy_format(&mut reader)?),
-            b'W' => BackendMessage::CopyBothResponse(decode_copy_format(&mut reader)?),
-            b'D' => BackendMessage::DataRow(decode_values(&mut reader)?),
-            b'I' => BackendMessage::EmptyQueryResponse,
-            b'E' => BackendMessage::ErrorResponse(decode_fields(&mut reader)?),
-            b'V' => BackendMessage::FunctionCallResponse(reader.nullable_bytes("result")?),
-            b'v' => decode_negotiate(&mut reader)?,
-            b'n' => BackendMessage::NoData,
-            b'N' => BackendMessage::NoticeResponse(decode_fields(&mut reader)?),
-            b'A' => decode_notification(&mut reader)?,
-            b't' => BackendMessage::ParameterDescription(decode_oids(&mut reader)?),
-            b'S' => BackendMessage::ParameterStatus { name: reader.cstr("name")?, value: reader.cstr("value")? },
-            b'1' => BackendMessage::ParseComplete,
-            b's' => BackendMessage::PortalSuspended,
-            b'Z' => BackendMessage::ReadyForQuery(decode_status(&mut reader)?),
-            b'T' => decode_row_description(&mut reader)?,
+            tag::backend::AUTHENTICATION => BackendMessage::Authentication(decode_authentication(&mut reader)?),
+            tag::backend::BACKEND_KEY_DATA => decode_key_data(&mut reader)?,
+            tag::backend::BIND_COMPLETE => BackendMessage::BindComplete,
+            tag::backend::CLOSE_COMPLETE => BackendMessage::CloseComplete,
+            tag::backend::COMMAND_COMPLETE => BackendMessage::CommandComplete(reader.cstr("command tag")?),
+            tag::backend::COPY_DATA => BackendMessage::CopyData(take_rest(&mut reader)),
+            tag::backend::COPY_DONE => BackendMessage::CopyDone,
+            tag::backend::COPY_IN_RESPONSE => BackendMessage::CopyInResponse(decode_copy_format(&mut reader)?),
+            tag::backend::COPY_OUT_RESPONSE => BackendMessage::CopyOutResponse(decode_copy_format(&mut reader)?),
+            tag::backend::COPY_BOTH_RESPONSE => BackendMessage::CopyBothResponse(decode_copy_format(&mut reader)?),
+            tag::backend::DATA_ROW => BackendMessage::DataRow(decode_values(&mut reader)?),
+            tag::backend::EMPTY_QUERY_RESPONSE => BackendMessage::EmptyQueryResponse,
+            tag::backend::ERROR_RESPONSE => BackendMessage::ErrorResponse(decode_fields(&mut reader)?),
+            tag::backend::FUNCTION_CALL_RESPONSE => {
+                BackendMessage::FunctionCallResponse(reader.nullable_bytes("result")?)
+            }
+            tag::backend::NEGOTIATE_PROTOCOL_VERSION => decode_negotiate(&mut reader)?,
+            tag::backend::NO_DATA => BackendMessage::NoData,
+            tag::backend::NOTICE_RESPONSE => BackendMessage::NoticeResponse(decode_fields(&mut reader)?),
+            tag::backend::NOTIFICATION_RESPONSE => decode_notification(&mut reader)?,
+            tag::backend::PARAMETER_DESCRIPTION => BackendMessage::ParameterDescription(decode_oids(&mut reader)?),
+            tag::backend::PARAMETER_STATUS => {
+                BackendMessage::ParameterStatus { name: reader.cstr("name")?, value: reader.cstr("value")? }
+            }
+            tag::backend::PARSE_COMPLETE => BackendMessage::ParseComplete,
+            tag::backend::PORTAL_SUSPENDED => BackendMessage::PortalSuspended,
+            tag::backend::READY_FOR_QUERY => BackendMessage::ReadyForQuery(decode_status(&mut reader)?),
+            tag::backend::ROW_DESCRIPTION => decode_row_description(&mut reader)?,
             _ => return Err(WireError::UnknownTag(tag as char)),
         };
         reader.finish()?;
@@ -199,30 +204,30 @@ impl<'a> BackendMessage<'a> {
 
     pub fn tag(&self) -> u8 {
         match self {
-            BackendMessage::Authentication(_) => b'R',
-            BackendMessage::BackendKeyData { .. } => b'K',
-            BackendMessage::BindComplete => b'2',
-            BackendMessage::CloseComplete => b'3',
-            BackendMessage::CommandComplete(_) => b'C',
-            BackendMessage::CopyData(_) => b'd',
-            BackendMessage::CopyDone => b'c',
-            BackendMessage::CopyInResponse(_) => b'G',
-            BackendMessage::CopyOutResponse(_) => b'H',
-            BackendMessage::CopyBothResponse(_) => b'W',
-            BackendMessage::DataRow(_) => b'D',
-            BackendMessage::EmptyQueryResponse => b'I',
-            BackendMessage::ErrorResponse(_) => b'E',
-            BackendMessage::FunctionCallResponse(_) => b'V',
-            BackendMessage::NegotiateProtocolVersion { .. } => b'v',
-            BackendMessage::NoData => b'n',
-            BackendMessage::NoticeResponse(_) => b'N',
-            BackendMessage::NotificationResponse { .. } => b'A',
-            BackendMessage::ParameterDescription(_) => b't',
-            BackendMessage::ParameterStatus { .. } => b'S',
-            BackendMessage::ParseComplete => b'1',
-            BackendMessage::PortalSuspended => b's',
-            BackendMessage::ReadyForQuery(_) => b'Z',
-            BackendMessage::RowDescription { .. } => b'T',
+            BackendMessage::Authentication(_) => tag::backend::AUTHENTICATION,
+            BackendMessage::BackendKeyData { .. } => tag::backend::BACKEND_KEY_DATA,
+            BackendMessage::BindComplete => tag::backend::BIND_COMPLETE,
+            BackendMessage::CloseComplete => tag::backend::CLOSE_COMPLETE,
+            BackendMessage::CommandComplete(_) => tag::backend::COMMAND_COMPLETE,
+            BackendMessage::CopyData(_) => tag::backend::COPY_DATA,
+            BackendMessage::CopyDone => tag::backend::COPY_DONE,
+            BackendMessage::CopyInResponse(_) => tag::backend::COPY_IN_RESPONSE,
+            BackendMessage::CopyOutResponse(_) => tag::backend::COPY_OUT_RESPONSE,
+            BackendMessage::CopyBothResponse(_) => tag::backend::COPY_BOTH_RESPONSE,
+            BackendMessage::DataRow(_) => tag::backend::DATA_ROW,
+            BackendMessage::EmptyQueryResponse => tag::backend::EMPTY_QUERY_RESPONSE,
+            BackendMessage::ErrorResponse(_) => tag::backend::ERROR_RESPONSE,
+            BackendMessage::FunctionCallResponse(_) => tag::backend::FUNCTION_CALL_RESPONSE,
+            BackendMessage::NegotiateProtocolVersion { .. } => tag::backend::NEGOTIATE_PROTOCOL_VERSION,
+            BackendMessage::NoData => tag::backend::NO_DATA,
+            BackendMessage::NoticeResponse(_) => tag::backend::NOTICE_RESPONSE,
+            BackendMessage::NotificationResponse { .. } => tag::backend::NOTIFICATION_RESPONSE,
+            BackendMessage::ParameterDescription(_) => tag::backend::PARAMETER_DESCRIPTION,
+            BackendMessage::ParameterStatus { .. } => tag::backend::PARAMETER_STATUS,
+            BackendMessage::ParseComplete => tag::backend::PARSE_COMPLETE,
+            BackendMessage::PortalSuspended => tag::backend::PORTAL_SUSPENDED,
+            BackendMessage::ReadyForQuery(_) => tag::backend::READY_FOR_QUERY,
+            BackendMessage::RowDescription { .. } => tag::backend::ROW_DESCRIPTION,
         }
     }
 
@@ -428,32 +433,32 @@ pub mod build {
 
     /// An ErrorResponse or NoticeResponse with severity, SQLSTATE and message.
     pub fn error(buf: &mut Vec<u8>, severity: Severity, code: SqlState, text: &str) {
-        notice_or_error(buf, b'E', severity, code.code(), text);
+        notice_or_error(buf, tag::backend::ERROR_RESPONSE, severity, code.code(), text);
     }
 
     /// An ErrorResponse whose SQLSTATE came from elsewhere as text (a server's own error).
     pub fn error_with_code(buf: &mut Vec<u8>, severity: Severity, code: &str, text: &str) {
-        notice_or_error(buf, b'E', severity, code, text);
+        notice_or_error(buf, tag::backend::ERROR_RESPONSE, severity, code, text);
     }
 
     pub fn notice(buf: &mut Vec<u8>, code: SqlState, text: &str) {
-        notice_or_error(buf, b'N', Severity::Notice, code.code(), text);
+        notice_or_error(buf, tag::backend::NOTICE_RESPONSE, Severity::Notice, code.code(), text);
     }
 
     /// A NoticeResponse with another severity (WARNING, INFO, …).
     pub fn notice_with_severity(buf: &mut Vec<u8>, severity: Severity, code: SqlState, text: &str) {
-        notice_or_error(buf, b'N', severity, code.code(), text);
+        notice_or_error(buf, tag::backend::NOTICE_RESPONSE, severity, code.code(), text);
     }
 
     fn notice_or_error(buf: &mut Vec<u8>, tag: u8, severity: Severity, code: &str, text: &str) {
         message(buf, Some(tag), |buf| {
-            for field in [b'S', b'V'] {
+            for field in [tag::field::SEVERITY, tag::field::SEVERITY_NONLOCALIZED] {
                 buf.push(field);
                 put_cstr(buf, severity.name().as_bytes());
             }
-            buf.push(b'C');
+            buf.push(tag::field::CODE);
             put_cstr(buf, code.as_bytes());
-            buf.push(b'M');
+            buf.push(tag::field::MESSAGE);
             put_cstr(buf, text.as_bytes());
             buf.push(0);
         });
@@ -481,7 +486,7 @@ pub mod build {
 
     /// A RowDescription of text columns of type `text` (OID 25).
     pub fn text_row_description(buf: &mut Vec<u8>, names: &[&str]) {
-        message(buf, Some(b'T'), |buf| {
+        message(buf, Some(tag::backend::ROW_DESCRIPTION), |buf| {
             put_count16(buf, names.len());
             for name in names {
                 put_cstr(buf, name.as_bytes());
@@ -496,7 +501,7 @@ pub mod build {
     }
 
     pub fn data_row(buf: &mut Vec<u8>, values: &[Option<&[u8]>]) {
-        message(buf, Some(b'D'), |buf| {
+        message(buf, Some(tag::backend::DATA_ROW), |buf| {
             put_count16(buf, values.len());
             for value in values {
                 put_nullable(buf, *value);

@@ -3,6 +3,7 @@
 
 use crate::error::{WireError, WireResult};
 use crate::read::FieldReader;
+use crate::tag;
 use crate::write::{message, put_count16, put_cstr, put_i16, put_i32, put_nullable};
 
 /// A client message. `'p'` (password, SASL initial and continuation responses) depends on the
@@ -35,16 +36,16 @@ pub enum DescribeKind {
 impl DescribeKind {
     fn from_byte(byte: u8, reader: &FieldReader<'_>) -> WireResult<Self> {
         match byte {
-            b'S' => Ok(DescribeKind::Statement),
-            b'P' => Ok(DescribeKind::Portal),
+            tag::status::STATEMENT => Ok(DescribeKind::Statement),
+            tag::status::PORTAL => Ok(DescribeKind::Portal),
             _ => Err(reader.bad("target kind")),
         }
     }
 
     pub fn byte(self) -> u8 {
         match self {
-            DescribeKind::Statement => b'S',
-            DescribeKind::Portal => b'P',
+            DescribeKind::Statement => tag::status::STATEMENT,
+            DescribeKind::Portal => tag::status::PORTAL,
         }
     }
 }
@@ -165,20 +166,26 @@ impl<'a> FrontendMessage<'a> {
     pub fn decode(tag: u8, body: &'a [u8]) -> WireResult<Self> {
         let mut reader = FieldReader::new(tag, body);
         let message = match tag {
-            b'B' => FrontendMessage::Bind(decode_bind(&mut reader)?),
-            b'C' => FrontendMessage::Close { kind: read_kind(&mut reader)?, name: reader.cstr("name")? },
-            b'd' => FrontendMessage::CopyData(take_rest(&mut reader)),
-            b'c' => FrontendMessage::CopyDone,
-            b'f' => FrontendMessage::CopyFail(reader.cstr("error message")?),
-            b'D' => FrontendMessage::Describe { kind: read_kind(&mut reader)?, name: reader.cstr("name")? },
-            b'E' => FrontendMessage::Execute { portal: reader.cstr("portal")?, max_rows: reader.i32("row limit")? },
-            b'H' => FrontendMessage::Flush,
-            b'F' => FrontendMessage::FunctionCall(decode_function_call(&mut reader)?),
-            b'P' => FrontendMessage::Parse(decode_parse(&mut reader)?),
-            b'p' => FrontendMessage::PasswordLike(take_rest(&mut reader)),
-            b'Q' => FrontendMessage::Query(reader.cstr("query")?),
-            b'S' => FrontendMessage::Sync,
-            b'X' => FrontendMessage::Terminate,
+            tag::frontend::BIND => FrontendMessage::Bind(decode_bind(&mut reader)?),
+            tag::frontend::CLOSE => {
+                FrontendMessage::Close { kind: read_kind(&mut reader)?, name: reader.cstr("name")? }
+            }
+            tag::frontend::COPY_DATA => FrontendMessage::CopyData(take_rest(&mut reader)),
+            tag::frontend::COPY_DONE => FrontendMessage::CopyDone,
+            tag::frontend::COPY_FAIL => FrontendMessage::CopyFail(reader.cstr("error message")?),
+            tag::frontend::DESCRIBE => {
+                FrontendMessage::Describe { kind: read_kind(&mut reader)?, name: reader.cstr("name")? }
+            }
+            tag::frontend::EXECUTE => {
+                FrontendMessage::Execute { portal: reader.cstr("portal")?, max_rows: reader.i32("row limit")? }
+            }
+            tag::frontend::FLUSH => FrontendMessage::Flush,
+            tag::frontend::FUNCTION_CALL => FrontendMessage::FunctionCall(decode_function_call(&mut reader)?),
+            tag::frontend::PARSE => FrontendMessage::Parse(decode_parse(&mut reader)?),
+            tag::frontend::PASSWORD => FrontendMessage::PasswordLike(take_rest(&mut reader)),
+            tag::frontend::QUERY => FrontendMessage::Query(reader.cstr("query")?),
+            tag::frontend::SYNC => FrontendMessage::Sync,
+            tag::frontend::TERMINATE => FrontendMessage::Terminate,
             _ => return Err(WireError::UnknownTag(tag as char)),
         };
         reader.finish()?;
@@ -188,20 +195,20 @@ impl<'a> FrontendMessage<'a> {
     /// The type byte of this message.
     pub fn tag(&self) -> u8 {
         match self {
-            FrontendMessage::Bind(_) => b'B',
-            FrontendMessage::Close { .. } => b'C',
-            FrontendMessage::CopyData(_) => b'd',
-            FrontendMessage::CopyDone => b'c',
-            FrontendMessage::CopyFail(_) => b'f',
-            FrontendMessage::Describe { .. } => b'D',
-            FrontendMessage::Execute { .. } => b'E',
-            FrontendMessage::Flush => b'H',
-            FrontendMessage::FunctionCall(_) => b'F',
-            FrontendMessage::Parse(_) => b'P',
-            FrontendMessage::PasswordLike(_) => b'p',
-            FrontendMessage::Query(_) => b'Q',
-            FrontendMessage::Sync => b'S',
-            FrontendMessage::Terminate => b'X',
+            FrontendMessage::Bind(_) => tag::frontend::BIND,
+            FrontendMessage::Close { .. } => tag::frontend::CLOSE,
+            FrontendMessage::CopyData(_) => tag::frontend::COPY_DATA,
+            FrontendMessage::CopyDone => tag::frontend::COPY_DONE,
+            FrontendMessage::CopyFail(_) => tag::frontend::COPY_FAIL,
+            FrontendMessage::Describe { .. } => tag::frontend::DESCRIBE,
+            FrontendMessage::Execute { .. } => tag::frontend::EXECUTE,
+            FrontendMessage::Flush => tag::frontend::FLUSH,
+            FrontendMessage::FunctionCall(_) => tag::frontend::FUNCTION_CALL,
+            FrontendMessage::Parse(_) => tag::frontend::PARSE,
+            FrontendMessage::PasswordLike(_) => tag::frontend::PASSWORD,
+            FrontendMessage::Query(_) => tag::frontend::QUERY,
+            FrontendMessage::Sync => tag::frontend::SYNC,
+            FrontendMessage::Terminate => tag::frontend::TERMINATE,
         }
     }
 
@@ -297,7 +304,7 @@ pub mod build {
     }
 
     pub fn parse(buf: &mut Vec<u8>, name: &str, sql: &str, param_types: &[u32]) {
-        message(buf, Some(b'P'), |buf| {
+        message(buf, Some(tag::frontend::PARSE), |buf| {
             put_cstr(buf, name.as_bytes());
             put_cstr(buf, sql.as_bytes());
             put_count16(buf, param_types.len());
@@ -309,7 +316,7 @@ pub mod build {
 
     /// Bind with text-format parameters and results.
     pub fn bind(buf: &mut Vec<u8>, portal: &str, statement: &str, params: &[Option<&[u8]>]) {
-        message(buf, Some(b'B'), |buf| {
+        message(buf, Some(tag::frontend::BIND), |buf| {
             put_cstr(buf, portal.as_bytes());
             put_cstr(buf, statement.as_bytes());
             put_count16(buf, 0);

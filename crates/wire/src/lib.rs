@@ -12,17 +12,21 @@
 //! - Encoders append to a caller-owned buffer, so a relay reuses one buffer per connection.
 //! - Authentication helpers ([`scram`], [`md5`]) are pure: randomness is the only side effect.
 
+pub mod auth;
+pub mod auth_file;
 pub mod auth_messages;
 pub mod backend;
 pub mod buffer;
 pub mod error;
 pub mod frame;
 pub mod frontend;
+pub mod hba;
 pub mod md5;
 pub mod read;
 pub mod scram;
 pub mod sqlstate;
 pub mod startup;
+pub mod tag;
 pub mod write;
 
 pub use backend::{Authentication, BackendMessage, Severity, TransactionStatus};
@@ -31,7 +35,7 @@ pub use error::{WireError, WireResult};
 pub use frame::{Header, Scanner, Step, HEADER_LEN};
 pub use frontend::FrontendMessage;
 pub use sqlstate::SqlState;
-pub use startup::{StartupPacket, StartupParams};
+pub use startup::{StartupPacket, StartupParams, StartupRequest};
 
 /// The default bound on one message, as in PgBouncer's `max_packet_size` (2 GiB is PostgreSQL's).
 pub const DEFAULT_MESSAGE_SIZE_MAX: u32 = 256 * 1024 * 1024;

@@ -114,6 +114,63 @@ fn decode_params(code: i32, fields: FieldReader<'_>) -> WireResult<StartupPacket
     Ok(StartupPacket::Startup(params))
 }
 
+/// What a StartupMessage asks for, copied out of the packet (strings as lossy UTF-8).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StartupRequest {
+    pub user: String,
+    /// The `database` parameter, or the user name when it is absent or empty (as PostgreSQL).
+    pub database: String,
+    pub minor_version: u16,
+    /// Every other parameter in wire order (`application_name`, `options`, `DateStyle`, …).
+    pub parameters: Vec<(String, String)>,
+    /// `_pq_.*` protocol options, none of which this codec implements.
+    pub protocol_options: Vec<String>,
+}
+
+impl StartupRequest {
+    /// Reads user, database and the other parameters; a missing user is PostgreSQL's 28000.
+    pub fn from_params(params: &StartupParams<'_>) -> Result<Self, crate::auth::Refusal> {
+        let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
+        let user = params.get("user").filter(|user| !user.is_empty()).map(text).ok_or_else(|| {
+            crate::auth::Refusal::new(
+                crate::SqlState::INVALID_AUTHORIZATION_SPECIFICATION,
+                "no PostgreSQL user name specified in startup packet",
+            )
+        })?;
+        let database = params.get("database").filter(|db| !db.is_empty()).map(text).unwrap_or_else(|| user.clone());
+        let mut parameters = Vec::new();
+        let mut protocol_options = Vec::new();
+        for (name, value) in params.iter() {
+            match name {
+                b"user" | b"database" => {}
+                _ if name.starts_with(b"_pq_.") => protocol_options.push(text(name)),
+                _ => parameters.push((text(name), text(value))),
+            }
+        }
+        Ok(StartupRequest { user, database, minor_version: params.minor_version, parameters, protocol_options })
+    }
+
+    /// The value of a parameter other than user and database.
+    pub fn parameter(&self, name: &str) -> Option<&str> {
+        self.parameters.iter().find(|(key, _)| key == name).map(|(_, value)| value.as_str())
+    }
+
+    /// Appends a NegotiateProtocolVersion (3.0, every `_pq_` option unrecognized) when the client
+    /// asked for a newer minor version or for protocol options; returns whether it did.
+    pub fn write_negotiation(&self, out: &mut Vec<u8>) -> bool {
+        if self.minor_version == 0 && self.protocol_options.is_empty() {
+            return false;
+        }
+        let mut raw = Vec::new();
+        for name in &self.protocol_options {
+            put_cstr(&mut raw, name.as_bytes());
+        }
+        let unrecognized = crate::backend::ValueListOfStrings { count: self.protocol_options.len(), raw: &raw };
+        crate::BackendMessage::NegotiateProtocolVersion { newest_minor: 0, unrecognized }.encode(out);
+        true
+    }
+}
+
 /// Encodes a protocol 3.0 StartupMessage with the given parameters.
 pub fn encode_startup(buf: &mut Vec<u8>, params: &[(&str, &str)]) {
     message(buf, None, |buf| {

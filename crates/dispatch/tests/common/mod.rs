@@ -1,7 +1,7 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code)]
 
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::Ordering;
 
 /// Logs of the dispatcher and agents on stderr when `BYPASS_TEST_LOG` names a filter (e.g.
 /// `bypass_dispatch=debug`); silent otherwise.
@@ -15,22 +15,15 @@ pub fn trace() {
     });
 }
 
-/// A lab name no other test (or concurrent test run) uses: tag + pid + counter, ≤ 12 chars.
-pub fn unique_lab_name(tag: &str) -> String {
-    static COUNTER: AtomicU32 = AtomicU32::new(0);
-    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let name = format!("{tag}{}{n}", std::process::id() % 100_000);
-    assert!(name.len() <= 12, "lab name {name} too long");
-    name
-}
+pub use bypass_lab::lab::unique_name as unique_lab_name;
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use bypass_dispatch::config::{AgentConfig, BackendEntry, DatabaseEntry, DispatcherConfig, ValidDispatcherConfig};
-use bypass_dispatch::pgclient::PgConnection;
 use bypass_dispatch::pglogin::LoginRequest;
 use bypass_dispatch::runtime::Running;
+use bypass_lab::pgclient::PgConnection;
 
 /// Starts an agent on loopback in front of the PostgreSQL server on `postgres_port`.
 pub fn start_agent(postgres_port: u16) -> anyhow::Result<Running<SocketAddr>> {
@@ -79,8 +72,8 @@ pub fn wait_until(timeout: Duration, what: &str, mut ready: impl FnMut() -> bool
 
 use bypass_dispatch::config::Policy;
 use bypass_dispatch::dispatcher::DispatcherInfo;
-use bypass_dispatch::lab::{Lab, LabSpec, AGENT_PORT, SERVICE_PORT, VIP};
-use bypass_dispatch::services::LabPostgres;
+use bypass_lab::lab::{Lab, LabSpec, AGENT_PORT, SERVICE_PORT, VIP};
+use bypass_lab::services::LabPostgres;
 
 /// The whole lab: PostgreSQL and an agent on each backend, the dispatcher on the VIP.
 pub struct LabCluster {
@@ -134,7 +127,7 @@ impl LabCluster {
         for backend in lab.backends() {
             let entry = BackendEntry {
                 agent: format!("{}:{AGENT_PORT}", backend.address),
-                mac: Some(bypass_dispatch::lab::format_mac(backend.mac)),
+                mac: Some(bypass_lab::lab::format_mac(backend.mac)),
             };
             config.backends.insert(backend.short.clone(), entry);
         }
@@ -163,7 +156,7 @@ pub fn resets(lab: &Lab) -> anyhow::Result<(u64, u64)> {
     let mut resets = 0;
     let mut paws = 0;
     for host in lab.hosts() {
-        let counters = bypass_dispatch::lab::tcp_counters(&host.namespace)?;
+        let counters = bypass_lab::lab::tcp_counters(&host.namespace)?;
         resets += counters.get("OutRsts").copied().unwrap_or(0);
         paws += counters.get("PAWSEstabRejected").copied().unwrap_or(0);
     }

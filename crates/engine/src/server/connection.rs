@@ -13,11 +13,13 @@
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 
+use bypass_frontdoor::{Admission, CancelKey, Stream};
+use bypass_wire::auth::Refusal;
 use bypass_wire::frame::read_header;
 use bypass_wire::frontend::{Bind, DescribeKind, FrontendMessage, Parse};
-use bypass_wire::startup::{decode_startup, StartupPacket, STARTUP_PACKET_MAX};
+use bypass_wire::{SqlState, StartupRequest};
 use sqlparser::ast;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadHalf, WriteHalf};
+use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
 use super::encode::{self, Format};
@@ -81,11 +83,12 @@ struct Portal {
     pending: Option<PendingRows>,
 }
 
-struct Connection<S> {
+struct Connection {
     shared: Arc<Shared>,
     engine: Arc<Engine>,
-    reader: ReadHalf<S>,
-    writer: WriteHalf<S>,
+    stream: Stream,
+    /// Reads land here first (a fixed scratch buffer), then move to `input`.
+    scratch: Box<[u8]>,
     input: Vec<u8>,
     output: Vec<u8>,
     session: Option<Session>,
@@ -97,40 +100,72 @@ struct Connection<S> {
     slot: Arc<CancelSlot>,
 }
 
-/// Serves one client until it leaves.
-pub(super) async fn serve<S>(shared: Arc<Shared>, stream: S)
-where
-    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-{
-    let (reader, writer) = tokio::io::split(stream);
-    let engine = Arc::clone(&shared.engine);
-    let mut connection = Connection {
-        shared: Arc::clone(&shared),
-        engine,
-        reader,
-        writer,
-        input: Vec::new(),
-        output: Vec::new(),
-        session: None,
-        statements: HashMap::new(),
-        portals: HashMap::new(),
-        skip_until_sync: false,
-        in_block: false,
-        slot: Arc::new(CancelSlot::default()),
+/// Serves one client until it leaves: the front door authenticates it, then the session runs.
+pub(super) async fn serve(shared: Arc<Shared>, tcp: TcpStream) {
+    let mut client = match shared.door.accept(tcp, READ_BYTES).await {
+        Ok(Admission::Client(client)) => client,
+        Ok(Admission::Cancel(request)) => {
+            shared.cancel(request.process_id, &request.secret);
+            return;
+        }
+        // Refused: the front door answered (FATAL), logged and delayed already.
+        Err(_) => return,
     };
-    let Ok(Some(key)) = connection.start_up().await else { return };
-    let _ = connection.run().await;
-    let _ = connection.flush().await;
-    if let Some(mut session) = connection.session.take() {
-        session.close(&connection.engine);
+    let session = match open_session(&shared, &client.request) {
+        Ok(session) => session,
+        Err(error) => {
+            let refusal = Refusal::new(SqlState(error.sqlstate()), error.to_string());
+            shared.door.refuse(&mut client, refusal).await;
+            return;
+        }
+    };
+    let slot = Arc::new(CancelSlot::default());
+    let key = CancelKey::random();
+    shared.register(&key, &slot);
+    let parameters: Vec<(String, String)> =
+        session.settings.reported(&client.request.user).into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+    if client.welcome(&parameters, key).await.is_ok() {
+        let client = *client;
+        let mut connection = Connection {
+            engine: Arc::clone(&shared.engine),
+            shared: Arc::clone(&shared),
+            stream: client.stream,
+            scratch: vec![0; READ_BYTES].into_boxed_slice(),
+            input: client.buffer.pending().to_vec(),
+            output: Vec::new(),
+            session: Some(session),
+            statements: HashMap::new(),
+            portals: HashMap::new(),
+            skip_until_sync: false,
+            in_block: false,
+            slot,
+        };
+        let _ = connection.run().await;
+        let _ = connection.flush().await;
+        if let Some(mut session) = connection.session.take() {
+            session.close(&connection.engine);
+        }
     }
-    shared.unregister(key);
+    shared.unregister(&key);
 }
 
-impl<S> Connection<S>
-where
-    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-{
+/// Checks the database and applies the startup parameters (settings, `options`).
+fn open_session(shared: &Shared, request: &StartupRequest) -> Result<Session, EngineError> {
+    if request.database != shared.settings.database {
+        return Err(EngineError::UnknownDatabase(request.database.clone()));
+    }
+    let mut session = shared.engine.session();
+    for (name, value) in &request.parameters {
+        match name.as_str() {
+            "replication" => return Err(EngineError::unsupported("replication connections")),
+            "options" => apply_options(&mut session, value)?,
+            _ => session.settings.set(name, Some(value))?,
+        }
+    }
+    Ok(session)
+}
+
+impl Connection {
     fn session(&mut self) -> &mut Session {
         self.session.as_mut().expect("the session is home between statements")
     }
@@ -139,10 +174,9 @@ where
         if self.output.is_empty() {
             return Ok(());
         }
-        let result = self.writer.write_all(&self.output).await;
+        let result = self.stream.write_all(&self.output).await;
         self.output.clear();
-        result.map_err(|_| End::Closed)?;
-        self.writer.flush().await.map_err(|_| End::Closed)
+        result.map_err(|_| End::Closed)
     }
 
     async fn fatal(&mut self, code: &str, message: &str) -> End {
@@ -153,10 +187,12 @@ where
 
     /// Reads more bytes into `input`; EOF and errors end the connection.
     async fn read_more(&mut self) -> Result<(), End> {
-        self.input.reserve(READ_BYTES);
-        match self.reader.read_buf(&mut self.input).await {
+        match self.stream.read(&mut self.scratch).await {
             Ok(0) | Err(_) => Err(End::Closed),
-            Ok(_) => Ok(()),
+            Ok(read) => {
+                self.input.extend_from_slice(&self.scratch[..read]);
+                Ok(())
+            }
         }
     }
 
@@ -174,103 +210,6 @@ where
                 Ok(_) => self.read_more().await?,
             }
         }
-    }
-
-    /// Startup: returns the cancel key, or `None` when the connection only carried a
-    /// CancelRequest or was refused.
-    async fn start_up(&mut self) -> Result<Option<(i32, i32)>, End> {
-        let parameters: Vec<(String, String)> = loop {
-            let decoded = decode_startup(&self.input).map(|found| {
-                found.map(|(packet, used)| {
-                    let owned = match packet {
-                        StartupPacket::SslRequest | StartupPacket::GssEncRequest => Startup::Refuse,
-                        StartupPacket::Cancel { process_id, secret_key } => Startup::Cancel(process_id, secret_key.to_vec()),
-                        StartupPacket::Startup(params) => Startup::Parameters(
-                            params
-                                .iter()
-                                .map(|(k, v)| (String::from_utf8_lossy(k).into_owned(), String::from_utf8_lossy(v).into_owned()))
-                                .collect(),
-                            params.minor_version,
-                        ),
-                    };
-                    (owned, used)
-                })
-            });
-            match decoded {
-                Err(error) => return Err(self.fatal("08P01", &format!("invalid startup packet: {error}")).await),
-                Ok(None) if self.input.len() > STARTUP_PACKET_MAX as usize => {
-                    return Err(self.fatal("08P01", "startup packet too long").await)
-                }
-                Ok(None) => self.read_more().await?,
-                Ok(Some((packet, used))) => {
-                    self.input.drain(..used);
-                    match packet {
-                        Startup::Refuse => {
-                            // TLS and GSS encryption are negotiated by the front door once it is in place.
-                            self.writer.write_all(b"N").await.map_err(|_| End::Closed)?;
-                        }
-                        Startup::Cancel(process_id, secret) => {
-                            self.shared.cancel(process_id, &secret);
-                            return Ok(None);
-                        }
-                        Startup::Parameters(parameters, minor) => {
-                            self.negotiate_version(minor, &parameters);
-                            break parameters;
-                        }
-                    }
-                }
-            }
-        };
-        let session = match self.open_session(&parameters) {
-            Ok(session) => session,
-            Err((code, message)) => return Err(self.fatal(code, &message).await),
-        };
-        encode::empty_message_with(&mut self.output, b'R', &0i32.to_be_bytes());
-        let user = parameters.iter().find(|(k, _)| k == "user").map(|(_, v)| v.as_str()).unwrap_or_default();
-        for (name, value) in session.settings.reported(user) {
-            encode::parameter_status(&mut self.output, name, &value);
-        }
-        let key = self.shared.register(&self.slot);
-        encode::backend_key_data(&mut self.output, key.0, key.1);
-        encode::ready_for_query(&mut self.output, b'I');
-        self.session = Some(session);
-        self.flush().await?;
-        Ok(Some(key))
-    }
-
-    /// Answers a client that asked for a newer protocol minor version or `_pq_.` options.
-    fn negotiate_version(&mut self, minor: u16, parameters: &[(String, String)]) {
-        let unknown: Vec<&str> =
-            parameters.iter().filter(|(k, _)| k.starts_with("_pq_.")).map(|(k, _)| k.as_str()).collect();
-        if minor == 0 && unknown.is_empty() {
-            return;
-        }
-        bypass_wire::write::message(&mut self.output, Some(b'v'), |out| {
-            bypass_wire::write::put_i32(out, 0);
-            bypass_wire::write::put_i32(out, unknown.len() as i32);
-            unknown.iter().for_each(|name| bypass_wire::write::put_cstr(out, name.as_bytes()));
-        });
-    }
-
-    /// Checks the startup parameters and applies the settings among them.
-    fn open_session(&self, parameters: &[(String, String)]) -> Result<Session, (&'static str, String)> {
-        let get = |name: &str| parameters.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
-        let user = get("user").ok_or(("28000", "no PostgreSQL user name specified in startup packet".to_string()))?;
-        let database = get("database").unwrap_or_else(|| user.clone());
-        if database != self.shared.settings.database {
-            return Err(("3D000", format!("database \"{database}\" does not exist")));
-        }
-        let mut session = self.engine.session();
-        for (name, value) in parameters {
-            let applied = match name.as_str() {
-                "user" | "database" => Ok(()),
-                "replication" => Err(EngineError::unsupported("replication connections")),
-                "options" => apply_options(&mut session, value),
-                _ => session.settings.set(name, Some(value)),
-            };
-            applied.map_err(|e| (e.sqlstate(), e.to_string()))?;
-        }
-        Ok(session)
     }
 
     async fn run(&mut self) -> Result<(), End> {
@@ -479,7 +418,9 @@ where
             drop(sink);
             (session, outcome)
         });
+        self.shared.running.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let ((session, outcome), gone) = self.drive(receiver, task, &control, collect).await;
+        self.shared.running.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
         self.slot.set(None);
         self.session = Some(session);
         if gone {
@@ -501,38 +442,55 @@ where
         control: &QueryControl,
         mut collect: Option<&mut Vec<u8>>,
     ) -> (T, bool) {
+        enum Event<T> {
+            Piece(Option<Vec<u8>>),
+            Finished(T),
+            Read(std::io::Result<usize>),
+        }
         let mut gone = false;
         let mut open = true;
         let mut result = None;
         while result.is_none() || open {
             let room = !gone && self.input.len() < READ_AHEAD_BYTES_MAX;
-            tokio::select! {
+            let event = tokio::select! {
                 biased;
-                piece = receiver.recv(), if open => match piece {
-                    None => open = false,
-                    Some(_) if gone => {}
-                    Some(bytes) => match collect.as_deref_mut() {
-                        Some(buffer) => buffer.extend_from_slice(&bytes),
-                        None => {
-                            self.output.extend_from_slice(&bytes);
-                            if self.flush().await.is_err() {
-                                gone = true;
-                                control.stop(StopReason::ClientGone);
-                                receiver.close();
-                            }
-                        }
-                    },
-                },
+                piece = receiver.recv(), if open => Event::Piece(piece),
                 joined = &mut task, if result.is_none() => {
-                    result = Some(joined.expect("statement tasks catch their panics"));
+                    Event::Finished(joined.expect("statement tasks catch their panics"))
                 }
-                read = read_some(&mut self.reader, &mut self.input), if room => {
-                    if read.is_err() {
-                        gone = true;
-                        control.stop(StopReason::ClientGone);
-                        receiver.close();
+                read = self.stream.read(&mut self.scratch), if room => Event::Read(read),
+            };
+            let failed = match event {
+                Event::Piece(None) => {
+                    open = false;
+                    false
+                }
+                Event::Piece(Some(_)) if gone => false,
+                Event::Piece(Some(bytes)) => match collect.as_deref_mut() {
+                    Some(buffer) => {
+                        buffer.extend_from_slice(&bytes);
+                        false
                     }
+                    None => {
+                        self.output.extend_from_slice(&bytes);
+                        self.flush().await.is_err()
+                    }
+                },
+                Event::Finished(value) => {
+                    result = Some(value);
+                    false
                 }
+                Event::Read(Ok(0) | Err(_)) => true,
+                Event::Read(Ok(read)) => {
+                    // Pipelined messages: kept for after this statement.
+                    self.input.extend_from_slice(&self.scratch[..read]);
+                    false
+                }
+            };
+            if failed {
+                gone = true;
+                control.stop(StopReason::ClientGone);
+                receiver.close();
             }
         }
         (result.expect("the loop ends once the task is done"), gone)
@@ -549,7 +507,11 @@ where
         outcome
     }
 
-    async fn copy_in_loop(&mut self, mut copy: Box<CopyIn>, control: &Arc<QueryControl>) -> Result<Result<String, EngineError>, End> {
+    async fn copy_in_loop(
+        &mut self,
+        mut copy: Box<CopyIn>,
+        control: &Arc<QueryControl>,
+    ) -> Result<Result<String, EngineError>, End> {
         let mut batch = Vec::new();
         loop {
             let message = self.read_message().await;
@@ -571,7 +533,8 @@ where
                     let task_control = Arc::clone(control);
                     let (returned, loaded) = self
                         .with_session(move |session, engine| {
-                            let loaded = crate::control::enter(&task_control, || session.copy_in_data(engine, &mut copy, &data));
+                            let loaded =
+                                crate::control::enter(&task_control, || session.copy_in_data(engine, &mut copy, &data));
                             (copy, loaded)
                         })
                         .await;
@@ -743,7 +706,10 @@ where
             self.in_block = true;
             self.session().begin_implicit_block();
         }
-        let returns_rows = matches!(statement, ast::Statement::Query(_) | ast::Statement::Explain { .. } | ast::Statement::ShowVariable { .. });
+        let returns_rows = matches!(
+            statement,
+            ast::Statement::Query(_) | ast::Statement::Explain { .. } | ast::Statement::ShowVariable { .. }
+        );
         if max_rows > 0 && returns_rows {
             let mut rows = Vec::new();
             let end = self.run_statement(statement, false, formats, Some(&mut rows)).await?;
@@ -777,7 +743,12 @@ where
         let mut end = pending.offset;
         let mut rows = 0;
         while end < pending.bytes.len() && (max_rows == 0 || rows < max_rows) {
-            let length = u32::from_be_bytes([pending.bytes[end + 1], pending.bytes[end + 2], pending.bytes[end + 3], pending.bytes[end + 4]]);
+            let length = u32::from_be_bytes([
+                pending.bytes[end + 1],
+                pending.bytes[end + 2],
+                pending.bytes[end + 3],
+                pending.bytes[end + 4],
+            ]);
             end += 1 + length as usize;
             rows += 1;
         }
@@ -790,22 +761,6 @@ where
             portal.pending = None;
             encode::command_complete(&mut self.output, &tag);
         }
-    }
-}
-
-/// A startup packet, copied out of the input buffer.
-enum Startup {
-    Refuse,
-    Cancel(i32, Vec<u8>),
-    Parameters(Vec<(String, String)>, u16),
-}
-
-/// Reads what the socket has into `input`; an error or EOF means the client is gone.
-async fn read_some<R: AsyncRead + Unpin>(reader: &mut R, input: &mut Vec<u8>) -> std::io::Result<()> {
-    input.reserve(READ_BYTES);
-    match reader.read_buf(input).await? {
-        0 => Err(std::io::ErrorKind::UnexpectedEof.into()),
-        _ => Ok(()),
     }
 }
 
@@ -853,7 +808,9 @@ impl WireSink {
         let mut out = Vec::new();
         match self.encoding.get() {
             Some(Encoding::Rows(formats)) => encode::data_rows(&mut out, batch, formats),
-            Some(Encoding::Copy(format)) => crate::copy::encode_rows(batch, format, |line| encode::copy_data(&mut out, line)),
+            Some(Encoding::Copy(format)) => {
+                crate::copy::encode_rows(batch, format, |line| encode::copy_data(&mut out, line))
+            }
             None => return Err(EngineError::Runtime("rows before the result's shape".into())),
         }
         Ok(out)

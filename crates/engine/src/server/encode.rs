@@ -310,7 +310,9 @@ mod tests {
         assert_eq!(words(&numeric(-5, 2)), vec![1, -1, 0x4000, 2, 500]);
         assert_eq!(words(&numeric(0, 2)), vec![0, 0, 0, 2]);
         assert_eq!(words(&numeric(10000, 0)), vec![1, 1, 0, 0, 1]);
-        for (value, scale) in [(123_456_789i64, 4u8), (-5, 2), (0, 2), (10000, 0), (1, 9), (-987_654_321_012, 3), (7, 0)] {
+        for (value, scale) in
+            [(123_456_789i64, 4u8), (-5, 2), (0, 2), (10000, 0), (1, 9), (-987_654_321_012, 3), (7, 0)]
+        {
             let text = decode_numeric(&numeric(value, scale)).expect("valid");
             assert_eq!(text, format_decimal(value, scale), "{value} scale {scale}");
         }

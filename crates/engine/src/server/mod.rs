@@ -25,9 +25,11 @@ pub mod params;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, Mutex};
 
+use bypass_frontdoor::{CancelKey, FrontDoor, FrontDoorConfig};
+use bypass_wire::auth::Method;
+use bypass_wire::auth_file::AuthFile;
 use tokio::net::TcpListener;
 
 use crate::control::{QueryControl, StopReason};
@@ -42,22 +44,44 @@ pub const MESSAGE_SIZE_MAX: usize = 64 << 20;
 pub const DATABASE_NAME: &str = "bypass";
 
 /// How the server runs.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct ServerSettings {
     pub listen: SocketAddr,
     pub database: String,
     pub connections_max: usize,
     pub message_size_max: usize,
+    /// Who may connect and how they prove it (auth file, method, TLS): the shared front door.
+    pub front_door: FrontDoorConfig,
 }
 
 impl ServerSettings {
-    pub fn new(listen: SocketAddr) -> ServerSettings {
+    /// A server whose clients prove a password from `users` (SCRAM-SHA-256, or MD5 for users
+    /// whose secret is an MD5 hash), without TLS.
+    pub fn new(listen: SocketAddr, users: AuthFile) -> ServerSettings {
+        ServerSettings::with_front_door(listen, FrontDoorConfig::scram(users))
+    }
+
+    pub fn with_front_door(listen: SocketAddr, front_door: FrontDoorConfig) -> ServerSettings {
         ServerSettings {
             listen,
             database: DATABASE_NAME.into(),
             connections_max: CONNECTIONS_MAX,
             message_size_max: MESSAGE_SIZE_MAX,
+            front_door,
         }
+    }
+
+    /// One user with a password (tests, `make run`).
+    pub fn with_password(listen: SocketAddr, user: &str, password: &str) -> ServerSettings {
+        let mut users = AuthFile::default();
+        users.insert(user, password);
+        ServerSettings::new(listen, users)
+    }
+
+    /// No authentication: anyone who can reach the port is in (`--no-auth`, only when asked).
+    pub fn trust(listen: SocketAddr) -> ServerSettings {
+        let front_door = FrontDoorConfig { method: Method::Trust, ..FrontDoorConfig::scram(AuthFile::default()) };
+        ServerSettings::with_front_door(listen, front_door)
     }
 }
 
@@ -79,51 +103,53 @@ impl CancelSlot {
     }
 }
 
+/// A cancel key as the registry holds it: (process id, secret).
+type CancelId = (i32, [u8; 4]);
+
 /// State shared by all connections of one server.
 pub(crate) struct Shared {
     engine: Arc<Engine>,
     settings: ServerSettings,
-    cancels: Mutex<HashMap<(i32, i32), Arc<CancelSlot>>>,
-    next_process_id: AtomicI32,
+    door: Arc<FrontDoor>,
+    cancels: Mutex<HashMap<CancelId, Arc<CancelSlot>>>,
+    /// Statements running now (tests and monitoring watch it).
+    running: std::sync::atomic::AtomicUsize,
 }
 
 impl Shared {
-    /// Registers a connection's cancel key: (process id, secret).
-    fn register(&self, slot: &Arc<CancelSlot>) -> (i32, i32) {
-        let process_id = self.next_process_id.fetch_add(1, Ordering::Relaxed);
-        let key = (process_id, random_i32());
-        self.cancels.lock().unwrap_or_else(|p| p.into_inner()).insert(key, Arc::clone(slot));
-        key
+    /// Registers a connection's cancel key.
+    fn register(&self, key: &CancelKey, slot: &Arc<CancelSlot>) {
+        self.cancels.lock().unwrap_or_else(|p| p.into_inner()).insert((key.process_id, key.secret), Arc::clone(slot));
     }
 
-    fn unregister(&self, key: (i32, i32)) {
-        self.cancels.lock().unwrap_or_else(|p| p.into_inner()).remove(&key);
+    fn unregister(&self, key: &CancelKey) {
+        self.cancels.lock().unwrap_or_else(|p| p.into_inner()).remove(&(key.process_id, key.secret));
     }
 
     /// Cancels the running statement of the connection with this key; a wrong key does nothing
     /// (and says nothing, as PostgreSQL).
     fn cancel(&self, process_id: i32, secret: &[u8]) {
         let Ok(secret) = <[u8; 4]>::try_from(secret) else { return };
-        let slot = self.cancels.lock().unwrap_or_else(|p| p.into_inner()).get(&(process_id, i32::from_be_bytes(secret))).cloned();
+        let slot = self.cancels.lock().unwrap_or_else(|p| p.into_inner()).get(&(process_id, secret)).cloned();
         if let Some(slot) = slot {
             slot.cancel();
         }
     }
 }
 
-fn random_i32() -> i32 {
-    let mut bytes = [0u8; 4];
-    // SAFETY: getrandom writes at most `bytes.len()` bytes into our buffer.
-    let filled = unsafe { libc::getrandom(bytes.as_mut_ptr().cast(), bytes.len(), 0) };
-    assert_eq!(filled, 4, "the kernel's random source works");
-    i32::from_ne_bytes(bytes)
-}
-
 /// A running server: its address, and a handle that stops it when dropped.
 pub struct Server {
     pub address: SocketAddr,
+    shared: Arc<Shared>,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Server {
+    /// Statements running now on all connections.
+    pub fn statements_running(&self) -> usize {
+        self.shared.running.load(std::sync::atomic::Ordering::Relaxed)
+    }
 }
 
 impl Drop for Server {
@@ -138,36 +164,35 @@ impl Drop for Server {
     }
 }
 
-/// Starts serving on `address` (port 0 = any free port) with default settings.
-pub fn start(engine: Arc<Engine>, address: SocketAddr) -> Result<Server, EngineError> {
-    start_with(engine, ServerSettings::new(address))
-}
-
-/// Starts serving on a separate network thread.
-pub fn start_with(engine: Arc<Engine>, settings: ServerSettings) -> Result<Server, EngineError> {
+/// Starts serving on a separate network thread (`settings.listen` port 0 = any free port).
+pub fn start(engine: Arc<Engine>, mut settings: ServerSettings) -> Result<Server, EngineError> {
     let address = settings.listen;
     let listener =
         std::net::TcpListener::bind(address).map_err(|e| EngineError::io(format!("binding {address}"), e))?;
     listener.set_nonblocking(true).map_err(|e| EngineError::io("configuring the listener", e))?;
     let address = listener.local_addr().map_err(|e| EngineError::io("reading the listen address", e))?;
+    settings.listen = address;
     let (shutdown, stopped) = tokio::sync::oneshot::channel();
+    let front_door = std::mem::replace(&mut settings.front_door, FrontDoorConfig::scram(AuthFile::default()));
     let shared = Arc::new(Shared {
         engine,
         settings,
+        door: FrontDoor::new(front_door),
         cancels: Mutex::new(HashMap::new()),
-        next_process_id: AtomicI32::new(std::process::id() as i32 & 0x3fff_ffff),
+        running: Default::default(),
     });
+    let accepting = Arc::clone(&shared);
     let thread = std::thread::Builder::new()
         .name("engine-network".into())
         .spawn(move || {
             let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build();
             match runtime {
-                Ok(runtime) => runtime.block_on(accept_loop(listener, shared, stopped)),
+                Ok(runtime) => runtime.block_on(accept_loop(listener, accepting, stopped)),
                 Err(error) => eprintln!("engine server: cannot start the network runtime: {error}"),
             }
         })
         .map_err(|e| EngineError::io("spawning the network thread", e))?;
-    Ok(Server { address, shutdown: Some(shutdown), thread: Some(thread) })
+    Ok(Server { address, shared, shutdown: Some(shutdown), thread: Some(thread) })
 }
 
 async fn accept_loop(

@@ -133,12 +133,14 @@ fn text_literal(bytes: &[u8], oid: u32) -> Result<String, EngineError> {
     let text = std::str::from_utf8(bytes)
         .map_err(|_| EngineError::InvalidValue("invalid byte sequence for encoding \"UTF8\" in a parameter".into()))?;
     Ok(match oid {
-        oid::INT2 | oid::INT4 | oid::INT8 | oid::OID => integer_literal(text.trim().parse::<i64>().map_err(|_| {
-            EngineError::InvalidValue(format!("invalid input syntax for type integer: \"{text}\""))
-        })?),
-        oid::FLOAT4 | oid::FLOAT8 => float_literal(
-            crate::copy::parse_field(text, DataType::Float64)?.as_f64().unwrap_or(f64::NAN),
+        oid::INT2 | oid::INT4 | oid::INT8 | oid::OID => integer_literal(
+            text.trim()
+                .parse::<i64>()
+                .map_err(|_| EngineError::InvalidValue(format!("invalid input syntax for type integer: \"{text}\"")))?,
         ),
+        oid::FLOAT4 | oid::FLOAT8 => {
+            float_literal(crate::copy::parse_field(text, DataType::Float64)?.as_f64().unwrap_or(f64::NAN))
+        }
         oid::NUMERIC => numeric_literal(text)?,
         oid::BOOL => match crate::copy::parse_field(text, DataType::Bool)? {
             crate::types::Value::Bool(true) => "TRUE".into(),
@@ -252,7 +254,8 @@ mod tests {
             out,
             "select TRUE, (-2), 9, CAST(3.141592653589793 AS double precision), CAST('2000-02-01' AS date), (-123.45), 'it''s', CAST(NULL AS integer)"
         );
-        let text = substitute("select $1, $2", &[oid::INT4, oid::NUMERIC], &[0], &[Some(b"-7"), Some(b"1.5")]).expect("valid");
+        let text =
+            substitute("select $1, $2", &[oid::INT4, oid::NUMERIC], &[0], &[Some(b"-7"), Some(b"1.5")]).expect("valid");
         assert_eq!(text, "select (-7), 1.5");
         assert!(substitute("select $1", &[oid::INT4], &[0], &[Some(b"1; drop table t")]).is_err());
     }

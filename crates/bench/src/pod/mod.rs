@@ -1,0 +1,358 @@
+//! `bypass bench pod`: the Tigon-style store against DS2PL+ and OCC+ on TPC-C and YCSB, and
+//! Tigon's ablations, every point the median of several runs, measured and modelled side by side.
+//!
+//! ```text
+//!  sweeps ─► points (config per series × x) ─► for each repetition, every point in turn
+//!        (interleaved, so machine noise spreads over all series) ─► Pod::run ─► RunReport
+//!  median per point ─► pod.json (everything) · pod.md (tables, ratios, claims) · pod.png (panels)
+//! ```
+//!
+//! A failed run is recorded (its error) and the benchmark goes on.
+
+mod plot;
+mod report;
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::Context;
+use serde::Serialize;
+
+use bypass_pod::coherence::{CoherenceBackend, SwccProtocol};
+use bypass_pod::config::{PodConfig, Protocol};
+use bypass_pod::launcher::{Pod, RunReport};
+use bypass_pod::workload::tpcc::TpccConfig;
+use bypass_pod::workload::ycsb::YcsbConfig;
+use bypass_pod::workload::WorkloadConfig;
+
+/// Arguments of `bypass bench pod`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct BenchArgs {
+    /// Directory for pod.json, pod.md and pod.png.
+    #[arg(long, default_value = "bench/results")]
+    pub out: PathBuf,
+    /// Runs per point; the median is reported.
+    #[arg(long, default_value_t = 3)]
+    pub repetitions: usize,
+    #[arg(long, default_value_t = 1000)]
+    pub warmup_ms: u64,
+    #[arg(long, default_value_t = 3000)]
+    pub measure_ms: u64,
+    /// Fewer points per sweep (ends and middle), to validate the harness quickly.
+    #[arg(long)]
+    pub quick: bool,
+    /// Sweeps to run, comma-separated (default: all).
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub only: Vec<Sweep>,
+    /// TPC-C with small warehouses (60 customers per district, 1000 items).
+    #[arg(long)]
+    pub small_warehouses: bool,
+    /// YCSB keys per host.
+    #[arg(long, default_value_t = 100_000)]
+    pub keys_per_host: u64,
+    #[arg(long, default_value_t = 2)]
+    pub hosts: usize,
+    /// Where the runs' logs go (default: a fresh directory under the system temp dir).
+    #[arg(long)]
+    pub log_dir: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum Sweep {
+    /// TPC-C throughput vs remote NewOrder/Payment percentages, three protocols.
+    Tpcc,
+    /// YCSB throughput vs cross-partition ratio, three protocols, plus read/write mixes.
+    Ycsb,
+    /// Tigon vs HWcc budget (fractions of its unconstrained footprint).
+    Budget,
+    /// SWcc protocol variants and NoSWcc.
+    Swcc,
+    /// Shortcut pointer on/off.
+    Shortcut,
+    /// Group-commit epoch length vs throughput and commit latency.
+    Epoch,
+}
+
+impl Sweep {
+    const ALL: [Sweep; 6] = [Sweep::Tpcc, Sweep::Ycsb, Sweep::Budget, Sweep::Swcc, Sweep::Shortcut, Sweep::Epoch];
+}
+
+/// HWcc budget of the main runs: holds every key's metadata, not its data (Tigon: 200 MB of a
+/// 2.4 GB YCSB dataset; here 16 MiB of 200 MB).
+const MAIN_BUDGET_BYTES: u64 = 16 << 20;
+/// Budget of the "unconstrained" run the budget sweep takes its footprint from.
+const UNCONSTRAINED_BUDGET_BYTES: u64 = 256 << 20;
+const BUDGET_FRACTIONS: [f64; 5] = [1.0, 0.75, 0.5, 0.25, 0.05];
+const TPCC_REMOTE: [(u32, u32); 7] = [(0, 0), (10, 15), (20, 30), (30, 45), (40, 60), (50, 75), (60, 90)];
+const YCSB_CROSS: [u32; 6] = [0, 20, 40, 60, 80, 100];
+const PROTOCOLS: [Protocol; 3] = [Protocol::Tigon, Protocol::Ds2pl, Protocol::Occ];
+
+/// One point of a sweep: a series (curve) at an x value, and the configuration that measures it.
+#[derive(Debug, Clone)]
+pub struct Spec {
+    pub sweep: Sweep,
+    pub panel: &'static str,
+    pub series: String,
+    pub x: String,
+    pub config: PodConfig,
+}
+
+/// What one run contributed to a point.
+#[derive(Debug, Clone, Serialize)]
+pub struct Run {
+    pub measured_tps: f64,
+    pub modelled_tps: f64,
+    pub seconds: f64,
+    pub error: Option<String>,
+    #[serde(skip)]
+    pub report: Option<RunReport>,
+}
+
+pub fn run(args: BenchArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(args.repetitions >= 1, "--repetitions must be at least 1");
+    let started = Instant::now();
+    let log_root = match &args.log_dir {
+        Some(dir) => dir.clone(),
+        None => std::env::temp_dir().join(format!("bypass-pod-bench-{}", std::process::id())),
+    };
+    std::fs::create_dir_all(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
+    let sweeps = if args.only.is_empty() { Sweep::ALL.to_vec() } else { args.only.clone() };
+    let mut results = report::Results::new(&args);
+    for sweep in sweeps {
+        let specs = specs(&args, sweep, &log_root, &mut results)?;
+        let runs = measure(&args, &specs);
+        results.add(specs, runs);
+        results.write(&args.out)?;
+        eprintln!("bench pod: {sweep:?} done after {:.0} s", started.elapsed().as_secs_f64());
+    }
+    results.finish(started.elapsed().as_secs_f64());
+    results.write(&args.out)?;
+    let _ = std::fs::remove_dir_all(&log_root);
+    println!("{}", results.summary());
+    Ok(())
+}
+
+/// Runs every spec `repetitions` times, repetitions outermost so noise spreads across series.
+fn measure(args: &BenchArgs, specs: &[Spec]) -> Vec<Vec<Run>> {
+    let mut runs: Vec<Vec<Run>> = vec![Vec::new(); specs.len()];
+    for repetition in 0..args.repetitions {
+        for (spec, runs) in specs.iter().zip(runs.iter_mut()) {
+            let mut config = spec.config.clone();
+            config.seed = 1 + repetition as u64;
+            let started = Instant::now();
+            let outcome = Pod::run(config);
+            let seconds = started.elapsed().as_secs_f64();
+            let run = match outcome {
+                Ok(report) => Run {
+                    measured_tps: report.throughput_tps,
+                    modelled_tps: report.modelled_tps,
+                    seconds,
+                    error: None,
+                    report: Some(report),
+                },
+                Err(error) => {
+                    Run { measured_tps: 0.0, modelled_tps: 0.0, seconds, error: Some(error.to_string()), report: None }
+                }
+            };
+            eprintln!(
+                "  {:?} {} {} #{}: {:.0} measured, {:.0} modelled txn/s{}",
+                spec.sweep,
+                spec.series,
+                spec.x,
+                repetition + 1,
+                run.measured_tps,
+                run.modelled_tps,
+                run.error.as_deref().map(|e| format!(" — {e}")).unwrap_or_default()
+            );
+            runs.push(run);
+        }
+    }
+    runs
+}
+
+fn base(args: &BenchArgs, workload: WorkloadConfig, protocol: Protocol, log_dir: &std::path::Path) -> PodConfig {
+    let mut config = PodConfig::new(workload);
+    config.hosts = args.hosts;
+    config.protocol = protocol;
+    config.coherence = CoherenceBackend::X86Flush;
+    config.hwcc_budget_bytes = MAIN_BUDGET_BYTES;
+    config.swcc_bytes_per_host = 1 << 30;
+    config.warmup_ms = args.warmup_ms;
+    config.measure_ms = args.measure_ms;
+    config.log_dir = Some(log_dir.to_path_buf());
+    config.epoch_ms = 10;
+    config.pre_migrate = protocol == Protocol::Tigon;
+    config
+}
+
+fn tpcc(args: &BenchArgs, new_order: u32, payment: u32) -> WorkloadConfig {
+    WorkloadConfig::Tpcc(if args.small_warehouses {
+        TpccConfig::small(new_order, payment)
+    } else {
+        TpccConfig::standard(new_order, payment)
+    })
+}
+
+fn ycsb(args: &BenchArgs, read_percent: u32, cross_percent: u32, theta: f64) -> WorkloadConfig {
+    WorkloadConfig::Ycsb(YcsbConfig {
+        keys_per_host: args.keys_per_host,
+        value_bytes: 1000,
+        ops_per_txn: 10,
+        theta,
+        read_percent,
+        cross_percent,
+    })
+}
+
+fn pick<T: Copy>(args: &BenchArgs, all: &[T], quick: &[usize]) -> Vec<T> {
+    if args.quick {
+        quick.iter().map(|&index| all[index]).collect()
+    } else {
+        all.to_vec()
+    }
+}
+
+/// The points of one sweep.
+fn specs(
+    args: &BenchArgs,
+    sweep: Sweep,
+    log_root: &std::path::Path,
+    results: &mut report::Results,
+) -> anyhow::Result<Vec<Spec>> {
+    let logs = log_root.join(format!("{sweep:?}").to_lowercase());
+    Ok(match sweep {
+        Sweep::Tpcc => tpcc_specs(args, &logs),
+        Sweep::Ycsb => ycsb_specs(args, &logs),
+        Sweep::Budget => budget_specs(args, &logs, results)?,
+        Sweep::Swcc => swcc_specs(args, &logs),
+        Sweep::Shortcut => shortcut_specs(args, &logs),
+        Sweep::Epoch => epoch_specs(args, &logs),
+    })
+}
+
+fn spec(sweep: Sweep, panel: &'static str, series: impl Into<String>, x: impl Into<String>, config: PodConfig) -> Spec {
+    Spec { sweep, panel, series: series.into(), x: x.into(), config }
+}
+
+fn tpcc_specs(args: &BenchArgs, logs: &std::path::Path) -> Vec<Spec> {
+    let mut specs = Vec::new();
+    for (new_order, payment) in pick(args, &TPCC_REMOTE, &[0, 3, 6]) {
+        for protocol in PROTOCOLS {
+            let mut config = base(args, tpcc(args, new_order, payment), protocol, logs);
+            // Tigon pre-migrates CUSTOMER and STOCK ("NonPart") except at 0% remote.
+            config.pre_migrate &= new_order > 0;
+            specs.push(spec(Sweep::Tpcc, "tpcc", protocol.label(), format!("{new_order}/{payment}"), config));
+        }
+    }
+    specs
+}
+
+fn ycsb_specs(args: &BenchArgs, logs: &std::path::Path) -> Vec<Spec> {
+    let mut specs = Vec::new();
+    for cross in pick(args, &YCSB_CROSS, &[0, 3, 5]) {
+        for protocol in PROTOCOLS {
+            let mut config = base(args, ycsb(args, 95, cross, 0.7), protocol, logs);
+            config.pre_migrate &= cross > 0;
+            specs.push(spec(Sweep::Ycsb, "ycsb", protocol.label(), format!("{cross}%"), config));
+        }
+    }
+    let mixes: &[(u32, f64, &str)] =
+        &[(100, 0.7, "100/0"), (50, 0.7, "50/50"), (0, 0.7, "0/100"), (50, 0.99, "50/50 θ0.99")];
+    for &(read, theta, label) in if args.quick { &mixes[1..2] } else { mixes } {
+        for protocol in PROTOCOLS {
+            let config = base(args, ycsb(args, read, 100, theta), protocol, logs);
+            specs.push(spec(Sweep::Ycsb, "ycsb_mix", protocol.label(), label, config));
+        }
+    }
+    specs
+}
+
+fn swcc_specs(args: &BenchArgs, logs: &std::path::Path) -> Vec<Spec> {
+    let mut specs = Vec::new();
+    for (panel, workload) in [("swcc_ycsb", ycsb(args, 95, 100, 0.7)), ("swcc_tpcc", tpcc(args, 60, 90))] {
+        for variant in
+            [SwccProtocol::WriteThrough, SwccProtocol::NoSharedReader, SwccProtocol::NonTemporal, SwccProtocol::NoSwcc]
+        {
+            let mut config = base(args, workload.clone(), Protocol::Tigon, logs);
+            config.swcc = variant;
+            specs.push(spec(Sweep::Swcc, panel, panel_workload(panel), format!("{variant:?}"), config));
+        }
+    }
+    specs
+}
+
+fn shortcut_specs(args: &BenchArgs, logs: &std::path::Path) -> Vec<Spec> {
+    let mut specs = Vec::new();
+    for workload in [tpcc(args, 60, 90), ycsb(args, 95, 100, 0.7)] {
+        for shortcut in [true, false] {
+            let mut config = base(args, workload.clone(), Protocol::Tigon, logs);
+            config.shortcut = shortcut;
+            specs.push(spec(
+                Sweep::Shortcut,
+                "shortcut",
+                workload.label(),
+                if shortcut { "on" } else { "off" },
+                config,
+            ));
+        }
+    }
+    specs
+}
+
+fn epoch_specs(args: &BenchArgs, logs: &std::path::Path) -> Vec<Spec> {
+    let mut specs = Vec::new();
+    for epoch in [None, Some(1), Some(10), Some(20), Some(50)] {
+        let mut config = base(args, tpcc(args, 60, 90), Protocol::Tigon, logs);
+        match epoch {
+            Some(ms) => config.epoch_ms = ms,
+            None => config.log_dir = None,
+        }
+        let x = epoch.map_or("no log".to_string(), |ms| format!("{ms} ms"));
+        specs.push(spec(Sweep::Epoch, "epoch", "TPC-C 60/90", x, config));
+    }
+    specs
+}
+
+fn panel_workload(panel: &str) -> &'static str {
+    if panel.ends_with("tpcc") {
+        "TPC-C 60/90"
+    } else {
+        "YCSB 95/5 100%"
+    }
+}
+
+/// Budget sweep: one unconstrained run per workload gives the HWcc footprint; the points are
+/// fractions of it. Tigon's budget sweeps ran 120 s with 60 s of warm-up and no pre-migration;
+/// our seconds-long runs pre-migrate instead (until the budget is full) to start near steady state.
+fn budget_specs(args: &BenchArgs, logs: &std::path::Path, results: &mut report::Results) -> anyhow::Result<Vec<Spec>> {
+    let mut specs = Vec::new();
+    for workload in [tpcc(args, 60, 90), ycsb(args, 95, 100, 0.7)] {
+        let mut config = base(args, workload.clone(), Protocol::Tigon, logs);
+        config.hwcc_budget_bytes = UNCONSTRAINED_BUDGET_BYTES;
+        let report = Pod::run(config.clone()).context("unconstrained run of the budget sweep")?;
+        let footprint = report.per_host.iter().map(|host| host.hwcc_peak_bytes).max().unwrap_or(0) * args.hosts as u64;
+        results.footprints.push((workload.label(), footprint));
+        for fraction in pick(args, &BUDGET_FRACTIONS, &[0, 2, 4]) {
+            let mut point = config.clone();
+            point.hwcc_budget_bytes = ((footprint as f64 * fraction) as u64).max(1);
+            specs.push(spec(Sweep::Budget, "budget", workload.label(), format!("{:.0}%", fraction * 100.0), point));
+        }
+    }
+    Ok(specs)
+}
+
+/// Median of the successful runs' values (0 if none succeeded).
+pub fn median(values: impl Iterator<Item = f64>) -> f64 {
+    let mut values: Vec<f64> = values.filter(|value| value.is_finite()).collect();
+    if values.is_empty() {
+        return 0.0;
+    }
+    values.sort_by(f64::total_cmp);
+    let middle = values.len() / 2;
+    if values.len() % 2 == 1 {
+        values[middle]
+    } else {
+        (values[middle - 1] + values[middle]) / 2.0
+    }
+}

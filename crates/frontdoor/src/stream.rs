@@ -1,0 +1,119 @@
+//! One connection type for both sides of every server: plaintext TCP, or TLS over TCP.
+//!
+//! Plaintext stays as cheap as a bare `TcpStream`: a read or write is one `match` and then the
+//! socket's own call. TLS is boxed because a rustls session is about a kilobyte of state that
+//! plaintext connections should not carry. The TCP socket is always reachable ([`Stream::tcp`])
+//! for socket options and, later, for the kernel fast path (plaintext only).
+
+use std::io;
+use std::os::fd::AsFd;
+use std::pin::Pin;
+use std::task::{Context, Poll, Waker};
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, ReadBuf};
+use tokio::net::TcpStream;
+use tokio_rustls::TlsStream;
+
+/// A client's or a server's connection.
+pub enum Stream {
+    Plain(TcpStream),
+    Tls(Box<TlsStream<TcpStream>>),
+}
+
+impl Stream {
+    /// The TCP socket under the connection.
+    pub fn tcp(&self) -> &TcpStream {
+        match self {
+            Stream::Plain(stream) => stream,
+            Stream::Tls(tls) => tls.get_ref().0,
+        }
+    }
+
+    pub fn is_tls(&self) -> bool {
+        matches!(self, Stream::Tls(_))
+    }
+
+    /// Reads once; `Ok(0)` means the peer closed. Cancel-safe (used inside `select!`): TCP keeps
+    /// unread bytes in the kernel, rustls keeps undelivered plaintext in its session.
+    pub async fn read(&mut self, buffer: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Stream::Plain(stream) => stream.read(buffer).await,
+            Stream::Tls(tls) => tls.read(buffer).await,
+        }
+    }
+
+    /// Writes every byte. TLS also flushes: rustls may hold encrypted records back after a
+    /// partial socket write, and nothing else would push them out.
+    pub async fn write_all(&mut self, bytes: &[u8]) -> io::Result<()> {
+        match self {
+            Stream::Plain(stream) => stream.write_all(bytes).await,
+            Stream::Tls(tls) => {
+                tls.write_all(bytes).await?;
+                tls.flush().await
+            }
+        }
+    }
+
+    /// Reads whatever is ready without waiting: `WouldBlock` when nothing is. For plaintext this
+    /// is one `recv`; for TLS a record that carries no data (a session ticket) also counts as
+    /// nothing.
+    pub fn try_read(&mut self, buffer: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Stream::Plain(stream) => stream.try_read(buffer),
+            Stream::Tls(tls) => {
+                let mut context = Context::from_waker(Waker::noop());
+                let mut read_buffer = ReadBuf::new(buffer);
+                match Pin::new(tls.as_mut()).poll_read(&mut context, &mut read_buffer) {
+                    Poll::Ready(Ok(())) => Ok(read_buffer.filled().len()),
+                    Poll::Ready(Err(error)) => Err(error),
+                    Poll::Pending => Err(io::ErrorKind::WouldBlock.into()),
+                }
+            }
+        }
+    }
+
+    /// Moves the socket's registration to the reactor of the runtime this runs on. Fails if the
+    /// peer closed or sent bytes: a fresh registration starts with no readiness, so that must be
+    /// checked here with one `recv(MSG_PEEK)`.
+    pub fn rehome(self) -> io::Result<Stream> {
+        match self {
+            Stream::Plain(stream) => {
+                let stream = stream.into_std()?;
+                ensure_silent(&stream)?;
+                Ok(Stream::Plain(TcpStream::from_std(stream)?))
+            }
+            Stream::Tls(mut tls) => {
+                // The TLS session cannot be taken apart and rebuilt, so its socket is swapped
+                // for a duplicate registered here; dropping the old one leaves the old reactor.
+                let duplicate = std::net::TcpStream::from(tls.get_ref().0.as_fd().try_clone_to_owned()?);
+                ensure_silent(&duplicate)?;
+                duplicate.set_nonblocking(true)?;
+                let local = TcpStream::from_std(duplicate)?;
+                drop(std::mem::replace(tls_socket(&mut tls), local));
+                Ok(Stream::Tls(tls))
+            }
+        }
+    }
+
+    /// Closes the sending side (TLS sends close_notify first).
+    pub async fn shutdown(&mut self) -> io::Result<()> {
+        match self {
+            Stream::Plain(stream) => stream.shutdown().await,
+            Stream::Tls(tls) => tls.shutdown().await,
+        }
+    }
+}
+
+fn tls_socket(tls: &mut TlsStream<TcpStream>) -> &mut TcpStream {
+    match tls {
+        TlsStream::Client(client) => client.get_mut().0,
+        TlsStream::Server(server) => server.get_mut().0,
+    }
+}
+
+fn ensure_silent(stream: &std::net::TcpStream) -> io::Result<()> {
+    match stream.peek(&mut [0u8; 1]) {
+        Err(error) if error.kind() == io::ErrorKind::WouldBlock => Ok(()),
+        _ => Err(io::Error::new(io::ErrorKind::ConnectionAborted, "peer closed or spoke while idle")),
+    }
+}
