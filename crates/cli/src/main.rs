@@ -86,7 +86,7 @@ fn main() -> Result<()> {
         Command::Proxy { config } => run_proxy(load(&config)?, config),
         Command::CheckConfig { file } => check_config(&file),
         Command::ConfigReference => {
-            print!("{}", bypass_pooler::config_doc::reference(bypass_pooler::config::SOURCE));
+            print!("{}", bypass_pooler::config_doc::reference());
             Ok(())
         }
         Command::Up(args) => up::run(args),

@@ -1,5 +1,5 @@
 //! The pod's one error type: what failed and where. Transaction aborts are not errors (they are
-//! [`crate::txn::Abort`], an expected outcome that is retried); these are failures that stop a host
+//! [`crate::access::Abort`], an expected outcome that is retried); these are failures that stop a host
 //! or refuse a configuration.
 
 use std::io;

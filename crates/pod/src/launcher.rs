@@ -335,7 +335,7 @@ fn child_main(host: usize, config: Arc<PodConfig>, parent_region: &Region) -> ! 
     let layout = layout_for(&config);
     let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| -> Result<()> {
         let region: &'static Region = Box::leak(Box::new(parent_region.remap()?));
-        crate::host::run(host, config, region)
+        crate::worker::run(host, config, region)
     }));
     let shared = parent_region.host_shared(&layout, host);
     let code = match outcome {

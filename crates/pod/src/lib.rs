@@ -53,8 +53,8 @@
 //! - A committed write to a CAT stores and writes back only the TID line and the lines whose
 //!   bytes changed (Tigon `clwb`s the whole tuple; a `clwb` of a clean line moves no data).
 //! - Remote range scans and inserts (Tigon-style) are served by the owner taking the locks for
-//!   the requester before it replies — the range and its next key read-locked ([`next_key`]), a
-//!   placeholder and its next key write-locked ([`remote_insert`]) — rather than at Tigon's
+//!   the requester before it replies — the range and its next key read-locked (`tigon::scan`), a
+//!   placeholder and its next key write-locked (`tigon::insert`) — rather than at Tigon's
 //!   commit step; a remote delete leaves the row write-locked for the owner to remove. The owner
 //!   keeps the next/prev-key bits of the word true on move-in, move-out, insert and delete. The
 //!   baselines scan, insert and delete only in their own partition (typed error otherwise).
@@ -66,30 +66,33 @@
 //!   fresh block too but skips the copy when the DRAM row is unchanged since its last move-out
 //!   (`enable_migration_optimization`), which leaves the block's previous bytes in place.
 
+pub mod access;
 pub mod alloc;
-pub mod baseline;
+pub(crate) mod baseline;
+pub(crate) mod cat;
 pub mod checker;
 pub mod coherence;
 pub mod config;
 pub mod cxl_index;
 pub mod error;
+pub(crate) mod fault;
 pub mod history;
 pub mod host;
 pub mod launcher;
 pub mod log;
 pub mod message;
-pub mod next_key;
+pub(crate) mod owned;
 pub mod partition;
+pub(crate) mod protocol;
 pub mod recovery;
 pub mod region;
-pub mod remote_insert;
 pub mod ring;
 pub mod rng;
 pub mod staleness;
 pub mod stats;
-pub mod tigon;
-pub mod txn;
+pub(crate) mod tigon;
 pub mod word;
+pub(crate) mod worker;
 pub mod workload;
 
 pub use config::{PodConfig, Protocol};

@@ -272,7 +272,7 @@ impl LoggerState {
         if let Some(crash) = &mut self.crash {
             crash.after = crash.after.saturating_sub(1);
             if crash.after == 0 {
-                crate::host::crash_now();
+                crate::fault::crash_now();
             }
         }
         self.file.sync_data().map_err(|source| PodError::LogIo { path: self.path.clone(), source })?;

@@ -30,6 +30,19 @@ pub enum MigrateOutcome {
     OutOfMemory,
 }
 
+/// Most keys one migration request carries (a phase asks for more in several messages).
+pub const MIGRATE_KEYS_MAX: usize = 256;
+/// Most tuples one access request carries (a phase asks for more in several messages).
+pub const ACCESS_ITEMS_MAX: usize = 256;
+
+/// One tuple a baseline's phase reads or locks at its owner.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AccessItem {
+    pub table: TableId,
+    pub key: u64,
+    pub mode: AccessMode,
+}
+
 /// Most rows (range plus next key) one remote scan may move in: bounds the reply's size.
 pub const SCAN_ROWS_MAX: usize = 64;
 
@@ -86,14 +99,15 @@ pub struct ReadCheck {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Message {
+    /// Tigon's DATA_MIGRATION_REQUEST for every key of a phase this owner holds.
     Migrate {
         request: u32,
-        table: TableId,
-        key: u64,
+        keys: Vec<(TableId, u64)>,
     },
+    /// One outcome per key, in order.
     MigrateReply {
         request: u32,
-        outcome: MigrateOutcome,
+        outcomes: Vec<MigrateOutcome>,
     },
     /// Tigon's DATA_MIGRATION_REQUEST_FOR_SCAN: keys in `[low, high]` (at most `limit`) and the
     /// key after them (next-key locking).
@@ -131,16 +145,16 @@ pub enum Message {
         table: TableId,
         key: u64,
     },
+    /// A baseline phase's reads and locks of this owner's tuples for transaction `gid`.
     Access {
         request: u32,
         gid: u64,
-        table: TableId,
-        key: u64,
-        mode: AccessMode,
+        items: Vec<AccessItem>,
     },
+    /// One outcome per item, in order.
     AccessReply {
         request: u32,
-        outcome: AccessOutcome,
+        outcomes: Vec<AccessOutcome>,
     },
     /// OCC round 1: write-lock these keys for `gid`.
     Lock {
@@ -207,16 +221,21 @@ impl Message {
         out.clear();
         let mut put = Put(out);
         match self {
-            Message::Migrate { request, table, key } => {
-                put.u8(1).u32(*request).u8(*table).u64(*key);
+            Message::Migrate { request, keys } => {
+                put.u8(1).u32(*request).u32(keys.len() as u32);
+                for (table, key) in keys {
+                    put.u8(*table).u64(*key);
+                }
             }
-            Message::MigrateReply { request, outcome } => {
-                put.u8(2).u32(*request);
-                match outcome {
-                    MigrateOutcome::Moved { node } => put.u8(0).u64(*node),
-                    MigrateOutcome::NotFound => put.u8(1),
-                    MigrateOutcome::OutOfMemory => put.u8(2),
-                };
+            Message::MigrateReply { request, outcomes } => {
+                put.u8(2).u32(*request).u32(outcomes.len() as u32);
+                for outcome in outcomes {
+                    match outcome {
+                        MigrateOutcome::Moved { node } => put.u8(0).u64(*node),
+                        MigrateOutcome::NotFound => put.u8(1),
+                        MigrateOutcome::OutOfMemory => put.u8(2),
+                    };
+                }
             }
             Message::MigrateScan { request, table, low, high, limit } => {
                 put.u8(13).u32(*request).u8(*table).u64(*low).u64(*high).u32(*limit);
@@ -232,16 +251,21 @@ impl Message {
             Message::RemoteDelete { table, key } => {
                 put.u8(18).u8(*table).u64(*key);
             }
-            Message::Access { request, gid, table, key, mode } => {
-                put.u8(3).u32(*request).u64(*gid).u8(*table).u64(*key).u8(*mode as u8);
+            Message::Access { request, gid, items } => {
+                put.u8(3).u32(*request).u64(*gid).u32(items.len() as u32);
+                for item in items {
+                    put.u8(item.table).u64(item.key).u8(item.mode as u8);
+                }
             }
-            Message::AccessReply { request, outcome } => {
-                put.u8(4).u32(*request);
-                match outcome {
-                    AccessOutcome::Granted { tid, value } => put.u8(0).u64(*tid).bytes(value),
-                    AccessOutcome::Conflict => put.u8(1),
-                    AccessOutcome::NotFound => put.u8(2),
-                };
+            Message::AccessReply { request, outcomes } => {
+                put.u8(4).u32(*request).u32(outcomes.len() as u32);
+                for outcome in outcomes {
+                    match outcome {
+                        AccessOutcome::Granted { tid, value } => put.u8(0).u64(*tid).bytes(value),
+                        AccessOutcome::Conflict => put.u8(1),
+                        AccessOutcome::NotFound => put.u8(2),
+                    };
+                }
             }
             Message::Lock { request, gid, keys } => {
                 put.u8(5).u32(*request).u64(*gid).u32(keys.len() as u32);
@@ -274,38 +298,25 @@ impl Message {
     pub fn decode(from: usize, bytes: &[u8]) -> Result<Message> {
         let mut get = Get { bytes, at: 0, from };
         let message = match get.u8()? {
-            1 => Message::Migrate { request: get.u32()?, table: get.u8()?, key: get.u64()? },
-            2 => {
-                let request = get.u32()?;
-                let outcome = match get.u8()? {
-                    0 => MigrateOutcome::Moved { node: get.u64()? },
-                    1 => MigrateOutcome::NotFound,
-                    2 => MigrateOutcome::OutOfMemory,
-                    _ => return Err(get.bad("migrate outcome")),
-                };
-                Message::MigrateReply { request, outcome }
+            1 => {
+                let (request, count) = (get.u32()?, get.bounded_count(MIGRATE_KEYS_MAX)?);
+                let keys = (0..count).map(|_| Ok((get.u8()?, get.u64()?))).collect::<Result<_>>()?;
+                Message::Migrate { request, keys }
             }
-            3 => Message::Access {
-                request: get.u32()?,
-                gid: get.u64()?,
-                table: get.u8()?,
-                key: get.u64()?,
-                mode: match get.u8()? {
-                    0 => AccessMode::ReadNoLock,
-                    1 => AccessMode::ReadLock,
-                    2 => AccessMode::WriteLock,
-                    _ => return Err(get.bad("access mode")),
-                },
-            },
+            2 => {
+                let (request, count) = (get.u32()?, get.bounded_count(MIGRATE_KEYS_MAX)?);
+                let outcomes = (0..count).map(|_| decode_migrate_outcome(&mut get)).collect::<Result<_>>()?;
+                Message::MigrateReply { request, outcomes }
+            }
+            3 => {
+                let (request, gid, count) = (get.u32()?, get.u64()?, get.bounded_count(ACCESS_ITEMS_MAX)?);
+                let items = (0..count).map(|_| decode_access_item(&mut get)).collect::<Result<_>>()?;
+                Message::Access { request, gid, items }
+            }
             4 => {
-                let request = get.u32()?;
-                let outcome = match get.u8()? {
-                    0 => AccessOutcome::Granted { tid: get.u64()?, value: get.bytes()? },
-                    1 => AccessOutcome::Conflict,
-                    2 => AccessOutcome::NotFound,
-                    _ => return Err(get.bad("access outcome")),
-                };
-                Message::AccessReply { request, outcome }
+                let (request, count) = (get.u32()?, get.bounded_count(ACCESS_ITEMS_MAX)?);
+                let outcomes = (0..count).map(|_| decode_access_outcome(&mut get)).collect::<Result<_>>()?;
+                Message::AccessReply { request, outcomes }
             }
             5 => {
                 let (request, gid, count) = (get.u32()?, get.u64()?, get.count()?);
@@ -338,6 +349,35 @@ impl Message {
         }
         Ok(message)
     }
+}
+
+fn decode_migrate_outcome(get: &mut Get<'_>) -> Result<MigrateOutcome> {
+    Ok(match get.u8()? {
+        0 => MigrateOutcome::Moved { node: get.u64()? },
+        1 => MigrateOutcome::NotFound,
+        2 => MigrateOutcome::OutOfMemory,
+        _ => return Err(get.bad("migrate outcome")),
+    })
+}
+
+fn decode_access_item(get: &mut Get<'_>) -> Result<AccessItem> {
+    let (table, key) = (get.u8()?, get.u64()?);
+    let mode = match get.u8()? {
+        0 => AccessMode::ReadNoLock,
+        1 => AccessMode::ReadLock,
+        2 => AccessMode::WriteLock,
+        _ => return Err(get.bad("access mode")),
+    };
+    Ok(AccessItem { table, key, mode })
+}
+
+fn decode_access_outcome(get: &mut Get<'_>) -> Result<AccessOutcome> {
+    Ok(match get.u8()? {
+        0 => AccessOutcome::Granted { tid: get.u64()?, value: get.bytes()? },
+        1 => AccessOutcome::Conflict,
+        2 => AccessOutcome::NotFound,
+        _ => return Err(get.bad("access outcome")),
+    })
 }
 
 fn encode_scan_reply(put: &mut Put<'_>, request: u32, outcome: &ScanOutcome) {
@@ -500,6 +540,14 @@ impl Get<'_> {
         }
         Ok(count)
     }
+    /// A count of items, refused above `max` (a bound of the protocol, not only of the payload).
+    fn bounded_count(&mut self, max: usize) -> Result<usize> {
+        let count = self.count()?;
+        if count > max {
+            return Err(self.bad("more items than the protocol allows"));
+        }
+        Ok(count)
+    }
     fn bytes(&mut self) -> Result<Vec<u8>> {
         let len = self.u32()? as usize;
         Ok(self.take(len)?.to_vec())
@@ -512,12 +560,25 @@ mod tests {
 
     fn samples() -> Vec<Message> {
         vec![
-            Message::Migrate { request: 1, table: 2, key: 3 },
-            Message::MigrateReply { request: 1, outcome: MigrateOutcome::Moved { node: 0x4000 } },
-            Message::MigrateReply { request: 1, outcome: MigrateOutcome::OutOfMemory },
-            Message::Access { request: 9, gid: 77, table: 1, key: 5, mode: AccessMode::WriteLock },
-            Message::AccessReply { request: 9, outcome: AccessOutcome::Granted { tid: 8, value: vec![1, 2, 3] } },
-            Message::AccessReply { request: 9, outcome: AccessOutcome::Conflict },
+            Message::Migrate { request: 1, keys: vec![(2, 3), (0, 9)] },
+            Message::MigrateReply {
+                request: 1,
+                outcomes: vec![MigrateOutcome::Moved { node: 0x4000 }, MigrateOutcome::NotFound],
+            },
+            Message::MigrateReply { request: 1, outcomes: vec![MigrateOutcome::OutOfMemory] },
+            Message::Access {
+                request: 9,
+                gid: 77,
+                items: vec![
+                    AccessItem { table: 1, key: 5, mode: AccessMode::WriteLock },
+                    AccessItem { table: 0, key: 6, mode: AccessMode::ReadNoLock },
+                ],
+            },
+            Message::AccessReply {
+                request: 9,
+                outcomes: vec![AccessOutcome::Granted { tid: 8, value: vec![1, 2, 3] }, AccessOutcome::NotFound],
+            },
+            Message::AccessReply { request: 9, outcomes: vec![AccessOutcome::Conflict] },
             Message::Lock { request: 4, gid: 6, keys: vec![(1, 2), (3, 4)] },
             Message::LockReply { request: 4, ok: true, max_tid: 99 },
             Message::Prepare {

@@ -38,8 +38,16 @@ pub const MAGIC: u64 = 0x4259_5041_5353_5044;
 /// Bumped whenever a shared layout changes.
 pub const LAYOUT_VERSION: u64 = 4;
 
+/// Records each host can trace in one run for the latency model ([`crate::staleness`]; 16 bytes
+/// each; the area is sparse until written).
+pub const TRACE_RECORDS_PER_HOST: u64 = 1 << 23;
+/// Bytes of one trace record: the block offset, then time, lines and kind.
+pub const TRACE_RECORD_BYTES: u64 = 16;
+/// Bytes reserved for one host's inbox control words ([`crate::ring`] asserts its struct fits).
+pub const RING_CONTROL_BYTES: u64 = 4 * LINE_BYTES + RING_SLOTS as u64;
+
 const HEADER_BYTES: u64 = 4096;
-const TRACE_BYTES_PER_HOST: u64 = crate::staleness::TRACE_RECORDS_PER_HOST * crate::staleness::TRACE_RECORD_BYTES;
+const TRACE_BYTES_PER_HOST: u64 = TRACE_RECORDS_PER_HOST * TRACE_RECORD_BYTES;
 const HOST_SHARED_BYTES: u64 = 8192;
 
 /// A shared struct made only of atomics (or arrays of them) with a fixed `#[repr(C)]` layout.
@@ -201,7 +209,7 @@ impl Layout {
         let page = 4096;
         let hwcc_per_host = round_up(hwcc_per_host, page);
         let swcc_per_host = round_up(swcc_per_host, page);
-        let ring_control_bytes = round_up(std::mem::size_of::<crate::ring::RingControl>() as u64, LINE_BYTES);
+        let ring_control_bytes = round_up(RING_CONTROL_BYTES, LINE_BYTES);
         let host_shared = HEADER_BYTES;
         let ring_controls = host_shared + HOSTS_MAX as u64 * HOST_SHARED_BYTES;
         let hwcc = round_up(ring_controls + HOSTS_MAX as u64 * ring_control_bytes, page);
@@ -228,9 +236,10 @@ impl Layout {
         assert!(host < HOSTS_MAX);
         Off::new(self.host_shared + host as u64 * HOST_SHARED_BYTES)
     }
-    pub fn ring_control(&self, host: usize) -> Off<crate::ring::RingControl> {
+    /// First byte of `host`'s inbox control words.
+    pub fn ring_control(&self, host: usize) -> u64 {
         assert!(host < self.hosts);
-        Off::new(self.ring_controls + host as u64 * self.ring_control_bytes)
+        self.ring_controls + host as u64 * self.ring_control_bytes
     }
     /// First byte of `host`'s HWcc slice (its CXL index buckets come first).
     pub fn hwcc_slice(&self, host: usize) -> u64 {
@@ -243,8 +252,8 @@ impl Layout {
     }
     /// Record `at` of `host`'s latency-model trace.
     pub fn trace_record(&self, host: usize, at: u64) -> u64 {
-        assert!(host < self.hosts && at < crate::staleness::TRACE_RECORDS_PER_HOST);
-        self.traces + host as u64 * TRACE_BYTES_PER_HOST + at * crate::staleness::TRACE_RECORD_BYTES
+        assert!(host < self.hosts && at < TRACE_RECORDS_PER_HOST);
+        self.traces + host as u64 * TRACE_BYTES_PER_HOST + at * TRACE_RECORD_BYTES
     }
     /// First byte of ring slot `slot` of `host`'s inbox.
     pub fn payload_slot(&self, host: usize, slot: usize) -> u64 {
@@ -466,7 +475,7 @@ mod tests {
         assert_eq!(layout.swcc, layout.hwcc + 4 * (1 << 20));
         assert_eq!(layout.payloads, layout.swcc + 4 * (8 << 20));
         assert_eq!(layout.payload_slot(3, RING_SLOTS - 1) + RING_SLOT_BYTES, layout.traces);
-        assert_eq!(layout.trace_record(3, crate::staleness::TRACE_RECORDS_PER_HOST - 1) + 16, layout.total);
+        assert_eq!(layout.trace_record(3, TRACE_RECORDS_PER_HOST - 1) + 16, layout.total);
         assert_eq!(layout.hwcc % 4096, 0);
     }
 

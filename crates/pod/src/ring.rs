@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use crate::coherence::Swcc;
 use crate::error::{PodError, Result};
-use crate::region::{Layout, Region, Shared, LINE_BYTES, RING_SLOTS, RING_SLOT_BYTES};
+use crate::region::{Layout, Off, Region, Shared, LINE_BYTES, RING_CONTROL_BYTES, RING_SLOTS, RING_SLOT_BYTES};
 
 /// Bytes of the slot header: payload length (u32) and sender host (u32).
 const SLOT_HEADER_BYTES: usize = 8;
@@ -43,6 +43,7 @@ pub struct RingControl {
     pub ready: [AtomicU8; RING_SLOTS],
 }
 const _: () = assert!(std::mem::size_of::<RingControl>() == 3 * LINE_BYTES as usize + RING_SLOTS);
+const _: () = assert!(std::mem::size_of::<RingControl>() as u64 <= RING_CONTROL_BYTES);
 // SAFETY: only atomics.
 unsafe impl Shared for RingControl {}
 
@@ -70,7 +71,7 @@ impl Transport {
     }
 
     fn control<'r>(&self, region: &'r Region, host: usize) -> &'r RingControl {
-        region.get(self.layout.ring_control(host))
+        region.get(Off::<RingControl>::new(self.layout.ring_control(host)))
     }
 
     /// Sends `payload` to `to`'s inbox; `Ok(false)` when that inbox is full (the caller must poll
@@ -259,7 +260,7 @@ mod tests {
         // another producer sends one message and the consumer takes it — then check the
         // reservation succeeds with the next ticket instead of computing tail − head < 0.
         let (region, layout) = pod(3);
-        let ring: &RingControl = region.get(layout.ring_control(2));
+        let ring: &RingControl = region.get(Off::<RingControl>::new(layout.ring_control(2)));
         let mut other_producer = Transport::new(layout, 1);
         let mut consumer = Transport::new(layout, 2);
         let (mut producer_cache, mut consumer_cache) = (incoherent(1), incoherent(2));

@@ -34,11 +34,7 @@ use std::sync::atomic::Ordering;
 
 use crate::coherence::SwccProtocol;
 use crate::region::{Layout, Region};
-
-/// Records each host can trace in one run (16 bytes each; the area is sparse until written).
-pub const TRACE_RECORDS_PER_HOST: u64 = 1 << 23;
-/// Bytes of one trace record: the block offset, then time, lines and kind.
-pub const TRACE_RECORD_BYTES: u64 = 16;
+pub use crate::region::{TRACE_RECORDS_PER_HOST, TRACE_RECORD_BYTES};
 
 /// Largest logical time a record can hold.
 const TIME_MAX: u64 = (1 << 47) - 1;

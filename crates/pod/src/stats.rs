@@ -181,8 +181,10 @@ counters! {
     round_trips,
     ring_full_retries,
     ring_sleeps,
-    /// Tuple reads/writes in DRAM (owner's partition).
-    dram_tuple_ops,
+    /// Tuple accesses and applied writes, each charged the CPU cost of one tuple operation
+    /// wherever the tuple lives: this host's DRAM rows, other hosts' CATs, tuples a baseline read
+    /// by message (the owner's lookup and copy for a request count on the owner).
+    tuple_ops,
     dram_bytes,
     log_bytes,
     log_records,
@@ -230,8 +232,9 @@ impl Counters {
 pub struct LatencyTable {
     /// Fixed CPU work per transaction attempt (begin, bookkeeping, commit).
     pub attempt_ns: f64,
-    /// One tuple access in local DRAM, including its index lookup, lock and log work.
-    pub dram_tuple_ns: f64,
+    /// CPU work of one tuple access or applied write (index lookup, lock, copy, log work),
+    /// charged the same for a local row, a CAT and a tuple read by message.
+    pub tuple_ns: f64,
     /// A 64 B line fetched from CXL memory after an invalidation, or an HWcc index line.
     pub cxl_line_read_ns: f64,
     /// A 64 B line written back with `clwb` (they stream out; the fence waits for the last).
@@ -257,7 +260,7 @@ impl Default for LatencyTable {
     fn default() -> Self {
         LatencyTable {
             attempt_ns: 2_000.0,
-            dram_tuple_ns: 1_200.0,
+            tuple_ns: 1_200.0,
             cxl_line_read_ns: 300.0,
             writeback_line_ns: 100.0,
             cxl_atomic_ns: 400.0,
@@ -286,7 +289,7 @@ impl LatencyTable {
         let data_written =
             (c.swcc_written_back_lines + c.coherent_written_lines).saturating_sub(c.first_move_in_written_lines) as f64;
         c.attempts as f64 * self.attempt_ns
-            + c.dram_tuple_ops as f64 * self.dram_tuple_ns
+            + c.tuple_ops as f64 * self.tuple_ns
             + (data_fetched + c.hwcc_lines_read as f64) * self.cxl_line_read_ns
             + data_written * self.writeback_line_ns
             + c.hwcc_atomics as f64 * self.cxl_atomic_ns

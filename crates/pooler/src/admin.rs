@@ -14,11 +14,11 @@ use bypass_wire::backend::build;
 use bypass_wire::{Severity, SqlState, TransactionStatus};
 
 use crate::cancel::Registration;
-use crate::config::{PoolMode, PoolerSettings};
+use crate::client::ClientSide;
+use crate::config::{Applies, PoolMode, PoolerSettings};
 use crate::error::PoolerError;
 use crate::io::{body, read_message, ReadFailure};
 use crate::pool::Pool;
-use crate::session::ClientSide;
 use crate::shared::{Shared, StopRequest};
 
 /// How long `PAUSE` waits for servers in use to come back before it reports a timeout.
@@ -488,7 +488,8 @@ fn show_config(settings: &PoolerSettings) -> Table {
         .iter()
         .map(|(key, value)| {
             let default = defaults.get(key).map(toml_text).unwrap_or_default();
-            let changeable = if crate::config::RESTART_ONLY.contains(&key.as_str()) { "no" } else { "yes" };
+            let restart = PoolerSettings::setting(key).is_some_and(|setting| setting.applies == Applies::Restart);
+            let changeable = if restart { "no" } else { "yes" };
             vec![key.clone(), toml_text(value), default, changeable.into()]
         })
         .collect();

@@ -12,8 +12,6 @@
 //! failure. The plaintext is never needed: a SCRAM client's proof yields the keys the pool
 //! then logs in with ([`crate::pool::Pool::learn_scram_keys`]), an MD5 hash answers MD5.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use bypass_wire::frontend::{build, FrontendMessage};
@@ -22,50 +20,13 @@ use bypass_wire::{BackendMessage, SqlState};
 use crate::auth_file::Secret;
 use crate::error::PoolerError;
 use crate::io::{body, read_message, ReadFailure};
-use crate::pool::{Lease, Pool};
+use crate::lease::Lease;
+use crate::pool::Pool;
 use crate::server::{Credential, LoginTarget, ServerConn, ServerLimits};
 use crate::shared::Shared;
 
-/// How long a looked-up secret is reused before it is asked for again.
-pub const AUTH_CACHE_TTL: Duration = Duration::from_secs(5);
-/// Bound on cached secrets; when full, expired entries are dropped, then the cache is cleared.
-pub const AUTH_CACHE_MAX: usize = 1_000;
 /// Bound on the lookup's answer messages (a misconfigured query returning a table).
 const ANSWER_MESSAGES_MAX: usize = 64;
-/// Lookups running at once. Their connections count in no pool, so a flood of logins for
-/// unknown users must not become a flood of backend connections.
-pub const AUTH_QUERY_CONCURRENCY_MAX: usize = 4;
-
-/// Recently found secrets by (backend address and database, user), and the lookup limiter.
-pub struct AuthCache {
-    entries: Mutex<HashMap<(String, String), (Secret, Instant)>>,
-    lookups: tokio::sync::Semaphore,
-}
-
-impl Default for AuthCache {
-    fn default() -> Self {
-        AuthCache { entries: Mutex::default(), lookups: tokio::sync::Semaphore::new(AUTH_QUERY_CONCURRENCY_MAX) }
-    }
-}
-
-impl AuthCache {
-    fn get(&self, scope: &str, user: &str, now: Instant) -> Option<Secret> {
-        let entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        let (secret, found_at) = entries.get(&(scope.to_owned(), user.to_owned()))?;
-        (now.duration_since(*found_at) < AUTH_CACHE_TTL).then(|| secret.clone())
-    }
-
-    fn insert(&self, scope: &str, user: &str, secret: Secret, now: Instant) {
-        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        if entries.len() >= AUTH_CACHE_MAX {
-            entries.retain(|_, (_, found_at)| now.duration_since(*found_at) < AUTH_CACHE_TTL);
-        }
-        if entries.len() >= AUTH_CACHE_MAX {
-            entries.clear();
-        }
-        entries.insert((scope.to_owned(), user.to_owned()), (secret, now));
-    }
-}
 
 fn password_failed(user: &str) -> PoolerError {
     PoolerError::refused(SqlState::INVALID_PASSWORD, format!("password authentication failed for user \"{user}\""))
@@ -211,27 +172,5 @@ impl Pool {
         if matches!(*credential, Credential::None) {
             *credential = Credential::Password(password.to_owned());
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn cache_entries_expire_and_the_map_stays_bounded() {
-        // Goal: found secrets are reused only for AUTH_CACHE_TTL and the map never exceeds
-        // AUTH_CACHE_MAX. Method: insert and read back at chosen instants.
-        let cache = AuthCache::default();
-        let start = Instant::now();
-        cache.insert("db", "carol", Secret::Md5(format!("md5{}", "0".repeat(32))), start);
-        assert!(cache.get("db", "carol", start + AUTH_CACHE_TTL / 2).is_some());
-        assert!(cache.get("db", "carol", start + AUTH_CACHE_TTL).is_none(), "expired");
-        assert!(cache.get("other", "carol", start).is_none(), "scoped by backend database");
-        for index in 0..=AUTH_CACHE_MAX {
-            cache.insert("db", &format!("user{index}"), Secret::Md5(String::new()), start);
-        }
-        let size = cache.entries.lock().expect("not poisoned").len();
-        assert!(size <= AUTH_CACHE_MAX, "{size} entries");
     }
 }

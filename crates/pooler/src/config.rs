@@ -1,38 +1,287 @@
-//! `bypass.toml`: the pooler's settings and its `[databases]` table, PgBouncer-style.
+//! `bypass.toml` as plain data: the pooler's settings and its `[databases]` table, PgBouncer-style.
 //!
-//! Every field has a documented unit and default; unknown keys are errors; [`Config::validate`]
-//! reports every problem at once.
+//! The bottom of the pooler: this module reads no file and builds no runtime object (TLS
+//! contexts, hba rules and the auth file are built from it by [`crate::load`]). Each table is one
+//! [`settings!`] declaration, which also yields the table's [`Setting`] list, so the reference
+//! (`docs/config.md`), the console's `SHOW CONFIG` and the reload change check come from the same
+//! lines: a setting cannot be added without saying whether a reload applies it.
+//!
+//! Every field has a documented unit and default; unknown keys are errors; [`Config::problems`]
+//! lists every problem of the data itself at once.
 
 use std::collections::BTreeMap;
-use std::net::{SocketAddr, ToSocketAddrs};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
-use thiserror::Error;
 
-use crate::auth_file::AuthFile;
+/// When a changed setting takes effect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Applies {
+    /// At the next SIGHUP or `RELOAD` (for client timeouts: to clients that log in afterwards).
+    Reload,
+    /// At start only: a reload that changes it reports it as needing a restart.
+    Restart,
+}
 
-/// This file's text, for the generated reference ([`crate::config_doc`]).
-pub const SOURCE: &str = include_str!("config.rs");
+/// One setting of a table, as declared.
+#[derive(Debug, Clone, Copy)]
+pub struct Setting {
+    pub name: &'static str,
+    /// The Rust type, as written in the declaration.
+    pub kind: &'static str,
+    /// The doc comment's lines.
+    pub doc: &'static [&'static str],
+    pub applies: Applies,
+}
 
-/// `[pooler]` settings read at start only: a reload reports them as needing a restart.
-pub const RESTART_ONLY: [&str; 15] = [
-    "listen_addr",
-    "fast_path",
-    "mirror_interface",
-    "workers",
-    "pin_workers",
-    "listen_backlog",
-    "metrics_addr",
-    "client_tls_sslmode",
-    "client_tls_cert_file",
-    "client_tls_key_file",
-    "client_tls_ca_file",
-    "server_tls_sslmode",
-    "server_tls_ca_file",
-    "server_tls_cert_file",
-    "server_tls_key_file",
-];
+impl Setting {
+    /// The doc comment as one line.
+    pub fn description(&self) -> String {
+        let lines: Vec<&str> = self.doc.iter().map(|line| line.trim()).collect();
+        lines.join(" ")
+    }
+}
+
+/// Declares a settings table: the struct (serde, `deny_unknown_fields`, defaults), its
+/// `SETTINGS` list and its change check. Each field starts with `reload` or `restart` (see
+/// [`Applies`]); a field without one does not compile.
+macro_rules! settings {
+    (
+        $(#[doc = $struct_doc:literal])*
+        pub struct $name:ident {
+            $(
+                $(#[doc = $doc:literal])*
+                $applies:ident $field:ident : $type:ty = $default:expr,
+            )*
+        }
+    ) => {
+        $(#[doc = $struct_doc])*
+        #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+        #[serde(deny_unknown_fields, default)]
+        pub struct $name {
+            $( $(#[doc = $doc])* pub $field: $type, )*
+        }
+
+        impl Default for $name {
+            fn default() -> Self {
+                $name { $( $field: $default, )* }
+            }
+        }
+
+        impl $name {
+            /// Every setting of this table, in declaration order.
+            pub const SETTINGS: &'static [Setting] = &[
+                $( Setting {
+                    name: stringify!($field),
+                    kind: stringify!($type),
+                    doc: &[$($doc),*],
+                    applies: settings!(@applies $applies),
+                }, )*
+            ];
+
+            /// The settings whose values differ between `self` and `new`, each with when it applies.
+            pub fn changes(&self, new: &Self) -> Vec<(&'static str, Applies)> {
+                let mut changed = Vec::new();
+                $(
+                    if self.$field != new.$field {
+                        changed.push((stringify!($field), settings!(@applies $applies)));
+                    }
+                )*
+                changed
+            }
+
+            /// The declaration of setting `name`, if it is one.
+            pub fn setting(name: &str) -> Option<&'static Setting> {
+                Self::SETTINGS.iter().find(|setting| setting.name == name)
+            }
+        }
+    };
+    (@applies reload) => { Applies::Reload };
+    (@applies restart) => { Applies::Restart };
+}
+
+/// The whole configuration file.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    #[serde(default)]
+    pub pooler: PoolerSettings,
+    /// Client-visible database name → backend. The name `*` matches any database not listed.
+    #[serde(default)]
+    pub databases: BTreeMap<String, DatabaseEntry>,
+}
+
+settings! {
+    /// The `[pooler]` table.
+    pub struct PoolerSettings {
+        /// Address clients connect to. Default `127.0.0.1:6432`.
+        restart listen_addr: String = "127.0.0.1:6432".into(),
+        /// `session` or `transaction`. Default `session` (as PgBouncer).
+        reload pool_mode: PoolMode = PoolMode::Session,
+        /// `trust`, `md5` or `scram-sha-256`. Default `md5`.
+        reload auth_type: AuthType = AuthType::Md5,
+        /// PgBouncer-format user list (`"user" "secret"` per line); required unless `auth_type = trust`.
+        reload auth_file: Option<PathBuf> = None,
+        /// Most client connections at once; more are refused with SQLSTATE 53300. Default 100.
+        reload max_client_conn: u32 = 100,
+        /// Servers per (database, user) pool. Default 20.
+        reload default_pool_size: u32 = 20,
+        /// Servers each pool keeps open even when idle. Default 0.
+        reload min_pool_size: u32 = 0,
+        /// Most servers per database across all its pools; 0 = unlimited. Default 0.
+        reload max_db_connections: u32 = 0,
+        /// How long a client waits for a server before it is disconnected, ms; 0 = forever. Default 120000.
+        reload query_wait_timeout_ms: u64 = 120_000,
+        /// Idle servers older than this are closed, ms; 0 = never. Default 600000.
+        reload server_idle_timeout_ms: u64 = 600_000,
+        /// Servers older than this are closed when released, ms; 0 = never. Default 3600000.
+        reload server_lifetime_ms: u64 = 3_600_000,
+        /// Bound on connecting and logging in to a server, ms. Default 15000.
+        reload server_connect_timeout_ms: u64 = 15_000,
+        /// Clients idle (no server) longer than this are disconnected, ms; 0 = never. Default 0.
+        /// This and the other client timeouts apply to clients that log in after a reload.
+        reload client_idle_timeout_ms: u64 = 0,
+        /// Clients idle inside a transaction longer than this are disconnected, ms; 0 = never. Default 0.
+        reload idle_transaction_timeout_ms: u64 = 0,
+        /// Bound on a client's startup and authentication, ms. Default 60000.
+        reload client_login_timeout_ms: u64 = 60_000,
+        /// Run on a server before another client gets it in session mode. Default `DISCARD ALL`.
+        reload server_reset_query: String = "DISCARD ALL".into(),
+        /// Largest message accepted from either side, bytes. Default 268435456 (256 MiB).
+        reload message_size_max: u32 = bypass_wire::DEFAULT_MESSAGE_SIZE_MAX,
+        /// Prepared statements kept per server in transaction mode, where the pooler prepares a
+        /// client's named statements on whichever server it lands on; least recently used ones are
+        /// closed. 0 turns this off (named statements then only work within one transaction).
+        /// Default 200 (as PgBouncer 1.24).
+        reload max_prepared_statements: u32 = 200,
+        /// Shards: threads with their own runtime and listener (`SO_REUSEPORT`); 0 = one per CPU.
+        /// Default 0.
+        restart workers: u32 = 0,
+        /// Pins shard `i`'s thread to the `i`-th CPU the process may run on (wrapping around), when
+        /// there are two or more shards. An unpinned shard is pulled onto the CPU of whichever
+        /// backend woke it and drags the backends it wakes onto its own, so shards end up sharing a
+        /// CPU while another idles. Default true.
+        restart pin_workers: bool = true,
+        /// `listen()` backlog. Default 4096.
+        restart listen_backlog: u32 = 4096,
+        /// Users allowed on the admin console (database `bypass`, alias `pgbouncer`): every command.
+        /// They authenticate like everyone else. Default none.
+        reload admin_users: Vec<String> = Vec::new(),
+        /// Users allowed on the admin console for `SHOW` commands only. Default none.
+        reload stats_users: Vec<String> = Vec::new(),
+        /// Address of the Prometheus endpoint (`GET /metrics`), e.g. `127.0.0.1:9127`; unset = off.
+        /// Default unset.
+        restart metrics_addr: Option<String> = None,
+        /// How long SIGTERM and `SHUTDOWN WAIT_FOR_SERVERS` wait for running transactions before
+        /// closing everything, ms. Default 30000.
+        reload shutdown_timeout_ms: u64 = 30_000,
+        /// What transaction mode does with statements that change session state (`SET` other than
+        /// `SET LOCAL`, `SET ROLE`, `LISTEN`, SQL `PREPARE`, `DECLARE … WITH HOLD`, temporary tables,
+        /// `LOAD`), which would otherwise
+        /// stay on the server for the next client: `track` replays `SET`s of tracked parameters (those
+        /// PostgreSQL 15 reports: client_encoding, DateStyle, IntervalStyle, TimeZone, application_name,
+        /// standard_conforming_strings) on whichever server the client gets and warns about the rest
+        /// (search_path included: PostgreSQL 15 does not report it); `warn` lets every such statement
+        /// run with a WARNING; `error` refuses the untracked ones with SQLSTATE 0A000
+        /// (in simple queries; through the extended protocol they get the WARNING). In every mode a
+        /// server whose session state was changed is reset (`DISCARD ALL`) before another client gets
+        /// it. Default `track`. With `fast_path = "kernel"`, `warn` and `error` keep clients in user
+        /// space (only the relay reads every statement); under `track` the kernel sends statements
+        /// that start with a state-changing keyword to the relay and closes, instead of reusing, a
+        /// server on which it saw state change in a statement it forwarded (no warning then).
+        reload session_state: SessionStatePolicy = SessionStatePolicy::Track,
+        /// TLS towards clients: `disable`, `allow`, `prefer`, `require`, `verify-ca` or `verify-full`
+        /// (PgBouncer's meanings: `allow`/`prefer` use TLS when the client asks, `require` refuses
+        /// plaintext clients with 28000, `verify-*` also require a client certificate signed by
+        /// `client_tls_ca_file`). SSLRequest and PostgreSQL 17 direct TLS (ALPN `postgresql`) are
+        /// both accepted. Default `disable`.
+        restart client_tls_sslmode: ClientSslMode = ClientSslMode::Disable,
+        /// PEM certificate chain the pooler presents to clients; required unless
+        /// `client_tls_sslmode = "disable"`. Relative to the config file. Default none.
+        restart client_tls_cert_file: Option<PathBuf> = None,
+        /// PEM private key (PKCS#8, PKCS#1 or SEC1) of `client_tls_cert_file`. Default none.
+        restart client_tls_key_file: Option<PathBuf> = None,
+        /// PEM CA certificates client certificates are checked against; required for `verify-ca` and
+        /// `verify-full`, optional below (a certificate a client sends is then checked, for the hba
+        /// method `cert`). Default none.
+        restart client_tls_ca_file: Option<PathBuf> = None,
+        /// TLS towards PostgreSQL: `disable` (no SSLRequest), `prefer` (TLS when the server offers
+        /// it, certificate not checked), `require` (TLS or fail, certificate not checked),
+        /// `verify-ca` (chain checked against `server_tls_ca_file`), `verify-full` (chain and the
+        /// database entry's `host` name). Default `prefer` (as PgBouncer).
+        restart server_tls_sslmode: ServerSslMode = ServerSslMode::Prefer,
+        /// PEM CA certificates server certificates are checked against; required for `verify-ca`
+        /// and `verify-full`. Default none.
+        restart server_tls_ca_file: Option<PathBuf> = None,
+        /// PEM certificate the pooler presents to servers that ask for one (PostgreSQL's `cert`
+        /// method or `clientcert=`); set together with `server_tls_key_file`. Default none.
+        restart server_tls_cert_file: Option<PathBuf> = None,
+        /// PEM private key of `server_tls_cert_file`. Default none.
+        restart server_tls_key_file: Option<PathBuf> = None,
+        /// PgBouncer-style hba file (`host`, `hostssl`, `hostnossl` lines with database, user, CIDR
+        /// and method `trust`, `reject`, `md5`, `scram-sha-256`, `password` or `cert`); when set it
+        /// decides each client's method instead of `auth_type`, first matching line wins, no match
+        /// is refused. Relative to the config file. Default none.
+        reload auth_hba_file: Option<PathBuf> = None,
+        /// User the pooler logs in to PostgreSQL as to look up clients missing from `auth_file`
+        /// with `auth_query`; its own password comes from `auth_file` or the database entry.
+        /// Default none (lookups off).
+        reload auth_user: Option<String> = None,
+        /// Query returning (user name, SCRAM verifier or MD5 hash) for `$1` = the client's user
+        /// name, run as `auth_user` in the client's database. Default
+        /// `SELECT usename, passwd FROM pg_shadow WHERE usename=$1` (as PgBouncer).
+        reload auth_query: String = "SELECT usename, passwd FROM pg_shadow WHERE usename=$1".into(),
+        /// Where steady-state bytes of transaction-mode plaintext clients move: `user` (the pooler
+        /// relays them) or `kernel` (eBPF `sk_skb` programs forward them between client and server
+        /// sockets and return servers to the pool inside the kernel; user space keeps login, TLS,
+        /// cancel, waiting clients and named prepared statements). When the programs cannot load (no
+        /// CAP_BPF/CAP_NET_ADMIN, old kernel) the pooler logs one line and serves in user space.
+        /// Default `user`.
+        restart fast_path: FastPathMode = FastPathMode::User,
+        /// Network interface mirrored clients reach the pooler on, where the kernel copies their
+        /// bytes for `mirror` (with `fast_path = "kernel"`): `lo` for local clients, else the
+        /// Ethernet interface (which needs `net.ipv4.conf.<interface>.route_localnet = 1`). When the
+        /// kernel cannot mirror there, clients are mirrored in user space. Default `lo`.
+        restart mirror_interface: String = "lo".into(),
+        /// Bound on connecting and logging in to a client's shadow server (`mirror`), ms: a shadow
+        /// slower than this is given up (the client is served unmirrored, `mirror_failures` counts
+        /// it), so a dead shadow delays a login by at most this much. Default 1000.
+        reload mirror_connect_timeout_ms: u64 = 1_000,
+
+    }
+}
+
+settings! {
+    /// One `[databases.NAME]` entry. A reload that changes an entry replaces its pools (clients
+    /// move to the new ones at their next transaction).
+    pub struct DatabaseEntry {
+        /// Backend host name or address. Default `127.0.0.1`.
+        reload host: String = "127.0.0.1".into(),
+        /// Backend port. Default 5432.
+        reload port: u16 = 5432,
+        /// Backend database name; default: the client-visible name.
+        reload dbname: Option<String> = None,
+        /// Log in to the backend as this user instead of the client's user.
+        reload user: Option<String> = None,
+        /// Backend password for `user` (plaintext, `md5…` or a SCRAM verifier is not usable here).
+        reload password: Option<String> = None,
+        /// Overrides `default_pool_size`.
+        reload pool_size: Option<u32> = None,
+        /// Overrides `min_pool_size`.
+        reload min_pool_size: Option<u32> = None,
+        /// Overrides `pool_mode`.
+        reload pool_mode: Option<PoolMode> = None,
+        /// Overrides `max_db_connections`.
+        reload max_db_connections: Option<u32> = None,
+        /// Another `[databases]` entry that receives a copy of every byte this database's clients
+        /// send (workload mirroring, as Tigger's "replication"): each client gets its own session on
+        /// that entry's backend (same user), whose replies are discarded; the client's own answers
+        /// never wait on it. The entry must exist, differ from this one, not be `*`, and not be
+        /// mirrored itself. Default none.
+        reload mirror: Option<String> = None,
+
+    }
+}
 
 /// When a server goes back to the pool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
@@ -56,156 +305,6 @@ pub enum AuthType {
     ScramSha256,
 }
 
-/// The whole configuration file.
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct Config {
-    #[serde(default)]
-    pub pooler: PoolerSettings,
-    /// Client-visible database name → backend. The name `*` matches any database not listed.
-    #[serde(default)]
-    pub databases: BTreeMap<String, DatabaseEntry>,
-}
-
-/// The `[pooler]` table.
-#[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct PoolerSettings {
-    /// Address clients connect to. Default `127.0.0.1:6432`.
-    pub listen_addr: String,
-    /// `session` or `transaction`. Default `session` (as PgBouncer).
-    pub pool_mode: PoolMode,
-    /// `trust`, `md5` or `scram-sha-256`. Default `md5`.
-    pub auth_type: AuthType,
-    /// PgBouncer-format user list (`"user" "secret"` per line); required unless `auth_type = trust`.
-    pub auth_file: Option<PathBuf>,
-    /// Most client connections at once; more are refused with SQLSTATE 53300. Default 100.
-    pub max_client_conn: u32,
-    /// Servers per (database, user) pool. Default 20.
-    pub default_pool_size: u32,
-    /// Servers each pool keeps open even when idle. Default 0.
-    pub min_pool_size: u32,
-    /// Most servers per database across all its pools; 0 = unlimited. Default 0.
-    pub max_db_connections: u32,
-    /// How long a client waits for a server before it is disconnected, ms; 0 = forever. Default 120000.
-    pub query_wait_timeout_ms: u64,
-    /// Idle servers older than this are closed, ms; 0 = never. Default 600000.
-    pub server_idle_timeout_ms: u64,
-    /// Servers older than this are closed when released, ms; 0 = never. Default 3600000.
-    pub server_lifetime_ms: u64,
-    /// Bound on connecting and logging in to a server, ms. Default 15000.
-    pub server_connect_timeout_ms: u64,
-    /// Clients idle (no server) longer than this are disconnected, ms; 0 = never. Default 0.
-    /// This and the other client timeouts apply to clients that log in after a reload.
-    pub client_idle_timeout_ms: u64,
-    /// Clients idle inside a transaction longer than this are disconnected, ms; 0 = never. Default 0.
-    pub idle_transaction_timeout_ms: u64,
-    /// Bound on a client's startup and authentication, ms. Default 60000.
-    pub client_login_timeout_ms: u64,
-    /// Run on a server before another client gets it in session mode. Default `DISCARD ALL`.
-    pub server_reset_query: String,
-    /// Largest message accepted from either side, bytes. Default 268435456 (256 MiB).
-    pub message_size_max: u32,
-    /// Prepared statements kept per server in transaction mode, where the pooler prepares a
-    /// client's named statements on whichever server it lands on; least recently used ones are
-    /// closed. 0 turns this off (named statements then only work within one transaction).
-    /// Default 200 (as PgBouncer 1.24).
-    pub max_prepared_statements: u32,
-    /// Shards: threads with their own runtime and listener (`SO_REUSEPORT`); 0 = one per CPU.
-    /// Default 0.
-    pub workers: u32,
-    /// Pins shard `i`'s thread to the `i`-th CPU the process may run on (wrapping around), when
-    /// there are two or more shards. An unpinned shard is pulled onto the CPU of whichever
-    /// backend woke it and drags the backends it wakes onto its own, so shards end up sharing a
-    /// CPU while another idles. Default true.
-    pub pin_workers: bool,
-    /// `listen()` backlog. Default 4096.
-    pub listen_backlog: u32,
-    /// Users allowed on the admin console (database `bypass`, alias `pgbouncer`): every command.
-    /// They authenticate like everyone else. Default none.
-    pub admin_users: Vec<String>,
-    /// Users allowed on the admin console for `SHOW` commands only. Default none.
-    pub stats_users: Vec<String>,
-    /// Address of the Prometheus endpoint (`GET /metrics`), e.g. `127.0.0.1:9127`; unset = off.
-    /// Default unset.
-    pub metrics_addr: Option<String>,
-    /// How long SIGTERM and `SHUTDOWN WAIT_FOR_SERVERS` wait for running transactions before
-    /// closing everything, ms. Default 30000.
-    pub shutdown_timeout_ms: u64,
-    /// What transaction mode does with statements that change session state (`SET` other than
-    /// `SET LOCAL`, `SET ROLE`, `LISTEN`, SQL `PREPARE`, `DECLARE … WITH HOLD`, temporary tables,
-    /// `LOAD`), which would otherwise
-    /// stay on the server for the next client: `track` replays `SET`s of tracked parameters (those
-    /// PostgreSQL 15 reports: client_encoding, DateStyle, IntervalStyle, TimeZone, application_name,
-    /// standard_conforming_strings) on whichever server the client gets and warns about the rest
-    /// (search_path included: PostgreSQL 15 does not report it); `warn` lets every such statement
-    /// run with a WARNING; `error` refuses the untracked ones with SQLSTATE 0A000
-    /// (in simple queries; through the extended protocol they get the WARNING). In every mode a
-    /// server whose session state was changed is reset (`DISCARD ALL`) before another client gets
-    /// it. Default `track`. With `fast_path = "kernel"`, `warn` and `error` keep clients in user
-    /// space (only the relay reads every statement); under `track` the kernel sends statements
-    /// that start with a state-changing keyword to the relay and closes, instead of reusing, a
-    /// server on which it saw state change in a statement it forwarded (no warning then).
-    pub session_state: SessionStatePolicy,
-    /// TLS towards clients: `disable`, `allow`, `prefer`, `require`, `verify-ca` or `verify-full`
-    /// (PgBouncer's meanings: `allow`/`prefer` use TLS when the client asks, `require` refuses
-    /// plaintext clients with 28000, `verify-*` also require a client certificate signed by
-    /// `client_tls_ca_file`). SSLRequest and PostgreSQL 17 direct TLS (ALPN `postgresql`) are
-    /// both accepted. Default `disable`.
-    pub client_tls_sslmode: crate::tls::ClientSslMode,
-    /// PEM certificate chain the pooler presents to clients; required unless
-    /// `client_tls_sslmode = "disable"`. Relative to the config file. Default none.
-    pub client_tls_cert_file: Option<PathBuf>,
-    /// PEM private key (PKCS#8, PKCS#1 or SEC1) of `client_tls_cert_file`. Default none.
-    pub client_tls_key_file: Option<PathBuf>,
-    /// PEM CA certificates client certificates are checked against; required for `verify-ca` and
-    /// `verify-full`, optional below (a certificate a client sends is then checked, for the hba
-    /// method `cert`). Default none.
-    pub client_tls_ca_file: Option<PathBuf>,
-    /// TLS towards PostgreSQL: `disable` (no SSLRequest), `prefer` (TLS when the server offers
-    /// it, certificate not checked), `require` (TLS or fail, certificate not checked),
-    /// `verify-ca` (chain checked against `server_tls_ca_file`), `verify-full` (chain and the
-    /// database entry's `host` name). Default `prefer` (as PgBouncer).
-    pub server_tls_sslmode: crate::tls::ServerSslMode,
-    /// PEM CA certificates server certificates are checked against; required for `verify-ca`
-    /// and `verify-full`. Default none.
-    pub server_tls_ca_file: Option<PathBuf>,
-    /// PEM certificate the pooler presents to servers that ask for one (PostgreSQL's `cert`
-    /// method or `clientcert=`); set together with `server_tls_key_file`. Default none.
-    pub server_tls_cert_file: Option<PathBuf>,
-    /// PEM private key of `server_tls_cert_file`. Default none.
-    pub server_tls_key_file: Option<PathBuf>,
-    /// PgBouncer-style hba file (`host`, `hostssl`, `hostnossl` lines with database, user, CIDR
-    /// and method `trust`, `reject`, `md5`, `scram-sha-256`, `password` or `cert`); when set it
-    /// decides each client's method instead of `auth_type`, first matching line wins, no match
-    /// is refused. Relative to the config file. Default none.
-    pub auth_hba_file: Option<PathBuf>,
-    /// User the pooler logs in to PostgreSQL as to look up clients missing from `auth_file`
-    /// with `auth_query`; its own password comes from `auth_file` or the database entry.
-    /// Default none (lookups off).
-    pub auth_user: Option<String>,
-    /// Query returning (user name, SCRAM verifier or MD5 hash) for `$1` = the client's user
-    /// name, run as `auth_user` in the client's database. Default
-    /// `SELECT usename, passwd FROM pg_shadow WHERE usename=$1` (as PgBouncer).
-    pub auth_query: String,
-    /// Where steady-state bytes of transaction-mode plaintext clients move: `user` (the pooler
-    /// relays them) or `kernel` (eBPF `sk_skb` programs forward them between client and server
-    /// sockets and return servers to the pool inside the kernel; user space keeps login, TLS,
-    /// cancel, waiting clients and named prepared statements). When the programs cannot load (no
-    /// CAP_BPF/CAP_NET_ADMIN, old kernel) the pooler logs one line and serves in user space.
-    /// Default `user`.
-    pub fast_path: FastPathMode,
-    /// Network interface mirrored clients reach the pooler on, where the kernel copies their
-    /// bytes for `mirror` (with `fast_path = "kernel"`): `lo` for local clients, else the
-    /// Ethernet interface (which needs `net.ipv4.conf.<interface>.route_localnet = 1`). When the
-    /// kernel cannot mirror there, clients are mirrored in user space. Default `lo`.
-    pub mirror_interface: String,
-    /// Bound on connecting and logging in to a client's shadow server (`mirror`), ms: a shadow
-    /// slower than this is given up (the client is served unmirrored, `mirror_failures` counts
-    /// it), so a dead shadow delays a login by at most this much. Default 1000.
-    pub mirror_connect_timeout_ms: u64,
-}
-
 /// See [`PoolerSettings::fast_path`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -223,145 +322,47 @@ pub enum SessionStatePolicy {
     Error,
 }
 
-impl Default for PoolerSettings {
-    fn default() -> Self {
-        PoolerSettings {
-            listen_addr: "127.0.0.1:6432".into(),
-            pool_mode: PoolMode::Session,
-            auth_type: AuthType::Md5,
-            auth_file: None,
-            max_client_conn: 100,
-            default_pool_size: 20,
-            min_pool_size: 0,
-            max_db_connections: 0,
-            query_wait_timeout_ms: 120_000,
-            server_idle_timeout_ms: 600_000,
-            server_lifetime_ms: 3_600_000,
-            server_connect_timeout_ms: 15_000,
-            client_idle_timeout_ms: 0,
-            idle_transaction_timeout_ms: 0,
-            client_login_timeout_ms: 60_000,
-            server_reset_query: "DISCARD ALL".into(),
-            message_size_max: bypass_wire::DEFAULT_MESSAGE_SIZE_MAX,
-            max_prepared_statements: 200,
-            workers: 0,
-            pin_workers: true,
-            listen_backlog: 4096,
-            admin_users: Vec::new(),
-            stats_users: Vec::new(),
-            metrics_addr: None,
-            shutdown_timeout_ms: 30_000,
-            session_state: SessionStatePolicy::Track,
-            client_tls_sslmode: crate::tls::ClientSslMode::Disable,
-            client_tls_cert_file: None,
-            client_tls_key_file: None,
-            client_tls_ca_file: None,
-            server_tls_sslmode: crate::tls::ServerSslMode::Prefer,
-            server_tls_ca_file: None,
-            server_tls_cert_file: None,
-            server_tls_key_file: None,
-            auth_hba_file: None,
-            auth_user: None,
-            auth_query: "SELECT usename, passwd FROM pg_shadow WHERE usename=$1".into(),
-            fast_path: FastPathMode::User,
-            mirror_interface: "lo".into(),
-            mirror_connect_timeout_ms: 1_000,
-        }
-    }
+/// TLS towards clients, PgBouncer's `client_tls_sslmode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ClientSslMode {
+    /// Plaintext only: SSLRequest is answered 'N'.
+    #[default]
+    Disable,
+    /// TLS when the client asks for it.
+    Allow,
+    /// TLS when the client asks for it (the same as `allow` on the accepting side).
+    Prefer,
+    /// TLS required: plaintext clients are refused with 28000 after their startup packet.
+    Require,
+    /// TLS with a client certificate signed by `client_tls_ca_file` required.
+    VerifyCa,
+    /// As `verify-ca` (PgBouncer's meaning: the pooler cannot check a client's host name).
+    VerifyFull,
 }
 
-/// One `[databases.NAME]` entry.
-#[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct DatabaseEntry {
-    /// Backend host name or address. Default `127.0.0.1`.
-    pub host: String,
-    /// Backend port. Default 5432.
-    pub port: u16,
-    /// Backend database name; default: the client-visible name.
-    pub dbname: Option<String>,
-    /// Log in to the backend as this user instead of the client's user.
-    pub user: Option<String>,
-    /// Backend password for `user` (plaintext, `md5…` or a SCRAM verifier is not usable here).
-    pub password: Option<String>,
-    /// Overrides `default_pool_size`.
-    pub pool_size: Option<u32>,
-    /// Overrides `min_pool_size`.
-    pub min_pool_size: Option<u32>,
-    /// Overrides `pool_mode`.
-    pub pool_mode: Option<PoolMode>,
-    /// Overrides `max_db_connections`.
-    pub max_db_connections: Option<u32>,
-    /// Another `[databases]` entry that receives a copy of every byte this database's clients
-    /// send (workload mirroring, as Tigger's "replication"): each client gets its own session on
-    /// that entry's backend (same user), whose replies are discarded; the client's own answers
-    /// never wait on it. The entry must exist, differ from this one, not be `*`, and not be
-    /// mirrored itself. Default none.
-    pub mirror: Option<String>,
-}
-
-impl Default for DatabaseEntry {
-    fn default() -> Self {
-        DatabaseEntry {
-            host: "127.0.0.1".into(),
-            port: 5432,
-            dbname: None,
-            user: None,
-            password: None,
-            pool_size: None,
-            min_pool_size: None,
-            pool_mode: None,
-            max_db_connections: None,
-            mirror: None,
-        }
-    }
-}
-
-/// Why a configuration could not be used.
-#[derive(Debug, Error)]
-pub enum ConfigError {
-    #[error("cannot read {path}: {source}")]
-    Read { path: PathBuf, source: std::io::Error },
-    #[error("{path}: {source}")]
-    Parse { path: PathBuf, source: Box<toml::de::Error> },
-    #[error("invalid configuration:\n  - {}", .0.join("\n  - "))]
-    Invalid(Vec<String>),
-}
-
-/// A configuration that passed validation, with its auth file loaded.
-#[derive(Debug, Clone)]
-pub struct ValidConfig {
-    pub config: Config,
-    pub listen_addr: SocketAddr,
-    pub auth: AuthFile,
-    /// Certificates and keys of both sides, loaded.
-    pub tls: crate::tls::TlsContexts,
-    /// The parsed `auth_hba_file`, if one is set.
-    pub hba: Option<crate::hba::Hba>,
+/// TLS towards PostgreSQL, PgBouncer's `server_tls_sslmode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ServerSslMode {
+    /// Plaintext, no SSLRequest.
+    Disable,
+    /// TLS if the server offers it, without checking its certificate; plaintext otherwise.
+    #[default]
+    Prefer,
+    /// TLS required, certificate not checked.
+    Require,
+    /// TLS required, certificate chain checked against `server_tls_ca_file`.
+    VerifyCa,
+    /// As `verify-ca`, and the certificate must name the database entry's `host`.
+    VerifyFull,
 }
 
 impl Config {
-    /// Reads, parses and validates a TOML file; relative paths inside resolve against its folder.
-    pub fn load(path: &Path) -> Result<ValidConfig, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.into(), source })?;
-        let mut config: Config = toml::from_str(&text)
-            .map_err(|source| ConfigError::Parse { path: path.into(), source: Box::new(source) })?;
-        if let (Some(auth_file), Some(folder)) = (&config.pooler.auth_file, path.parent()) {
-            config.pooler.auth_file = Some(folder.join(auth_file));
-        }
-        if let Some(folder) = path.parent() {
-            config.pooler.resolve_security_paths(folder);
-        }
-        config.validate()
-    }
-
-    /// Checks every setting and loads the auth file; lists all problems at once.
-    pub fn validate(self) -> Result<ValidConfig, ConfigError> {
+    /// Every problem of the data itself (no file is read, no name resolved): sizes, timeouts,
+    /// database entries and mirrors. [`crate::load`] adds the problems of the files it names.
+    pub fn problems(&self) -> Vec<String> {
         let mut problems = Vec::new();
-        let listen_addr = resolve(&self.pooler.listen_addr, "pooler.listen_addr", &mut problems);
-        if let Some(metrics_addr) = &self.pooler.metrics_addr {
-            resolve(metrics_addr, "pooler.metrics_addr", &mut problems);
-        }
         self.pooler.check(&mut problems);
         if self.databases.is_empty() {
             problems.push("[databases] is empty: no client could connect anywhere".into());
@@ -370,15 +371,7 @@ impl Config {
             entry.check(name, &self.pooler, &mut problems);
         }
         self.check_mirrors(&mut problems);
-        let auth = self.load_auth_file(&mut problems);
-        let tls = crate::tls::TlsContexts::load(&self.pooler, &mut problems);
-        let hba = self.pooler.auth_hba_file.as_deref().and_then(|path| {
-            crate::hba::Hba::load(path).map_err(|mut file_problems| problems.append(&mut file_problems)).ok()
-        });
-        match (problems.is_empty(), listen_addr) {
-            (true, Some(listen_addr)) => Ok(ValidConfig { config: self, listen_addr, auth, tls, hba }),
-            _ => Err(ConfigError::Invalid(problems)),
-        }
+        problems
     }
 
     /// A mirror names another plain entry: not itself, not `*`, not one that mirrors again (a
@@ -400,30 +393,6 @@ impl Config {
         }
         if self.databases.values().any(|entry| entry.mirror.is_some()) && self.pooler.mirror_interface.is_empty() {
             problems.push("pooler.mirror_interface is empty".into());
-        }
-    }
-
-    fn load_auth_file(&self, problems: &mut Vec<String>) -> AuthFile {
-        match (&self.pooler.auth_file, self.pooler.auth_type) {
-            (None, AuthType::Trust) => AuthFile::default(),
-            (None, _) => {
-                problems.push("pooler.auth_file is required unless auth_type = \"trust\"".into());
-                AuthFile::default()
-            }
-            (Some(path), _) => AuthFile::load(path).unwrap_or_else(|error| {
-                problems.push(format!("pooler.auth_file: {error}"));
-                AuthFile::default()
-            }),
-        }
-    }
-}
-
-fn resolve(address: &str, field: &str, problems: &mut Vec<String>) -> Option<SocketAddr> {
-    match address.to_socket_addrs().map(|mut addrs| addrs.next()) {
-        Ok(Some(addr)) => Some(addr),
-        _ => {
-            problems.push(format!("{field} = {address:?} is not a host:port address"));
-            None
         }
     }
 }
@@ -501,18 +470,45 @@ mod tests {
     }
 
     #[test]
-    fn validation_lists_every_problem() {
-        let text = "[pooler]\nlisten_addr = \"nowhere\"\ndefault_pool_size = 0\nauth_type = \"md5\"\n";
-        let config: Config = toml::from_str(text).expect("parses");
-        let Err(ConfigError::Invalid(problems)) = config.validate() else { panic!("must be invalid") };
-        assert!(problems.len() >= 4, "{problems:?}");
+    fn every_restart_only_setting_is_compared_on_reload() {
+        // Goal: no restart-only setting can be changed by a reload unnoticed (fast_path once
+        // was). Method: change each restart-only setting alone and ask for the changes.
+        let restart: Vec<&str> = PoolerSettings::SETTINGS
+            .iter()
+            .filter(|setting| setting.applies == Applies::Restart)
+            .map(|setting| setting.name)
+            .collect();
+        assert!(restart.contains(&"fast_path") && restart.contains(&"listen_addr"), "{restart:?}");
+        let text = |name: &str| {
+            let old = PoolerSettings::default();
+            let value = match toml::Value::try_from(&old).expect("serializes").get(name) {
+                Some(toml::Value::String(_)) | None => toml::Value::String("changed".into()),
+                Some(toml::Value::Integer(number)) => toml::Value::Integer(number + 1),
+                Some(toml::Value::Boolean(flag)) => toml::Value::Boolean(!flag),
+                Some(other) => panic!("{name}: add a changed value for {other:?}"),
+            };
+            let mut table = toml::Table::new();
+            table.insert(name.to_owned(), value);
+            table
+        };
+        for name in &restart {
+            let mut table = text(name);
+            if *name == "fast_path" {
+                table.insert("fast_path".into(), "kernel".into());
+            }
+            if name.ends_with("sslmode") {
+                table.insert((*name).into(), "require".into());
+            }
+            let new: PoolerSettings = table.try_into().unwrap_or_else(|error| panic!("{name}: {error}"));
+            let changes = PoolerSettings::default().changes(&new);
+            assert_eq!(changes, vec![(*name, Applies::Restart)], "{name}");
+        }
     }
 
     #[test]
-    fn minimal_trust_config_is_valid() {
-        let text = "[pooler]\nauth_type = \"trust\"\n[databases.app]\nport = 5433\n";
-        let valid = toml::from_str::<Config>(text).expect("parses").validate().expect("valid");
-        assert_eq!(valid.config.databases["app"].backend_dbname("app"), "app");
-        assert_eq!(valid.listen_addr.port(), 6432);
+    fn every_setting_has_a_description() {
+        for setting in PoolerSettings::SETTINGS.iter().chain(DatabaseEntry::SETTINGS) {
+            assert!(!setting.description().is_empty(), "{} is undocumented", setting.name);
+        }
     }
 }

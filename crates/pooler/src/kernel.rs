@@ -23,29 +23,13 @@ use std::sync::{Arc, Mutex, Weak};
 
 use std::sync::atomic::Ordering;
 
-use bypass_fastpath::abi::{CLIENT_SLOTS, NO_PEER, OWNER_FREE, OWNER_KERNEL, PARAMS_UNKNOWN, POOL_SERVERS_MAX};
+use bypass_fastpath::abi::{NO_PEER, OWNER_FREE, OWNER_KERNEL, PARAMS_UNKNOWN, POOL_SERVERS_MAX};
 use bypass_fastpath::{ClientSlot, FastPath, ServerSlot};
-use tokio::io::unix::AsyncFd;
 use tokio::sync::Notify;
 
 use crate::params::ParamSet;
-use crate::pool::Pool;
-use crate::server::ServerConn;
+use crate::server::{KernelSocket, ServerConn};
 use crate::stream::Stream;
-
-/// A server socket in the kernel's maps; dropping it takes the socket out.
-pub struct KernelSocket {
-    fast: Arc<FastPath>,
-    pub slot: ServerSlot,
-    /// Bytes the kernel had redirected into the server at the last maintenance look.
-    seen_redirected: u64,
-}
-
-impl Drop for KernelSocket {
-    fn drop(&mut self) {
-        self.fast.remove_server(self.slot);
-    }
-}
 
 /// Distinct parameter-value sets a pool gives ids to; clients with others stay in user space.
 const PARAMS_IDS_MAX: usize = 1024;
@@ -179,7 +163,7 @@ impl KernelPool {
         }
         let Stream::Plain(tcp) = &server.stream else { return None };
         let slot = self.fast.add_server(tcp, self.index).ok()?;
-        server.kernel = Some(KernelSocket { fast: self.fast.clone(), slot, seen_redirected: 0 });
+        server.kernel = Some(KernelSocket::new(self.fast.clone(), slot));
         Some(slot)
     }
 
@@ -268,33 +252,5 @@ pub fn load() -> Option<Arc<FastPath>> {
             tracing::warn!(%error, "kernel fast path unavailable; serving every client in user space");
             None
         }
-    }
-}
-
-/// Pools by kernel index, for the handoff ring.
-pub type KernelPools = Mutex<Vec<Weak<Pool>>>;
-
-/// Hands every server the kernel released while clients waited to the pool's queue.
-pub async fn serve_handoffs(fast: Arc<FastPath>, pools: Arc<KernelPools>) {
-    let Some(ring) = fast.take_handoffs() else { return };
-    // SAFETY: the AsyncFd owns the ring, which owns the descriptor: it stays open while registered.
-    let mut ring = match unsafe { AsyncFd::register(ring) } {
-        Ok(ring) => ring,
-        Err(error) => return tracing::error!(%error, "cannot watch the fast path's handoff ring"),
-    };
-    loop {
-        let Ok(mut ready) = ring.readable_mut().await else { return };
-        let ring = ready.get_inner_mut();
-        while let Some(item) = ring.next() {
-            let Some(bytes) = item.get(..4) else { continue };
-            let index = u32::from_ne_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
-            let slot = ServerSlot(index.wrapping_sub(CLIENT_SLOTS));
-            let pool = lock(&pools).get(slot.pool() as usize).and_then(Weak::upgrade);
-            match pool {
-                Some(pool) => pool.accept_handoff(slot),
-                None => tracing::debug!(slot = slot.0, "handoff for a pool that is gone"),
-            }
-        }
-        ready.clear_ready();
     }
 }

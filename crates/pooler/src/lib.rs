@@ -35,16 +35,20 @@
 //!   write, and its TCP socket stays reachable for the kernel fast path.
 
 pub mod admin;
+pub mod auth_cache;
 pub mod auth_file;
 pub mod auth_query;
 pub mod buffer;
 pub mod cancel;
+pub mod client;
 pub mod config;
 pub mod config_doc;
 pub mod error;
 pub mod hba;
 pub mod io;
 pub mod kernel;
+pub mod lease;
+pub mod load;
 pub mod login;
 pub mod metrics;
 pub mod mirror;
@@ -56,12 +60,14 @@ pub mod relay;
 pub mod server;
 pub mod session;
 pub mod session_state;
+pub mod shadow;
 pub mod shared;
 pub mod stats;
 pub mod stream;
 pub mod tls;
 
-pub use config::{Config, ConfigError, ValidConfig};
+pub use config::Config;
 pub use error::PoolerError;
+pub use load::{ConfigError, ValidConfig};
 pub use proxy::{Proxy, RunningProxy};
 pub use shared::{Shared, Snapshot};

@@ -12,6 +12,9 @@
 //! ```
 
 use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpStream;
 
 use bypass_wire::backend::build;
 use bypass_wire::scram::{constant_time_eq, ClientSecret, ServerExchange, MECHANISM};
@@ -28,10 +31,12 @@ use crate::params::{tracked_index, ParamSet, TRACKED};
 use std::os::fd::AsRawFd;
 
 use crate::cancel::{ClientInfo, Registration};
+use crate::client::ClientSide;
 use crate::pool::{acquire_current, Pool, Waiter};
 use crate::server::{Credential, ServerConn};
-use crate::session::{ClientSide, Session};
+use crate::session::Session;
 use crate::shared::Shared;
+use crate::tls::{accept_client, REQUEST_LEN};
 
 /// Startup parameters accepted and ignored, as PgBouncer's usual `ignore_startup_parameters`.
 const IGNORED_PARAMETERS: [&str; 1] = ["extra_float_digits"];
@@ -107,7 +112,7 @@ pub async fn login(
     // Mirrored before the ReadyForQuery leaves, so the shadow sees the client's first request;
     // a client mirrored in user space stays off the kernel path, where its bytes would bypass
     // the copy.
-    client.mirror = crate::mirror::attach(shared, client, &request.database, &request.user, shard).await;
+    client.mirror = crate::shadow::attach(shared, client, &request.database, &request.user, shard).await;
     let user_mirrored = client.mirror.as_ref().is_some_and(crate::mirror::ClientMirror::in_user_space);
     // Into the kernel's maps before the ReadyForQuery leaves: the client's first request, sent
     // right after it, must meet the verdict program.
@@ -420,4 +425,27 @@ impl Pool {
             });
         }
     }
+}
+/// Negotiates encryption with a freshly accepted client within `client_login_timeout_ms` and
+/// wraps it for login; `None` when the client left or the handshake failed (there is no
+/// protocol left to tell it in).
+pub async fn accept_within_login_timeout(shared: &Shared, tcp: TcpStream) -> Option<ClientSide> {
+    let timeout = Duration::from_millis(shared.live().settings.client_login_timeout_ms);
+    let accepted = match tokio::time::timeout(timeout, accept_client(shared.tls.client.as_deref(), tcp)).await {
+        Ok(Ok(accepted)) => accepted,
+        Ok(Err(error)) => {
+            tracing::debug!(%error, "client encryption negotiation failed");
+            return None;
+        }
+        Err(_) => {
+            tracing::debug!("client encryption negotiation timed out");
+            return None;
+        }
+    };
+    let mut client = ClientSide::over(accepted.stream);
+    if let Some(leftover) = accepted.leftover {
+        client.buffer.spare()[..REQUEST_LEN].copy_from_slice(&leftover);
+        client.buffer.commit(REQUEST_LEN);
+    }
+    Some(client)
 }

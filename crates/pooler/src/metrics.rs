@@ -134,7 +134,7 @@ pub fn render(shared: &Shared) -> String {
     if let Some(fast) = &shared.fastpath {
         render_kernel(&mut text, fast);
     }
-    crate::mirror::render_metrics(&mut text, shared);
+    crate::mirror::render_metrics(&mut text, &shared.mirror, shared.fastpath.as_ref());
     let _ = writeln!(text, "# HELP bypass_errors_total Client sessions ended by an error, by kind.");
     let _ = writeln!(text, "# TYPE bypass_errors_total counter");
     for (kind, count) in shared.errors.totals() {

@@ -29,7 +29,7 @@
 //! still runs the client's last transactions instead of being reset mid-way.
 
 use std::fmt::Write as _;
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -39,19 +39,14 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{oneshot, Notify};
 
-use crate::error::PoolerError;
-use crate::pool::Lease;
-use crate::server::{Credential, LoginTarget, ServerConn, ServerLimits};
-use crate::session::ClientSide;
-use crate::shared::Shared;
 use crate::stream::Stream;
 
 /// Bytes a user-space mirrored client may be ahead of its shadow (not yet handed to the shadow's
 /// socket); beyond that the shadow is cut off. Two buffers of this size per mirrored client are
 /// reserved at login (pages are only touched as far as a burst reaches). It must exceed a single
-/// client read ([`crate::session::CLIENT_BUFFER_BYTES`]).
+/// client read ([`crate::buffer::CLIENT_BUFFER_BYTES`]).
 pub const MIRROR_QUEUE_BYTES: usize = 256 * 1024;
-const _: () = assert!(MIRROR_QUEUE_BYTES > 2 * crate::session::CLIENT_BUFFER_BYTES);
+const _: () = assert!(MIRROR_QUEUE_BYTES > 2 * crate::buffer::CLIENT_BUFFER_BYTES);
 
 /// Longest a single write of queued bytes to a shadow may take before it is cut off.
 pub const MIRROR_WRITE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -90,7 +85,7 @@ pub struct MirrorState {
 
 impl MirrorState {
     /// Loads the kernel mirroring programs once; false (logged once) when they cannot run there.
-    fn kernel_ready(&self, fast: &FastPath, interface: &str) -> bool {
+    pub fn kernel_ready(&self, fast: &FastPath, interface: &str) -> bool {
         *self.kernel.get_or_init(|| match fast.enable_mirroring(interface) {
             Ok(()) => {
                 tracing::info!(interface, "workload mirroring runs in the kernel");
@@ -148,82 +143,6 @@ impl Drop for ActiveClient {
     }
 }
 
-/// Opens the shadow session of a client of a mirrored database and starts mirroring it; `None`
-/// when the database has no mirror or the shadow failed (warned and counted). Runs after the
-/// client's login succeeded and before its ReadyForQuery is sent.
-pub async fn attach(
-    shared: &Arc<Shared>,
-    client: &ClientSide,
-    database: &str,
-    user: &str,
-    shard: usize,
-) -> Option<ClientMirror> {
-    let target = shared.mirror_target(database, user)?;
-    let counters = &shared.mirror.counters;
-    let shadow = match target {
-        Ok((target, credential)) => connect_shadow(shared, &target, &credential, shard).await,
-        Err(error) => Err(error),
-    };
-    let shadow = match shadow {
-        Ok(shadow) => shadow,
-        Err(error) => {
-            counters.failures.fetch_add(1, Ordering::Relaxed);
-            tracing::warn!(%error, database, "shadow server unreachable; this client is not mirrored");
-            return None;
-        }
-    };
-    let shadow = match try_kernel(shared, client, shadow) {
-        Ok(mirror) => return Some(ClientMirror::Kernel(mirror)),
-        Err(shadow) => shadow,
-    };
-    Some(ClientMirror::User(UserMirror::start(shadow, client.buffer.pending(), counters)))
-}
-
-/// Logs in to the shadow server within `mirror_connect_timeout_ms`, as a pool would log in a
-/// server (same TLS and authentication), but outside every pool.
-async fn connect_shadow(
-    shared: &Shared,
-    target: &LoginTarget,
-    credential: &Credential,
-    shard: usize,
-) -> Result<Stream, PoolerError> {
-    let settings = &shared.live().settings;
-    let limits = ServerLimits { message_size_max: settings.message_size_max, statements_max: 0 };
-    let timeout = Duration::from_millis(settings.mirror_connect_timeout_ms);
-    let login = ServerConn::login(target, credential, Lease::detached(), limits, shard);
-    let (server, _) = tokio::time::timeout(timeout, login).await.map_err(|_| PoolerError::ServerConnect {
-        address: target.address.to_string(),
-        source: std::io::Error::new(std::io::ErrorKind::TimedOut, "mirror_connect_timeout_ms ran out"),
-    })??;
-    // The login read up to ReadyForQuery and a fresh server says nothing more: the stream is
-    // at a message boundary with nothing unread, so a copy of the client's stream fits on.
-    let ServerConn { stream, .. } = *server;
-    Ok(stream)
-}
-
-/// Mirrors in the kernel when it can: fast path loaded, mirroring enabled on the interface, a
-/// plaintext client with nothing read ahead (bytes already read would miss the copy), a
-/// plaintext shadow, an IPv4 flow. Otherwise the shadow comes back for user space.
-fn try_kernel(shared: &Shared, client: &ClientSide, shadow: Stream) -> Result<KernelMirror, Stream> {
-    let Some(fast) = &shared.fastpath else { return Err(shadow) };
-    if client.stream.is_tls() || !client.buffer.is_empty() {
-        return Err(shadow);
-    }
-    let Stream::Plain(shadow_tcp) = shadow else { return Err(shadow) };
-    if !shared.mirror.kernel_ready(fast, &shared.live().settings.mirror_interface) {
-        return Err(Stream::Plain(shadow_tcp));
-    }
-    let tcp = client.stream.tcp();
-    let (Ok(peer), Ok(local)) = (tcp.peer_addr(), tcp.local_addr()) else { return Err(Stream::Plain(shadow_tcp)) };
-    match fast.add_mirror(peer, local, shadow_tcp.as_fd()) {
-        Ok(handle) => Ok(KernelMirror::start(fast.clone(), handle, shadow_tcp, &shared.mirror.counters)),
-        Err(error) => {
-            tracing::debug!(%error, %peer, "kernel mirroring refused this client; mirroring in user space");
-            Err(Stream::Plain(shadow_tcp))
-        }
-    }
-}
-
 /// A client mirrored by the kernel. Its shadow socket belongs to a supervisor task; dropping
 /// this tells the task the client left.
 pub struct KernelMirror {
@@ -232,7 +151,7 @@ pub struct KernelMirror {
 }
 
 impl KernelMirror {
-    fn start(fast: Arc<FastPath>, handle: MirrorHandle, shadow: TcpStream, counters: &Arc<MirrorCounters>) -> Self {
+    pub fn start(fast: Arc<FastPath>, handle: MirrorHandle, shadow: TcpStream, counters: &Arc<MirrorCounters>) -> Self {
         let (client_left, left) = oneshot::channel();
         tokio::spawn(supervise_kernel_mirror(fast, handle, shadow, counters.clone(), left));
         KernelMirror { _client_left: client_left, _active: ActiveClient::new(counters, true) }
@@ -339,7 +258,7 @@ pub struct UserMirror {
 
 impl UserMirror {
     /// Starts the shadow's tasks; `read_ahead` is what the client sent before mirroring began.
-    fn start(shadow: Stream, read_ahead: &[u8], counters: &Arc<MirrorCounters>) -> Self {
+    pub fn start(shadow: Stream, read_ahead: &[u8], counters: &Arc<MirrorCounters>) -> Self {
         let queue = Arc::new(MirrorQueue::new());
         queue.push(read_ahead);
         let task_queue = queue.clone();
@@ -513,8 +432,8 @@ impl MirrorQueue {
 
 /// The `/metrics` series of mirroring: clients, failures, cut-offs, and (kernel) the tc copy's
 /// own counters.
-pub fn render_metrics(text: &mut String, shared: &Shared) {
-    let counters = &shared.mirror.counters;
+pub fn render_metrics(text: &mut String, state: &MirrorState, fast: Option<&Arc<FastPath>>) {
+    let counters = &state.counters;
     let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
     let series: [(&str, &str, &str, &str, u64); 5] = [
         ("bypass_mirror_clients", "gauge", "", "Clients mirrored right now.", load(&counters.active)),
@@ -547,7 +466,7 @@ pub fn render_metrics(text: &mut String, shared: &Shared) {
         }
         let _ = writeln!(text, "{name}{{{labels}}} {value}");
     }
-    if let Some(fast) = shared.fastpath.as_ref().filter(|_| shared.mirror.in_kernel()) {
+    if let Some(fast) = fast.filter(|_| state.in_kernel()) {
         render_kernel_counters(text, fast);
     }
 }

@@ -22,11 +22,12 @@ use socket2::{Domain, Socket, Type};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
 
-use crate::config::ValidConfig;
+use crate::client::ClientSide;
 use crate::error::{PoolerError, TimeoutKind};
 use crate::io::tune;
+use crate::load::ValidConfig;
 use crate::login::{login, LoginOutcome};
-use crate::session::{ClientSide, Session};
+use crate::session::Session;
 use crate::shared::{Shared, StopRequest};
 
 /// How often queued clients are checked against `query_wait_timeout`.
@@ -248,7 +249,7 @@ fn run_shard(index: usize, listeners: ShardListeners, shared: Arc<Shared>, stopp
         if index == 0 {
             tokio::spawn(maintain(shared.clone()));
             if let Some(fast) = &shared.fastpath {
-                tokio::spawn(crate::kernel::serve_handoffs(fast.clone(), shared.kernel_pools.clone()));
+                tokio::spawn(crate::pool::serve_handoffs(fast.clone(), shared.kernel_pools.clone()));
             }
             if let Some(metrics) = metrics_listener.take().and_then(|l| TcpListener::from_std(l).ok()) {
                 tokio::spawn(crate::metrics::serve(metrics, shared.clone()));
@@ -281,7 +282,7 @@ fn admit(shard: usize, shared: &Arc<Shared>, stream: TcpStream) {
     let over_limit = connected >= shared.live().settings.max_client_conn;
     let slot = ClientSlot(shared.clone());
     let task = async move {
-        if let Some(client) = crate::tls::accept_within_login_timeout(&slot.0, stream).await {
+        if let Some(client) = crate::login::accept_within_login_timeout(&slot.0, stream).await {
             log_in_and_serve(slot, client, over_limit, shard).await;
         }
     };

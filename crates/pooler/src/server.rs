@@ -16,8 +16,8 @@ use tokio::net::TcpStream;
 use crate::buffer::Buffer;
 use crate::error::PoolerError;
 use crate::io::{body, read_message, tune, ReadFailure};
+use crate::lease::Lease;
 use crate::params::ParamSet;
-use crate::pool::Lease;
 use crate::prepared::{ResponsePlan, ServerStatements};
 use crate::stream::Stream;
 
@@ -135,7 +135,7 @@ pub struct ServerConn {
     /// [`crate::session_state`]): reset before the next client gets this server.
     pub session_dirty: bool,
     /// The socket's place in the kernel fast path's maps, once it was lent there.
-    pub kernel: Option<crate::kernel::KernelSocket>,
+    pub kernel: Option<KernelSocket>,
 }
 
 impl ServerConn {
@@ -465,3 +465,23 @@ pub async fn send_cancel(address: SocketAddr, key: BackendKey) -> io::Result<()>
 
 /// Shared handle type: a pool's credential can change when a client's SCRAM login supplies keys.
 pub type SharedCredential = Arc<std::sync::RwLock<Credential>>;
+
+/// A server socket in the kernel's maps; dropping it takes the socket out.
+pub struct KernelSocket {
+    fast: Arc<bypass_fastpath::FastPath>,
+    pub slot: bypass_fastpath::ServerSlot,
+    /// Bytes the kernel had redirected into the server at the last maintenance look.
+    pub seen_redirected: u64,
+}
+
+impl KernelSocket {
+    pub fn new(fast: Arc<bypass_fastpath::FastPath>, slot: bypass_fastpath::ServerSlot) -> Self {
+        KernelSocket { fast, slot, seen_redirected: 0 }
+    }
+}
+
+impl Drop for KernelSocket {
+    fn drop(&mut self) {
+        self.fast.remove_server(self.slot);
+    }
+}

@@ -13,85 +13,22 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bypass_wire::backend::build;
-use bypass_wire::frame::{Scanner, Step};
-use bypass_wire::Severity;
-use tokio::net::TcpStream;
+use bypass_wire::frame::Step;
 
-use crate::buffer::Buffer;
 use crate::cancel::{CancelRoute, Registration};
+use crate::client::ClientSide;
 use crate::config::{PoolMode, SessionStatePolicy};
 use crate::error::{PoolerError, TimeoutKind};
-use crate::io::{read_some, sleep_until};
+use crate::io::sleep_until;
 use crate::params::ParamSet;
 use crate::pool::{Pool, Waiter};
 use crate::prepared::ClientStatements;
 use crate::relay::{relay, LinkEnd, Linked, RelayContext, RelayLimits};
 use crate::server::ServerConn;
 use crate::shared::Shared;
-use crate::stream::Stream;
 
 mod kernel;
 pub use kernel::KernelClient;
-
-/// Bytes of a client's read buffer. Larger client messages stream through in pieces.
-pub const CLIENT_BUFFER_BYTES: usize = 16 * 1024;
-
-/// The client's socket, its read buffer and framing state, a scratch buffer for replies, and
-/// its shadow when its database is mirrored.
-pub struct ClientSide {
-    pub stream: Stream,
-    pub buffer: Buffer,
-    pub scanner: Scanner,
-    pub out: Vec<u8>,
-    pub mirror: Option<crate::mirror::ClientMirror>,
-}
-
-impl ClientSide {
-    pub fn new(stream: TcpStream) -> Self {
-        Self::over(Stream::Plain(stream))
-    }
-
-    /// A client on an already negotiated connection (plaintext or TLS).
-    pub fn over(stream: Stream) -> Self {
-        ClientSide {
-            stream,
-            buffer: Buffer::with_capacity(CLIENT_BUFFER_BYTES),
-            scanner: Scanner::new(),
-            out: Vec::with_capacity(512),
-            mirror: None,
-        }
-    }
-
-    /// Reads once into the buffer; `Ok(0)` means the client closed. Where a logged-in client's
-    /// bytes are read in user space, so a user-space mirror copies them here (the kernel path
-    /// in `session/kernel.rs` reads on its own: its clients are never mirrored in user space).
-    pub async fn read_some(&mut self) -> std::io::Result<usize> {
-        let count = read_some(&mut self.stream, &mut self.buffer).await?;
-        if let Some(mirror) = &self.mirror {
-            let pending = self.buffer.pending();
-            mirror.copy(&pending[pending.len() - count..]);
-        }
-        Ok(count)
-    }
-
-    /// Writes and clears `out`.
-    pub async fn flush(&mut self) -> Result<(), PoolerError> {
-        if !self.out.is_empty() {
-            self.stream.write_all(&self.out).await.map_err(PoolerError::ClientIo)?;
-            self.out.clear();
-        }
-        Ok(())
-    }
-
-    /// Tells the client why it is being disconnected, if it can still be told.
-    pub async fn send_fatal(&mut self, error: &PoolerError) {
-        let Some((code, text)) = error.client_report() else { return };
-        self.out.clear();
-        build::error_with_code(&mut self.out, Severity::Fatal, &code, &text);
-        let _ = self.flush().await;
-    }
-}
 
 /// A logged-in client.
 pub struct Session {

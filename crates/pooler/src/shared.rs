@@ -12,12 +12,19 @@ use tokio::sync::watch;
 
 use crate::auth_file::{AuthFile, Secret};
 use crate::cancel::CancelRegistry;
-use crate::config::{Config, ConfigError, DatabaseEntry, PoolerSettings, ValidConfig};
+use crate::config::{Applies, Config, DatabaseEntry, PoolerSettings};
 use crate::error::PoolerError;
+use crate::load::{ConfigError, ValidConfig};
 use crate::pool::{DatabaseLimit, Pool, PoolIdentity, PoolKey, PoolLimits, PoolSettings};
 use crate::prepared::StatementRegistry;
 use crate::server::{send_cancel, Credential, LoginTarget};
 use crate::stats::ErrorCounters;
+
+/// Settings a running pooler cannot change: they take effect after a restart.
+fn restart_only_changes(old: &PoolerSettings, new: &PoolerSettings) -> Vec<String> {
+    let changes = old.changes(new).into_iter();
+    changes.filter(|(_, applies)| *applies == Applies::Restart).map(|(name, _)| name.to_owned()).collect()
+}
 
 /// Bound on pools; each is a (database, user) pair that logged in successfully or is trying to.
 const POOLS_MAX: usize = 10_000;
@@ -67,11 +74,11 @@ pub struct Shared {
     /// TLS of both sides (`None` where disabled); read at start only.
     pub tls: crate::tls::TlsContexts,
     /// Secrets recently found with `auth_query`.
-    pub auth_cache: crate::auth_query::AuthCache,
+    pub auth_cache: crate::auth_cache::AuthCache,
     /// The kernel fast path when `fast_path = "kernel"` and the programs loaded.
     pub fastpath: Option<Arc<bypass_fastpath::FastPath>>,
     /// Pools running in the kernel, by kernel index (for the handoff ring).
-    pub kernel_pools: Arc<crate::kernel::KernelPools>,
+    pub kernel_pools: Arc<crate::pool::KernelPools>,
     /// Workload mirroring: whether the kernel mirrors, and the counters.
     pub mirror: crate::mirror::MirrorState,
 }
@@ -111,7 +118,7 @@ impl Shared {
             limits: Mutex::new(HashMap::new()),
             stop: watch::channel(None).0,
             tls,
-            auth_cache: crate::auth_query::AuthCache::default(),
+            auth_cache: crate::auth_cache::AuthCache::default(),
         })
     }
 
@@ -296,34 +303,6 @@ impl Shared {
         }
         snapshot
     }
-}
-
-/// Settings a running pooler cannot change: they take effect after a restart.
-fn restart_only_changes(old: &PoolerSettings, new: &PoolerSettings) -> Vec<String> {
-    let mut changed = Vec::new();
-    let mut check = |name: &str, differs: bool| {
-        if differs {
-            changed.push(name.to_owned());
-        }
-    };
-    check("listen_addr", old.listen_addr != new.listen_addr);
-    check("workers", old.workers != new.workers);
-    check("pin_workers", old.pin_workers != new.pin_workers);
-    check("listen_backlog", old.listen_backlog != new.listen_backlog);
-    check("metrics_addr", old.metrics_addr != new.metrics_addr);
-    check("mirror_interface", old.mirror_interface != new.mirror_interface);
-    let tls_files = [
-        old.client_tls_cert_file != new.client_tls_cert_file,
-        old.client_tls_key_file != new.client_tls_key_file,
-        old.client_tls_ca_file != new.client_tls_ca_file,
-        old.server_tls_ca_file != new.server_tls_ca_file,
-        old.server_tls_cert_file != new.server_tls_cert_file,
-        old.server_tls_key_file != new.server_tls_key_file,
-    ];
-    check("client_tls_*/server_tls_* files", tls_files.contains(&true));
-    check("client_tls_sslmode", old.client_tls_sslmode != new.client_tls_sslmode);
-    check("server_tls_sslmode", old.server_tls_sslmode != new.server_tls_sslmode);
-    changed
 }
 
 /// What a pool for `key` under `entry` is: backend address, database, user, credential, mode.

@@ -18,6 +18,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use crate::report::stats::median_run;
 use bypass_dispatch::config::{AgentConfig, BackendEntry, DatabaseEntry, DispatcherConfig, DispatcherSettings, Policy};
 use bypass_dispatch::error::{DispatchError, Result};
 use bypass_dispatch::pglogin::LoginRequest;
@@ -105,7 +106,7 @@ struct Runs {
 /// Runs the whole benchmark: `rounds` passes over the contenders (the order rotates after the
 /// first, so slow drift in the machine falls on every contender alike), medians reported.
 pub fn run(options: &BenchOptions) -> Result<BenchResults> {
-    let load_before = report::load_average();
+    let load_before = crate::report::machine::load_average();
     let idle = IdlePolling::hold();
     let lab = Lab::up_owned(LabSpec {
         name: options.lab_name.clone(),
@@ -218,7 +219,7 @@ fn add_to(totals: &mut Vec<(Contender, u64)>, contender: Contender, count: u64) 
     }
 }
 
-/// Per (contender, size), the run whose `key` is the median (the lower middle for an even
+/// Per (contender, size), the median run by `key` ([`median_run`]: the lower middle for an even
 /// count), in first-seen order. Errors of every run are added to it, so none hides.
 fn medians(points: &[Point], key: impl Fn(&LoadReport) -> f64) -> Vec<Point> {
     let mut out: Vec<Point> = Vec::new();
@@ -226,10 +227,10 @@ fn medians(points: &[Point], key: impl Fn(&LoadReport) -> f64) -> Vec<Point> {
         if out.iter().any(|p| p.contender == point.contender && p.report.size == point.report.size) {
             continue;
         }
-        let mut same: Vec<&Point> =
+        let same: Vec<&Point> =
             points.iter().filter(|p| p.contender == point.contender && p.report.size == point.report.size).collect();
-        same.sort_by(|a, b| key(&a.report).total_cmp(&key(&b.report)));
-        let mut median = same[(same.len() - 1) / 2].clone();
+        let middle = median_run(&same, |p| key(&p.report)).unwrap_or(0);
+        let mut median = same[middle].clone();
         median.report.errors = same.iter().map(|p| p.report.errors).sum();
         out.push(median);
     }

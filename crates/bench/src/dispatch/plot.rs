@@ -7,9 +7,9 @@ use plotters::prelude::*;
 
 use super::report::{size_label, BenchResults};
 use super::Contender;
-use bypass_dispatch::error::{DispatchError, Result};
+use crate::report::plot::{plot_error, register_font};
+use anyhow::Result;
 
-const FONT_PATH: &str = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf";
 const COLORS: [RGBColor; 5] =
     [RGBColor(90, 90, 90), RGBColor(220, 120, 0), RGBColor(30, 110, 200), RGBColor(40, 160, 60), RGBColor(200, 30, 60)];
 
@@ -71,21 +71,4 @@ fn series(results: &BenchResults, contender: Contender) -> Vec<(i32, f64)> {
         .enumerate()
         .filter_map(|(i, &size)| results.gbit(contender, size).filter(|v| *v > 0.0).map(|v| (i as i32, v)))
         .collect()
-}
-
-fn register_font() -> Result<()> {
-    static REGISTERED: std::sync::OnceLock<std::result::Result<(), String>> = std::sync::OnceLock::new();
-    let registered = REGISTERED.get_or_init(|| {
-        let bytes = std::fs::read(FONT_PATH)
-            .map_err(|e| format!("cannot read {FONT_PATH} ({e}); install fonts-dejavu-core"))?;
-        // plotters keeps fonts for the whole process and wants 'static bytes: leak them once.
-        let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
-        plotters::style::register_font("sans-serif", FontStyle::Normal, bytes)
-            .map_err(|_| format!("{FONT_PATH} is not a usable font"))
-    });
-    registered.clone().map_err(DispatchError::Lab)
-}
-
-fn plot_error<E: std::fmt::Display>(error: E) -> DispatchError {
-    DispatchError::Lab(format!("plotting: {error}"))
 }

@@ -7,7 +7,7 @@ use std::path::Path;
 use serde::Serialize;
 
 use super::{BenchOptions, Contender, Point};
-use bypass_dispatch::error::{DispatchError, Result};
+use crate::report::machine::Machine;
 
 /// One acceptance check of the issue.
 #[derive(Debug, Clone, Serialize)]
@@ -20,9 +20,8 @@ pub struct Check {
 #[derive(Debug, Clone, Serialize)]
 pub struct BenchResults {
     pub command: String,
-    pub machine: String,
-    pub load_average_before: String,
-    pub load_average_after: String,
+    /// The machine, with the load average before the first and after the last point.
+    pub machine: Machine,
     pub haproxy: String,
     pub link_rate_mbit: u32,
     pub warmup_s: f64,
@@ -47,11 +46,6 @@ pub struct BenchResults {
     pub checks: Vec<Check>,
 }
 
-/// `/proc/loadavg` (noise indicator: other engineers share the machine).
-pub fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg").map(|s| s.trim().to_string()).unwrap_or_default()
-}
-
 impl BenchResults {
     pub fn new(
         options: &BenchOptions,
@@ -62,12 +56,7 @@ impl BenchResults {
     ) -> Self {
         let mut results = BenchResults {
             command: options.command.clone(),
-            machine: format!(
-                "2-core machine, {} cores visible",
-                std::thread::available_parallelism().map_or(0, |n| n.get())
-            ),
-            load_average_before,
-            load_average_after: load_average(),
+            machine: Machine { load_average_before, ..Machine::now() },
             haproxy: super::haproxy_version(),
             link_rate_mbit: options.link_rate_mbit,
             warmup_s: options.warmup.as_secs_f64(),
@@ -154,13 +143,8 @@ impl BenchResults {
     }
 
     /// Writes dispatch.json, dispatch.md and dispatch.png into `dir`.
-    pub fn write(&self, dir: &Path) -> Result<()> {
-        std::fs::create_dir_all(dir).map_err(|e| DispatchError::io(format!("creating {}", dir.display()), e))?;
-        let json = serde_json::to_string_pretty(self)
-            .map_err(|e| DispatchError::io("encoding results", std::io::Error::other(e)))?;
-        write_file(&dir.join("dispatch.json"), &json)?;
-        write_file(&dir.join("dispatch.md"), &self.markdown())?;
-        super::plot::render(self, &dir.join("dispatch.png"))
+    pub fn write(&self, dir: &Path) -> anyhow::Result<()> {
+        crate::report::write(dir, "dispatch", self, &self.markdown(), |png| super::plot::render(self, png))
     }
 
     pub fn markdown(&self) -> String {
@@ -173,15 +157,15 @@ impl BenchResults {
              bottleneck; 2 clients × 1 persistent connection, 2 backends (stock PostgreSQL 15 + agent); every \
              payload byte verified. Warm-up {} s, {} s per point, median of {} rounds (contender order rotated \
              between rounds); {}. {}. Load average before: {}, after: {}.\n",
-            self.machine,
+            self.machine.headline(),
             self.link_rate_mbit,
             self.warmup_s,
             self.duration_s,
             self.rounds,
             self.cpu_idle,
             self.haproxy,
-            self.load_average_before,
-            self.load_average_after
+            self.machine.load_average_before,
+            self.machine.load_average_after
         );
         self.throughput_table(&mut md);
         self.latency_table(&mut md);
@@ -247,10 +231,6 @@ impl BenchResults {
 
 fn check(name: String, passed: bool, detail: String) -> Check {
     Check { name, passed, detail }
-}
-
-fn write_file(path: &Path, text: &str) -> Result<()> {
-    std::fs::write(path, text).map_err(|e| DispatchError::io(format!("writing {}", path.display()), e))
 }
 
 /// `1 B`, `4 KB`, `16 MB` (binary units, as the issue writes them).

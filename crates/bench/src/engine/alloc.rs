@@ -280,9 +280,8 @@ fn arena_round(arena: &mut Arena, layout: Layout, objects: usize, batch: usize) 
     per_object(started, objects / batch * batch)
 }
 
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
+fn median(values: Vec<f64>) -> f64 {
+    crate::report::stats::median(&values).unwrap_or(f64::NAN)
 }
 
 /// Per-round times in one working set, ns per object.

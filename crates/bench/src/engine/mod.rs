@@ -21,6 +21,8 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+use crate::report::machine::{load_average, Machine};
+use crate::report::stats::median;
 use bypass_engine::runtime::RuntimeKind;
 
 /// Column counts of the seed's grid.
@@ -78,12 +80,10 @@ pub struct Stat {
 
 impl Stat {
     pub fn of(values: &[f64]) -> Stat {
-        let mut sorted = values.to_vec();
-        sorted.sort_by(f64::total_cmp);
-        let n = sorted.len().max(1) as f64;
-        let mean = sorted.iter().sum::<f64>() / n;
-        let variance = sorted.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / n;
-        let median = sorted.get(sorted.len() / 2).copied().unwrap_or(0.0);
+        let n = values.len().max(1) as f64;
+        let mean = values.iter().sum::<f64>() / n;
+        let variance = values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / n;
+        let median = median(values).unwrap_or(0.0);
         Stat { median, mean, cv: if mean > 0.0 { variance.sqrt() / mean } else { 0.0 } }
     }
 }
@@ -192,35 +192,14 @@ pub struct SeparateRun {
     pub load_average_after: String,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Machine {
-    pub cores: usize,
-    pub load_average_before: String,
-    pub load_average_after: String,
-    pub kernel: String,
-    pub transparent_hugepages: String,
-    pub hugetlb_pages: String,
-}
-
-fn read_trimmed(path: &str) -> String {
-    std::fs::read_to_string(path).map(|s| s.trim().to_string()).unwrap_or_else(|_| "unknown".into())
-}
-
 fn machine(load_before: String) -> Machine {
-    Machine {
-        cores: bypass_engine::runtime::online_cores(),
-        load_average_before: load_before,
-        load_average_after: read_trimmed("/proc/loadavg"),
-        kernel: read_trimmed("/proc/sys/kernel/osrelease"),
-        transparent_hugepages: read_trimmed("/sys/kernel/mm/transparent_hugepage/enabled"),
-        hugetlb_pages: read_trimmed("/proc/sys/vm/nr_hugepages"),
-    }
+    Machine { load_average_before: load_before, ..Machine::now() }
 }
 
 /// Runs the planned sections and writes the report files; with `plan.only`, the one section
 /// replaces its namesake in the report already in `out_dir` (or starts a new report).
 pub fn run(plan: &Plan) -> anyhow::Result<Results> {
-    let load_before = read_trimmed("/proc/loadavg");
+    let load_before = load_average();
     let started_unix_s = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
     let wanted = |section: Section, skipped: bool| plan.only.map_or(!skipped, |only| only == section);
     let nautdb = if wanted(Section::Nautdb, plan.skip_nautdb) { run_nautdb(plan)? } else { Vec::new() };
@@ -249,11 +228,9 @@ pub fn run(plan: &Plan) -> anyhow::Result<Results> {
     if let Some(section) = plan.only {
         results = merge_into_existing(&plan.out_dir.join("engine.json"), results, section)?;
     }
-    std::fs::create_dir_all(&plan.out_dir)?;
-    std::fs::write(plan.out_dir.join("engine.json"), serde_json::to_string_pretty(&results)?)?;
     let profile = read_profile(&plan.out_dir.join("engine-alloc-profile.json"))?;
-    std::fs::write(plan.out_dir.join("engine.md"), report::markdown(&results, profile.as_ref()))?;
-    report::plot(&results, &plan.out_dir.join("engine.png"))?;
+    let markdown = report::markdown(&results, profile.as_ref());
+    crate::report::write(&plan.out_dir, "engine", &results, &markdown, |png| report::plot(&results, png))?;
     Ok(results)
 }
 

@@ -5,14 +5,12 @@ use std::path::Path;
 
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
-use plotters::style::FontStyle;
 
 use super::alloc::WorkingSetResult;
 use super::alloc_profile::Profile;
 use super::{Cell, Results, Section};
+use crate::report::plot::{plot_error, register_font};
 use bypass_engine::runtime::RuntimeKind;
-
-const FONT_PATH: &str = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf";
 
 /// The cell of one runtime without SCHED_FIFO (the seed's two-way comparison).
 fn find(cells: &[Cell], runtime: RuntimeKind, columns: usize, rows: usize) -> Option<&Cell> {
@@ -394,8 +392,8 @@ pub fn markdown(results: &Results, profile: Option<&Profile>) -> String {
     let m = &results.machine;
     let _ = writeln!(
         out,
-        "Machine: {} cores (2-core machine, shared with other engineers' builds), kernel {}, load average before `{}`, after `{}`; THP `{}`, hugetlb pages {}.\n",
-        m.cores, m.kernel, m.load_average_before, m.load_average_after, m.transparent_hugepages, m.hugetlb_pages
+        "Machine: {} (shared with other engineers' builds), load average before `{}`, after `{}`; THP `{}`, hugetlb pages {}.\n",
+        m.headline(), m.load_average_before, m.load_average_after, m.transparent_hugepages, m.hugetlb_pages
     );
     nautdb_markdown(&mut out, results);
     allocator_markdown(&mut out, results, profile);
@@ -403,20 +401,7 @@ pub fn markdown(results: &Results, profile: Option<&Profile>) -> String {
     out
 }
 
-fn register_font() -> anyhow::Result<()> {
-    let bytes =
-        std::fs::read(FONT_PATH).map_err(|e| anyhow::anyhow!("{FONT_PATH}: {e} (install fonts-dejavu-core)"))?;
-    // Registered once per process; plotters keeps the bytes for the process lifetime.
-    let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
-    plotters::style::register_font("sans-serif", FontStyle::Normal, bytes)
-        .map_err(|_| anyhow::anyhow!("invalid font {FONT_PATH}"))
-}
-
 type Area<'a> = DrawingArea<BitMapBackend<'a>, plotters::coord::Shift>;
-
-fn draw_error(e: impl std::fmt::Display) -> anyhow::Error {
-    anyhow::anyhow!("drawing: {e}")
-}
 
 fn heat_map(area: &Area<'_>, cells: &[Cell]) -> anyhow::Result<()> {
     let columns: Vec<usize> =
@@ -433,7 +418,7 @@ fn heat_map(area: &Area<'_>, cells: &[Cell]) -> anyhow::Result<()> {
             (0..columns.len().saturating_sub(1)).into_segmented(),
             (*rows_log2.start()..*rows_log2.end()).into_segmented(),
         )
-        .map_err(draw_error)?;
+        .map_err(plot_error)?;
     chart
         .configure_mesh()
         .disable_mesh()
@@ -449,7 +434,7 @@ fn heat_map(area: &Area<'_>, cells: &[Cell]) -> anyhow::Result<()> {
         })
         .y_desc("rows per chunk")
         .draw()
-        .map_err(draw_error)?;
+        .map_err(plot_error)?;
     let centred = TextStyle::from(("sans-serif", 14)).pos(Pos::new(HPos::Center, VPos::Center));
     for (i, &c) in columns.iter().enumerate() {
         for log2 in rows_log2.clone() {
@@ -467,11 +452,11 @@ fn heat_map(area: &Area<'_>, cells: &[Cell]) -> anyhow::Result<()> {
                 (SegmentValue::Exact(i), SegmentValue::Exact(log2)),
                 (SegmentValue::Exact(i + 1), SegmentValue::Exact(log2 + 1)),
             ];
-            chart.draw_series(std::iter::once(Rectangle::new(corners, color.filled()))).map_err(draw_error)?;
+            chart.draw_series(std::iter::once(Rectangle::new(corners, color.filled()))).map_err(plot_error)?;
             let centre = (SegmentValue::CenterOf(i), SegmentValue::CenterOf(log2));
             chart
                 .draw_series(std::iter::once(Text::new(format!("{value:+.2}"), centre, centred.clone())))
-                .map_err(draw_error)?;
+                .map_err(plot_error)?;
         }
     }
     Ok(())
@@ -494,12 +479,12 @@ fn column_sort_lines(area: &Area<'_>, cells: &[Cell]) -> anyhow::Result<()> {
         .x_label_area_size(36)
         .y_label_area_size(60)
         .build_cartesian_2d(0.5f64..7.5f64, 0f64..top * 1.05)
-        .map_err(draw_error)?;
-    chart.configure_mesh().x_desc("log2 columns").y_desc("ms").draw().map_err(draw_error)?;
+        .map_err(plot_error)?;
+    chart.configure_mesh().x_desc("log2 columns").y_desc("ms").draw().map_err(plot_error)?;
     for (points, color, name) in [(&specialized, BLUE, "specialized"), (&plain, RED, "plain")] {
         chart
             .draw_series(LineSeries::new(points.iter().map(|(x, m, _)| (*x, *m)), color.stroke_width(2)))
-            .map_err(draw_error)?
+            .map_err(plot_error)?
             .label(name)
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2)));
         chart
@@ -508,9 +493,9 @@ fn column_sort_lines(area: &Area<'_>, cells: &[Cell]) -> anyhow::Result<()> {
                     PathElement::new(vec![(*x, m - 5.0 * s), (*x, m + 5.0 * s)], color.stroke_width(3))
                 }),
             )
-            .map_err(draw_error)?;
+            .map_err(plot_error)?;
     }
-    chart.configure_series_labels().border_style(BLACK).background_style(WHITE).draw().map_err(draw_error)?;
+    chart.configure_series_labels().border_style(BLACK).background_style(WHITE).draw().map_err(plot_error)?;
     Ok(())
 }
 
@@ -524,8 +509,8 @@ fn allocator_lines(area: &Area<'_>, results: &Results) -> anyhow::Result<()> {
         .x_label_area_size(36)
         .y_label_area_size(60)
         .build_cartesian_2d(3f64..26f64, (0.1f64..top * 2.0).log_scale())
-        .map_err(draw_error)?;
-    chart.configure_mesh().x_desc("log2 object size (bytes)").y_desc("ns (log)").draw().map_err(draw_error)?;
+        .map_err(plot_error)?;
+    chart.configure_mesh().x_desc("log2 object size (bytes)").y_desc("ns (log)").draw().map_err(plot_error)?;
     type Series = (&'static str, [RGBColor; 3], fn(&super::alloc::WorkingSetResult) -> f64);
     // One hue per allocator (grey for the touch floor), darker for the more cache-resident
     // working sets.
@@ -544,10 +529,10 @@ fn allocator_lines(area: &Area<'_>, results: &Results) -> anyhow::Result<()> {
                 .collect();
             chart
                 .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))
-                .map_err(draw_error)?
+                .map_err(plot_error)?
                 .label(format!("{name}, {}", set.name))
                 .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2)));
-            chart.draw_series(points.iter().map(|p| Circle::new(*p, 4, color.filled()))).map_err(draw_error)?;
+            chart.draw_series(points.iter().map(|p| Circle::new(*p, 4, color.filled()))).map_err(plot_error)?;
         }
     }
     // Twelve entries: the upper left is the one corner no line reaches.
@@ -557,7 +542,7 @@ fn allocator_lines(area: &Area<'_>, results: &Results) -> anyhow::Result<()> {
         .border_style(BLACK)
         .background_style(WHITE)
         .draw()
-        .map_err(draw_error)?;
+        .map_err(plot_error)?;
     Ok(())
 }
 
@@ -573,7 +558,7 @@ fn tpch_bars(area: &Area<'_>, results: &Results) -> anyhow::Result<()> {
         .y_label_area_size(60)
         // Query i's bars are centred on x = i, where the integer ticks and their labels fall.
         .build_cartesian_2d(-0.5f64..queries.len() as f64 - 0.5, (0.5f64..top * 2.0).log_scale())
-        .map_err(draw_error)?;
+        .map_err(plot_error)?;
     chart
         .configure_mesh()
         .x_labels(queries.len())
@@ -584,7 +569,7 @@ fn tpch_bars(area: &Area<'_>, results: &Results) -> anyhow::Result<()> {
         })
         .y_desc("ms (log)")
         .draw()
-        .map_err(draw_error)?;
+        .map_err(plot_error)?;
     let palette = [BLUE, RED, GREEN, MAGENTA, CYAN];
     let width = 0.8 / engines.len().max(1) as f64;
     for (e, name) in engines.iter().enumerate() {
@@ -600,18 +585,18 @@ fn tpch_bars(area: &Area<'_>, results: &Results) -> anyhow::Result<()> {
             .collect();
         chart
             .draw_series(bars)
-            .map_err(draw_error)?
+            .map_err(plot_error)?
             .label(name.as_str())
             .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled()));
     }
-    chart.configure_series_labels().border_style(BLACK).background_style(WHITE).draw().map_err(draw_error)?;
+    chart.configure_series_labels().border_style(BLACK).background_style(WHITE).draw().map_err(plot_error)?;
     Ok(())
 }
 
 pub fn plot(results: &Results, path: &Path) -> anyhow::Result<()> {
     register_font()?;
     let root = BitMapBackend::new(path, (1600, 1200)).into_drawing_area();
-    root.fill(&WHITE).map_err(draw_error)?;
+    root.fill(&WHITE).map_err(plot_error)?;
     let panels = root.split_evenly((2, 2));
     if !results.nautdb.is_empty() {
         heat_map(&panels[0], &results.nautdb)?;
@@ -619,6 +604,6 @@ pub fn plot(results: &Results, path: &Path) -> anyhow::Result<()> {
     }
     allocator_lines(&panels[2], results)?;
     tpch_bars(&panels[3], results)?;
-    root.present().map_err(draw_error)?;
+    root.present().map_err(plot_error)?;
     Ok(())
 }

@@ -139,11 +139,9 @@ pub fn export_csv(engine: &Engine, dir: &Path) -> anyhow::Result<()> {
 }
 
 fn summarize(times_ms: Vec<f64>, error: Option<String>) -> QueryTimes {
-    let mut sorted = times_ms.clone();
-    sorted.sort_by(f64::total_cmp);
     QueryTimes {
-        min_ms: sorted.first().copied(),
-        median_ms: sorted.get(sorted.len() / 2).copied(),
+        min_ms: times_ms.iter().copied().min_by(f64::total_cmp),
+        median_ms: crate::report::stats::median(&times_ms),
         times_ms,
         same_answer_as_bypass: None,
         error,

@@ -5,12 +5,12 @@
 
 use std::path::Path;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use serde::Serialize;
 
 use super::{markdown, FastpathBenchArgs, ADDED_LATENCY_CLIENTS, ADDED_LATENCY_WORKLOAD, MIRROR_WORKLOAD};
 use crate::pooler::measure::RunRecord;
-use crate::pooler::report::{divide, write_file, Results};
+use crate::pooler::report::{divide, Results};
 use crate::pooler::{Contender, Document, Workload};
 
 /// The cell the throughput and latency targets are judged in.
@@ -106,11 +106,7 @@ impl Document for FastpathResults {
     }
 
     fn write(&self, out: &Path) -> Result<()> {
-        let json = serde_json::to_string_pretty(self).context("serialising results")?;
-        write_file(&out.join("fastpath.json"), &(json + "\n"))?;
-        write_file(&out.join("fastpath.md"), &markdown::render(self))?;
-        self.base.write_plot(out);
-        Ok(())
+        crate::report::write(out, "fastpath", self, &markdown::render(self), |png| self.base.draw(png))
     }
 }
 

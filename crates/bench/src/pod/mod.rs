@@ -341,18 +341,3 @@ fn budget_specs(args: &BenchArgs, logs: &std::path::Path, results: &mut report::
     }
     Ok(specs)
 }
-
-/// Median of the successful runs' values (0 if none succeeded).
-pub fn median(values: impl Iterator<Item = f64>) -> f64 {
-    let mut values: Vec<f64> = values.filter(|value| value.is_finite()).collect();
-    if values.is_empty() {
-        return 0.0;
-    }
-    values.sort_by(f64::total_cmp);
-    let middle = values.len() / 2;
-    if values.len() % 2 == 1 {
-        values[middle]
-    } else {
-        (values[middle - 1] + values[middle]) / 2.0
-    }
-}

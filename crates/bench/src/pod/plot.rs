@@ -3,15 +3,14 @@
 //! DejaVu Sans (Debian `fonts-dejavu-core`), loaded at run time.
 
 use std::path::Path;
-use std::sync::OnceLock;
 
-use anyhow::{anyhow, Context, Result};
+use anyhow::{Context, Result};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
 use super::report::Results;
+use crate::report::plot::{plot_error, register_font};
 
-const FONT_PATH: &str = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf";
 const PANEL_WIDTH: u32 = 560;
 const PANEL_HEIGHT: u32 = 400;
 const COLUMNS: usize = 4;
@@ -48,24 +47,6 @@ pub fn render(results: &Results, path: &Path) -> Result<()> {
         draw_panel(area, results, panel, caption)?;
     }
     root.present().map_err(plot_error).with_context(|| format!("writing {}", path.display()))
-}
-
-fn register_font() -> Result<()> {
-    static REGISTERED: OnceLock<std::result::Result<(), String>> = OnceLock::new();
-    let registered = REGISTERED.get_or_init(|| {
-        let bytes = std::fs::read(FONT_PATH).map_err(|error| {
-            format!("cannot read {FONT_PATH} ({error}); install the Debian package fonts-dejavu-core")
-        })?;
-        // plotters keeps fonts for the whole process and wants 'static bytes: leak them once.
-        let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
-        plotters::style::register_font("sans-serif", FontStyle::Normal, bytes)
-            .map_err(|_| format!("{FONT_PATH} is not a usable TrueType font"))
-    });
-    registered.clone().map_err(|message| anyhow!(message))
-}
-
-fn plot_error<E: std::fmt::Debug>(error: E) -> anyhow::Error {
-    anyhow!("plotting: {error:?}")
 }
 
 fn draw_panel(

@@ -4,21 +4,13 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use anyhow::Context;
 use serde::Serialize;
 
-use super::{median, BenchArgs, Run, Spec, Sweep};
+use super::{BenchArgs, Run, Spec, Sweep};
+use crate::report::machine::{git_revision, Machine};
+use crate::report::stats::{median, median_run};
 use bypass_pod::config::Protocol;
 use bypass_pod::stats::{Counters, LatencyTable};
-
-#[derive(Debug, Clone, Serialize)]
-pub struct Machine {
-    pub nproc: usize,
-    pub cpu_model: String,
-    pub kernel: String,
-    pub load_average_before: String,
-    pub load_average_after: String,
-}
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Settings {
@@ -137,14 +129,6 @@ pub struct Results {
     pub duration_s: f64,
 }
 
-fn read_trimmed(path: &str) -> String {
-    std::fs::read_to_string(path).map(|text| text.trim().to_string()).unwrap_or_default()
-}
-
-fn load_average() -> String {
-    read_trimmed("/proc/loadavg").split_whitespace().take(3).collect::<Vec<_>>().join(" ")
-}
-
 /// What the model charges where Tigon's protocol and our implementation could disagree.
 fn model_notes_markdown(md: &mut String) {
     let _ = writeln!(
@@ -166,36 +150,13 @@ fn model_notes_markdown(md: &mut String) {
 
 impl Results {
     pub fn new(args: &BenchArgs) -> Results {
-        let cpuinfo = read_trimmed("/proc/cpuinfo");
-        let cpu_model = cpuinfo
-            .lines()
-            .find(|line| line.starts_with("model name"))
-            .and_then(|line| line.split_once(':'))
-            .map(|(_, model)| model.trim().to_string())
-            .unwrap_or_default();
-        let git = std::process::Command::new("git")
-            .args(["-C", env!("CARGO_MANIFEST_DIR"), "rev-parse", "--short", "HEAD"])
-            .output()
-            .ok()
-            .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_string())
-            .unwrap_or_default();
         Results {
             command: std::env::args().collect::<Vec<_>>().join(" "),
             started_unix_s: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |since| since.as_secs()),
-            git,
-            machine: Machine {
-                nproc: std::thread::available_parallelism().map_or(1, |n| n.get()),
-                cpu_model,
-                kernel: format!(
-                    "{} {}",
-                    read_trimmed("/proc/sys/kernel/ostype"),
-                    read_trimmed("/proc/sys/kernel/osrelease")
-                ),
-                load_average_before: load_average(),
-                load_average_after: String::new(),
-            },
+            git: git_revision().unwrap_or_default(),
+            machine: Machine::now(),
             settings: Settings {
                 hosts: args.hosts,
                 repetitions: args.repetitions,
@@ -217,12 +178,12 @@ impl Results {
     /// Adds a sweep's points (medians of their runs).
     pub fn add(&mut self, specs: Vec<Spec>, runs: Vec<Vec<Run>>) {
         for (spec, runs) in specs.into_iter().zip(runs) {
-            let measured = median(runs.iter().filter(|run| run.error.is_none()).map(|run| run.measured_tps));
-            let modelled = median(runs.iter().filter(|run| run.error.is_none()).map(|run| run.modelled_tps));
-            let typical = runs
-                .iter()
-                .filter_map(|run| run.report.as_ref())
-                .min_by(|a, b| (a.throughput_tps - measured).abs().total_cmp(&(b.throughput_tps - measured).abs()));
+            let succeeded: Vec<&Run> = runs.iter().filter(|run| run.error.is_none()).collect();
+            let measured = median(&succeeded.iter().map(|run| run.measured_tps).collect::<Vec<_>>()).unwrap_or(0.0);
+            let modelled = median(&succeeded.iter().map(|run| run.modelled_tps).collect::<Vec<_>>()).unwrap_or(0.0);
+            // Counters and latencies come from one whole run: the median run by measured txn/s.
+            let reported: Vec<_> = runs.iter().filter_map(|run| run.report.as_ref()).collect();
+            let typical = median_run(&reported, |report| report.throughput_tps).map(|index| reported[index]);
             self.points.push(Point {
                 sweep: spec.sweep,
                 panel: spec.panel,
@@ -244,7 +205,7 @@ impl Results {
 
     pub fn finish(&mut self, duration_s: f64) {
         self.duration_s = duration_s;
-        self.machine.load_average_after = load_average();
+        self.machine.finish();
     }
 
     pub fn point(&self, panel: &str, series: &str, x: &str) -> Option<&Point> {
@@ -312,15 +273,7 @@ impl Results {
     }
 
     pub fn write(&self, out: &Path) -> anyhow::Result<()> {
-        let json = out.join("pod.json");
-        std::fs::write(&json, serde_json::to_string_pretty(self)?)
-            .with_context(|| format!("writing {}", json.display()))?;
-        let markdown = out.join("pod.md");
-        std::fs::write(&markdown, self.markdown()).with_context(|| format!("writing {}", markdown.display()))?;
-        if let Err(error) = super::plot::render(self, &out.join("pod.png")) {
-            eprintln!("bench pod: no plot: {error:#}");
-        }
-        Ok(())
+        crate::report::write(out, "pod", self, &self.markdown(), |png| super::plot::render(self, png))
     }
 
     pub fn summary(&self) -> String {
@@ -364,12 +317,10 @@ impl Results {
         let _ = writeln!(md, "# Pod benchmark: Tigon-style vs DS2PL+ vs OCC+ (TPC-C, YCSB) and Tigon's ablations\n");
         let _ = writeln!(
             md,
-            "`{}` — git {} — **{}-core machine** ({}, {}), {} host processes. Load average before {}, after {}. Took {:.0} s.\n",
+            "`{}` — git {} — {}, {} host processes. Load average before {}, after {}. Took {:.0} s.\n",
             self.command,
             self.git,
-            self.machine.nproc,
-            self.machine.cpu_model,
-            self.machine.kernel,
+            self.machine.headline(),
             self.settings.hosts,
             self.machine.load_average_before,
             self.machine.load_average_after,

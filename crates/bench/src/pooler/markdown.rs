@@ -39,14 +39,12 @@ pub fn header(results: &Results, title: &str) -> String {
     let mut text = format!("# {title}\n\n");
     let _ = writeln!(
         text,
-        "`{}` — {} — **{}-core machine** ({}, {}); load average {} at the start, {} after the last run.\n",
+        "`{}` — {} — {}; load average {} at the start, {} after the last run.\n",
         results.command,
         results.date,
-        machine.nproc,
-        machine.cpu_model,
-        machine.kernel,
-        results.load_average_start,
-        results.load_average_end
+        machine.headline(),
+        machine.load_average_before,
+        machine.load_average_after
     );
     let _ = writeln!(
         text,

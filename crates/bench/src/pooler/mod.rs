@@ -337,7 +337,7 @@ pub fn drive<D: Document>(
         plan.len(),
         setup.estimate_s(plan).div_ceil(60)
     );
-    if let Err(error) = plot::check_font() {
+    if let Err(error) = crate::report::plot::check_font() {
         eprintln!("bench {name}: warning: {error:#}");
     }
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;

@@ -1,11 +1,10 @@
 //! `pooler.png`: TPS (top row) and p99 latency (bottom row) against clients, one column per
 //! workload, one line per contender. Rendered with plotters; text needs a TTF font, loaded at run
-//! time from Debian's `fonts-dejavu-core`.
+//! time from Debian's `fonts-dejavu-core` ([`crate::report::plot`]).
 
 use std::path::Path;
-use std::sync::OnceLock;
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{Context, Result};
 use plotters::coord::ranged1d::{SegmentedCoord, ValueFormatter};
 use plotters::coord::types::RangedCoordi32;
 use plotters::coord::Shift;
@@ -13,9 +12,7 @@ use plotters::prelude::*;
 
 use super::report::Results;
 use super::{Contender, Workload};
-
-/// The font plotters draws all text with (package `fonts-dejavu-core`).
-const FONT_PATH: &str = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf";
+use crate::report::plot::{plot_error, register_font};
 
 /// Pixel size of one panel.
 const PANEL_WIDTH: u32 = 640;
@@ -48,20 +45,6 @@ pub fn render(results: &Results, path: &Path) -> Result<()> {
         draw_panel(&panels[(2 * block + 1) * columns + column], results, workload, Metric::P99Ms)?;
     }
     root.present().map_err(plot_error).with_context(|| format!("writing {}", path.display()))
-}
-
-fn register_font() -> Result<()> {
-    static REGISTERED: OnceLock<std::result::Result<(), String>> = OnceLock::new();
-    let registered = REGISTERED.get_or_init(|| {
-        let bytes = std::fs::read(FONT_PATH).map_err(|error| {
-            format!("cannot read {FONT_PATH} ({error}); install the Debian package fonts-dejavu-core")
-        })?;
-        // plotters keeps fonts for the whole process and wants 'static bytes: leak them once.
-        let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
-        plotters::style::register_font("sans-serif", FontStyle::Normal, bytes)
-            .map_err(|_| format!("{FONT_PATH} is not a usable TrueType font"))
-    });
-    registered.clone().map_err(|message| anyhow!(message))
 }
 
 /// (client index, value) points of one contender; the x axis has one slot per client count,
@@ -192,18 +175,6 @@ fn color_of(contender: Contender) -> RGBColor {
         Contender::BypassMirror => RGBColor(255, 127, 14),
         Contender::BypassKernelMirror => RGBColor(140, 86, 75),
     }
-}
-
-fn plot_error(error: impl std::fmt::Display) -> anyhow::Error {
-    anyhow!("plotting: {error}")
-}
-
-/// Fails early with the package to install when the font is missing (for the run's start).
-pub fn check_font() -> Result<()> {
-    if !Path::new(FONT_PATH).exists() {
-        bail!("{FONT_PATH} is missing: install the Debian package fonts-dejavu-core (no PNG will be written)");
-    }
-    Ok(())
 }
 
 #[cfg(test)]

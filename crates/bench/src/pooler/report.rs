@@ -11,7 +11,7 @@ use serde::Serialize;
 use super::contender::MAX_CLIENT_CONN;
 use super::measure::{sampling_rate, RunRecord, SAMPLED_LOG_CLIENTS_MIN, YCSB_ROWS, YCSB_ZIPF_S};
 use super::{markdown, plot, Contender, Setup, Workload, SCALE};
-use crate::machine::{self, MachineInfo};
+use crate::report::machine::{self, Machine};
 use crate::stats::median;
 
 /// Where the testkit finds PgBouncer (Debian's package), asked for its version.
@@ -119,11 +119,8 @@ pub struct Results {
     pub benchmark: &'static str,
     pub command: String,
     pub date: String,
-    pub machine: MachineInfo,
-    /// `/proc/loadavg` (1, 5, 15 min) when the benchmark started and after the last run: other
-    /// work on the machine perturbs the figures.
-    pub load_average_start: String,
-    pub load_average_end: String,
+    /// The machine, with the load average when the benchmark started and after the last run.
+    pub machine: Machine,
     pub versions: Versions,
     pub settings: Settings,
     pub workloads: Vec<Workload>,
@@ -164,9 +161,11 @@ impl Results {
             benchmark: setup.benchmark,
             command: machine::command_line(),
             date: machine::iso8601_utc(crate::cpu::unix_micros() / 1_000_000),
-            machine: machine::machine_info(),
-            load_average_end: load_average_start.clone(),
-            load_average_start,
+            machine: Machine {
+                load_average_after: load_average_start.clone(),
+                load_average_before: load_average_start,
+                ..Machine::now()
+            },
             versions,
             settings: Settings {
                 duration_s: setup.duration_s,
@@ -200,23 +199,17 @@ impl Results {
         self.runs.push(record);
         self.cells = summarize(&self.runs);
         self.ratios = ratios(&self.cells, &self.ratio_pairs);
-        self.load_average_end = machine::load_average();
+        self.machine.finish();
     }
 
     /// Writes the JSON, the markdown and (when a font is available) the PNG into `out`.
     pub fn write(&self, out: &Path) -> Result<()> {
-        let json = serde_json::to_string_pretty(self).context("serialising results")?;
-        write_file(&out.join(format!("{}.json", self.benchmark)), &(json + "\n"))?;
-        write_file(&out.join(format!("{}.md", self.benchmark)), &markdown::render(self))?;
-        self.write_plot(out);
-        Ok(())
+        crate::report::write(out, self.benchmark, self, &markdown::render(self), |png| self.draw(png))
     }
 
-    /// Writes `<benchmark>.png`; a missing font only costs the plot, with a warning.
-    pub fn write_plot(&self, out: &Path) {
-        if let Err(error) = plot::render(self, &out.join(format!("{}.png", self.benchmark))) {
-            eprintln!("bench {}: warning: no plot: {error:#}", self.benchmark);
-        }
+    /// Draws the TPS and p99 figure into `png`.
+    pub fn draw(&self, png: &Path) -> Result<()> {
+        plot::render(self, png)
     }
 
     pub fn direct_clients_max(&self) -> u32 {
@@ -244,10 +237,6 @@ pub fn ycsb_description() -> String {
          characters (~1 KB); one statement per transaction: SELECT * by key or UPDATE field0 by key; keys \
          random_zipfian(1, {YCSB_ROWS}, {YCSB_ZIPF_S}) — YCSB's 0.99 is below pgbench 15's minimum s = 1.001"
     )
-}
-
-pub fn write_file(path: &Path, text: &str) -> Result<()> {
-    std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
 }
 
 /// Medians per (workload, clients, contender), in first-seen order.
@@ -361,9 +350,9 @@ pub fn divide(numerator: Option<f64>, denominator: Option<f64>) -> Option<f64> {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::machine::MachineInfo;
     use crate::pgbench_log::LatencySummary;
     use crate::pooler::measure::CpuWindow;
+    use crate::report::machine::Machine;
 
     /// A successful run with the given headline numbers, for report tests.
     pub(crate) fn run(workload: Workload, clients: u32, contender: Contender, tps: f64, p99: f64) -> RunRecord {
@@ -416,17 +405,18 @@ pub(crate) mod tests {
             benchmark: "pooler",
             command: "bypass bench pooler --clients 50,1000".to_string(),
             date: "2026-01-02T03:04:05Z".to_string(),
-            machine: MachineInfo {
+            machine: Machine {
                 nproc: 2,
                 cpu_model: "Test CPU".to_string(),
                 memory_mib: 1024,
                 kernel: "Linux 6.18".to_string(),
                 somaxconn: "4096".to_string(),
                 ip_local_port_range: "32768-60999".to_string(),
+                load_average_before: "0.10 0.20 0.30".to_string(),
+                load_average_after: "1.10 1.20 1.30".to_string(),
                 note: "2-core machine".to_string(),
+                ..Machine::default()
             },
-            load_average_start: "0.10 0.20 0.30".to_string(),
-            load_average_end: "1.10 1.20 1.30".to_string(),
             versions: Versions {
                 postgres: "PostgreSQL 15.18 on x86_64".to_string(),
                 pgbench: "pgbench (PostgreSQL) 15.18".to_string(),

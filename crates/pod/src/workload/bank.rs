@@ -5,10 +5,10 @@
 
 use serde::Serialize;
 
-use super::{field, Check, Driver, Workload};
+use super::api::{field, Check, Driver, Workload};
+use crate::access::{update, TxnOps, TxnResult};
 use crate::partition::{Partition, TableId, TableSpec};
 use crate::rng::SplitMix64;
-use crate::txn::{update, TxnOps, TxnResult};
 
 pub const ACCOUNTS: TableId = 0;
 pub const LEDGER: TableId = 1;

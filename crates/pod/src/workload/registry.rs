@@ -13,10 +13,10 @@
 
 use serde::Serialize;
 
-use super::{field, Check, Driver, Workload};
+use super::api::{field, Check, Driver, Workload};
+use crate::access::{abort, update, Abort, TxnOps, TxnResult};
 use crate::partition::{Partition, TableId, TableSpec};
 use crate::rng::SplitMix64;
-use crate::txn::{abort, update, Abort, TxnOps, TxnResult};
 
 pub const ENTRIES: TableId = 0;
 pub const COUNTS: TableId = 1;

@@ -23,11 +23,11 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use super::{field, Check, Driver, Workload};
+use super::api::{field, Check, Driver, Workload};
+use crate::access::{abort, update, Abort, TxnError, TxnOps, TxnResult};
 use crate::error::PodError;
 use crate::partition::{Partition, TableId, TableSpec};
 use crate::rng::{nurand, SplitMix64};
-use crate::txn::{abort, update, Abort, TxnError, TxnOps, TxnResult};
 
 pub const WAREHOUSE: TableId = 0;
 pub const DISTRICT: TableId = 1;

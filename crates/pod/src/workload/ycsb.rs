@@ -9,10 +9,10 @@
 
 use serde::Serialize;
 
-use super::{field, Check, Driver, Workload};
+use super::api::{field, Check, Driver, Workload};
+use crate::access::{update, TxnOps, TxnResult};
 use crate::partition::{Partition, TableId, TableSpec};
 use crate::rng::{SplitMix64, Zipf};
-use crate::txn::{update, TxnOps, TxnResult};
 
 pub const USERTABLE: TableId = 0;
 

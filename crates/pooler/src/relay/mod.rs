@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 use bypass_wire::frame::{Header, Step};
 use bypass_wire::{BackendMessage, TransactionStatus, WireError, HEADER_LEN};
 
+use crate::client::ClientSide;
 use crate::config::SessionStatePolicy;
 use crate::error::{PoolerError, TimeoutKind};
 use crate::io::{read_some, sleep_until};
@@ -28,7 +29,6 @@ use crate::params::ParamSet;
 use crate::pool::Pool;
 use crate::prepared::{ClientStatements, Event, ResponsePlan, Verdict};
 use crate::server::ServerConn;
-use crate::session::ClientSide;
 use crate::session_state::{self, StateChange};
 use outgoing::Outgoing;
 use statements::{large_bind_statement, rewrite_large_bind_start, Statements};

@@ -18,7 +18,8 @@ use bypass_fastpath::{ClientSlot, FastPath, ServerSlot};
 use bypass_wire::HEADER_LEN;
 use tokio::sync::Notify;
 
-use super::{next_request, ClientSide, Session};
+use super::{next_request, Session};
+use crate::client::ClientSide;
 use crate::error::{PoolerError, TimeoutKind};
 use crate::io::{read_some, sleep_until};
 use crate::kernel::KernelPool;

@@ -15,7 +15,6 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
 use bypass_wire::startup::{GSSENC_REQUEST_CODE, SSL_REQUEST_CODE};
 use bypass_wire::SqlState;
@@ -26,15 +25,13 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use rustls::server::WebPkiClientVerifier;
 use rustls::RootCertStore;
-use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 
 use crate::config::PoolerSettings;
+pub use crate::config::{ClientSslMode, ServerSslMode};
 use crate::error::PoolerError;
-use crate::session::ClientSide;
-use crate::shared::Shared;
 use crate::stream::Stream;
 
 mod verify;
@@ -49,42 +46,6 @@ pub const REQUEST_LEN: usize = 8;
 /// Encryption requests a client may send before its startup packet (GSSENCRequest, then
 /// SSLRequest, as libpq does with `gssencmode=prefer`).
 const ENCRYPTION_REQUESTS_MAX: usize = 2;
-
-/// TLS towards clients, PgBouncer's `client_tls_sslmode`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default, Deserialize, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum ClientSslMode {
-    /// Plaintext only: SSLRequest is answered 'N'.
-    #[default]
-    Disable,
-    /// TLS when the client asks for it.
-    Allow,
-    /// TLS when the client asks for it (the same as `allow` on the accepting side).
-    Prefer,
-    /// TLS required: plaintext clients are refused with 28000 after their startup packet.
-    Require,
-    /// TLS with a client certificate signed by `client_tls_ca_file` required.
-    VerifyCa,
-    /// As `verify-ca` (PgBouncer's meaning: the pooler cannot check a client's host name).
-    VerifyFull,
-}
-
-/// TLS towards PostgreSQL, PgBouncer's `server_tls_sslmode`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default, Deserialize, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum ServerSslMode {
-    /// Plaintext, no SSLRequest.
-    Disable,
-    /// TLS if the server offers it, without checking its certificate; plaintext otherwise.
-    #[default]
-    Prefer,
-    /// TLS required, certificate not checked.
-    Require,
-    /// TLS required, certificate chain checked against `server_tls_ca_file`.
-    VerifyCa,
-    /// As `verify-ca`, and the certificate must name the database entry's `host`.
-    VerifyFull,
-}
 
 /// The accepting side's TLS, built from the config.
 pub struct ClientTls {
@@ -325,50 +286,6 @@ fn server_tls_failed(reason: &str) -> PoolerError {
         code: SqlState::INVALID_AUTHORIZATION_SPECIFICATION.code().into(),
         message: format!("TLS to the server failed: {reason}"),
     }
-}
-
-impl PoolerSettings {
-    /// Resolves the TLS and hba file names against the config file's folder.
-    pub fn resolve_security_paths(&mut self, folder: &Path) {
-        for path in [
-            &mut self.client_tls_cert_file,
-            &mut self.client_tls_key_file,
-            &mut self.client_tls_ca_file,
-            &mut self.server_tls_ca_file,
-            &mut self.server_tls_cert_file,
-            &mut self.server_tls_key_file,
-            &mut self.auth_hba_file,
-        ]
-        .into_iter()
-        .flatten()
-        {
-            *path = folder.join(&*path);
-        }
-    }
-}
-
-/// Negotiates encryption with a freshly accepted client within `client_login_timeout_ms` and
-/// wraps it for login; `None` when the client left or the handshake failed (there is no
-/// protocol left to tell it in).
-pub async fn accept_within_login_timeout(shared: &Shared, tcp: TcpStream) -> Option<ClientSide> {
-    let timeout = Duration::from_millis(shared.live().settings.client_login_timeout_ms);
-    let accepted = match tokio::time::timeout(timeout, accept_client(shared.tls.client.as_deref(), tcp)).await {
-        Ok(Ok(accepted)) => accepted,
-        Ok(Err(error)) => {
-            tracing::debug!(%error, "client encryption negotiation failed");
-            return None;
-        }
-        Err(_) => {
-            tracing::debug!("client encryption negotiation timed out");
-            return None;
-        }
-    };
-    let mut client = ClientSide::over(accepted.stream);
-    if let Some(leftover) = accepted.leftover {
-        client.buffer.spare()[..REQUEST_LEN].copy_from_slice(&leftover);
-        client.buffer.commit(REQUEST_LEN);
-    }
-    Some(client)
 }
 
 #[cfg(test)]

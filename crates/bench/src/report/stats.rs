@@ -1,4 +1,13 @@
-//! Order statistics used by every report: nearest-rank percentiles and medians.
+//! Order statistics behind every published figure: one median, one percentile.
+//!
+//! Definitions (the only ones in the benchmarks):
+//! - **median**: the middle value of the finite samples, the mean of the two middle values for
+//!   an even count ([`median`]); NaNs and infinities (failed runs) are left out.
+//! - **percentile**: nearest rank over sorted samples ([`percentile_sorted`]), so a p99 is a
+//!   latency that was really observed.
+//! - **median run**: where a report keeps a whole run (every figure of a point from one run),
+//!   the run the median is taken from ([`median_run`]): the middle run, or for an even count
+//!   the lower of the two middles.
 
 /// The `percent`-th percentile of an ascending slice by the nearest-rank method: the smallest
 /// value such that at least `percent`% of the samples are ≤ it. `None` for an empty slice.
@@ -34,6 +43,15 @@ pub fn median(values: &[f64]) -> Option<f64> {
     }
 }
 
+/// The index into `items` of the median run by `key`: the middle of the finite keys, or for an
+/// even count the lower of the two middles [`median`] averages (equal keys keep input order);
+/// `None` when no key is finite. A report that keeps whole runs shows this one.
+pub fn median_run<T>(items: &[T], key: impl Fn(&T) -> f64) -> Option<usize> {
+    let mut finite: Vec<usize> = (0..items.len()).filter(|&index| key(&items[index]).is_finite()).collect();
+    finite.sort_by(|&a, &b| key(&items[a]).total_cmp(&key(&items[b])));
+    finite.get(finite.len().checked_sub(1)? / 2).copied()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -63,5 +81,16 @@ mod tests {
         assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), Some(2.5));
         assert_eq!(median(&[f64::NAN, 5.0]), Some(5.0));
         assert_eq!(median(&[]), None);
+    }
+
+    // Goal: the median run is the middle one for odd counts and the lower middle for even
+    // counts, whatever the input order; method: literal keys.
+    #[test]
+    fn median_run_is_the_middle_or_lower_middle() {
+        assert_eq!(median_run(&[5.0, 1.0, 3.0], |v| *v), Some(2));
+        assert_eq!(median_run(&[4.0, 1.0, 3.0, 2.0], |v| *v), Some(3), "lower middle of 1 2 3 4 is 2");
+        assert_eq!(median_run(&[1.0, 1.0, 9.0, 10.0], |v| *v), Some(1), "equal keys keep input order");
+        assert_eq!(median_run(&[f64::NAN, 7.0], |v| *v), Some(1));
+        assert_eq!(median_run::<f64>(&[], |v| *v), None);
     }
 }

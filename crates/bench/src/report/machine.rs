@@ -4,58 +4,93 @@
 use std::path::Path;
 use std::process::Command;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
-/// Hardware and kernel.
-#[derive(Debug, Clone, Serialize)]
-pub struct MachineInfo {
+/// The machine a benchmark ran on, and how busy it was: the one description every report
+/// records (`machine` in its JSON) and prints in its markdown header.
+///
+/// Every field has a serde default, so reports written before a field existed still parse (the
+/// engine benchmark merges `--only` runs into the committed engine.json).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Machine {
+    /// CPUs this process may run on.
+    #[serde(alias = "cores")]
     pub nproc: usize,
     pub cpu_model: String,
     pub memory_mib: u64,
-    /// `uname -srvm` equivalent.
+    /// `ostype osrelease arch`, e.g. `Linux 6.1.0-18-amd64 x86_64`.
     pub kernel: String,
+    /// `/sys/kernel/mm/transparent_hugepage/enabled` (the engine's chunk pool relies on it).
+    pub transparent_hugepages: String,
+    /// `/proc/sys/vm/nr_hugepages`.
+    pub hugetlb_pages: String,
     pub somaxconn: String,
     pub ip_local_port_range: String,
+    /// `/proc/loadavg` (1, 5, 15 min) when the benchmark started and when it ended: other work
+    /// on the shared machine perturbs the figures.
+    pub load_average_before: String,
+    pub load_average_after: String,
+    /// What the core count means for the figures.
     pub note: String,
 }
 
-/// Reads the machine facts from `/proc`; unknown values become empty strings or 0.
-pub fn machine_info() -> MachineInfo {
-    let nproc = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
-    let read = |path: &str| std::fs::read_to_string(path).map(|text| text.trim().to_string()).unwrap_or_default();
-    let cpuinfo = read("/proc/cpuinfo");
-    let meminfo = read("/proc/meminfo");
-    let kernel = format!(
-        "{} {} {} {}",
-        read("/proc/sys/kernel/ostype"),
-        read("/proc/sys/kernel/osrelease"),
-        read("/proc/sys/kernel/version"),
-        std::env::consts::ARCH
-    );
-    MachineInfo {
-        nproc,
-        cpu_model: field_after_colon(&cpuinfo, "model name").unwrap_or_default(),
-        memory_mib: field_after_colon(&meminfo, "MemTotal")
-            .and_then(|value| value.split_whitespace().next()?.parse::<u64>().ok())
-            .map_or(0, |kib| kib / 1024),
-        kernel,
-        somaxconn: read("/proc/sys/net/core/somaxconn"),
-        ip_local_port_range: read("/proc/sys/net/ipv4/ip_local_port_range")
-            .split_whitespace()
-            .collect::<Vec<_>>()
-            .join("-"),
-        note: format!(
-            "{nproc}-core machine: load generator, pooler and PostgreSQL share the same cores, \
-             so absolute numbers are low and the ratios are what matters"
-        ),
+impl Machine {
+    /// The machine as it is now; the load average now is the "before" (and, until
+    /// [`Machine::finish`], the "after").
+    pub fn now() -> Machine {
+        let nproc = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+        let cpuinfo = read_trimmed("/proc/cpuinfo");
+        let meminfo = read_trimmed("/proc/meminfo");
+        let load = load_average();
+        Machine {
+            nproc,
+            cpu_model: field_after_colon(&cpuinfo, "model name").unwrap_or_default(),
+            memory_mib: field_after_colon(&meminfo, "MemTotal")
+                .and_then(|value| value.split_whitespace().next()?.parse::<u64>().ok())
+                .map_or(0, |kib| kib / 1024),
+            kernel: format!(
+                "{} {} {}",
+                read_trimmed("/proc/sys/kernel/ostype"),
+                read_trimmed("/proc/sys/kernel/osrelease"),
+                std::env::consts::ARCH
+            ),
+            transparent_hugepages: read_trimmed("/sys/kernel/mm/transparent_hugepage/enabled"),
+            hugetlb_pages: read_trimmed("/proc/sys/vm/nr_hugepages"),
+            somaxconn: read_trimmed("/proc/sys/net/core/somaxconn"),
+            ip_local_port_range: read_trimmed("/proc/sys/net/ipv4/ip_local_port_range")
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join("-"),
+            load_average_after: load.clone(),
+            load_average_before: load,
+            note: format!(
+                "{nproc}-core machine: load generator, system under test and its peers share the same cores, \
+                 so absolute numbers are low and the ratios are what matters"
+            ),
+        }
+    }
+
+    /// Records the load average at the end of the benchmark.
+    pub fn finish(&mut self) {
+        self.load_average_after = load_average();
+    }
+
+    /// `**2-core machine** (CPU model, kernel)` for a markdown header.
+    pub fn headline(&self) -> String {
+        format!("**{}-core machine** ({}, {})", self.nproc, self.cpu_model, self.kernel)
     }
 }
 
 /// The 1, 5 and 15 minute load averages from `/proc/loadavg` (`"0.35 2.15 2.47"`), to show
 /// how busy the shared machine was around a run; empty if unreadable.
 pub fn load_average() -> String {
-    let text = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    text.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+    read_trimmed("/proc/loadavg").split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+}
+
+/// A file's contents, trimmed; empty when unreadable.
+fn read_trimmed(path: &str) -> String {
+    std::fs::read_to_string(path).map(|text| text.trim().to_string()).unwrap_or_default()
 }
 
 /// The value of the first `key : value` line, trimmed.
@@ -153,9 +188,20 @@ mod tests {
     // Goal: machine facts are read on Linux; method: check a few are non-empty.
     #[test]
     fn reads_machine_info() {
-        let info = machine_info();
-        assert!(info.nproc >= 1);
-        assert!(info.kernel.starts_with("Linux"));
+        let machine = Machine::now();
+        assert!(machine.nproc >= 1);
+        assert!(machine.kernel.starts_with("Linux"));
         assert_eq!(load_average().split(' ').count(), 3);
+        assert_eq!(machine.load_average_before, machine.load_average_after);
+    }
+
+    // Goal: reports written by older versions (engine.json's `cores`, missing fields) parse;
+    // method: deserialize the engine's old machine object.
+    #[test]
+    fn parses_older_machine_descriptions() {
+        let old = r#"{"cores": 2, "load_average_before": "0.5 1.7 2.2 2/84 25681", "kernel": "6.1.0"}"#;
+        let machine: Machine = serde_json::from_str(old).expect("parses");
+        assert_eq!((machine.nproc, machine.kernel.as_str()), (2, "6.1.0"));
+        assert!(machine.cpu_model.is_empty());
     }
 }

@@ -25,25 +25,31 @@
 //! never exceeds the pool size; a connection's [`Lease`] gives its slot back when it is dropped;
 //! no server is ever dropped while the pool's lock is held (its lease takes that lock).
 
-use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak};
-use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use crate::config::PoolMode;
 use crate::error::{PoolerError, TimeoutKind};
+use crate::lease::SlotOwner;
+pub use crate::lease::{DatabaseLimit, Lease};
 use crate::prepared::StatementRegistry;
 use crate::server::{Credential, LoginTarget, ServerConn, ServerLimits, Welcome};
 use crate::stats::PoolStats;
+
+mod kernel_lend;
+mod policy;
+mod waiters;
+
+pub use kernel_lend::{serve_handoffs, KernelPools};
+use policy::{PoolState, Queued};
+pub use waiters::{remember_client_task_bytes, Grant, Waiter};
 
 /// How much later than the oldest waiter a waiter of the releasing shard may have joined and
 /// still be served first. Measured at 1,000 clients on two pinned shards (`SELECT 1`): with a
 /// slack of a quarter of the head's wait (≈ 7 ms there) ~900 servers a second changed shards and
 /// throughput was 0.8× PgBouncer's; with this bound, under 5 a second and 1.7–1.9×.
 pub const LOCAL_SLACK: Duration = Duration::from_millis(50);
-/// Idle servers inspected for one of the caller's shard.
-const IDLE_SCAN_MAX: usize = 16;
 
 /// Identifies a pool: the client-visible database and the client's user.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -84,264 +90,6 @@ pub struct PoolLimits {
     pub server_connect_timeout_ms: u64,
 }
 
-/// Servers open for one backend database across all its pools, against `max_db_connections`.
-#[derive(Debug)]
-pub struct DatabaseLimit {
-    /// 0 = unlimited; a reload may change it.
-    max: AtomicU32,
-    open: AtomicU32,
-    pools: Mutex<Vec<Weak<Pool>>>,
-}
-
-impl DatabaseLimit {
-    pub fn new(max: u32) -> Arc<Self> {
-        Arc::new(DatabaseLimit { max: AtomicU32::new(max), open: AtomicU32::new(0), pools: Mutex::new(Vec::new()) })
-    }
-
-    pub fn set_max(&self, max: u32) {
-        self.max.store(max, Ordering::Relaxed);
-    }
-
-    fn max(&self) -> u32 {
-        self.max.load(Ordering::Relaxed)
-    }
-
-    fn try_take(&self) -> bool {
-        self.open
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |open| {
-                let max = self.max();
-                (max == 0 || open < max).then_some(open + 1)
-            })
-            .is_ok()
-    }
-
-    fn give_back(&self) {
-        let previous = self.open.fetch_sub(1, Ordering::AcqRel);
-        assert!(previous > 0, "database connection count underflow");
-    }
-
-    fn siblings(&self) -> Vec<Arc<Pool>> {
-        lock(&self.pools).iter().filter_map(Weak::upgrade).collect()
-    }
-}
-
-/// What a waiting client is handed.
-pub enum Grant {
-    Server(Box<ServerConn>),
-    /// A counted slot: the waiter logs in a new server itself.
-    Connect,
-    /// The waiter sat in the queue for `query_wait_timeout`.
-    Expired,
-    /// A reload replaced the pool: ask its successor.
-    Moved,
-}
-
-/// A client's place in a pool's queue. Each client owns one for its whole session, so waiting
-/// allocates nothing. The grant and the waiting task's waker share one lock: a hand-off is one
-/// lock on each side and one wake, with no wait list to maintain.
-#[derive(Default)]
-pub struct Waiter {
-    slot: Mutex<WaiterSlot>,
-    /// Addresses of the waiting client's state outside its task (see [`Waiter::remember_lines`]).
-    lines: [AtomicUsize; 2],
-}
-
-#[derive(Default)]
-struct WaiterSlot {
-    grant: Option<Grant>,
-    waker: Option<Waker>,
-}
-
-impl Waiter {
-    pub fn new() -> Arc<Self> {
-        Arc::new(Waiter::default())
-    }
-
-    fn give(&self, grant: Grant) {
-        let waker = {
-            let mut slot = lock(&self.slot);
-            assert!(slot.grant.is_none(), "a waiter was granted twice");
-            slot.grant = Some(grant);
-            slot.waker.take()
-        };
-        if let Some(waker) = waker {
-            warm_task(&waker);
-            for line in &self.lines {
-                prefetch(line.load(Ordering::Relaxed));
-            }
-            waker.wake();
-        }
-    }
-
-    /// Remembers two lines the client touches first when granted a server, outside its task
-    /// (its read buffer's first bytes, its cancel route), so the grant prefetches them too.
-    pub fn remember_lines(&self, lines: [*const u8; 2]) {
-        for (slot, line) in self.lines.iter().zip(lines) {
-            slot.store(line as usize, Ordering::Relaxed);
-        }
-    }
-
-    fn take(&self) -> Option<Grant> {
-        lock(&self.slot).grant.take()
-    }
-
-    /// Ready with the grant once given; otherwise remembers who to wake.
-    fn poll_grant(&self, context: &mut Context<'_>) -> Poll<Grant> {
-        let mut slot = lock(&self.slot);
-        if let Some(grant) = slot.grant.take() {
-            return Poll::Ready(grant);
-        }
-        if !slot.waker.as_ref().is_some_and(|waker| waker.will_wake(context.waker())) {
-            slot.waker = Some(context.waker().clone());
-        }
-        Poll::Pending
-    }
-}
-
-/// Bytes to warm from a client task's start: its header and session future (3.3 KB today).
-static CLIENT_TASK_BYTES: AtomicUsize = AtomicUsize::new(0);
-/// Room for the task header in front of the future, and a bound on what one grant prefetches.
-const TASK_HEADER_BYTES: usize = 256;
-const WARM_BYTES_MAX: usize = 8 * 1024;
-
-/// Records the size of the future a client task runs (the same for every client).
-pub fn remember_client_task_bytes(future_bytes: usize) {
-    CLIENT_TASK_BYTES.store((future_bytes + TASK_HEADER_BYTES).min(WARM_BYTES_MAX), Ordering::Relaxed);
-}
-
-/// Prefetches a granted client's task before waking it. With 1,000 clients queued on 20 servers
-/// a waiter's state has left the cache by its turn; it runs only after the tasks already queued,
-/// by when the lines have arrived. With the lines of [`Waiter::remember_lines`] this cut the
-/// pooler's user time per transaction at 1,000 clients from ≈ 4.2 to ≈ 3.0 µs. A tokio waker's
-/// data pointer is its task's header, which the future follows; for any other waker the
-/// prefetch touches nothing (a prefetch never faults).
-fn warm_task(waker: &Waker) {
-    let start = waker.data() as usize;
-    for offset in (0..CLIENT_TASK_BYTES.load(Ordering::Relaxed)).step_by(64) {
-        prefetch(start.wrapping_add(offset));
-    }
-}
-
-fn prefetch(address: usize) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        // SAFETY: a prefetch is a hint: it never faults and changes no memory, whatever the address.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(address as *const i8) };
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = address;
-}
-
-/// A client in the queue and when it joined.
-struct Queued {
-    waiter: Arc<Waiter>,
-    since: Instant,
-}
-
-struct PoolState {
-    // Boxed: servers leave the pool as the box the session holds, so moving one is a pointer copy.
-    #[allow(clippy::vec_box)]
-    idle: Vec<Box<ServerConn>>,
-    /// One FIFO of waiting clients per shard; the oldest waiter overall is the oldest front.
-    waiters: Box<[VecDeque<Queued>]>,
-    /// Logged-in servers per home shard (what their leases are counted on).
-    homed: Box<[u32]>,
-    open: u32,
-    limits: PoolLimits,
-    /// PAUSE: no server is handed out; clients queue.
-    paused: bool,
-    /// RECONNECT: servers opened before this instant are closed instead of reused.
-    retire_before: Option<Instant>,
-}
-
-impl PoolState {
-    fn new(shards: usize, limits: PoolLimits) -> Self {
-        PoolState {
-            idle: Vec::new(),
-            waiters: (0..shards.max(1)).map(|_| VecDeque::new()).collect(),
-            homed: vec![0; shards.max(1)].into_boxed_slice(),
-            open: 0,
-            limits,
-            paused: false,
-            retire_before: None,
-        }
-    }
-
-    /// Whether a released server should be closed instead of reused.
-    fn retired(&self, server: &ServerConn, now: Instant) -> bool {
-        let lifetime = self.limits.server_lifetime_ms;
-        self.retire_before.is_some_and(|before| server.created_at < before)
-            || (lifetime > 0 && server.age_ms(now) >= lifetime)
-            || self.open > self.limits.size
-    }
-
-    /// An idle server, preferring the most recently used one of `shard`.
-    fn take_idle(&mut self, shard: usize) -> Option<Box<ServerConn>> {
-        let scan_from = self.idle.len().saturating_sub(IDLE_SCAN_MAX);
-        let local = self.idle[scan_from..].iter().rposition(|server| server.home == shard);
-        match local {
-            Some(offset) => Some(self.idle.remove(scan_from + offset)),
-            None => self.idle.pop(),
-        }
-    }
-
-    fn waiting(&self) -> usize {
-        self.waiters.iter().map(VecDeque::len).sum()
-    }
-
-    /// The shard whose front waiter joined first.
-    fn oldest_shard(&self) -> Option<usize> {
-        let fronts = self.waiters.iter().enumerate().filter_map(|(shard, queue)| Some((queue.front()?.since, shard)));
-        fronts.min().map(|(_, shard)| shard)
-    }
-
-    /// The oldest waiter overall, and its shard.
-    fn pop_oldest(&mut self) -> Option<(usize, Queued)> {
-        let shard = self.oldest_shard()?;
-        Some((shard, self.waiters[shard].pop_front()?))
-    }
-
-    /// The waiter a server of `home` released at `now` goes to, and that waiter's shard; `None`
-    /// leaves it idle on `home`. `clients` counts the pool's clients on a shard. See the module
-    /// documentation for the rules.
-    fn next_waiter(&mut self, home: usize, now: Instant, clients: impl Fn(usize) -> u32) -> Option<(usize, Queued)> {
-        let oldest = self.oldest_shard()?;
-        let oldest_since = self.waiters[oldest].front().map(|queued| queued.since)?;
-        let shard = match self.waiters[home].front() {
-            _ if oldest == home => home,
-            _ if self.richer(home, oldest, &clients) => oldest,
-            Some(local) if local.since.duration_since(oldest_since) <= LOCAL_SLACK => home,
-            Some(_) => oldest,
-            None if self.homed[oldest] == 0 || now.saturating_duration_since(oldest_since) > LOCAL_SLACK => oldest,
-            None => return None,
-        };
-        Some((shard, self.waiters[shard].pop_front()?))
-    }
-
-    /// True when `shard` has more servers per client than `other` would have with one more:
-    /// moving one server then evens out the clients' share without swinging back.
-    fn richer(&self, shard: usize, other: usize, clients: impl Fn(usize) -> u32) -> bool {
-        let servers = |shard: usize| u64::from(self.homed[shard]);
-        servers(shard) * u64::from(clients(other)) > (servers(other) + 1) * u64::from(clients(shard))
-    }
-
-    /// Counts a logged-in server on `shard` from now on (it is about to move there, or just
-    /// logged in there).
-    fn count_home(&mut self, server: &mut ServerConn, shard: usize) {
-        if let Some(home) = server.lease.home.replace(shard) {
-            self.homed[home] -= 1;
-        }
-        self.homed[shard] += 1;
-    }
-
-    fn remove(&mut self, waiter: &Arc<Waiter>) {
-        for queue in self.waiters.iter_mut() {
-            queue.retain(|queued| !Arc::ptr_eq(&queued.waiter, waiter));
-        }
-    }
-}
-
 /// One pool of servers.
 pub struct Pool {
     pub key: PoolKey,
@@ -363,37 +111,7 @@ pub struct Pool {
     kernel: OnceLock<crate::kernel::KernelPool>,
 }
 
-/// Counts one server connection in its pool and database; dropping it frees the slot.
-pub struct Lease {
-    pool: Weak<Pool>,
-    /// `None` for a connection outside every pool (see [`Lease::detached`]).
-    database: Option<Arc<DatabaseLimit>>,
-    /// The shard the server is counted on once logged in (see `PoolState::homed`).
-    home: Option<usize>,
-}
-
-impl Lease {
-    /// A lease of no pool, for a connection the pooler opens for itself (auth_query).
-    pub fn detached() -> Lease {
-        Lease { pool: Weak::new(), database: None, home: None }
-    }
-}
-
-impl Drop for Lease {
-    fn drop(&mut self) {
-        match self.pool.upgrade() {
-            Some(pool) => pool.slot_freed(self.home),
-            // The pool is gone (replaced by a reload and left by its last client).
-            None => {
-                if let Some(database) = &self.database {
-                    database.give_back();
-                }
-            }
-        }
-    }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     // A panic while holding a pool lock is a bug elsewhere; the state itself stays consistent.
     mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
@@ -421,7 +139,8 @@ impl Pool {
             myself: myself.clone(),
             kernel: OnceLock::new(),
         });
-        lock(&database.pools).push(Arc::downgrade(&pool));
+        let owner: Weak<dyn SlotOwner> = Arc::downgrade(&pool) as Weak<Pool>;
+        database.register(owner);
         pool
     }
 
@@ -581,111 +300,9 @@ impl Pool {
         }
     }
 
-    /// An idle server goes to the kernel's free set when this pool runs there, else to the
-    /// user-space idle list.
-    fn park(&self, state: &mut PoolState, server: Box<ServerConn>) {
-        let server = match self.kernel.get().filter(|_| !state.paused) {
-            Some(kernel) => match kernel.lend(server) {
-                Ok(()) => return,
-                Err(server) => server,
-            },
-            None => server,
-        };
-        state.idle.push(server);
-    }
-
-    /// Tells the kernel how many clients wait here, so it leaves freed servers to them; a
-    /// paused pool counts as waited on, so the kernel starts no transaction and hands every
-    /// server it releases back here.
-    fn sync_kernel_waiters(&self, state: &PoolState) {
-        if let Some(kernel) = self.kernel.get() {
-            kernel.set_waiters(if state.paused { usize::MAX } else { state.waiting() });
-        }
-    }
-
-    /// Takes every free server back from the kernel into the idle list (PAUSE).
-    fn reclaim_all(&self, state: &mut PoolState) {
-        let Some(kernel) = self.kernel.get() else { return };
-        while let Some(server) = kernel.reclaim() {
-            state.idle.push(server);
-        }
-    }
-
-    /// Runs this pool's transactions in the kernel from now on.
-    pub fn enable_kernel(&self, kernel: crate::kernel::KernelPool) {
-        let _ = self.kernel.set(kernel);
-    }
-
-    pub fn kernel(&self) -> Option<&crate::kernel::KernelPool> {
-        self.kernel.get()
-    }
-
-    /// A server the kernel released while clients waited here: to the first of them.
-    pub fn accept_handoff(&self, slot: bypass_fastpath::ServerSlot) {
-        let Some(kernel) = self.kernel.get() else { return };
-        if !kernel.fast.take_handoff(slot) {
-            return;
-        }
-        if let Some(server) = kernel.take(slot) {
-            self.release(server);
-        }
-    }
-
     fn lease(&self) -> Lease {
-        Lease { pool: self.myself.clone(), database: Some(self.database.clone()), home: None }
-    }
-
-    /// Called when a server of this pool is closed: hands its slot to a waiter, here or in a
-    /// sibling pool of the same database.
-    fn slot_freed(&self, home: Option<usize>) {
-        let mut state = lock(&self.state);
-        assert!(state.open > 0, "pool open count underflow");
-        state.open -= 1;
-        if let Some(home) = home {
-            state.homed[home] -= 1;
-        }
-        self.database.give_back();
-        let room = !state.paused && state.open < state.limits.size && self.successor.get().is_none();
-        if room && state.waiting() > 0 && self.database.try_take() {
-            state.open += 1;
-            let (_, queued) = state.pop_oldest().expect("checked non-empty");
-            self.sync_kernel_waiters(&state);
-            queued.waiter.give(Grant::Connect);
-            return;
-        }
-        drop(state);
-        for sibling in self.database.siblings() {
-            if sibling.offer_slot() {
-                return;
-            }
-        }
-    }
-
-    /// Gives a connect slot to this pool's first waiter if it may open one; true if it did.
-    fn offer_slot(&self) -> bool {
-        let mut state = lock(&self.state);
-        if state.paused || state.waiting() == 0 || state.open >= state.limits.size || !self.database.try_take() {
-            return false;
-        }
-        state.open += 1;
-        let (_, queued) = state.pop_oldest().expect("checked non-empty");
-        queued.waiter.give(Grant::Connect);
-        true
-    }
-
-    /// Closes one idle server of another pool of this database so a slot frees up for us.
-    fn evict_sibling_idle(&self) {
-        for sibling in self.database.siblings() {
-            if std::ptr::eq(Arc::as_ptr(&sibling), self) {
-                continue;
-            }
-            let reclaimed = || sibling.kernel.get().and_then(|kernel| kernel.reclaim());
-            let victim = lock(&sibling.state).idle.pop().or_else(reclaimed);
-            if let Some(victim) = victim {
-                drop(victim);
-                return;
-            }
-        }
+        let owner: Weak<dyn SlotOwner> = self.myself.clone();
+        Lease::new(owner, self.database.clone())
     }
 
     /// Closes idle servers past `server_idle_timeout` or `server_lifetime` (keeping `min_size`)
@@ -876,15 +493,71 @@ impl Pool {
         totals
     }
 
-    fn kernel_transactions(&self) -> u64 {
-        self.kernel.get().map_or(0, |kernel| kernel.fast.pool(kernel.index).transactions.load(Ordering::Relaxed))
-    }
-
     /// (backend process id, opened at) of every idle server.
     pub fn idle_servers(&self) -> Vec<(i32, Instant)> {
         let mut idle: Vec<_> = self.kernel.get().map(|kernel| kernel.free_servers()).unwrap_or_default();
         idle.extend(lock(&self.state).idle.iter().map(|server| (server.key.process_id, server.created_at)));
         idle
+    }
+}
+
+/// The pool's side of its leases: a closed server's slot goes to a waiter, here or in a sibling
+/// pool of the same database.
+impl SlotOwner for Pool {
+    fn slot_freed(&self, home: Option<usize>) {
+        let mut state = lock(&self.state);
+        assert!(state.open > 0, "pool open count underflow");
+        state.open -= 1;
+        if let Some(home) = home {
+            state.homed[home] -= 1;
+        }
+        self.database.give_back();
+        let room = !state.paused && state.open < state.limits.size && self.successor.get().is_none();
+        if room && state.waiting() > 0 && self.database.try_take() {
+            state.open += 1;
+            let (_, queued) = state.pop_oldest().expect("checked non-empty");
+            self.sync_kernel_waiters(&state);
+            queued.waiter.give(Grant::Connect);
+            return;
+        }
+        drop(state);
+        for sibling in self.database.owners() {
+            if sibling.offer_slot() {
+                return;
+            }
+        }
+    }
+
+    fn offer_slot(&self) -> bool {
+        let mut state = lock(&self.state);
+        if state.paused || state.waiting() == 0 || state.open >= state.limits.size || !self.database.try_take() {
+            return false;
+        }
+        state.open += 1;
+        let (_, queued) = state.pop_oldest().expect("checked non-empty");
+        queued.waiter.give(Grant::Connect);
+        true
+    }
+
+    fn close_one_idle(&self) -> bool {
+        let reclaimed = || self.kernel.get().and_then(|kernel| kernel.reclaim());
+        let victim = lock(&self.state).idle.pop().or_else(reclaimed);
+        victim.is_some()
+    }
+}
+
+impl Pool {
+    /// Closes one idle server of another pool of this database so a slot frees up for us.
+    fn evict_sibling_idle(&self) {
+        for sibling in self.database.owners() {
+            let sibling_address = Arc::as_ptr(&sibling) as *const ();
+            if std::ptr::eq(sibling_address, (self as *const Pool).cast()) {
+                continue;
+            }
+            if sibling.close_one_idle() {
+                return;
+            }
+        }
     }
 }
 
@@ -945,87 +618,4 @@ fn state_needs_eviction(pool: &Pool) -> bool {
     }
     let state = lock(&pool.state);
     state.open < state.limits.size
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    const LIMITS: PoolLimits = PoolLimits {
-        size: 20,
-        min_size: 0,
-        query_wait_timeout_ms: 0,
-        server_idle_timeout_ms: 0,
-        server_lifetime_ms: 0,
-        server_connect_timeout_ms: 0,
-    };
-
-    /// Two shards; `joined` lists (shard, milliseconds after the first arrival) in arrival order.
-    /// Returns the state and the time of the first arrival.
-    fn queues(joined: &[(usize, u64)], homed: [u32; 2]) -> (PoolState, Vec<Arc<Waiter>>, Instant) {
-        let mut state = PoolState::new(2, LIMITS);
-        state.homed = Box::new(homed);
-        let start = Instant::now();
-        let waiters: Vec<_> = joined.iter().map(|_| Waiter::new()).collect();
-        for ((shard, after_ms), waiter) in joined.iter().zip(&waiters) {
-            let since = start + Duration::from_millis(*after_ms);
-            state.waiters[*shard].push_back(Queued { waiter: waiter.clone(), since });
-        }
-        (state, waiters, start)
-    }
-
-    /// Where a server released on `home` `after_ms` after the first arrival goes, with
-    /// `clients` per shard; `None` when it stays idle.
-    fn served_with(state: &mut PoolState, home: usize, after_ms: u64, clients: [u32; 2]) -> Option<usize> {
-        let now = state.oldest_shard().and_then(|shard| state.waiters[shard].front()).map(|queued| queued.since)?;
-        let next = state.next_waiter(home, now + Duration::from_millis(after_ms), |shard| clients[shard]);
-        next.map(|(shard, _)| shard)
-    }
-
-    fn served(state: &mut PoolState, home: usize) -> Option<usize> {
-        served_with(state, home, 2, [25, 25])
-    }
-
-    #[test]
-    fn a_released_server_stays_with_a_local_waiter_that_came_within_the_slack() {
-        let (mut state, waiters, _) = queues(&[(1, 0), (0, 10)], [10, 10]);
-        assert_eq!(served(&mut state, 0), Some(0));
-        assert_eq!(state.waiters[0].len(), 0, "the local waiter, 10 ms behind the head, got it");
-        assert!(Arc::ptr_eq(&state.waiters[1][0].waiter, &waiters[0]));
-    }
-
-    #[test]
-    fn the_oldest_waiter_wins_over_a_local_one_that_came_more_than_the_slack_later() {
-        let (mut state, _, _) = queues(&[(1, 0), (0, 60)], [10, 10]);
-        assert_eq!(served(&mut state, 0), Some(1));
-    }
-
-    #[test]
-    fn with_equal_clients_a_shard_with_two_servers_more_gives_one_away() {
-        let (mut state, _, _) = queues(&[(1, 0), (0, 1)], [11, 9]);
-        assert_eq!(served(&mut state, 0), Some(1), "11 against 9: the server moves");
-        let (mut state, _, _) = queues(&[(1, 0), (0, 1)], [10, 9]);
-        assert_eq!(served(&mut state, 0), Some(0), "10 against 9: it stays");
-    }
-
-    #[test]
-    fn servers_follow_the_clients_share_of_each_shard() {
-        // 28 and 22 clients on 20 servers: 11.2 and 8.8 is the fair split.
-        let (mut state, _, _) = queues(&[(0, 0), (1, 1)], [10, 10]);
-        assert_eq!(served_with(&mut state, 1, 2, [28, 22]), Some(0), "10 for 22 clients is more than a share");
-        let (mut state, _, _) = queues(&[(0, 0), (1, 1)], [11, 9]);
-        assert_eq!(served_with(&mut state, 1, 2, [28, 22]), Some(1), "9 for 22 stays");
-        let (mut state, _, _) = queues(&[(1, 0), (0, 1)], [11, 9]);
-        assert_eq!(served_with(&mut state, 0, 2, [28, 22]), Some(0), "11 for 28 stays");
-    }
-
-    #[test]
-    fn with_no_local_waiter_a_server_stays_idle_unless_the_other_shard_needs_it() {
-        let (mut state, _, _) = queues(&[(1, 0)], [10, 10]);
-        assert_eq!(served(&mut state, 0), None, "the other shard has its share and waited 2 ms");
-        assert_eq!(served_with(&mut state, 0, 60, [25, 25]), Some(1), "it waited past the slack");
-        let (mut state, _, _) = queues(&[(1, 0)], [1, 0]);
-        assert_eq!(served(&mut state, 0), Some(1), "the other shard has no server");
-        assert_eq!(served(&mut state, 0), None, "nobody left");
-    }
 }

@@ -1,0 +1,130 @@
+//! Files to checked runtime objects: reads `bypass.toml`, checks it ([`Config::problems`]),
+//! resolves its addresses and builds what its file settings name (auth file, TLS contexts, hba
+//! rules), listing every problem of every file in one error.
+
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::{Path, PathBuf};
+
+use thiserror::Error;
+
+use crate::auth_file::AuthFile;
+use crate::config::{AuthType, Config, PoolerSettings};
+
+/// Why a configuration could not be used.
+#[derive(Debug, Error)]
+pub enum ConfigError {
+    #[error("cannot read {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("{path}: {source}")]
+    Parse { path: PathBuf, source: Box<toml::de::Error> },
+    #[error("invalid configuration:\n  - {}", .0.join("\n  - "))]
+    Invalid(Vec<String>),
+}
+
+/// A configuration that passed validation, with the files it names loaded.
+#[derive(Debug, Clone)]
+pub struct ValidConfig {
+    pub config: Config,
+    pub listen_addr: SocketAddr,
+    pub auth: AuthFile,
+    /// Certificates and keys of both sides, loaded.
+    pub tls: crate::tls::TlsContexts,
+    /// The parsed `auth_hba_file`, if one is set.
+    pub hba: Option<crate::hba::Hba>,
+}
+
+impl Config {
+    /// Reads, parses and validates a TOML file; relative paths inside resolve against its folder.
+    pub fn load(path: &Path) -> Result<ValidConfig, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.into(), source })?;
+        let mut config: Config = toml::from_str(&text)
+            .map_err(|source| ConfigError::Parse { path: path.into(), source: Box::new(source) })?;
+        if let Some(folder) = path.parent() {
+            resolve_file_paths(&mut config.pooler, folder);
+        }
+        config.validate()
+    }
+
+    /// Checks every setting and loads the files it names; lists all problems at once.
+    pub fn validate(self) -> Result<ValidConfig, ConfigError> {
+        let mut problems = Vec::new();
+        let listen_addr = resolve(&self.pooler.listen_addr, "pooler.listen_addr", &mut problems);
+        if let Some(metrics_addr) = &self.pooler.metrics_addr {
+            resolve(metrics_addr, "pooler.metrics_addr", &mut problems);
+        }
+        problems.extend(self.problems());
+        let auth = load_auth_file(&self.pooler, &mut problems);
+        let tls = crate::tls::TlsContexts::load(&self.pooler, &mut problems);
+        let hba = self.pooler.auth_hba_file.as_deref().and_then(|path| {
+            crate::hba::Hba::load(path).map_err(|mut file_problems| problems.append(&mut file_problems)).ok()
+        });
+        match (problems.is_empty(), listen_addr) {
+            (true, Some(listen_addr)) => Ok(ValidConfig { config: self, listen_addr, auth, tls, hba }),
+            _ => Err(ConfigError::Invalid(problems)),
+        }
+    }
+}
+
+/// Resolves the file names of the auth file, TLS and hba settings against the config file's folder.
+fn resolve_file_paths(settings: &mut PoolerSettings, folder: &Path) {
+    for path in [
+        &mut settings.auth_file,
+        &mut settings.client_tls_cert_file,
+        &mut settings.client_tls_key_file,
+        &mut settings.client_tls_ca_file,
+        &mut settings.server_tls_ca_file,
+        &mut settings.server_tls_cert_file,
+        &mut settings.server_tls_key_file,
+        &mut settings.auth_hba_file,
+    ]
+    .into_iter()
+    .flatten()
+    {
+        *path = folder.join(&*path);
+    }
+}
+
+fn load_auth_file(settings: &PoolerSettings, problems: &mut Vec<String>) -> AuthFile {
+    match (&settings.auth_file, settings.auth_type) {
+        (None, AuthType::Trust) => AuthFile::default(),
+        (None, _) => {
+            problems.push("pooler.auth_file is required unless auth_type = \"trust\"".into());
+            AuthFile::default()
+        }
+        (Some(path), _) => AuthFile::load(path).unwrap_or_else(|error| {
+            problems.push(format!("pooler.auth_file: {error}"));
+            AuthFile::default()
+        }),
+    }
+}
+
+fn resolve(address: &str, field: &str, problems: &mut Vec<String>) -> Option<SocketAddr> {
+    match address.to_socket_addrs().map(|mut addrs| addrs.next()) {
+        Ok(Some(addr)) => Some(addr),
+        _ => {
+            problems.push(format!("{field} = {address:?} is not a host:port address"));
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn validation_lists_every_problem() {
+        let text = "[pooler]\nlisten_addr = \"nowhere\"\ndefault_pool_size = 0\nauth_type = \"md5\"\n";
+        let config: Config = toml::from_str(text).expect("parses");
+        let Err(ConfigError::Invalid(problems)) = config.validate() else { panic!("must be invalid") };
+        assert!(problems.len() >= 4, "{problems:?}");
+    }
+
+    #[test]
+    fn minimal_trust_config_is_valid() {
+        let text = "[pooler]\nauth_type = \"trust\"\n[databases.app]\nport = 5433\n";
+        let valid = toml::from_str::<Config>(text).expect("parses").validate().expect("valid");
+        assert_eq!(valid.config.databases["app"].backend_dbname("app"), "app");
+        assert_eq!(valid.listen_addr.port(), 6432);
+    }
+}
