@@ -1,5 +1,5 @@
 # Thin wrappers over cargo and scripts/. See README.md.
-.PHONY: run test lint fmt bench-pooler setup build
+.PHONY: run test lint fmt fuzz bench-pooler setup build
 
 setup:
 	./scripts/setup.sh
@@ -14,6 +14,12 @@ run: build
 lint:
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets --locked -- -D warnings
+	./scripts/check-layout.py --self-test
+	./scripts/check-layout.py
+
+# Every fuzz target for FUZZ_SECONDS (default 15) each; `make test` runs it too.
+fuzz: setup
+	./scripts/fuzz.sh
 
 test: setup lint
 	./scripts/test.sh

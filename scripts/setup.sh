@@ -25,3 +25,14 @@ if ! command -v cargo >/dev/null 2>&1; then
   echo "setup: cargo is missing; install Rust with rustup (https://rustup.rs)" >&2
   exit 1
 fi
+
+# The fuzz targets (scripts/fuzz.sh, run by `make test`) build with the nightly toolchain and
+# cargo-fuzz.
+if ! cargo +nightly --version >/dev/null 2>&1 && command -v rustup >/dev/null 2>&1; then
+  echo "setup: installing the nightly toolchain"
+  rustup toolchain install nightly --profile minimal
+fi
+if ! cargo fuzz --version >/dev/null 2>&1; then
+  echo "setup: installing cargo-fuzz"
+  cargo install --locked cargo-fuzz
+fi

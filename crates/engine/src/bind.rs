@@ -7,9 +7,10 @@
 use sqlparser::ast;
 
 use crate::error::{EngineError, Result};
-use crate::expr::{evaluate_constant, BinaryOp, DateField, Expr};
+use crate::expr::{disjunction, evaluate_constant, BinaryOp, DateField, Expr};
+use crate::numeric::Numeric;
 use crate::plan::{AggregateCall, AggregateFunction};
-use crate::types::{add_months, parse_date, parse_decimal, DataType, Value, DECIMAL_PRECISION_MAX};
+use crate::types::{add_months, DataType, Value, DECIMAL_PRECISION_MAX};
 
 /// Prefix of the string literal that stands for parameter `$n` while a statement is described
 /// (Describe comes before Bind, so values are unknown); casts record the type each one needs.
@@ -142,6 +143,7 @@ impl<'s> ExprBinder<'s> {
     }
 
     fn bind_in(&self, expr: &ast::Expr, context: &mut Option<&mut AggregateContext<'_>>) -> Result<Expr> {
+        let _depth = crate::depth::enter()?;
         if let Some(aggregate) = context.as_deref_mut() {
             if !contains_aggregate(expr) {
                 let bound = self.bind_in(expr, &mut None)?;
@@ -152,8 +154,8 @@ impl<'s> ExprBinder<'s> {
                     return Ok(bound);
                 }
                 if let ast::Expr::Identifier(_) | ast::Expr::CompoundIdentifier(_) = expr {
-                    return Err(EngineError::UnknownColumn(format!(
-                        "\"{expr}\" must appear in the GROUP BY clause or be used in an aggregate function"
+                    return Err(EngineError::Grouping(format!(
+                        "column \"{expr}\" must appear in the GROUP BY clause or be used in an aggregate function"
                     )));
                 }
             } else if let ast::Expr::Function(function) = expr {
@@ -262,6 +264,9 @@ impl<'s> ExprBinder<'s> {
         context: &mut Option<&mut AggregateContext<'_>>,
     ) -> Result<Expr> {
         use ast::BinaryOperator as B;
+        if matches!(op, B::And | B::Or) {
+            return self.logical_chain(left, op, right, context);
+        }
         if let (B::Plus | B::Minus, ast::Expr::Interval(interval)) = (op, right) {
             let date = self.bind_in(left, context)?;
             let (months, days) = interval_value(interval)?;
@@ -282,12 +287,6 @@ impl<'s> ExprBinder<'s> {
             B::LtEq => BinaryOp::LtEq,
             B::Gt => BinaryOp::Gt,
             B::GtEq => BinaryOp::GtEq,
-            B::And | B::Or => {
-                expect_type(&l, DataType::Bool, "AND/OR")?;
-                expect_type(&r, DataType::Bool, "AND/OR")?;
-                let op = if matches!(op, B::And) { BinaryOp::And } else { BinaryOp::Or };
-                return Ok(Expr::binary(op, l, r, DataType::Bool));
-            }
             B::StringConcat => return Err(EngineError::unsupported("operator ||")),
             other => return Err(EngineError::unsupported(format!("operator {other}"))),
         };
@@ -298,12 +297,54 @@ impl<'s> ExprBinder<'s> {
         }
     }
 
+    /// `a AND b AND c …` (or OR): the operands of the whole chain are bound one by one and
+    /// combined into a balanced tree, so a chain of n conditions nests log2(n) deep (PostgreSQL
+    /// flattens such chains too).
+    fn logical_chain(
+        &self,
+        left: &ast::Expr,
+        op: &ast::BinaryOperator,
+        right: &ast::Expr,
+        context: &mut Option<&mut AggregateContext<'_>>,
+    ) -> Result<Expr> {
+        let mut operands = vec![right];
+        let mut spine = left;
+        loop {
+            match spine {
+                ast::Expr::BinaryOp { left, op: inner, right } if inner == op => {
+                    operands.push(right);
+                    spine = left;
+                }
+                other => {
+                    operands.push(other);
+                    break;
+                }
+            }
+        }
+        operands.reverse();
+        let mut bound = Vec::with_capacity(operands.len());
+        for operand in operands {
+            let value = self.bind_in(operand, context)?;
+            let value = if is_untyped(&value) { cast_expr(value, DataType::Bool)? } else { value };
+            expect_type(&value, DataType::Bool, if matches!(op, ast::BinaryOperator::And) { "AND" } else { "OR" })?;
+            bound.push(value);
+        }
+        let op = if matches!(op, ast::BinaryOperator::And) { BinaryOp::And } else { BinaryOp::Or };
+        Ok(crate::expr::balanced(op, bound))
+    }
+
     fn unary(
         &self,
         op: &ast::UnaryOperator,
         expr: &ast::Expr,
         context: &mut Option<&mut AggregateContext<'_>>,
     ) -> Result<Expr> {
+        if let (ast::UnaryOperator::Minus, ast::Expr::Value(v)) = (op, expr) {
+            if let ast::Value::Number(text, _) = &v.value {
+                // `-9223372036854775808` is a bigint, as PostgreSQL negates the literal's text.
+                return number_literal(&format!("-{text}"));
+            }
+        }
         let value = self.bind_in(expr, context)?;
         match op {
             ast::UnaryOperator::Not => {
@@ -316,6 +357,8 @@ impl<'s> ExprBinder<'s> {
         }
     }
 
+    /// `x IN (a, b, …)`: one InList over constants (three-valued: see `expr::in_list`), else
+    /// the equivalent `x = a OR x = b …`.
     fn in_list(
         &self,
         expr: &ast::Expr,
@@ -323,17 +366,21 @@ impl<'s> ExprBinder<'s> {
         negated: bool,
         context: &mut Option<&mut AggregateContext<'_>>,
     ) -> Result<Expr> {
-        let value = self.bind_in(expr, context)?;
-        let mut items = Vec::with_capacity(list.len());
+        let mut all = vec![self.bind_in(expr, context)?];
         for item in list {
-            let bound = self.bind_in(item, context)?;
-            let (coerced, _) = coerce_to(&value, bound)?;
-            if !coerced.is_constant() {
-                return Err(EngineError::unsupported("IN list with non-constant items"));
-            }
-            items.push(evaluate_constant(&coerced)?);
+            all.push(self.bind_in(item, context)?);
         }
-        Ok(Expr::InList { expr: Box::new(value), list: items, negated })
+        let (mut all, _) = unify(all)?;
+        let items = all.split_off(1);
+        let value = all.pop().expect("the probed value");
+        if items.iter().all(Expr::is_constant) {
+            let list = items.iter().map(evaluate_constant).collect::<Result<Vec<_>>>()?;
+            return fold(Expr::InList { expr: Box::new(value), list, negated });
+        }
+        let comparisons =
+            items.into_iter().map(|item| comparison(BinaryOp::Eq, value.clone(), item)).collect::<Result<Vec<_>>>()?;
+        let any = disjunction(comparisons).ok_or_else(|| EngineError::Syntax("empty IN list".into()))?;
+        Ok(if negated { Expr::Not(Box::new(any)) } else { any })
     }
 
     fn case(
@@ -356,22 +403,19 @@ impl<'s> ExprBinder<'s> {
         }
         let otherwise = match else_result {
             Some(e) => self.bind_in(e, context)?,
-            None => Expr::literal(Value::Null, branches.first().map_or(DataType::Int32, |b| b.1.data_type())),
+            None => Expr::literal(Value::Null, DataType::Int32),
         };
-        let mut result_type = otherwise.data_type();
-        for (_, result) in &branches {
-            result_type = common_type(result_type, result.data_type(), BinaryOp::Add)?;
-        }
-        let branches =
-            branches.into_iter().map(|(c, r)| Ok((c, cast_expr(r, result_type)?))).collect::<Result<Vec<_>>>()?;
-        let otherwise = Box::new(cast_expr(otherwise, result_type)?);
+        let (conditions, results): (Vec<Expr>, Vec<Expr>) = branches.into_iter().unzip();
+        let (mut results, result_type) = unify(results.into_iter().chain(std::iter::once(otherwise)).collect())?;
+        let otherwise = Box::new(results.pop().expect("the ELSE result"));
+        let branches = conditions.into_iter().zip(results).collect();
         Ok(Expr::Case { branches, otherwise, data_type: result_type })
     }
 
     fn function(&self, function: &ast::Function, context: &mut Option<&mut AggregateContext<'_>>) -> Result<Expr> {
         let name = object_name(&function.name)?;
         if aggregate_function(&name).is_some() {
-            return Err(EngineError::UnknownColumn(format!(
+            return Err(EngineError::Grouping(format!(
                 "aggregate function {name} is not allowed here (WHERE, GROUP BY or nested)"
             )));
         }
@@ -443,18 +487,15 @@ fn aggregate_function(name: &str) -> Option<AggregateFunction> {
     })
 }
 
-/// Result types: sum of integers is bigint, of decimals the same decimal; avg is double
-/// (PostgreSQL returns numeric: compared with a tolerance in tests).
+/// PostgreSQL's result types: sum of int4 is bigint, of bigint and numerics numeric; avg of
+/// exact numbers numeric, of floats double.
 fn aggregate_type(function: AggregateFunction, input: DataType) -> Result<DataType> {
     Ok(match (function, input) {
         (AggregateFunction::Count | AggregateFunction::CountStar, _) => DataType::Int64,
         (AggregateFunction::Min | AggregateFunction::Max, t) => t,
-        (AggregateFunction::Sum, DataType::Int32 | DataType::Int64) => DataType::Int64,
-        (AggregateFunction::Sum, DataType::Decimal { scale, .. }) => {
-            DataType::Decimal { precision: DECIMAL_PRECISION_MAX, scale }
-        }
+        (AggregateFunction::Sum, DataType::Int32) => DataType::Int64,
         (AggregateFunction::Sum | AggregateFunction::Avg, DataType::Float64) => DataType::Float64,
-        (AggregateFunction::Avg, t) if t.is_numeric() => DataType::Float64,
+        (AggregateFunction::Sum | AggregateFunction::Avg, t) if t.is_numeric() => DataType::Numeric,
         (f, t) => return Err(EngineError::Type(format!("{f:?} of {}", t.sql_name()))),
     })
 }
@@ -474,27 +515,37 @@ fn function_args(function: &ast::Function) -> Result<Vec<&ast::Expr>> {
     }
 }
 
-/// Whether an AST expression contains an aggregate call (outside subqueries).
+/// Whether an AST expression contains an aggregate call (outside subqueries). Iterative: the
+/// expression may be a left-deep chain as long as the statement.
 pub fn contains_aggregate(expr: &ast::Expr) -> bool {
     use ast::Expr as E;
-    match expr {
-        E::Function(f) => {
-            let name = object_name(&f.name).unwrap_or_default();
-            aggregate_function(&name).is_some()
-                || function_args(f).map(|args| args.iter().any(|a| contains_aggregate(a))).unwrap_or(false)
+    let mut pending = vec![expr];
+    while let Some(expr) = pending.pop() {
+        match expr {
+            E::Function(f) => {
+                let name = object_name(&f.name).unwrap_or_default();
+                if aggregate_function(&name).is_some() && f.over.is_none() {
+                    return true;
+                }
+                pending.extend(function_args(f).unwrap_or_default());
+            }
+            E::BinaryOp { left, right, .. } => pending.extend([left.as_ref(), right.as_ref()]),
+            E::UnaryOp { expr, .. } | E::Nested(expr) | E::Cast { expr, .. } => pending.push(expr),
+            E::IsNull(e) | E::IsNotNull(e) => pending.push(e),
+            E::Between { expr, low, high, .. } => pending.extend([expr.as_ref(), low.as_ref(), high.as_ref()]),
+            E::InList { expr, list, .. } => {
+                pending.push(expr);
+                pending.extend(list);
+            }
+            E::Case { operand, conditions, else_result, .. } => {
+                pending.extend(operand.as_deref());
+                pending.extend(conditions.iter().flat_map(|w| [&w.condition, &w.result]));
+                pending.extend(else_result.as_deref());
+            }
+            _ => {}
         }
-        E::BinaryOp { left, right, .. } => contains_aggregate(left) || contains_aggregate(right),
-        E::UnaryOp { expr, .. } | E::Nested(expr) | E::Cast { expr, .. } => contains_aggregate(expr),
-        E::IsNull(e) | E::IsNotNull(e) => contains_aggregate(e),
-        E::Between { expr, low, high, .. } => [expr, low, high].iter().any(|e| contains_aggregate(e)),
-        E::InList { expr, list, .. } => contains_aggregate(expr) || list.iter().any(contains_aggregate),
-        E::Case { operand, conditions, else_result, .. } => {
-            operand.as_deref().is_some_and(contains_aggregate)
-                || conditions.iter().any(|w| contains_aggregate(&w.condition) || contains_aggregate(&w.result))
-                || else_result.as_deref().is_some_and(contains_aggregate)
-        }
-        _ => false,
     }
+    false
 }
 
 fn expect_type(expr: &Expr, expected: DataType, what: &str) -> Result<()> {
@@ -521,27 +572,18 @@ pub fn literal(value: &ast::Value) -> Result<Expr> {
     })
 }
 
-fn number_literal(text: &str) -> Result<Expr> {
-    if let Some((_, fraction)) = text.split_once('.') {
-        let scale = u8::try_from(fraction.len()).unwrap_or(u8::MAX);
-        if scale > DECIMAL_PRECISION_MAX || text.contains(['e', 'E']) {
-            let value: f64 = text.parse().map_err(|_| EngineError::InvalidValue(text.to_string()))?;
-            return Ok(Expr::literal(Value::Float64(value), DataType::Float64));
+/// A numeric constant typed as PostgreSQL types it: integer if it fits int4, bigint if it fits
+/// int8, else (and whenever it has a fraction or an exponent) numeric.
+pub fn number_literal(text: &str) -> Result<Expr> {
+    if !text.contains(['.', 'e', 'E']) {
+        if let Ok(v) = text.parse::<i32>() {
+            return Ok(Expr::literal(Value::Int32(v), DataType::Int32));
         }
-        let value = parse_decimal(text, scale)?;
-        return Ok(Expr::literal(
-            Value::Decimal { value, scale },
-            DataType::Decimal { precision: DECIMAL_PRECISION_MAX, scale },
-        ));
+        if let Ok(v) = text.parse::<i64>() {
+            return Ok(Expr::literal(Value::Int64(v), DataType::Int64));
+        }
     }
-    if let Ok(v) = text.parse::<i32>() {
-        return Ok(Expr::literal(Value::Int32(v), DataType::Int32));
-    }
-    if let Ok(v) = text.parse::<i64>() {
-        return Ok(Expr::literal(Value::Int64(v), DataType::Int64));
-    }
-    let value: f64 = text.parse().map_err(|_| EngineError::InvalidValue(text.to_string()))?;
-    Ok(Expr::literal(Value::Float64(value), DataType::Float64))
+    Ok(Expr::literal(Value::Numeric(Numeric::parse(text)?), DataType::Numeric))
 }
 
 fn typed_string(data_type: &ast::DataType, value: &ast::Value) -> Result<Expr> {
@@ -569,9 +611,8 @@ pub fn sql_type(data_type: &ast::DataType) -> Result<DataType> {
                 DataType::Decimal { precision: *p as u8, scale: *s as u8 }
             }
             ast::ExactNumberInfo::Precision(p) if *p <= 18 => DataType::Decimal { precision: *p as u8, scale: 0 },
-            _ => {
-                return Err(EngineError::unsupported(format!("{data_type}: decimals need precision ≤ 18 and a scale")))
-            }
+            ast::ExactNumberInfo::None => DataType::Numeric,
+            _ => return Err(EngineError::unsupported(format!("{data_type}: numeric with a precision above 18"))),
         },
         other => return Err(EngineError::unsupported(format!("type {other}"))),
     })
@@ -629,93 +670,155 @@ pub fn fold(expr: Expr) -> Result<Expr> {
     Ok(expr)
 }
 
-/// The type both operands are converted to.
-pub fn common_type(a: DataType, b: DataType, op: BinaryOp) -> Result<DataType> {
+/// The type both operands of a comparison, a set operation or CASE branches are converted to
+/// (PostgreSQL's numeric type promotion: int4 < int8 < numeric < float8).
+pub fn common_type(a: DataType, b: DataType, _op: BinaryOp) -> Result<DataType> {
     use DataType as T;
     Ok(match (a, b) {
-        // Decimal division is done in float64 (PostgreSQL: numeric with more digits).
-        (T::Decimal { .. }, t) | (t, T::Decimal { .. }) if op == BinaryOp::Div && t.is_numeric() => T::Float64,
+        (T::Decimal { .. }, T::Decimal { .. }) => {
+            T::Decimal { precision: DECIMAL_PRECISION_MAX, scale: a.scale().max(b.scale()) }
+        }
         _ if a == b => a,
         (T::Float64, t) | (t, T::Float64) if t.is_numeric() => T::Float64,
+        (T::Numeric, t) | (t, T::Numeric) if t.is_numeric() => T::Numeric,
         (T::Decimal { .. }, t) | (t, T::Decimal { .. }) if t.is_numeric() => {
-            if op == BinaryOp::Div {
-                T::Float64
-            } else {
-                T::Decimal { precision: DECIMAL_PRECISION_MAX, scale: a.scale().max(b.scale()) }
-            }
+            T::Decimal { precision: DECIMAL_PRECISION_MAX, scale: a.scale().max(b.scale()) }
         }
         (T::Int32, T::Int64) | (T::Int64, T::Int32) => T::Int64,
-        (T::Text, other) | (other, T::Text) => other,
-        _ => return Err(EngineError::Type(format!("{} and {} are not compatible", a.sql_name(), b.sql_name()))),
+        _ => return Err(EngineError::Type(format!("types {} and {} cannot be matched", a.sql_name(), b.sql_name()))),
     })
+}
+
+/// Converts expressions to their common type (PostgreSQL's select_common_type for CASE,
+/// UNION, VALUES, IN): untyped literals take the others' type; all untyped ones are text.
+pub fn unify(exprs: Vec<Expr>) -> Result<(Vec<Expr>, DataType)> {
+    let mut target: Option<DataType> = None;
+    for expr in exprs.iter().filter(|e| !is_untyped(e)) {
+        target = Some(match target {
+            None => expr.data_type(),
+            Some(t) => common_type(t, expr.data_type(), BinaryOp::Eq)?,
+        });
+    }
+    let target = target.unwrap_or(DataType::Text);
+    let exprs = exprs.into_iter().map(|e| cast_expr(e, target)).collect::<Result<Vec<_>>>()?;
+    Ok((exprs, target))
+}
+
+/// An expression whose type PostgreSQL leaves open until context fixes it: a quoted string
+/// literal (type `unknown`) or a bare NULL.
+pub fn is_untyped(expr: &Expr) -> bool {
+    matches!(expr, Expr::Literal { value: Value::Text(_) | Value::Null, .. })
 }
 
 /// Casts `expr` to `to`, folding constants (so `'1995-01-01'` next to a date is a date literal).
 pub fn cast_expr(expr: Expr, to: DataType) -> Result<Expr> {
-    if expr.data_type() == to {
+    let from = expr.data_type();
+    if from == to {
         return Ok(expr);
     }
-    // Decimals of equal scale share a representation: precision is metadata only.
-    if let (DataType::Decimal { scale: from, .. }, DataType::Decimal { scale: target, .. }) = (expr.data_type(), to) {
-        if from == target {
+    // Internal coercions between decimals of one scale: precision is metadata only.
+    if let (DataType::Decimal { scale: a, .. }, DataType::Decimal { scale: b, precision }) = (from, to) {
+        if a == b && precision == DECIMAL_PRECISION_MAX {
             return Ok(expr);
         }
     }
     if is_null_literal(&expr) {
         return Ok(Expr::literal(Value::Null, to));
     }
-    if let (Expr::Literal { value: Value::Text(text), .. }, true) = (&expr, to != DataType::Text) {
+    if let Expr::Literal { value: Value::Text(text), .. } = &expr {
         if record_parameter(text, to) {
             return Ok(Expr::literal(Value::Null, to));
         }
-        let value = match to {
-            DataType::Date => Value::Date(parse_date(text)?),
-            DataType::Decimal { scale, .. } => Value::Decimal { value: parse_decimal(text, scale)?, scale },
-            DataType::Int32 => Value::Int32(text.trim().parse().map_err(|_| EngineError::InvalidValue(text.clone()))?),
-            DataType::Int64 => Value::Int64(text.trim().parse().map_err(|_| EngineError::InvalidValue(text.clone()))?),
-            DataType::Float64 => {
-                Value::Float64(text.trim().parse().map_err(|_| EngineError::InvalidValue(text.clone()))?)
-            }
-            DataType::Bool => Value::Bool(matches!(text.trim(), "t" | "true" | "1" | "yes" | "on")),
-            DataType::Text => unreachable!("excluded above"),
-        };
-        return Ok(Expr::literal(value, to));
+    }
+    if !crate::cast::can_cast(from, to) {
+        return Err(crate::cast::cannot_cast(from, to));
     }
     fold(Expr::Cast { expr: Box::new(expr), to })
 }
 
-/// Coerces `other` to the type of `reference` (IN lists), or both to a common type.
-fn coerce_to(reference: &Expr, other: Expr) -> Result<(Expr, DataType)> {
-    let target = common_type(reference.data_type(), other.data_type(), BinaryOp::Eq)?;
-    Ok((cast_expr(other, target)?, target))
+/// A numeric constant that a scaled i64 holds exactly, as such a decimal (so `l_discount <
+/// 0.07` and `price * 1.1` stay on the decimal fast path; the scale, and so the printed
+/// result, is the literal's own, as in PostgreSQL).
+fn as_decimal_constant(expr: &Expr) -> Option<Expr> {
+    let Expr::Literal { value: Value::Numeric(n), .. } = expr else { return None };
+    if n.scale > DECIMAL_PRECISION_MAX {
+        return None;
+    }
+    let value = i64::try_from(n.mantissa).ok().filter(|v| v.unsigned_abs() < 10u64.pow(18))?;
+    let data_type = DataType::Decimal { precision: DECIMAL_PRECISION_MAX, scale: n.scale };
+    Some(Expr::literal(Value::Decimal { value, scale: n.scale }, data_type))
+}
+
+/// Fixes untyped operands from the other side and moves numeric constants next to decimal
+/// or integer columns onto the decimal fast path.
+fn settle_operands(left: Expr, right: Expr) -> Result<(Expr, Expr)> {
+    let (lt, rt) = (left.data_type(), right.data_type());
+    if is_untyped(&left) && !is_untyped(&right) {
+        return Ok((cast_expr(left, rt)?, right));
+    }
+    if is_untyped(&right) && !is_untyped(&left) {
+        return Ok((left, cast_expr(right, lt)?));
+    }
+    let exact = |t: DataType| matches!(t, DataType::Decimal { .. } | DataType::Int32 | DataType::Int64);
+    if exact(lt) {
+        if let Some(constant) = as_decimal_constant(&right) {
+            return Ok((left, constant));
+        }
+    }
+    if exact(rt) {
+        if let Some(constant) = as_decimal_constant(&left) {
+            return Ok((constant, right));
+        }
+    }
+    Ok((left, right))
+}
+
+fn undefined_operator(op: BinaryOp, left: DataType, right: DataType) -> EngineError {
+    EngineError::UndefinedFunction(format!(
+        "operator does not exist: {} {} {}",
+        left.sql_name(),
+        op.symbol(),
+        right.sql_name()
+    ))
 }
 
 pub fn comparison(op: BinaryOp, left: Expr, right: Expr) -> Result<Expr> {
-    let target = common_type(left.data_type(), right.data_type(), op)?;
+    let (left, right) = settle_operands(left, right)?;
+    let (lt, rt) = (left.data_type(), right.data_type());
+    let target = common_type(lt, rt, op).map_err(|_| undefined_operator(op, lt, rt))?;
     let (left, right) = (cast_expr(left, target)?, cast_expr(right, target)?);
     fold(Expr::binary(op, left, right, DataType::Bool))
 }
 
 pub fn arithmetic(op: BinaryOp, left: Expr, right: Expr) -> Result<Expr> {
     use DataType as T;
+    let (left, right) = settle_operands(left, right)?;
     let (lt, rt) = (left.data_type(), right.data_type());
+    let inexact = lt == T::Float64 || rt == T::Float64;
     let expr = match (lt, rt) {
         (T::Date, T::Int32) if matches!(op, BinaryOp::Add | BinaryOp::Sub) => Expr::binary(op, left, right, T::Date),
         (T::Int32, T::Date) if op == BinaryOp::Add => Expr::binary(op, right, left, T::Date),
-        (T::Date, T::Date) if op == BinaryOp::Sub => {
-            Expr::binary(op, cast_expr(left, T::Int32)?, cast_expr(right, T::Int32)?, T::Int32)
-        }
-        (T::Decimal { .. }, _) | (_, T::Decimal { .. })
-            if op == BinaryOp::Mul && lt.is_numeric() && rt.is_numeric() && lt != T::Float64 && rt != T::Float64 =>
+        // Dates are day numbers: their difference is an integer of days.
+        (T::Date, T::Date) if op == BinaryOp::Sub => Expr::binary(op, left, right, T::Int32),
+        _ if !lt.is_numeric() || !rt.is_numeric() => return Err(undefined_operator(op, lt, rt)),
+        // PostgreSQL divides numerics with at least 16 significant digits (`numeric` module).
+        (T::Decimal { .. } | T::Numeric, _) | (_, T::Decimal { .. } | T::Numeric)
+            if op == BinaryOp::Div && !inexact =>
         {
+            Expr::binary(op, cast_expr(left, T::Numeric)?, cast_expr(right, T::Numeric)?, T::Numeric)
+        }
+        (T::Decimal { .. }, T::Decimal { .. } | T::Int32 | T::Int64) | (T::Int32 | T::Int64, T::Decimal { .. })
+            if op == BinaryOp::Mul =>
+        {
+            let scale = lt.scale() + rt.scale();
+            if scale > DECIMAL_PRECISION_MAX {
+                let (l, r) = (cast_expr(left, T::Numeric)?, cast_expr(right, T::Numeric)?);
+                return fold(Expr::binary(op, l, r, T::Numeric));
+            }
             let as_decimal = |e: Expr| {
                 let scale = e.data_type().scale();
                 cast_expr(e, T::Decimal { precision: DECIMAL_PRECISION_MAX, scale })
             };
-            let scale = lt.scale() + rt.scale();
-            if scale > DECIMAL_PRECISION_MAX {
-                return Err(EngineError::Overflow(format!("decimal product with scale {scale}")));
-            }
             Expr::binary(
                 op,
                 as_decimal(left)?,
@@ -723,17 +826,9 @@ pub fn arithmetic(op: BinaryOp, left: Expr, right: Expr) -> Result<Expr> {
                 T::Decimal { precision: DECIMAL_PRECISION_MAX, scale },
             )
         }
-        _ if lt.is_numeric() && rt.is_numeric() => {
+        _ => {
             let target = common_type(lt, rt, op)?;
             Expr::binary(op, cast_expr(left, target)?, cast_expr(right, target)?, target)
-        }
-        _ => {
-            return Err(EngineError::Type(format!(
-                "operator {} on {} and {}",
-                op.symbol(),
-                lt.sql_name(),
-                rt.sql_name()
-            )))
         }
     };
     fold(expr)

@@ -456,6 +456,7 @@ pub fn parse_field(text: &str, data_type: DataType) -> Result<Value> {
             Value::Decimal { value, scale }
         }
         DataType::Text => Value::Text(text.to_string()),
+        DataType::Numeric => Value::Numeric(crate::numeric::Numeric::parse(text)?),
     })
 }
 
@@ -493,6 +494,7 @@ pub fn coerce_value(value: Value, to: DataType) -> Result<Value> {
         Value::Date(_) => DataType::Date,
         Value::Decimal { scale, .. } => DataType::Decimal { precision: 18, scale: *scale },
         Value::Text(_) => DataType::Text,
+        Value::Numeric(_) => DataType::Numeric,
         Value::Null => unreachable!("handled above"),
     };
     if data_type == to {

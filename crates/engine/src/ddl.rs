@@ -11,7 +11,7 @@ use crate::engine::Engine;
 use crate::error::{EngineError, Result};
 use crate::expr::evaluate_constant;
 use crate::session::Session;
-use crate::storage::{ColumnDef, Constraints, TableBuilder, UniqueConstraint};
+use crate::storage::{ColumnDef, Constraints, IndexDefinition, TableBuilder, UniqueConstraint};
 
 /// Names that resolve to the system catalogs; they cannot be created, changed or dropped.
 pub fn is_system_name(name: &ast::ObjectName) -> bool {
@@ -213,7 +213,7 @@ fn table_constraint(
 }
 
 fn add_unique(constraints: &mut Constraints, name: String, columns: Vec<usize>, primary: bool) {
-    constraints.unique.push(UniqueConstraint { name, columns, primary });
+    constraints.unique.push(UniqueConstraint { name, columns, primary, constraint: true });
 }
 
 /// DROP TABLE [IF EXISTS] names.
@@ -262,4 +262,110 @@ pub fn truncate(session: &mut Session, engine: &Engine, truncate: &ast::Truncate
         session.write(&name, Some(empty.finish()));
     }
     Ok("TRUNCATE TABLE".into())
+}
+
+/// Unique and plain indexes a table may have (their catalog OIDs are numbered per table).
+const INDEXES_PER_TABLE_MAX: usize = 63;
+
+/// The table that has an index or constraint called `name`, if any.
+fn owner_of_index(session: &mut Session, engine: &Engine, name: &str) -> Option<String> {
+    session.catalog(engine).tables().into_iter().find_map(|table| {
+        let found = table.constraints.unique.iter().any(|u| u.name == name)
+            || table.constraints.indexes.iter().any(|i| i.name == name);
+        found.then(|| table.name.clone())
+    })
+}
+
+/// CREATE [UNIQUE] INDEX [IF NOT EXISTS] name ON t [USING btree] (columns): a unique index is
+/// enforced like a UNIQUE constraint; a plain one is recorded in the catalogs.
+pub fn create_index(session: &mut Session, engine: &Engine, create: &ast::CreateIndex) -> Result<String> {
+    let refused = [
+        (!create.include.is_empty(), "INCLUDE"),
+        (create.predicate.is_some(), "partial indexes (WHERE)"),
+        (create.nulls_distinct == Some(false), "NULLS NOT DISTINCT"),
+        (!create.with.is_empty() || !create.index_options.is_empty(), "index storage options"),
+        (
+            create.using.as_ref().is_some_and(|u| !u.to_string().eq_ignore_ascii_case("btree")),
+            "index methods other than btree",
+        ),
+    ];
+    if let Some((_, feature)) = refused.iter().find(|(present, _)| *present) {
+        return Err(EngineError::unsupported(*feature));
+    }
+    let table_name = user_table_name(&create.table_name)?;
+    let table =
+        session.table_for_write(engine, &table_name)?.ok_or_else(|| EngineError::UnknownTable(table_name.clone()))?;
+    let columns: Vec<usize> = create
+        .columns
+        .iter()
+        .map(|c| {
+            let ast::Expr::Identifier(ident) = &c.column.expr else {
+                return Err(EngineError::unsupported(format!("index on expression {}", c.column.expr)));
+            };
+            let name = identifier(ident);
+            table.column_index(&name).ok_or_else(|| EngineError::UnknownColumn(format!("\"{name}\" does not exist")))
+        })
+        .collect::<Result<_>>()?;
+    let names: Vec<&str> = columns.iter().map(|&c| table.schema[c].name.as_str()).collect();
+    let name = match &create.name {
+        Some(name) => user_table_name(name)?,
+        None => format!("{table_name}_{}_idx", names.join("_")),
+    };
+    if owner_of_index(session, engine, &name).is_some() || session.catalog(engine).contains(&name) {
+        if create.if_not_exists {
+            session.notice("42P07", format!("relation \"{name}\" already exists, skipping"));
+            return Ok("CREATE INDEX".into());
+        }
+        return Err(EngineError::TableExists(name));
+    }
+    if table.constraints.unique.len() + table.constraints.indexes.len() >= INDEXES_PER_TABLE_MAX {
+        return Err(EngineError::LimitExceeded(format!(
+            "more than {INDEXES_PER_TABLE_MAX} indexes on \"{table_name}\""
+        )));
+    }
+    let table =
+        session.take_for_write(engine, &table_name)?.ok_or_else(|| EngineError::UnknownTable(table_name.clone()))?;
+    let mut builder = TableBuilder::from_version(Arc::clone(engine.runtime().pool()), table);
+    if create.unique {
+        builder.add_unique(UniqueConstraint { name, columns, primary: false, constraint: false })?;
+    } else {
+        builder.add_index(IndexDefinition { name, columns });
+    }
+    session.write(&table_name, Some(builder.finish()));
+    Ok("CREATE INDEX".into())
+}
+
+/// DROP INDEX [IF EXISTS] names (an index that backs a constraint cannot be dropped).
+pub fn drop_indexes(
+    session: &mut Session,
+    engine: &Engine,
+    names: &[ast::ObjectName],
+    if_exists: bool,
+) -> Result<String> {
+    for name in names {
+        let name = user_table_name(name)?;
+        let Some(table_name) = owner_of_index(session, engine, &name) else {
+            if if_exists {
+                session.notice("00000", format!("index \"{name}\" does not exist, skipping"));
+                continue;
+            }
+            return Err(EngineError::UnknownTable(name));
+        };
+        let table = session
+            .table_for_write(engine, &table_name)?
+            .ok_or_else(|| EngineError::UnknownTable(table_name.clone()))?;
+        if table.constraints.unique.iter().any(|u| u.name == name && u.constraint) {
+            return Err(EngineError::DependentObjects(format!(
+                "cannot drop index {name} because constraint {name} on table {table_name} requires it"
+            )));
+        }
+        drop(table);
+        let table = session
+            .take_for_write(engine, &table_name)?
+            .ok_or_else(|| EngineError::UnknownTable(table_name.clone()))?;
+        let mut builder = TableBuilder::from_version(Arc::clone(engine.runtime().pool()), table);
+        builder.drop_index(&name);
+        session.write(&table_name, Some(builder.finish()));
+    }
+    Ok("DROP INDEX".into())
 }

@@ -397,5 +397,5 @@ pub fn describe_returning(
     let (catalog, query) = returning_query(engine, &table, &alias, items, Vec::new())?;
     let bound = engine.bind(&catalog, &query)?;
     let types: Vec<DataType> = bound.plan.output_types();
-    Ok(Some((bound.names, types)))
+    Ok(Some(crate::engine::describe_columns(bound.names, &types)))
 }

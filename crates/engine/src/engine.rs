@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use sqlparser::ast;
 use sqlparser::dialect::PostgreSqlDialect;
-use sqlparser::parser::Parser;
+use sqlparser::parser::{Parser, ParserError};
 
 use crate::catalog::{Catalog, Database};
 use crate::error::{EngineError, Result};
@@ -22,8 +22,30 @@ use crate::vector::Batch;
 /// Longest SQL text accepted (bytes).
 pub const SQL_BYTES_MAX: usize = 1 << 20;
 
+/// The type of a result column: an engine type, or a PostgreSQL type of a catalog query.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ColumnType {
+    Engine(DataType),
+    Catalog(crate::pg_catalog::PgType),
+}
+
+impl ColumnType {
+    /// The type OID clients see.
+    pub fn oid(self) -> u32 {
+        match self {
+            ColumnType::Engine(data_type) => data_type.pg_oid(),
+            ColumnType::Catalog(pg_type) => pg_type.oid(),
+        }
+    }
+}
+
 /// Output column names and types of a statement.
-pub type Description = (Vec<String>, Vec<DataType>);
+pub type Description = (Vec<String>, Vec<ColumnType>);
+
+/// A description of engine-typed columns.
+pub fn describe_columns(names: Vec<String>, types: &[DataType]) -> Description {
+    (names, types.iter().map(|t| ColumnType::Engine(*t)).collect())
+}
 
 /// The result of one statement.
 #[derive(Debug, Clone)]
@@ -151,7 +173,12 @@ impl Engine {
         if sql.len() > SQL_BYTES_MAX {
             return Err(EngineError::LimitExceeded(format!("SQL text above {SQL_BYTES_MAX} bytes")));
         }
-        Parser::parse_sql(&PostgreSqlDialect {}, sql).map_err(|e| EngineError::Syntax(e.to_string()))
+        let dialect = PostgreSqlDialect {};
+        let parser = Parser::new(&dialect).with_recursion_limit(crate::depth::parser_recursion_limit());
+        parser.try_with_sql(sql).and_then(|mut p| p.parse_statements()).map_err(|e| match e {
+            ParserError::RecursionLimitExceeded => crate::depth::too_deep("the statement nests too deeply".into()),
+            other => EngineError::Syntax(other.to_string()),
+        })
     }
 
     /// A session with this engine's default settings.
@@ -160,15 +187,16 @@ impl Engine {
     }
 
     /// Runs every statement of `sql` in one session, each in its own transaction unless the
-    /// text opens one; stops at the first error.
+    /// text opens one; stops at the first error. Long texts run on a thread whose stack fits
+    /// their syntax tree (`depth`).
     pub fn execute(&self, sql: &str) -> Result<Vec<QueryResult>> {
-        let mut session = self.session();
-        let mut results = Vec::new();
-        for statement in Engine::parse(sql)? {
-            results.push(session.execute_collect(self, &statement)?);
-        }
-        session.close(self);
-        Ok(results)
+        crate::depth::with_statement_stack(sql, || {
+            let mut session = self.session();
+            let results = Engine::parse(sql)
+                .and_then(|statements| statements.iter().map(|s| session.execute_collect(self, s)).collect());
+            session.close(self);
+            results
+        })?
     }
 
     /// Runs a single query and returns its rows (tests, benchmarks).
@@ -179,11 +207,13 @@ impl Engine {
 
     /// Output names and types of a query without running it (`None` for other statements).
     pub fn describe(&self, sql: &str) -> Result<Option<Description>> {
-        let statements = Engine::parse(sql)?;
-        match statements.as_slice() {
-            [statement] => self.session().describe(self, statement),
-            _ => Ok(None),
-        }
+        crate::depth::with_statement_stack(sql, || {
+            let statements = Engine::parse(sql)?;
+            match statements.as_slice() {
+                [statement] => self.session().describe(self, statement),
+                _ => Ok(None),
+            }
+        })?
     }
 
     pub(crate) fn bind(&self, catalog: &Catalog, query: &ast::Query) -> Result<BoundQuery> {

@@ -93,6 +93,18 @@ pub enum EngineError {
     /// A portal that does not exist.
     #[error("portal \"{0}\" does not exist")]
     UnknownPortal(String),
+    /// An object others depend on (an index a constraint needs).
+    #[error("{0}")]
+    DependentObjects(String),
+    /// A statement that needs a transaction block outside one.
+    #[error("{0}")]
+    NoTransaction(String),
+    /// A savepoint that does not exist.
+    #[error("{0}")]
+    NoSavepoint(String),
+    /// A named object (a type, a schema) that does not exist.
+    #[error("{0}")]
+    UnknownObject(String),
     /// A database other than the server's one.
     #[error("database \"{0}\" does not exist")]
     UnknownDatabase(String),
@@ -102,6 +114,28 @@ pub enum EngineError {
     /// A message that breaks the protocol's rules.
     #[error("{0}")]
     Protocol(String),
+    /// A cast between types that have none (PostgreSQL's cannot_coerce).
+    #[error("{0}")]
+    CannotCast(String),
+    /// An expression or query nested deeper than the engine evaluates (PostgreSQL's
+    /// statement_too_complex family: stack depth limit exceeded).
+    #[error("stack depth limit exceeded: {0}")]
+    StackDepth(String),
+    /// A negative LIMIT (`offset` false) or OFFSET.
+    #[error("{} must not be negative", if *offset { "OFFSET" } else { "LIMIT" })]
+    NegativeRowCount { offset: bool },
+    /// A scalar subquery that returned more than one row.
+    #[error("more than one row returned by a subquery used as an expression")]
+    CardinalityViolation,
+    /// A column outside GROUP BY in an aggregated query, or an aggregate where none may be.
+    #[error("{0}")]
+    Grouping(String),
+    /// A function or operator with no variant for these argument types.
+    #[error("{0}")]
+    UndefinedFunction(String),
+    /// A column name that more than one relation in scope has.
+    #[error("column reference \"{0}\" is ambiguous")]
+    AmbiguousColumn(String),
 }
 
 impl EngineError {
@@ -140,7 +174,19 @@ impl EngineError {
             EngineError::UnknownPortal(_) => "34000",
             EngineError::CharacterNotInRepertoire(_) => "22021",
             EngineError::UnknownDatabase(_) => "3D000",
+            EngineError::UnknownObject(_) => "42704",
+            EngineError::NoTransaction(_) => "25P01",
+            EngineError::DependentObjects(_) => "2BP01",
+            EngineError::NoSavepoint(_) => "3B001",
             EngineError::Protocol(_) => "08P01",
+            EngineError::CannotCast(_) => "42846",
+            EngineError::StackDepth(_) => "54001",
+            EngineError::NegativeRowCount { offset: false } => "2201W",
+            EngineError::NegativeRowCount { offset: true } => "2201X",
+            EngineError::CardinalityViolation => "21000",
+            EngineError::Grouping(_) => "42803",
+            EngineError::UndefinedFunction(_) => "42883",
+            EngineError::AmbiguousColumn(_) => "42702",
         }
     }
 

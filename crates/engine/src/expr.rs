@@ -7,6 +7,7 @@
 use std::sync::Arc;
 
 use crate::error::{EngineError, Result};
+use crate::numeric::Numeric;
 use crate::storage::Dictionary;
 use crate::types::{add_months, civil_from_days, pow10, DataType, Value};
 use crate::vector::{Batch, Data, Vector};
@@ -252,6 +253,34 @@ impl std::fmt::Display for Expr {
     }
 }
 
+/// Combines operands with AND or OR as a balanced tree (chains may have thousands of
+/// operands; a balanced tree keeps every recursion over it shallow).
+pub fn balanced(op: BinaryOp, mut operands: Vec<Expr>) -> Expr {
+    assert!(!operands.is_empty(), "a logical chain has operands");
+    while operands.len() > 1 {
+        let mut next = Vec::with_capacity(operands.len().div_ceil(2));
+        let mut iter = operands.into_iter();
+        while let Some(a) = iter.next() {
+            next.push(match iter.next() {
+                Some(b) => Expr::binary(op, a, b, DataType::Bool),
+                None => a,
+            });
+        }
+        operands = next;
+    }
+    operands.pop().expect("one operand left")
+}
+
+/// AND of the operands (None for none).
+pub fn conjunction(operands: Vec<Expr>) -> Option<Expr> {
+    (!operands.is_empty()).then(|| balanced(BinaryOp::And, operands))
+}
+
+/// OR of the operands (None for none).
+pub fn disjunction(operands: Vec<Expr>) -> Option<Expr> {
+    (!operands.is_empty()).then(|| balanced(BinaryOp::Or, operands))
+}
+
 /// Evaluates an expression over a batch.
 pub fn evaluate(expr: &Expr, batch: &Batch) -> Result<Vector> {
     match expr {
@@ -351,9 +380,11 @@ fn binary(op: BinaryOp, left: &Vector, right: &Vector, data_type: DataType) -> R
         (Data::F64(a), Data::F64(b)) if op.is_comparison() => Data::Bool(compare(op, a, b)),
         (Data::Bool(a), Data::Bool(b)) if op.is_comparison() => Data::Bool(compare(op, a, b)),
         (Data::Text(..), Data::Text(..)) if op.is_comparison() => Data::Bool(compare_text(op, left, right)),
+        (Data::Numeric(a), Data::Numeric(b)) if op.is_comparison() => Data::Bool(compare(op, a, b)),
         (Data::I32(a), Data::I32(b)) => Data::I32(arith_i32(op, a, b, &validity)?),
         (Data::I64(a), Data::I64(b)) => Data::I64(arith_i64(op, a, b, &validity)?),
-        (Data::F64(a), Data::F64(b)) => Data::F64(arith_f64(op, a, b)?),
+        (Data::F64(a), Data::F64(b)) => Data::F64(arith_f64(op, a, b, &validity)?),
+        (Data::Numeric(a), Data::Numeric(b)) => Data::Numeric(arith_numeric(op, a, b, &validity)?),
         _ => {
             return Err(EngineError::Type(format!(
                 "operator {} on {:?} and {:?}",
@@ -401,128 +432,137 @@ pub fn op_holds(op: BinaryOp, ordering: std::cmp::Ordering) -> bool {
     }
 }
 
-fn overflow(op: BinaryOp) -> EngineError {
-    EngineError::Overflow(format!("integer overflow in {}", op.symbol()))
+/// PostgreSQL's message for an integer result out of range (`integer out of range`).
+fn overflow(data_type: DataType) -> EngineError {
+    EngineError::Overflow(match data_type {
+        DataType::Int32 => "integer out of range".into(),
+        DataType::Int64 => "bigint out of range".into(),
+        DataType::Date => "date out of range".into(),
+        _ => "value out of range: overflow".into(),
+    })
 }
 
-fn arith_i64(op: BinaryOp, a: &[i64], b: &[i64], validity: &Option<Vec<bool>>) -> Result<Vec<i64>> {
-    let valid = |row: usize| validity.as_ref().is_none_or(|v| v[row]);
+fn is_valid_row(validity: &Option<Vec<bool>>, row: usize) -> bool {
+    validity.as_ref().is_none_or(|v| v[row])
+}
+
+/// Checked integer arithmetic over valid rows (NULL rows compute nothing and never fail).
+fn arith_checked<T: Copy + Default>(
+    op: BinaryOp,
+    a: &[T],
+    b: &[T],
+    validity: &Option<Vec<bool>>,
+    data_type: DataType,
+    checked: impl Fn(BinaryOp, T, T) -> Option<T>,
+    is_zero: impl Fn(T) -> bool,
+) -> Result<Vec<T>> {
     let mut out = Vec::with_capacity(a.len());
     for (row, (&x, &y)) in a.iter().zip(b).enumerate() {
-        let result = match op {
-            BinaryOp::Add => x.checked_add(y),
-            BinaryOp::Sub => x.checked_sub(y),
-            BinaryOp::Mul => x.checked_mul(y),
-            BinaryOp::Div | BinaryOp::Mod if y == 0 && valid(row) => return Err(EngineError::DivisionByZero),
-            BinaryOp::Div | BinaryOp::Mod if y == 0 => Some(0),
-            BinaryOp::Div => x.checked_div(y),
-            BinaryOp::Mod => x.checked_rem(y),
-            _ => unreachable!("arithmetic operators only"),
-        };
-        out.push(result.ok_or_else(|| overflow(op))?);
+        if !is_valid_row(validity, row) {
+            out.push(T::default());
+            continue;
+        }
+        if matches!(op, BinaryOp::Div | BinaryOp::Mod) && is_zero(y) {
+            return Err(EngineError::DivisionByZero);
+        }
+        out.push(checked(op, x, y).ok_or_else(|| overflow(data_type))?);
     }
     Ok(out)
 }
 
-fn arith_i32(op: BinaryOp, a: &[i32], b: &[i32], validity: &Option<Vec<bool>>) -> Result<Vec<i32>> {
-    let wide_a: Vec<i64> = a.iter().map(|&v| i64::from(v)).collect();
-    let wide_b: Vec<i64> = b.iter().map(|&v| i64::from(v)).collect();
-    arith_i64(op, &wide_a, &wide_b, validity)?.into_iter().map(|v| i32::try_from(v).map_err(|_| overflow(op))).collect()
+macro_rules! checked_op {
+    ($t:ty) => {
+        |op: BinaryOp, x: $t, y: $t| match op {
+            BinaryOp::Add => x.checked_add(y),
+            BinaryOp::Sub => x.checked_sub(y),
+            BinaryOp::Mul => x.checked_mul(y),
+            BinaryOp::Div => x.checked_div(y),
+            // i64::MIN % -1 is 0 in SQL (PostgreSQL special-cases it), an overflow in Rust.
+            BinaryOp::Mod => Some(x.checked_rem(y).unwrap_or(0)),
+            _ => unreachable!("arithmetic operators only"),
+        }
+    };
 }
 
-fn arith_f64(op: BinaryOp, a: &[f64], b: &[f64]) -> Result<Vec<f64>> {
-    let zip = a.iter().zip(b);
-    Ok(match op {
-        BinaryOp::Add => zip.map(|(x, y)| x + y).collect(),
-        BinaryOp::Sub => zip.map(|(x, y)| x - y).collect(),
-        BinaryOp::Mul => zip.map(|(x, y)| x * y).collect(),
-        BinaryOp::Div => zip.map(|(x, y)| x / y).collect(),
-        BinaryOp::Mod => zip.map(|(x, y)| x % y).collect(),
-        _ => unreachable!("arithmetic operators only"),
-    })
+fn arith_i64(op: BinaryOp, a: &[i64], b: &[i64], validity: &Option<Vec<bool>>) -> Result<Vec<i64>> {
+    arith_checked(op, a, b, validity, DataType::Int64, checked_op!(i64), |y| y == 0)
+}
+
+fn arith_i32(op: BinaryOp, a: &[i32], b: &[i32], validity: &Option<Vec<bool>>) -> Result<Vec<i32>> {
+    arith_checked(op, a, b, validity, DataType::Int32, checked_op!(i32), |y| y == 0)
+}
+
+/// float8 arithmetic: division by zero and results that leave the finite range are errors,
+/// as in PostgreSQL (`1e308 * 10` is `22003`, not Infinity).
+fn arith_f64(op: BinaryOp, a: &[f64], b: &[f64], validity: &Option<Vec<bool>>) -> Result<Vec<f64>> {
+    let mut out = Vec::with_capacity(a.len());
+    for (row, (&x, &y)) in a.iter().zip(b).enumerate() {
+        let result = match op {
+            BinaryOp::Add => x + y,
+            BinaryOp::Sub => x - y,
+            BinaryOp::Mul => x * y,
+            BinaryOp::Div | BinaryOp::Mod if y == 0.0 && is_valid_row(validity, row) => {
+                return Err(EngineError::DivisionByZero)
+            }
+            BinaryOp::Div => x / y,
+            BinaryOp::Mod => x % y,
+            _ => unreachable!("arithmetic operators only"),
+        };
+        if result.is_infinite() && x.is_finite() && y.is_finite() && is_valid_row(validity, row) {
+            return Err(overflow(DataType::Float64));
+        }
+        out.push(result);
+    }
+    Ok(out)
+}
+
+fn arith_numeric(op: BinaryOp, a: &[Numeric], b: &[Numeric], validity: &Option<Vec<bool>>) -> Result<Vec<Numeric>> {
+    let mut out = Vec::with_capacity(a.len());
+    for (row, (&x, &y)) in a.iter().zip(b).enumerate() {
+        if !is_valid_row(validity, row) {
+            out.push(Numeric::ZERO);
+            continue;
+        }
+        out.push(match op {
+            BinaryOp::Add => x.checked_add(y)?,
+            BinaryOp::Sub => x.checked_sub(y)?,
+            BinaryOp::Mul => x.checked_mul(y)?,
+            BinaryOp::Div => x.checked_div(y)?,
+            BinaryOp::Mod => x.checked_rem(y)?,
+            _ => unreachable!("arithmetic operators only"),
+        });
+    }
+    Ok(out)
 }
 
 fn negate(mut vector: Vector) -> Result<Vector> {
+    let data_type = vector.data_type;
+    let validity = vector.validity.clone();
+    let check = |row: usize, result: Option<()>| -> Result<()> {
+        if result.is_none() && is_valid_row(&validity, row) {
+            return Err(overflow(data_type));
+        }
+        Ok(())
+    };
     match &mut vector.data {
-        Data::I32(v) => v.iter_mut().for_each(|x| *x = x.wrapping_neg()),
-        Data::I64(v) => v.iter_mut().for_each(|x| *x = x.wrapping_neg()),
+        Data::I32(v) => {
+            for (row, x) in v.iter_mut().enumerate() {
+                check(row, x.checked_neg().map(|n| *x = n))?;
+            }
+        }
+        Data::I64(v) => {
+            for (row, x) in v.iter_mut().enumerate() {
+                check(row, x.checked_neg().map(|n| *x = n))?;
+            }
+        }
         Data::F64(v) => v.iter_mut().for_each(|x| *x = -*x),
-        _ => return Err(EngineError::Type(format!("cannot negate {:?}", vector.data_type))),
+        Data::Numeric(v) => v.iter_mut().for_each(|x| *x = x.negated()),
+        _ => return Err(EngineError::Type(format!("cannot negate {}", data_type.sql_name()))),
     }
     Ok(vector)
 }
 
-/// Numeric conversions; decimal scale changes multiply or divide (rounding half away from zero).
-pub fn cast(vector: Vector, to: DataType) -> Result<Vector> {
-    let from = vector.data_type;
-    if from == to {
-        return Ok(vector);
-    }
-    let data = match (&vector.data, to) {
-        (Data::I32(v), DataType::Int64) => Data::I64(v.iter().map(|&x| i64::from(x)).collect()),
-        (Data::I32(v), DataType::Int32 | DataType::Date) => Data::I32(v.clone()),
-        (Data::I32(v), DataType::Float64) => Data::F64(v.iter().map(|&x| f64::from(x)).collect()),
-        (Data::I32(v), DataType::Decimal { scale, .. }) => {
-            Data::I64(rescale(v.iter().map(|&x| i64::from(x)), 0, scale)?)
-        }
-        (Data::I64(v), DataType::Int32) => {
-            let divisor = pow10(from.scale());
-            Data::I32(
-                v.iter()
-                    .map(|&x| i32::try_from(x / divisor).map_err(|_| overflow(BinaryOp::Add)))
-                    .collect::<Result<_>>()?,
-            )
-        }
-        (Data::I64(v), DataType::Int64) => Data::I64(rescale(v.iter().copied(), from.scale(), 0)?),
-        (Data::I64(v), DataType::Float64) => {
-            let divisor = pow10(from.scale()) as f64;
-            Data::F64(v.iter().map(|&x| x as f64 / divisor).collect())
-        }
-        (Data::I64(v), DataType::Decimal { scale, .. }) => Data::I64(rescale(v.iter().copied(), from.scale(), scale)?),
-        (Data::F64(v), DataType::Decimal { scale, .. }) => {
-            let factor = pow10(scale) as f64;
-            Data::I64(v.iter().map(|&x| (x * factor).round() as i64).collect())
-        }
-        (Data::F64(v), DataType::Int64) => Data::I64(v.iter().map(|&x| x.round() as i64).collect()),
-        (Data::F64(v), DataType::Int32) => Data::I32(v.iter().map(|&x| x.round() as i32).collect()),
-        (Data::Text(codes, dictionary), DataType::Date) => {
-            let parsed: Vec<i32> = dictionary.values().iter().map(crate::types::parse_date).collect::<Result<_>>()?;
-            Data::I32(codes.iter().map(|&c| parsed[c as usize]).collect())
-        }
-        (Data::I32(v), DataType::Text) if from == DataType::Date => {
-            text_from(v.iter().map(|&d| crate::types::format_date(d)))
-        }
-        (_, DataType::Text) => text_from((0..vector.len()).map(|row| vector.value(row).to_string())),
-        _ => return Err(EngineError::unsupported(format!("cast from {} to {}", from.sql_name(), to.sql_name()))),
-    };
-    Ok(Vector { data_type: to, data, validity: vector.validity })
-}
-
-fn text_from(values: impl Iterator<Item = String>) -> Data {
-    let mut dictionary = Dictionary::new();
-    let codes = values.map(|s| dictionary.intern(&s)).collect();
-    Data::Text(codes, Arc::new(dictionary))
-}
-
-fn rescale(values: impl Iterator<Item = i64>, from: u8, to: u8) -> Result<Vec<i64>> {
-    if to >= from {
-        let factor = pow10(to - from);
-        values.map(|x| x.checked_mul(factor).ok_or_else(|| overflow(BinaryOp::Mul))).collect()
-    } else {
-        let divisor = pow10(from - to);
-        Ok(values.map(|x| round_div(x, divisor)).collect())
-    }
-}
-
-/// `x / divisor` rounded half away from zero (numeric rounding).
-pub fn round_div(x: i64, divisor: i64) -> i64 {
-    let half = divisor / 2;
-    if x >= 0 {
-        (x + half) / divisor
-    } else {
-        (x - half) / divisor
-    }
-}
+pub use crate::cast::cast;
 
 fn case(branches: &[(Expr, Expr)], otherwise: &Expr, data_type: DataType, batch: &Batch) -> Result<Vector> {
     let mut result = evaluate(otherwise, batch)?;
@@ -554,6 +594,7 @@ fn overwrite_rows(target: &mut Vector, source: &Vector, rows: &[u32]) {
         (Data::I32(t), Data::I32(s)) => rows.iter().for_each(|&r| t[r as usize] = s[r as usize]),
         (Data::I64(t), Data::I64(s)) => rows.iter().for_each(|&r| t[r as usize] = s[r as usize]),
         (Data::F64(t), Data::F64(s)) => rows.iter().for_each(|&r| t[r as usize] = s[r as usize]),
+        (Data::Numeric(t), Data::Numeric(s)) => rows.iter().for_each(|&r| t[r as usize] = s[r as usize]),
         (Data::Text(t, td), Data::Text(s, sd)) => {
             let merged = Arc::make_mut(td);
             rows.iter().for_each(|&r| t[r as usize] = merged.intern(sd.get(s[r as usize])));
@@ -567,19 +608,25 @@ fn overwrite_rows(target: &mut Vector, source: &Vector, rows: &[u32]) {
     }
 }
 
+/// `x [NOT] IN (constants)` with SQL's three-valued logic: true when some item equals x;
+/// otherwise NULL when x or some item is NULL; otherwise false. NOT IN negates that.
 fn in_list(vector: &Vector, list: &[Value], negated: bool) -> Result<Vector> {
-    if let Data::Text(..) = vector.data {
-        let items: Vec<&str> =
-            list.iter().filter_map(|v| if let Value::Text(s) = v { Some(s.as_str()) } else { None }).collect();
-        return text_predicate(vector, |s| items.contains(&s) != negated);
-    }
-    let values = (0..vector.len())
-        .map(|row| {
-            let value = vector.value(row);
-            list.iter().any(|item| values_equal(&value, item)) != negated
-        })
-        .collect();
-    Ok(Vector { data_type: DataType::Bool, data: Data::Bool(values), validity: vector.validity.clone() })
+    let list_has_null = list.iter().any(Value::is_null);
+    let items: Vec<&Value> = list.iter().filter(|v| !v.is_null()).collect();
+    let found: Vec<bool> = if let Data::Text(..) = vector.data {
+        let texts: Vec<&str> =
+            items.iter().filter_map(|v| if let Value::Text(s) = v { Some(s.as_str()) } else { None }).collect();
+        let found = text_predicate(vector, |s| texts.contains(&s))?;
+        bools(&found).iter().enumerate().map(|(row, &f)| f && vector.is_valid(row)).collect()
+    } else {
+        (0..vector.len())
+            .map(|row| vector.is_valid(row) && items.iter().any(|item| values_equal(&vector.value(row), item)))
+            .collect()
+    };
+    let validity: Option<Vec<bool>> = (list_has_null || vector.validity.is_some())
+        .then(|| (0..vector.len()).map(|row| found[row] || (vector.is_valid(row) && !list_has_null)).collect());
+    let values = found.into_iter().map(|f| f != negated).collect();
+    Ok(Vector { data_type: DataType::Bool, data: Data::Bool(values), validity })
 }
 
 /// Equality of two non-null scalars of compatible numeric types.
@@ -591,6 +638,7 @@ pub fn values_equal(a: &Value, b: &Value) -> bool {
         (Value::Decimal { value: x, scale: sx }, Value::Decimal { value: y, scale: sy }) => {
             i128::from(*x) * i128::from(pow10(*sy)) == i128::from(*y) * i128::from(pow10(*sx))
         }
+        (Value::Numeric(x), Value::Numeric(y)) => x.cmp(y).is_eq(),
         _ => match (a.as_f64(), b.as_f64()) {
             (Some(x), Some(y)) => x == y,
             _ => false,

@@ -7,10 +7,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::error::{EngineError, Result};
-use crate::expr::{evaluate, BinaryOp, Expr};
+use crate::expr::{conjunction, disjunction, evaluate, BinaryOp, Expr};
 use crate::plan::{JoinKind, Plan};
 use crate::storage::Table;
-use crate::types::DataType;
 use crate::vector::{scan_chunk, Data};
 
 /// Rows per sampled chunk when estimating a filter's selectivity.
@@ -60,19 +59,34 @@ impl Planned {
     }
 
     pub fn add_filter(&mut self, predicate: &Expr, selectivity: f64) {
-        let predicate = self.localize(predicate);
+        self.add_filters(std::slice::from_ref(predicate), selectivity);
+    }
+
+    /// Adds wide-row predicates to the scan's or the top filter's condition, one balanced
+    /// conjunction (a query may have thousands of conditions); `selectivity` is per predicate.
+    pub fn add_filters(&mut self, predicates: &[Expr], selectivity: f64) {
+        if predicates.is_empty() {
+            return;
+        }
+        let added: Vec<Expr> = predicates.iter().map(|p| self.localize(p)).collect();
+        let combine = |existing: Option<Expr>, added: Vec<Expr>| {
+            let mut conjuncts = Vec::new();
+            if let Some(existing) = existing {
+                split_conjuncts(existing, &mut conjuncts);
+            }
+            conjuncts.extend(added);
+            conjunction(conjuncts).expect("at least one predicate")
+        };
         let input = std::mem::replace(&mut self.plan, Plan::SingleRow);
         self.plan = match input {
             Plan::Scan { table, columns, filter } => {
-                let filter = Some(match filter {
-                    Some(existing) => Expr::binary(BinaryOp::And, existing, predicate, DataType::Bool),
-                    None => predicate,
-                });
-                Plan::Scan { table, columns, filter }
+                Plan::Scan { table, columns, filter: Some(combine(filter, added)) }
             }
-            other => Plan::Filter { input: Box::new(other), predicate },
+            Plan::Filter { input, predicate } => Plan::Filter { input, predicate: combine(Some(predicate), added) },
+            other => Plan::Filter { input: Box::new(other), predicate: combine(None, added) },
         };
-        self.rows = (self.rows * selectivity).max(1.0);
+        let exponent = i32::try_from(predicates.len()).unwrap_or(i32::MAX);
+        self.rows = (self.rows * selectivity.powi(exponent)).max(1.0);
     }
 
     fn distinct(&self, expr: &Expr) -> f64 {
@@ -120,9 +134,7 @@ pub fn plan_relation(index: usize, input: JoinInput, used: &[bool], filters: &[E
         },
     };
     let unfiltered_rows = planned.rows;
-    for filter in filters {
-        planned.add_filter(filter, 1.0);
-    }
+    planned.add_filters(filters, 1.0);
     if !filters.is_empty() {
         // The conjuncts are estimated together, not multiplied: `d >= x and d < y` on one
         // column is far from independent (TPC-H Q10's quarter of orders came out 6× too big
@@ -201,20 +213,14 @@ pub fn join_all(mut items: Vec<Planned>, conjuncts: Vec<Conjunct>, inputs: &[Joi
         let (first, second) =
             if i > j { (items.remove(i), items.remove(j)) } else { (items.remove(j), items.remove(i)) };
         let mut joined = hash_join(first, second, &edges, estimate);
-        pending.retain(|conjunct| {
-            if conjunct.relations & !joined.relations == 0 {
-                joined.add_filter(&conjunct.expr, 1.0 / 3.0);
-                false
-            } else {
-                true
-            }
-        });
+        let (now, later): (Vec<Conjunct>, Vec<Conjunct>) =
+            pending.into_iter().partition(|conjunct| conjunct.relations & !joined.relations == 0);
+        joined.add_filters(&now.into_iter().map(|c| c.expr).collect::<Vec<_>>(), 1.0 / 3.0);
+        pending = later;
         items.push(joined);
     }
     let mut result = items.pop().ok_or_else(|| EngineError::unsupported("a query block without relations"))?;
-    for conjunct in pending {
-        result.add_filter(&conjunct.expr, 1.0 / 3.0);
-    }
+    result.add_filters(&pending.into_iter().map(|c| c.expr).collect::<Vec<_>>(), 1.0 / 3.0);
     Ok(result)
 }
 
@@ -321,18 +327,12 @@ pub fn factor_or(expr: Expr) -> Vec<Expr> {
     }
     let rest = branch_conjuncts
         .into_iter()
-        .map(|b| {
-            b.into_iter()
-                .filter(|c| !common.contains(c))
-                .reduce(|x, y| Expr::binary(BinaryOp::And, x, y, DataType::Bool))
-        })
+        .map(|b| conjunction(b.into_iter().filter(|c| !common.contains(c)).collect()))
         .collect::<Option<Vec<_>>>();
     let mut out = common;
     // When some branch is fully common, the OR is implied by the common part.
     if let Some(rest) = rest {
-        out.push(
-            rest.into_iter().reduce(|x, y| Expr::binary(BinaryOp::Or, x, y, DataType::Bool)).expect("≥ 2 branches"),
-        );
+        out.push(disjunction(rest).expect("≥ 2 branches"));
     }
     out
 }
@@ -363,16 +363,11 @@ pub fn derive_single_relation_filters(expr: &Expr, inputs: &[JoinInput]) -> Vec<
             .map(|branch| {
                 let mut conjuncts = Vec::new();
                 split_conjuncts(branch.clone(), &mut conjuncts);
-                conjuncts
-                    .into_iter()
-                    .filter(|c| relation_set(c, inputs) == bit)
-                    .reduce(|x, y| Expr::binary(BinaryOp::And, x, y, DataType::Bool))
+                conjunction(conjuncts.into_iter().filter(|c| relation_set(c, inputs) == bit).collect())
             })
             .collect();
         if let Some(per_branch) = per_branch {
-            derived.push(
-                per_branch.into_iter().reduce(|x, y| Expr::binary(BinaryOp::Or, x, y, DataType::Bool)).expect("≥ 2"),
-            );
+            derived.push(disjunction(per_branch).expect("≥ 2 branches"));
         }
     }
     derived

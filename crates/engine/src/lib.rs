@@ -30,11 +30,13 @@ static GLOBAL: control::TrackingAllocator<mimalloc::MiMalloc> = control::Trackin
 
 pub mod arena;
 pub mod bind;
+pub mod cast;
 pub mod catalog;
 pub mod compiled;
 pub mod control;
 pub mod copy;
 pub mod ddl;
+pub mod depth;
 pub mod dml;
 pub mod engine;
 pub mod error;
@@ -42,7 +44,9 @@ pub mod exec;
 pub mod explain;
 pub mod expr;
 pub mod joins;
+pub mod numeric;
 pub mod parquet_file;
+pub mod pg_catalog;
 pub mod plan;
 pub mod pool;
 pub mod query;

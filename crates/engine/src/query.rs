@@ -6,6 +6,7 @@
 //!        ─► DISTINCT ─► sort / top-k ─► limit ─► strip hidden sort columns
 //! ```
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use sqlparser::ast;
@@ -14,14 +15,15 @@ use crate::bind::{
     cast_expr, common_type, contains_aggregate, identifier, object_name, AggregateContext, ExprBinder, Scope,
 };
 use crate::error::{EngineError, Result};
-use crate::expr::{BinaryOp, Expr};
+use crate::expr::evaluate_constant;
+use crate::expr::{conjunction, BinaryOp, Expr};
 use crate::joins::{
     derive_single_relation_filters, factor_or, join_all, plan_relation, relation_set, split_conjuncts, Conjunct,
     JoinInput, Planned, RelationSource, RELATIONS_MAX,
 };
 use crate::plan::{AggregateCall, JoinKind, Plan, SortKey};
 use crate::storage::Catalog;
-use crate::types::DataType;
+use crate::types::{DataType, Value};
 
 /// A bound query: its plan and output column names.
 pub struct BoundQuery {
@@ -61,6 +63,7 @@ pub struct QueryBinder<'c> {
 
 impl<'c> QueryBinder<'c> {
     pub fn bind_query(&self, query: &ast::Query) -> Result<BoundQuery> {
+        let _depth = crate::depth::enter()?;
         if query.with.is_some() {
             return Err(EngineError::unsupported("WITH (common table expressions)"));
         }
@@ -175,7 +178,7 @@ impl<'c> QueryBinder<'c> {
         let used = used_columns(&from, &conjuncts, &subqueries, &output);
         let planned = self.plan_joins(from, conjuncts, &used)?;
         let planned = apply_subquery_joins(planned, subqueries);
-        finish_select(planned, output, select.distinct.is_some(), limit, offset)
+        finish_select(planned, output, matches!(select.distinct, Some(ast::Distinct::Distinct)), limit, offset)
     }
 
     fn bind_outputs(&self, select: &ast::Select, order_by: &[ast::OrderByExpr], scope: &Scope) -> Result<Outputs> {
@@ -211,9 +214,7 @@ impl<'c> QueryBinder<'c> {
         let From { inputs, left_joins, .. } = from;
         if inputs.is_empty() {
             let mut planned = Planned::with_layout(Plan::SingleRow, Vec::new(), 1.0);
-            for conjunct in conjuncts {
-                planned.add_filter(&conjunct, 1.0);
-            }
+            planned.add_filters(&conjuncts, 1.0);
             return Ok(planned);
         }
         let left_relations: u64 = left_joins.iter().fold(0, |set, l| set | (1 << l.relation));
@@ -259,9 +260,7 @@ impl<'c> QueryBinder<'c> {
         for ((_, on), build) in left_on.into_iter().zip(outer_items) {
             planned = left_join(planned, build, on, &offsets_only)?;
         }
-        for conjunct in later {
-            planned.add_filter(&conjunct.expr, 1.0 / 3.0);
-        }
+        planned.add_filters(&later.into_iter().map(|c| c.expr).collect::<Vec<_>>(), 1.0 / 3.0);
         Ok(planned)
     }
 
@@ -353,7 +352,7 @@ impl<'c> QueryBinder<'c> {
         let probe_keys = keys.iter().map(|(o, _)| to_outer(o)).collect();
         let build_keys = keys.iter().map(|(_, b)| build.localize(b)).collect();
         let outer_width = outer.width();
-        let residual = residual.into_iter().reduce(|a, b| Expr::binary(BinaryOp::And, a, b, DataType::Bool)).map(|r| {
+        let residual = conjunction(residual).map(|r| {
             let positions = &build.layout;
             r.map_columns(&|c| {
                 if c >= inner_width {
@@ -406,7 +405,7 @@ fn left_join(probe: Planned, build: Planned, on: Vec<Expr>, inputs: &[JoinInput]
     let mut layout = probe.layout.clone();
     layout.extend(&build.layout);
     let width = probe.layout.len();
-    let residual = residual.into_iter().reduce(|a, b| Expr::binary(BinaryOp::And, a, b, DataType::Bool)).map(|r| {
+    let residual = conjunction(residual).map(|r| {
         r.map_columns(&|c| {
             probe.layout.iter().position(|&w| w == c).unwrap_or_else(|| {
                 width + build.layout.iter().position(|&w| w == c).expect("ON columns come from the two sides")
@@ -599,7 +598,7 @@ fn finish_select(
                 nulls_first,
             })
             .collect();
-        plan = Plan::Sort { input: Box::new(plan), keys, limit: limit.map(|l| l + offset) };
+        plan = Plan::Sort { input: Box::new(plan), keys, limit: limit.map(|l| l.saturating_add(offset)) };
     }
     if limit.is_some() || offset > 0 {
         plan = Plan::Limit { input: Box::new(plan), limit, offset };
@@ -617,25 +616,30 @@ impl Outputs {
     }
 }
 
+/// LIMIT and OFFSET: constant expressions of type bigint (PostgreSQL: out of range is
+/// 22003, negative 2201W/2201X, LIMIT NULL and LIMIT ALL mean no limit).
 fn limit_offset(query: &ast::Query) -> Result<(Option<usize>, usize)> {
-    let constant = |e: &ast::Expr| -> Result<usize> {
-        match e {
-            ast::Expr::Value(v) => match &v.value {
-                ast::Value::Number(n, _) => n.parse().map_err(|_| EngineError::Syntax(format!("LIMIT {n}"))),
-                _ => Err(EngineError::unsupported("non-numeric LIMIT/OFFSET")),
-            },
-            _ => Err(EngineError::unsupported("non-constant LIMIT/OFFSET")),
+    let count = |e: &ast::Expr, offset: bool| -> Result<Option<usize>> {
+        let scope = Scope::default();
+        let bound = ExprBinder { scope: &scope }.bind(e).map_err(|error| match error {
+            EngineError::UnknownColumn(_) | EngineError::AmbiguousColumn(_) => EngineError::Syntax(format!(
+                "argument of {} must not contain variables",
+                if offset { "OFFSET" } else { "LIMIT" }
+            )),
+            other => other,
+        })?;
+        match evaluate_constant(&cast_expr(bound, DataType::Int64)?)? {
+            Value::Null => Ok(None),
+            Value::Int64(n) if n < 0 => Err(EngineError::NegativeRowCount { offset }),
+            Value::Int64(n) => Ok(Some(usize::try_from(n).unwrap_or(usize::MAX))),
+            other => Err(EngineError::Type(format!("LIMIT/OFFSET value {other:?}"))),
         }
     };
     match &query.limit_clause {
         None => Ok((None, 0)),
         Some(ast::LimitClause::LimitOffset { limit, offset, limit_by }) if limit_by.is_empty() => {
-            let limit = match limit {
-                Some(ast::Expr::Value(v)) if v.value == ast::Value::Null => None,
-                Some(e) => Some(constant(e)?),
-                None => None,
-            };
-            let offset = offset.as_ref().map(|o| constant(&o.value)).transpose()?.unwrap_or(0);
+            let limit = limit.as_ref().map(|l| count(l, false)).transpose()?.flatten();
+            let offset = offset.as_ref().map(|o| count(&o.value, true)).transpose()?.flatten().unwrap_or(0);
             Ok((limit, offset))
         }
         Some(_) => Err(EngineError::unsupported("this LIMIT form")),
@@ -655,28 +659,32 @@ fn reject_unsupported_select(select: &ast::Select) -> Result<()> {
     Ok(())
 }
 
+/// The conjuncts of an AND tree, in order (iterative: chains may be as long as the text).
 fn split_ast_conjuncts<'a>(expr: &'a ast::Expr, out: &mut Vec<&'a ast::Expr>) {
-    match expr {
-        ast::Expr::BinaryOp { left, op: ast::BinaryOperator::And, right } => {
-            split_ast_conjuncts(left, out);
-            split_ast_conjuncts(right, out);
+    let mut pending = vec![expr];
+    while let Some(expr) = pending.pop() {
+        match expr {
+            ast::Expr::BinaryOp { left, op: ast::BinaryOperator::And, right } => {
+                pending.push(right);
+                pending.push(left);
+            }
+            ast::Expr::Nested(inner)
+                if matches!(inner.as_ref(), ast::Expr::BinaryOp { op: ast::BinaryOperator::And, .. }) =>
+            {
+                pending.push(inner)
+            }
+            other => out.push(other),
         }
-        ast::Expr::Nested(inner)
-            if matches!(inner.as_ref(), ast::Expr::BinaryOp { op: ast::BinaryOperator::And, .. }) =>
-        {
-            split_ast_conjuncts(inner, out)
-        }
-        other => out.push(other),
     }
 }
 
 /// Select items with `*` and `t.*` expanded, each with its output name.
-fn expand_select_items(items: &[ast::SelectItem], scope: &Scope) -> Result<Vec<(ast::Expr, String)>> {
+fn expand_select_items<'a>(items: &'a [ast::SelectItem], scope: &Scope) -> Result<Vec<(Cow<'a, ast::Expr>, String)>> {
     let mut out = Vec::new();
     for item in items {
         match item {
-            ast::SelectItem::UnnamedExpr(expr) => out.push((expr.clone(), output_name(expr))),
-            ast::SelectItem::ExprWithAlias { expr, alias } => out.push((expr.clone(), identifier(alias))),
+            ast::SelectItem::UnnamedExpr(expr) => out.push((Cow::Borrowed(expr), output_name(expr))),
+            ast::SelectItem::ExprWithAlias { expr, alias } => out.push((Cow::Borrowed(expr), identifier(alias))),
             ast::SelectItem::Wildcard(_) => {
                 for relation in &scope.relations {
                     for (name, _) in &relation.columns {
@@ -684,7 +692,7 @@ fn expand_select_items(items: &[ast::SelectItem], scope: &Scope) -> Result<Vec<(
                             ast::Ident::new(&relation.alias),
                             ast::Ident::new(name),
                         ]);
-                        out.push((expr, name.clone()));
+                        out.push((Cow::Owned(expr), name.clone()));
                     }
                 }
             }
@@ -697,7 +705,7 @@ fn expand_select_items(items: &[ast::SelectItem], scope: &Scope) -> Result<Vec<(
                     .ok_or_else(|| EngineError::UnknownTable(alias.clone()))?;
                 for (column, _) in &relation.columns {
                     let expr = ast::Expr::CompoundIdentifier(vec![ast::Ident::new(&alias), ast::Ident::new(column)]);
-                    out.push((expr, column.clone()));
+                    out.push((Cow::Owned(expr), column.clone()));
                 }
             }
             other => return Err(EngineError::unsupported(format!("select item {other}"))),
@@ -708,23 +716,62 @@ fn expand_select_items(items: &[ast::SelectItem], scope: &Scope) -> Result<Vec<(
 
 /// PostgreSQL's default output names: the column name, the function name, else `?column?`.
 fn output_name(expr: &ast::Expr) -> String {
-    match expr {
-        ast::Expr::Identifier(ident) => identifier(ident),
-        ast::Expr::CompoundIdentifier(parts) => parts.last().map_or("?column?".into(), identifier),
-        ast::Expr::Function(f) => object_name(&f.name).unwrap_or_else(|_| "?column?".into()),
-        ast::Expr::Nested(inner) => output_name(inner),
-        ast::Expr::Cast { expr, .. } => output_name(expr),
-        ast::Expr::Case { .. } => "case".into(),
-        ast::Expr::Extract { .. } => "extract".into(),
-        ast::Expr::Substring { .. } => "substring".into(),
-        _ => "?column?".into(),
+    figure_name(expr).unwrap_or_else(|| "?column?".into())
+}
+
+/// PostgreSQL's FigureColname: a name from a column, function, CASE…, or for a cast of
+/// something nameless the type's name (`1::int` is `int4`). Iterative over cast chains.
+fn figure_name(mut expr: &ast::Expr) -> Option<String> {
+    let mut cast_type: Option<&ast::DataType> = None;
+    loop {
+        let name = match expr {
+            ast::Expr::Identifier(ident) => Some(identifier(ident)),
+            ast::Expr::CompoundIdentifier(parts) => parts.last().map(identifier),
+            ast::Expr::Function(f) => object_name(&f.name).ok(),
+            ast::Expr::Nested(inner) => {
+                expr = inner;
+                continue;
+            }
+            ast::Expr::Cast { expr: inner, data_type, .. } => {
+                cast_type = cast_type.or(Some(data_type));
+                expr = inner;
+                continue;
+            }
+            ast::Expr::Case { .. } => Some("case".into()),
+            ast::Expr::Extract { .. } => Some("extract".into()),
+            ast::Expr::Substring { .. } => Some("substring".into()),
+            ast::Expr::Exists { .. } => Some("exists".into()),
+            _ => None,
+        };
+        return name.or_else(|| cast_type.and_then(cast_type_name));
     }
+}
+
+/// The type name PostgreSQL's grammar gives a cast target (`int` is `int4`).
+fn cast_type_name(data_type: &ast::DataType) -> Option<String> {
+    use ast::DataType as T;
+    let name = match data_type {
+        T::Boolean | T::Bool => "bool",
+        T::Int(_) | T::Integer(_) | T::Int4(_) => "int4",
+        T::SmallInt(_) | T::Int2(_) => "int2",
+        T::BigInt(_) | T::Int8(_) => "int8",
+        T::Double(_) | T::DoublePrecision | T::Float8 => "float8",
+        T::Real | T::Float4 => "float4",
+        T::Float(_) => "float8",
+        T::Date => "date",
+        T::Text => "text",
+        T::Varchar(_) | T::CharacterVarying(_) => "varchar",
+        T::Char(_) | T::Character(_) => "bpchar",
+        T::Numeric(_) | T::Decimal(_) => "numeric",
+        _ => return None,
+    };
+    Some(name.into())
 }
 
 /// GROUP BY 1 and GROUP BY alias refer to select items.
 fn resolve_group_reference<'e>(
     expr: &'e ast::Expr,
-    items: &'e [(ast::Expr, String)],
+    items: &'e [(Cow<'_, ast::Expr>, String)],
     scope: &Scope,
 ) -> Result<&'e ast::Expr> {
     match expr {
@@ -733,7 +780,7 @@ fn resolve_group_reference<'e>(
                 let position: usize = n.parse().map_err(|_| EngineError::Syntax(format!("GROUP BY {n}")))?;
                 items
                     .get(position.wrapping_sub(1))
-                    .map(|(e, _)| e)
+                    .map(|(e, _)| e.as_ref())
                     .ok_or_else(|| EngineError::Syntax(format!("GROUP BY position {position} is not in select list")))
             }
             _ => Ok(expr),
@@ -741,7 +788,7 @@ fn resolve_group_reference<'e>(
         // PostgreSQL: an input column of that name wins over an output alias.
         ast::Expr::Identifier(ident) if ExprBinder { scope }.bind(expr).is_err() => {
             let name = identifier(ident);
-            Ok(items.iter().find(|(_, n)| *n == name).map_or(expr, |(e, _)| e))
+            Ok(items.iter().find(|(_, n)| *n == name).map_or(expr, |(e, _)| e.as_ref()))
         }
         _ => Ok(expr),
     }

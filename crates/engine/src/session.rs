@@ -21,7 +21,7 @@ use sqlparser::ast;
 
 use crate::catalog::{Catalog, CatalogVersion, Changes, TransactionId};
 use crate::control::QueryControl;
-use crate::engine::{Description, Engine, QueryResult};
+use crate::engine::{describe_columns, ColumnType, Description, Engine, QueryResult};
 use crate::error::{EngineError, Result};
 use crate::explain::explain_plan;
 use crate::settings::{Isolation, Settings};
@@ -48,6 +48,8 @@ pub struct Transaction {
     pub(crate) changes: Changes,
     /// Whether the isolation level may still change (no statement has run yet).
     fresh: bool,
+    /// Savepoints, oldest first: their names and the changes as they were.
+    savepoints: Vec<(String, Changes)>,
 }
 
 enum State {
@@ -67,11 +69,17 @@ pub enum Status {
 /// One client's state.
 pub struct Session {
     pub settings: Settings,
+    /// Who is logged in and to which database (`current_user`, `current_database()`).
+    pub user: String,
+    pub database: String,
     state: State,
     /// Statements share one implicit transaction until `end_implicit_block`.
     implicit_block: bool,
     /// Warnings for the client (NoticeResponse), drained by the server after each statement.
     notices: Vec<Notice>,
+    /// Prepared statements DEALLOCATE named (`None`: all), drained by the server, which keeps
+    /// the protocol's prepared statements.
+    deallocations: Vec<Option<String>>,
 }
 
 /// A NoticeResponse for the client.
@@ -86,9 +94,12 @@ impl Session {
     pub fn new(memory_limit: usize) -> Session {
         Session {
             settings: Settings::new(memory_limit),
+            user: "bypass".into(),
+            database: crate::server::DATABASE_NAME.into(),
             state: State::Idle,
             implicit_block: false,
             notices: Vec::new(),
+            deallocations: Vec::new(),
         }
     }
 
@@ -99,6 +110,11 @@ impl Session {
             State::Open(_) => Status::InTransaction,
             State::Failed(_) => Status::Failed,
         }
+    }
+
+    /// Prepared statements DEALLOCATE removed since the last call (`None`: all of them).
+    pub fn take_deallocations(&mut self) -> Vec<Option<String>> {
+        std::mem::take(&mut self.deallocations)
     }
 
     /// Notices and warnings raised since the last call.
@@ -157,6 +173,7 @@ impl Session {
             }
         };
         let (names, types) = sink.shape.into_inner().unwrap_or_else(|p| p.into_inner()).unwrap_or_default();
+        let types: Vec<DataType> = types.into_iter().map(crate::stream::engine_type).collect();
         Ok(QueryResult {
             returns_rows: !names.is_empty() || !types.is_empty(),
             names,
@@ -195,14 +212,12 @@ impl Session {
     /// rolled back at once.
     fn fail(&mut self, engine: &Engine) {
         match std::mem::replace(&mut self.state, State::Idle) {
+            // Locks and changes stay until ROLLBACK (or ROLLBACK TO a savepoint), as PostgreSQL
+            // keeps them; COMMIT of a failed transaction rolls it back.
+            State::Open(t) | State::Failed(t) if t.explicit => self.state = State::Failed(t),
             State::Open(t) | State::Failed(t) => {
-                // The transaction's changes are gone, so its locks protect nothing any more.
                 engine.database().unlock_all(t.id);
-                if t.explicit {
-                    self.state = State::Failed(Transaction { changes: Changes::new(), ..t });
-                } else {
-                    self.implicit_block = false;
-                }
+                self.implicit_block = false;
             }
             State::Idle => {}
         }
@@ -216,6 +231,7 @@ impl Session {
             snapshot: None,
             changes: Changes::new(),
             fresh: true,
+            savepoints: Vec::new(),
         }
     }
 
@@ -253,7 +269,10 @@ impl Session {
                 return Err(EngineError::unsupported("AND CHAIN"));
             }
             ast::Statement::Commit { .. } => self.commit(engine)?,
-            ast::Statement::Rollback { savepoint: Some(_), .. } => return Err(EngineError::unsupported("savepoints")),
+            ast::Statement::Rollback { savepoint: Some(name), .. } => {
+                self.rollback_to(&crate::bind::identifier(name))?;
+                "ROLLBACK".into()
+            }
             ast::Statement::Rollback { .. } => {
                 if matches!(self.status(), Status::Idle) {
                     self.warning("25P01", "there is no transaction in progress");
@@ -262,8 +281,13 @@ impl Session {
                 self.roll_back(engine);
                 "ROLLBACK".into()
             }
-            ast::Statement::Savepoint { .. } | ast::Statement::ReleaseSavepoint { .. } => {
-                return Err(EngineError::unsupported("savepoints"))
+            ast::Statement::Savepoint { name } => {
+                self.savepoint(crate::bind::identifier(name))?;
+                "SAVEPOINT".into()
+            }
+            ast::Statement::ReleaseSavepoint { name } => {
+                self.release(&crate::bind::identifier(name))?;
+                "RELEASE".into()
             }
             ast::Statement::Set(ast::Set::SetTransaction { modes, snapshot: None, session }) => {
                 if matches!(self.state, State::Failed(_)) {
@@ -288,6 +312,56 @@ impl Session {
         }
         if let State::Open(t) = &mut self.state {
             apply_modes(t, modes)?;
+        }
+        Ok(())
+    }
+
+    /// The explicit transaction savepoints need, or PostgreSQL's 25P01.
+    fn block(&mut self, statement: &str) -> Result<&mut Transaction> {
+        match &mut self.state {
+            State::Open(t) | State::Failed(t) if t.explicit => Ok(t),
+            _ => Err(EngineError::NoTransaction(format!("{statement} can only be used in transaction blocks"))),
+        }
+    }
+
+    fn savepoint(&mut self, name: String) -> Result<()> {
+        if matches!(self.state, State::Failed(_)) {
+            return Err(EngineError::InFailedTransaction);
+        }
+        let transaction = self.block("SAVEPOINT")?;
+        let changes = transaction.changes.clone();
+        transaction.savepoints.push((name, changes));
+        Ok(())
+    }
+
+    fn savepoint_index(transaction: &Transaction, name: &str) -> Result<usize> {
+        transaction
+            .savepoints
+            .iter()
+            .rposition(|(n, _)| n == name)
+            .ok_or_else(|| EngineError::NoSavepoint(format!("savepoint \"{name}\" does not exist")))
+    }
+
+    /// RELEASE: forgets the savepoint and the ones after it; the changes stay.
+    fn release(&mut self, name: &str) -> Result<()> {
+        if matches!(self.state, State::Failed(_)) {
+            return Err(EngineError::InFailedTransaction);
+        }
+        let transaction = self.block("RELEASE SAVEPOINT")?;
+        let index = Session::savepoint_index(transaction, name)?;
+        transaction.savepoints.truncate(index);
+        Ok(())
+    }
+
+    /// ROLLBACK TO: the changes as they were at the savepoint; a failed transaction goes on.
+    fn rollback_to(&mut self, name: &str) -> Result<()> {
+        let transaction = self.block("ROLLBACK TO SAVEPOINT")?;
+        let index = Session::savepoint_index(transaction, name)?;
+        transaction.changes = transaction.savepoints[index].1.clone();
+        transaction.savepoints.truncate(index + 1);
+        match std::mem::replace(&mut self.state, State::Idle) {
+            State::Failed(t) | State::Open(t) => self.state = State::Open(t),
+            State::Idle => unreachable!("block() found a transaction"),
         }
         Ok(())
     }
@@ -421,13 +495,20 @@ impl Session {
 
     fn describe_open(&mut self, engine: &Engine, statement: &ast::Statement) -> Result<Option<Description>> {
         Ok(match statement {
+            ast::Statement::Query(query) if crate::pg_catalog::handles(query) => {
+                let output = self.catalog_query(engine, query)?;
+                let (names, types) = output.columns.into_iter().map(|(n, t)| (n, ColumnType::Catalog(t))).unzip();
+                Some((names, types))
+            }
             ast::Statement::Query(query) => {
                 let bound = engine.bind(&self.catalog(engine), query)?;
                 let types = bound.plan.output_types();
-                Some((bound.names, types))
+                Some(describe_columns(bound.names, &types))
             }
-            ast::Statement::Explain { .. } => Some((vec!["QUERY PLAN".into()], vec![DataType::Text])),
-            ast::Statement::ShowVariable { variable } => Some((vec![show_name(variable)], vec![DataType::Text])),
+            ast::Statement::Explain { .. } => Some(describe_columns(vec!["QUERY PLAN".into()], &[DataType::Text])),
+            ast::Statement::ShowVariable { variable } => {
+                Some(describe_columns(vec![show_name(variable)], &[DataType::Text]))
+            }
             ast::Statement::Insert(_) | ast::Statement::Update(_) | ast::Statement::Delete(_) => {
                 crate::dml::describe_returning(self, engine, statement)?
             }
@@ -447,6 +528,11 @@ impl Session {
     fn dispatch(&mut self, engine: &Engine, statement: &ast::Statement, sink: &dyn ResultSink) -> Result<Outcome> {
         let done = |tag: String| Ok(Outcome::Done(tag));
         match statement {
+            ast::Statement::Query(query) if crate::pg_catalog::handles(query) => {
+                let output = self.catalog_query(engine, query)?;
+                sink.values(&output.columns, &output.rows)?;
+                done(format!("SELECT {}", output.rows.len()))
+            }
             ast::Statement::Query(query) => {
                 let catalog = self.catalog(engine);
                 let bound = engine.bind(&catalog, query)?;
@@ -461,6 +547,10 @@ impl Session {
                 done(crate::ddl::drop_tables(self, engine, names, *if_exists)?)
             }
             ast::Statement::Truncate(truncate) => done(crate::ddl::truncate(self, engine, truncate)?),
+            ast::Statement::CreateIndex(create) => done(crate::ddl::create_index(self, engine, create)?),
+            ast::Statement::Drop { object_type: ast::ObjectType::Index, if_exists, names, cascade: false, .. } => {
+                done(crate::ddl::drop_indexes(self, engine, names, *if_exists)?)
+            }
             ast::Statement::Insert(insert) => done(crate::dml::insert(self, engine, insert, sink)?),
             ast::Statement::Update(update) => done(crate::dml::update(self, engine, update, sink)?),
             ast::Statement::Delete(delete) => done(crate::dml::delete(self, engine, delete, sink)?),
@@ -478,12 +568,29 @@ impl Session {
             ast::Statement::Set(set) => done(self.set(set)?),
             ast::Statement::ShowVariable { variable } => self.show(variable, sink),
             ast::Statement::Reset(reset) => done(self.reset(reset)?),
+            ast::Statement::Deallocate { name, .. } => {
+                let name = crate::bind::identifier(name);
+                self.deallocations.push((!name.eq_ignore_ascii_case("all")).then_some(name));
+                done("DEALLOCATE".into())
+            }
             other => {
                 let text = other.to_string();
                 let feature: String = text.split_whitespace().take(2).collect::<Vec<_>>().join(" ");
                 Err(EngineError::unsupported(format!("statement {feature}")))
             }
         }
+    }
+
+    /// Runs a query of the system catalogs over this statement's view of the tables.
+    fn catalog_query(&mut self, engine: &Engine, query: &ast::Query) -> Result<crate::pg_catalog::Output> {
+        let catalog = self.catalog(engine);
+        let context = crate::pg_catalog::Context {
+            catalog: &catalog,
+            settings: &self.settings,
+            user: &self.user,
+            database: &self.database,
+        };
+        crate::pg_catalog::run(query, &context)
     }
 
     fn explain(&mut self, engine: &Engine, statement: &ast::Statement, sink: &dyn ResultSink) -> Result<Outcome> {
@@ -651,9 +758,20 @@ struct RecordingSink {
 impl ResultSink for RecordingSink {
     fn start(&self, shape: ResultShape<'_>) -> Result<()> {
         if let ResultShape::Rows { names, types } = shape {
-            *self.shape.lock().unwrap_or_else(|p| p.into_inner()) = Some((names.to_vec(), types.to_vec()));
+            *self.shape.lock().unwrap_or_else(|p| p.into_inner()) = Some(describe_columns(names.to_vec(), types));
         }
         Ok(())
+    }
+
+    fn values(
+        &self,
+        columns: &[(String, crate::pg_catalog::PgType)],
+        rows: &[Vec<crate::pg_catalog::Datum>],
+    ) -> Result<()> {
+        let (names, types): (Vec<String>, Vec<ColumnType>) =
+            columns.iter().map(|(n, t)| (n.clone(), ColumnType::Catalog(*t))).unzip();
+        *self.shape.lock().unwrap_or_else(|p| p.into_inner()) = Some((names, types));
+        self.rows.values(columns, rows)
     }
 
     fn encode(&self, batch: Batch) -> Result<crate::stream::Piece> {

@@ -284,14 +284,29 @@ pub struct Constraints {
     pub not_null: Vec<bool>,
     /// Per column: the value an INSERT that omits the column stores (a constant).
     pub defaults: Vec<Option<Value>>,
-    /// PRIMARY KEY and UNIQUE constraints.
+    /// PRIMARY KEY and UNIQUE constraints, and unique indexes: enforced.
     pub unique: Vec<UniqueConstraint>,
+    /// Indexes that are not unique: catalog entries only (every query scans the columns; an
+    /// index would not change a result, only a row store's speed).
+    pub indexes: Vec<IndexDefinition>,
+}
+
+/// A non-unique index (CREATE INDEX).
+#[derive(Debug, Clone, PartialEq)]
+pub struct IndexDefinition {
+    pub name: String,
+    pub columns: Vec<usize>,
 }
 
 impl Constraints {
     /// No constraints on `width` columns.
     pub fn none(width: usize) -> Constraints {
-        Constraints { not_null: vec![false; width], defaults: vec![None; width], unique: Vec::new() }
+        Constraints {
+            not_null: vec![false; width],
+            defaults: vec![None; width],
+            unique: Vec::new(),
+            indexes: Vec::new(),
+        }
     }
 }
 
@@ -302,6 +317,8 @@ pub struct UniqueConstraint {
     pub name: String,
     pub columns: Vec<usize>,
     pub primary: bool,
+    /// Declared as a constraint (PRIMARY KEY, UNIQUE), not only as a unique index.
+    pub constraint: bool,
 }
 
 /// The keys present under one unique constraint (rows with a NULL key part are not entered:
@@ -334,6 +351,11 @@ fn unique_key(row: &[Value], columns: &[usize]) -> Option<Box<[u8]>> {
             Value::Text(text) => {
                 key.extend_from_slice(&(text.len() as u64).to_le_bytes());
                 key.extend_from_slice(text.as_bytes());
+            }
+            Value::Numeric(number) => {
+                let number = number.normalized();
+                key.extend_from_slice(&number.mantissa.to_le_bytes());
+                key.push(number.scale);
             }
         }
     }
@@ -653,6 +675,35 @@ impl TableBuilder {
         Ok(())
     }
 
+    /// Adds a unique constraint or index, checking the rows already there (23505).
+    pub fn add_unique(&mut self, unique: UniqueConstraint) -> Result<()> {
+        Arc::make_mut(&mut self.constraints).unique.push(unique);
+        self.indexes.push(Arc::new(UniqueIndex::default()));
+        self.rebuild_indexes()
+    }
+
+    /// Adds a non-unique index (a catalog entry).
+    pub fn add_index(&mut self, index: IndexDefinition) {
+        Arc::make_mut(&mut self.constraints).indexes.push(index);
+    }
+
+    /// Drops the index called `name` (unique or not); false when there is none.
+    pub fn drop_index(&mut self, name: &str) -> bool {
+        let constraints = Arc::make_mut(&mut self.constraints);
+        if let Some(position) = constraints.indexes.iter().position(|i| i.name == name) {
+            constraints.indexes.remove(position);
+            return true;
+        }
+        match constraints.unique.iter().position(|u| u.name == name) {
+            Some(position) => {
+                constraints.unique.remove(position);
+                self.indexes.remove(position);
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Recomputes every unique index from the rows (after UPDATE or DELETE); fails on a
     /// duplicate key.
     pub fn rebuild_indexes(&mut self) -> Result<()> {
@@ -762,6 +813,7 @@ fn new_chunk_data(pool: &Arc<ChunkPool>, data_type: DataType, rows: usize) -> Re
         DataType::Int64 | DataType::Decimal { .. } => ChunkData::I64(pool.buffer(rows)?),
         DataType::Float64 => ChunkData::F64(pool.buffer(rows)?),
         DataType::Text => ChunkData::Text(pool.buffer(rows)?),
+        DataType::Numeric => return Err(EngineError::unsupported("columns of unconstrained numeric")),
     })
 }
 

@@ -22,12 +22,14 @@ use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex};
 
+use crate::engine::ColumnType;
 use crate::error::{EngineError, Result};
 use crate::exec::keys::KeyCache;
 use crate::exec::{apply_filter, run_operators, Executor, Operator, Source};
+use crate::pg_catalog::{Datum, PgType};
 use crate::plan::Plan;
 use crate::runtime::Runtime;
-use crate::types::DataType;
+use crate::types::{DataType, Value};
 use crate::vector::{scan_chunk, Batch, VECTOR_ROWS};
 
 /// Encoded slices a statement may hold ahead of the client.
@@ -65,6 +67,46 @@ pub trait ResultSink: Sync {
     fn encode(&self, batch: Batch) -> Result<Piece>;
     /// Sends a piece; may block while the client is behind; an error stops the statement.
     fn emit(&self, piece: Piece) -> Result<()>;
+    /// Sends the whole (small) result of a catalog query: its shape and its rows.
+    fn values(&self, columns: &[(String, PgType)], rows: &[Vec<Datum>]) -> Result<()>;
+}
+
+/// The engine type closest to a catalog column's (embedded callers get engine values).
+pub fn engine_type(column: ColumnType) -> DataType {
+    match column {
+        ColumnType::Engine(data_type) => data_type,
+        ColumnType::Catalog(PgType::Bool) => DataType::Bool,
+        ColumnType::Catalog(PgType::Int2 | PgType::Int4 | PgType::Int8 | PgType::Oid) => DataType::Int64,
+        ColumnType::Catalog(PgType::Float4 | PgType::Float8) => DataType::Float64,
+        ColumnType::Catalog(_) => DataType::Text,
+    }
+}
+
+/// Catalog rows as one batch of engine vectors (see [`engine_type`]).
+pub fn catalog_batch(columns: &[(String, PgType)], rows: &[Vec<Datum>]) -> Batch {
+    let vectors = columns
+        .iter()
+        .enumerate()
+        .map(|(index, (_, pg_type))| {
+            let data_type = engine_type(ColumnType::Catalog(*pg_type));
+            let mut vector = crate::vector::Vector::empty(data_type);
+            for row in rows {
+                let value = match (&row[index], data_type) {
+                    (Datum::Null, _) => Value::Null,
+                    (Datum::Bool(b), _) => Value::Bool(*b),
+                    (datum, DataType::Int64) => datum.as_int().map_or(Value::Null, Value::Int64),
+                    (Datum::Float(v), _) => Value::Float64(*v),
+                    (Datum::Int(v), DataType::Float64) => Value::Float64(*v as f64),
+                    (datum, _) => {
+                        Value::Text(datum.to_text(*pg_type == PgType::Int2Vector || *pg_type == PgType::OidVector))
+                    }
+                };
+                vector.append(&crate::vector::Vector::broadcast(&value, data_type, 1));
+            }
+            vector
+        })
+        .collect();
+    Batch::new(vectors, rows.len())
 }
 
 /// A sink that keeps the rows (tests, `Engine::execute`, INSERT … SELECT).
@@ -76,6 +118,10 @@ pub struct CollectSink {
 impl ResultSink for CollectSink {
     fn start(&self, _shape: ResultShape<'_>) -> Result<()> {
         Ok(())
+    }
+
+    fn values(&self, columns: &[(String, PgType)], rows: &[Vec<Datum>]) -> Result<()> {
+        self.emit(Piece::Rows(catalog_batch(columns, rows)))
     }
 
     fn encode(&self, batch: Batch) -> Result<Piece> {

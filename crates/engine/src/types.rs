@@ -6,6 +6,7 @@
 use std::fmt;
 
 use crate::error::{EngineError, Result};
+pub use crate::numeric::Numeric;
 
 /// The largest decimal precision a scaled `i64` holds exactly.
 pub const DECIMAL_PRECISION_MAX: u8 = 18;
@@ -24,6 +25,8 @@ pub enum DataType {
         scale: u8,
     },
     Text,
+    /// Unconstrained `numeric`: exact, each value with its own display scale (see `numeric`).
+    Numeric,
 }
 
 impl DataType {
@@ -35,13 +38,16 @@ impl DataType {
             DataType::Int64 => 20,
             DataType::Float64 => 701,
             DataType::Date => 1082,
-            DataType::Decimal { .. } => 1700,
+            DataType::Decimal { .. } | DataType::Numeric => 1700,
             DataType::Text => 25,
         }
     }
 
     pub fn is_numeric(self) -> bool {
-        matches!(self, DataType::Int32 | DataType::Int64 | DataType::Float64 | DataType::Decimal { .. })
+        matches!(
+            self,
+            DataType::Int32 | DataType::Int64 | DataType::Float64 | DataType::Decimal { .. } | DataType::Numeric
+        )
     }
 
     /// The decimal scale, 0 for integers.
@@ -62,6 +68,7 @@ impl DataType {
             DataType::Date => "date".into(),
             DataType::Decimal { precision, scale } => format!("numeric({precision},{scale})"),
             DataType::Text => "text".into(),
+            DataType::Numeric => "numeric".into(),
         }
     }
 }
@@ -77,6 +84,7 @@ pub enum Value {
     Date(i32),
     Decimal { value: i64, scale: u8 },
     Text(String),
+    Numeric(Numeric),
 }
 
 impl Value {
@@ -91,6 +99,7 @@ impl Value {
             Value::Int64(v) => Some(*v as f64),
             Value::Float64(v) => Some(*v),
             Value::Decimal { value, scale } => Some(*value as f64 / 10f64.powi(i32::from(*scale))),
+            Value::Numeric(n) => Some(n.to_f64()),
             _ => None,
         }
     }
@@ -108,19 +117,32 @@ impl fmt::Display for Value {
             Value::Date(days) => write!(f, "{}", format_date(*days)),
             Value::Decimal { value, scale } => write!(f, "{}", format_decimal(*value, *scale)),
             Value::Text(s) => write!(f, "{s}"),
+            Value::Numeric(n) => write!(f, "{n}"),
         }
     }
 }
 
-/// Floats the way PostgreSQL prints float8 (shortest round-trip form).
+/// Floats the way PostgreSQL prints float8: the shortest text that reads back exactly, in
+/// fixed notation when the decimal exponent is in -4..15, else as `1.5e+20` (two exponent
+/// digits at least), like printf's `%g`.
 pub fn format_float(v: f64) -> String {
     if v.is_nan() {
-        "NaN".into()
-    } else if v.is_infinite() {
-        if v > 0.0 { "Infinity" } else { "-Infinity" }.into()
-    } else {
-        format!("{v}")
+        return "NaN".into();
     }
+    if v.is_infinite() {
+        return if v > 0.0 { "Infinity" } else { "-Infinity" }.into();
+    }
+    if v == 0.0 {
+        return if v.is_sign_negative() { "-0" } else { "0" }.into();
+    }
+    let scientific = format!("{v:e}");
+    let (mantissa, exponent) = scientific.split_once('e').expect("{:e} has an exponent");
+    let exponent: i32 = exponent.parse().expect("{:e} exponent is an integer");
+    if (-4..15).contains(&exponent) {
+        return format!("{v}");
+    }
+    let sign = if exponent < 0 { '-' } else { '+' };
+    format!("{mantissa}e{sign}{:02}", exponent.unsigned_abs())
 }
 
 /// `1234` with scale 2 → `"12.34"`.
@@ -259,5 +281,18 @@ mod tests {
         assert!(parse_decimal("99999999999999999999", 0).is_err());
         assert_eq!(format_decimal(-5, 2), "-0.05");
         assert_eq!(format_decimal(123456, 3), "123.456");
+    }
+
+    // Goal: float8 text as PostgreSQL prints it; method: values around the notation switch.
+    #[test]
+    fn floats_print_like_postgres() {
+        assert_eq!(format_float(1e20), "1e+20");
+        assert_eq!(format_float(123456789012345678.0), "1.2345678901234568e+17");
+        assert_eq!(format_float(0.0001), "0.0001");
+        assert_eq!(format_float(0.00001), "1e-05");
+        assert_eq!(format_float(1.5), "1.5");
+        assert_eq!(format_float(-0.0), "-0");
+        assert_eq!(format_float(100000000000000.0), "100000000000000");
+        assert_eq!(format_float(1e15), "1e+15");
     }
 }

@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use crate::numeric::Numeric;
 use crate::storage::{ChunkData, ColumnChunk, Dictionary, Table};
 use crate::types::{DataType, Value};
 
@@ -19,6 +20,8 @@ pub enum Data {
     F64(Vec<f64>),
     /// Dictionary codes and the dictionary they index.
     Text(Vec<u32>, Arc<Dictionary>),
+    /// Unconstrained numeric values, each with its own scale.
+    Numeric(Vec<Numeric>),
 }
 
 /// One column of a batch: values, their type, and validity (`None` = all valid).
@@ -37,6 +40,7 @@ impl Vector {
             Data::I64(v) => v.len(),
             Data::F64(v) => v.len(),
             Data::Text(v, _) => v.len(),
+            Data::Numeric(v) => v.len(),
         }
     }
 
@@ -61,6 +65,7 @@ impl Vector {
             (Data::I64(v), _) => Value::Int64(v[row]),
             (Data::F64(v), _) => Value::Float64(v[row]),
             (Data::Text(codes, dictionary), _) => Value::Text(dictionary.get(codes[row]).to_string()),
+            (Data::Numeric(v), _) => Value::Numeric(v[row]),
         }
     }
 
@@ -78,6 +83,8 @@ impl Vector {
             (DataType::Int64 | DataType::Decimal { .. }, _) => Data::I64(vec![0; n]),
             (DataType::Float64, Value::Float64(v)) => Data::F64(vec![*v; n]),
             (DataType::Float64, _) => Data::F64(vec![0.0; n]),
+            (DataType::Numeric, Value::Numeric(v)) => Data::Numeric(vec![*v; n]),
+            (DataType::Numeric, _) => Data::Numeric(vec![Numeric::ZERO; n]),
             (DataType::Text, value) => {
                 let mut dictionary = Dictionary::new();
                 let code = match value {
@@ -87,6 +94,45 @@ impl Vector {
                 Data::Text(vec![code; n], Arc::new(dictionary))
             }
         };
+        Vector { data_type, data, validity }
+    }
+
+    /// A vector of the given scalars (NULLs allowed); values must have `data_type`'s shape.
+    pub fn from_values(values: &[Value], data_type: DataType) -> Vector {
+        fn typed<T: Copy>(values: &[Value], zero: T, f: impl Fn(&Value) -> Option<T>) -> Vec<T> {
+            values.iter().map(|v| f(v).unwrap_or(zero)).collect()
+        }
+        let data = match data_type {
+            DataType::Bool => {
+                Data::Bool(typed(values, false, |v| if let Value::Bool(b) = v { Some(*b) } else { None }))
+            }
+            DataType::Int32 | DataType::Date => Data::I32(typed(values, 0, |v| match v {
+                Value::Int32(x) | Value::Date(x) => Some(*x),
+                _ => None,
+            })),
+            DataType::Int64 | DataType::Decimal { .. } => Data::I64(typed(values, 0, |v| match v {
+                Value::Int64(x) | Value::Decimal { value: x, .. } => Some(*x),
+                _ => None,
+            })),
+            DataType::Float64 => {
+                Data::F64(typed(values, 0.0, |v| if let Value::Float64(x) = v { Some(*x) } else { None }))
+            }
+            DataType::Numeric => {
+                Data::Numeric(typed(values, Numeric::ZERO, |v| if let Value::Numeric(x) = v { Some(*x) } else { None }))
+            }
+            DataType::Text => {
+                let mut dictionary = Dictionary::new();
+                let codes = values
+                    .iter()
+                    .map(|v| match v {
+                        Value::Text(text) => dictionary.intern(text),
+                        _ => dictionary.intern(""),
+                    })
+                    .collect();
+                Data::Text(codes, Arc::new(dictionary))
+            }
+        };
+        let validity = values.iter().any(Value::is_null).then(|| values.iter().map(|v| !v.is_null()).collect());
         Vector { data_type, data, validity }
     }
 
@@ -106,6 +152,7 @@ impl Vector {
             Data::I64(v) => Data::I64(pick(v, indexes)),
             Data::F64(v) => Data::F64(pick(v, indexes)),
             Data::Text(v, dictionary) => Data::Text(pick(v, indexes), Arc::clone(dictionary)),
+            Data::Numeric(v) => Data::Numeric(pick(v, indexes)),
         };
         let validity = self.validity.as_ref().map(|v| pick(v, indexes));
         Vector { data_type: self.data_type, data, validity }
@@ -138,6 +185,7 @@ impl Vector {
             (Data::I32(a), Data::I32(b)) => a.extend_from_slice(b),
             (Data::I64(a), Data::I64(b)) => a.extend_from_slice(b),
             (Data::F64(a), Data::F64(b)) => a.extend_from_slice(b),
+            (Data::Numeric(a), Data::Numeric(b)) => a.extend_from_slice(b),
             (Data::Text(a, da), Data::Text(b, db)) => {
                 if Arc::ptr_eq(da, db) || (a.is_empty() && before == 0) {
                     *da = Arc::clone(db);

@@ -74,7 +74,10 @@ fn tokio_postgres_extended_query() -> anyhow::Result<()> {
         let key: i64 = rows[2].get(0);
         assert_eq!(key, 2);
         let row = client
-            .query_one("select count(*), avg(l_quantity), max(l_shipdate) > date '1998-01-01' from lineitem", &[])
+            .query_one(
+                "select count(*), avg(l_quantity)::float8, max(l_shipdate) > date '1998-01-01' from lineitem",
+                &[],
+            )
             .await?;
         let count: i64 = row.get(0);
         assert_eq!(count, 60175);

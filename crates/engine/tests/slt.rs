@@ -1,8 +1,9 @@
 //! sqllogictest files (tests/slt/*.slt) run against the engine and, as the oracle, a real
 //! PostgreSQL with the same statements.
 //!
-//! Records: `statement ok`, `statement error [SQLSTATE]` (checked on the engine only: it
-//! covers unsupported features PostgreSQL has), and `query <types> [rowsort]` followed by the
+//! Records: `statement ok`, `statement error [SQLSTATE]` (PostgreSQL must fail with the same
+//! SQLSTATE, except for 0A000, which marks features the engine refuses and PostgreSQL has),
+//! and `query <types> [rowsort]` followed by the
 //! SQL, `----` and the expected rows (cells separated by spaces, NULL as `NULL`, empty text as
 //! `(empty)`). Every query's rows must equal the expected ones in the engine *and* in
 //! PostgreSQL; numbers compare within a relative 1e-9 (AVG and decimal division are float64 in
@@ -120,6 +121,7 @@ impl Oracle<'_> {
     fn run(&self, sql: &str) -> anyhow::Result<Result<Vec<Vec<String>>, String>> {
         let output = Command::new(pg_bin("psql"))
             .args(["-X", "-A", "-t", "-q", "-F", SEPARATOR, "-P", "null=\u{2400}", "-v", "ON_ERROR_STOP=1"])
+            .args(["-v", "VERBOSITY=verbose"])
             .args(["-h", self.postgres.host(), "-p", &self.postgres.port().to_string(), "-U", "postgres"])
             .args(["-d", &self.database, "-c", sql])
             .env("LC_ALL", "C")
@@ -136,6 +138,13 @@ impl Oracle<'_> {
             })
             .collect()))
     }
+}
+
+/// The SQLSTATE in psql's verbose error text (`ERROR:  22012: division by zero`).
+fn postgres_sqlstate(stderr: &str) -> Option<&str> {
+    let after = stderr.split("ERROR:").nth(1)?.trim_start();
+    let code = after.get(..5)?;
+    (after.get(5..6) == Some(":")).then_some(code)
 }
 
 fn rows_text(rows: Vec<Vec<String>>, rowsort: bool) -> Vec<String> {
@@ -181,10 +190,17 @@ fn run_file(path: &Path, postgres: &Postgres, complete: bool) -> anyhow::Result<
                     }
                     _ => {}
                 }
-                if error.is_none() {
-                    if let Err(e) = oracle.run(&sql)? {
-                        failures.push(format!("line {line}: PostgreSQL failed: {e}"));
+                match (&error, oracle.run(&sql)?) {
+                    (None, Err(e)) => failures.push(format!("line {line}: PostgreSQL failed: {e}")),
+                    (Some(Some(state)), Ok(_)) if state != "0A000" => {
+                        failures.push(format!("line {line}: PostgreSQL accepted a statement that must fail"))
                     }
+                    (Some(Some(state)), Err(e))
+                        if state != "0A000" && postgres_sqlstate(&e) != Some(state.as_str()) =>
+                    {
+                        failures.push(format!("line {line}: PostgreSQL failed differently from {state}: {e}"))
+                    }
+                    _ => {}
                 }
                 let header = match &error {
                     None => "statement ok".to_string(),

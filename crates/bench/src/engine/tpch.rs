@@ -110,6 +110,7 @@ fn type_name(data_type: DataType) -> String {
         DataType::Date => "date".into(),
         DataType::Decimal { precision, scale } => format!("decimal({precision},{scale})"),
         DataType::Text => "text".into(),
+        DataType::Numeric => "numeric".into(),
     }
 }
 

@@ -5,8 +5,9 @@ use hashbrown::HashTable;
 use super::keys::{hash_words, KeyCache, KeyEncoder};
 use crate::error::{EngineError, Result};
 use crate::expr::{evaluate, Expr};
+use crate::numeric::Numeric;
 use crate::plan::{AggregateCall, AggregateFunction};
-use crate::types::{pow10, DataType, Value};
+use crate::types::{DataType, Value};
 use crate::vector::{Batch, Data, Vector};
 
 /// Groups one aggregation may create (a bound, not a tuning knob).
@@ -65,6 +66,11 @@ pub enum AggregateState {
         sums: Vec<f64>,
         counts: Vec<i64>,
     },
+    /// Sums of unconstrained numerics (each value with its own scale).
+    SumNumeric {
+        sums: Vec<Numeric>,
+        counts: Vec<i64>,
+    },
     MinMax {
         values: Vec<Value>,
         is_min: bool,
@@ -79,6 +85,7 @@ impl AggregateState {
             (AggregateFunction::Min, _) => AggregateState::MinMax { values: Vec::new(), is_min: true },
             (AggregateFunction::Max, _) => AggregateState::MinMax { values: Vec::new(), is_min: false },
             (_, Some(DataType::Float64)) => AggregateState::SumFloat { sums: Vec::new(), counts: Vec::new() },
+            (_, Some(DataType::Numeric)) => AggregateState::SumNumeric { sums: Vec::new(), counts: Vec::new() },
             _ => AggregateState::SumInt { sums: Vec::new(), counts: Vec::new() },
         }
     }
@@ -94,12 +101,16 @@ impl AggregateState {
                 sums.resize(groups, 0.0);
                 counts.resize(groups, 0);
             }
+            AggregateState::SumNumeric { sums, counts } => {
+                sums.resize(groups, Numeric::ZERO);
+                counts.resize(groups, 0);
+            }
             AggregateState::MinMax { values, .. } => values.resize(groups, Value::Null),
         }
     }
 
     /// Adds the rows of one batch: row `r` belongs to group `groups[r]`.
-    pub fn update(&mut self, groups: &[u32], argument: Option<&Vector>) {
+    pub fn update(&mut self, groups: &[u32], argument: Option<&Vector>) -> Result<()> {
         let valid = |r: usize| argument.is_none_or(|a| a.is_valid(r));
         match (self, argument.map(|a| &a.data)) {
             (AggregateState::Count(counts), _) => {
@@ -131,6 +142,14 @@ impl AggregateState {
                     }
                 }
             }
+            (AggregateState::SumNumeric { sums, counts }, Some(Data::Numeric(values))) => {
+                for (r, (&g, &v)) in groups.iter().zip(values).enumerate() {
+                    if valid(r) {
+                        sums[g as usize] = sums[g as usize].checked_add(v)?;
+                        counts[g as usize] += 1;
+                    }
+                }
+            }
             (AggregateState::MinMax { values, is_min }, Some(_)) => {
                 let argument = argument.expect("min/max have an argument");
                 for (r, &g) in groups.iter().enumerate() {
@@ -145,11 +164,16 @@ impl AggregateState {
             }
             (state, data) => panic!("aggregate state {state:?} cannot take {data:?}"),
         }
+        Ok(())
     }
 
     /// Folds `other`'s group `from` into our group `to`.
-    pub fn merge_group(&mut self, to: usize, other: &AggregateState, from: usize) {
+    pub fn merge_group(&mut self, to: usize, other: &AggregateState, from: usize) -> Result<()> {
         match (self, other) {
+            (AggregateState::SumNumeric { sums, counts }, AggregateState::SumNumeric { sums: s, counts: c }) => {
+                sums[to] = sums[to].checked_add(s[from])?;
+                counts[to] += c[from];
+            }
             (AggregateState::Count(a), AggregateState::Count(b)) => a[to] += b[from],
             (AggregateState::SumInt { sums, counts }, AggregateState::SumInt { sums: s, counts: c }) => {
                 sums[to] += s[from];
@@ -166,45 +190,54 @@ impl AggregateState {
             }
             _ => panic!("merging different aggregate states"),
         }
+        Ok(())
     }
 
     /// The final values.
     pub fn finish(&self, call: &AggregateCall) -> Result<Vector> {
         let data_type = call.data_type;
         let input_scale = call.argument.as_ref().map_or(0, |a| a.data_type().scale());
+        let is_avg = call.function == AggregateFunction::Avg;
+        let present = |counts: &[i64]| Some(counts.iter().map(|&c| c > 0).collect::<Vec<bool>>());
         let (data, validity) = match self {
             AggregateState::Count(counts) => (Data::I64(counts.clone()), None),
-            AggregateState::SumInt { sums, counts } if call.function == AggregateFunction::Avg => {
-                let divisor = pow10(input_scale) as f64;
-                let averages =
-                    sums.iter().zip(counts).map(|(&s, &c)| if c == 0 { 0.0 } else { s as f64 / c as f64 / divisor });
-                (Data::F64(averages.collect()), Some(counts.iter().map(|&c| c > 0).collect()))
-            }
-            AggregateState::SumInt { sums, counts } => {
+            AggregateState::SumInt { sums, counts } if data_type == DataType::Int64 => {
                 let values = sums
                     .iter()
-                    .map(|&s| i64::try_from(s).map_err(|_| EngineError::Overflow("sum exceeds 64 bits".into())))
+                    .map(|&s| i64::try_from(s).map_err(|_| EngineError::Overflow("bigint out of range".into())))
                     .collect::<Result<Vec<i64>>>()?;
-                (Data::I64(values), Some(counts.iter().map(|&c| c > 0).collect()))
+                (Data::I64(values), present(counts))
+            }
+            AggregateState::SumInt { sums, counts } => {
+                let sums: Vec<Numeric> = sums.iter().map(|&s| Numeric::new(s, input_scale)).collect();
+                (Data::Numeric(numeric_results(&sums, counts, is_avg)?), present(counts))
+            }
+            AggregateState::SumNumeric { sums, counts } => {
+                (Data::Numeric(numeric_results(sums, counts, is_avg)?), present(counts))
             }
             AggregateState::SumFloat { sums, counts } => {
-                let values = if call.function == AggregateFunction::Avg {
+                let values = if is_avg {
                     sums.iter().zip(counts).map(|(&s, &c)| if c == 0 { 0.0 } else { s / c as f64 }).collect()
                 } else {
                     sums.clone()
                 };
-                (Data::F64(values), Some(counts.iter().map(|&c| c > 0).collect()))
+                (Data::F64(values), present(counts))
             }
-            AggregateState::MinMax { values, .. } => {
-                let mut vector = Vector::empty(data_type);
-                for value in values {
-                    vector.append(&Vector::broadcast(value, data_type, 1));
-                }
-                return Ok(vector);
-            }
+            AggregateState::MinMax { values, .. } => return Ok(Vector::from_values(values, data_type)),
         };
         Ok(Vector { data_type, data, validity })
     }
+}
+
+/// Sums as they are, or averages: sum / count with PostgreSQL's numeric division scale.
+fn numeric_results(sums: &[Numeric], counts: &[i64], average: bool) -> Result<Vec<Numeric>> {
+    if !average {
+        return Ok(sums.to_vec());
+    }
+    sums.iter()
+        .zip(counts)
+        .map(|(&sum, &count)| if count == 0 { Ok(Numeric::ZERO) } else { sum.checked_div(Numeric::from_i64(count)) })
+        .collect()
 }
 
 fn better(candidate: &Value, current: &Value, is_min: bool) -> bool {
@@ -212,6 +245,7 @@ fn better(candidate: &Value, current: &Value, is_min: bool) -> bool {
         (Value::Text(a), Value::Text(b)) => a.cmp(b),
         (Value::Date(a), Value::Date(b)) => a.cmp(b),
         (Value::Bool(a), Value::Bool(b)) => a.cmp(b),
+        (Value::Numeric(a), Value::Numeric(b)) => a.cmp(b),
         _ => candidate.as_f64().partial_cmp(&current.as_f64()).unwrap_or(std::cmp::Ordering::Equal),
     };
     if is_min {
@@ -264,7 +298,7 @@ impl PartialAggregate {
         let groups = self.assign_groups(encoder, &keys, batch.rows)?;
         for (state, call) in self.states.iter_mut().zip(aggregates) {
             let argument = call.argument.as_ref().map(|a| evaluate(a, batch)).transpose()?;
-            state.update(&groups, argument.as_ref());
+            state.update(&groups, argument.as_ref())?;
         }
         Ok(())
     }
@@ -277,7 +311,7 @@ impl PartialAggregate {
             let count = self.table.len();
             for (state, other_state) in self.states.iter_mut().zip(&other.states) {
                 state.resize(count);
-                state.merge_group(to, other_state, from);
+                state.merge_group(to, other_state, from)?;
             }
         }
         Ok(())

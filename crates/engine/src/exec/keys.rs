@@ -10,6 +10,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
+use crate::numeric::Numeric;
 use crate::storage::Dictionary;
 use crate::types::DataType;
 use crate::vector::{Data, Vector};
@@ -32,6 +33,25 @@ pub struct KeyEncoder {
     pub types: Vec<DataType>,
     adopted: Vec<OnceLock<Arc<Dictionary>>>,
     interners: Vec<Option<Mutex<Dictionary>>>,
+    /// Numeric keys: one code per numeric value (1.5 and 1.50 share one), and the first value
+    /// seen with each code, which decoding gives back (PostgreSQL keeps a group's first value).
+    numerics: Vec<Option<Mutex<NumericCodes>>>,
+}
+
+#[derive(Default)]
+struct NumericCodes {
+    codes: HashMap<Numeric, u32>,
+    first: Vec<Numeric>,
+}
+
+impl NumericCodes {
+    fn code(&mut self, value: Numeric) -> u32 {
+        let first = &mut self.first;
+        *self.codes.entry(value.normalized()).or_insert_with(|| {
+            first.push(value);
+            u32::try_from(first.len() - 1).expect("fewer than 2^32 distinct numeric keys")
+        })
+    }
 }
 
 /// A dictionary (kept alive) and its codes' interned codes.
@@ -50,7 +70,8 @@ impl KeyEncoder {
     pub fn new(types: Vec<DataType>) -> KeyEncoder {
         let interners = types.iter().map(|t| (*t == DataType::Text).then(|| Mutex::new(Dictionary::new()))).collect();
         let adopted = types.iter().map(|_| OnceLock::new()).collect();
-        KeyEncoder { types, adopted, interners }
+        let numerics = types.iter().map(|t| (*t == DataType::Numeric).then(Mutex::default)).collect();
+        KeyEncoder { types, adopted, interners, numerics }
     }
 
     /// Appends `keys.len()` words per row (plus a null bitmap word when `null_word`) to `out`;
@@ -77,6 +98,14 @@ impl KeyEncoder {
                 Data::I32(v) => v.iter().enumerate().for_each(|(r, &x)| out[slot(r)] = i64::from(x) as u64),
                 Data::I64(v) => v.iter().enumerate().for_each(|(r, &x)| out[slot(r)] = x as u64),
                 Data::F64(v) => v.iter().enumerate().for_each(|(r, &x)| out[slot(r)] = (x + 0.0).to_bits()),
+                Data::Numeric(v) => {
+                    let mut codes = self.numerics[k]
+                        .as_ref()
+                        .expect("numeric keys have codes")
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner());
+                    v.iter().enumerate().for_each(|(r, &x)| out[slot(r)] = u64::from(codes.code(x)));
+                }
                 Data::Text(codes, dictionary) => {
                     let adopted = self.adopted[k].get_or_init(|| Arc::clone(dictionary));
                     if Arc::ptr_eq(adopted, dictionary) {
@@ -166,6 +195,14 @@ impl KeyEncoder {
             DataType::Int64 | DataType::Decimal { .. } => Data::I64(column.map(|w| w as i64).collect()),
             DataType::Float64 => Data::F64(column.map(f64::from_bits).collect()),
             DataType::Text => Data::Text(column.map(|w| w as u32).collect(), self.output_dictionary(key)),
+            DataType::Numeric => {
+                let codes = self.numerics[key]
+                    .as_ref()
+                    .expect("numeric keys have codes")
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner());
+                Data::Numeric(column.map(|w| codes.first.get(w as usize).copied().unwrap_or(Numeric::ZERO)).collect())
+            }
         };
         let validity =
             null_word.then(|| (0..rows).map(|r| words[r * width + width - 1] & (1 << (key % 64)) == 0).collect());

@@ -15,6 +15,7 @@ pub const COUNTING_SORT_DOMAIN_MAX: usize = 1 << 16;
 enum Normalized {
     Int(Vec<i64>),
     Float(Vec<f64>),
+    Numeric(Vec<crate::numeric::Numeric>),
 }
 
 struct Key {
@@ -30,6 +31,7 @@ fn normalize(vector: &Vector, key: &SortKey) -> Key {
         Data::I32(v) => Normalized::Int(v.iter().map(|&x| i64::from(x)).collect()),
         Data::I64(v) => Normalized::Int(v.clone()),
         Data::F64(v) => Normalized::Float(v.clone()),
+        Data::Numeric(v) => Normalized::Numeric(v.clone()),
         Data::Text(codes, dictionary) => {
             // Rank each dictionary entry once; codes then compare as ranks.
             let mut order: Vec<u32> = (0..dictionary.len() as u32).collect();
@@ -57,6 +59,7 @@ impl Key {
         let ordering = match &self.values {
             Normalized::Int(v) => v[a].cmp(&v[b]),
             Normalized::Float(v) => v[a].total_cmp(&v[b]),
+            Normalized::Numeric(v) => v[a].cmp(&v[b]),
         };
         if self.descending {
             ordering.reverse()

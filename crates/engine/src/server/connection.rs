@@ -1,14 +1,17 @@
-//! One client connection: startup, then the message loop (simple query, extended query, COPY).
+//! One client connection: the front door logs it in, then the message loop runs.
 //!
 //! ```text
-//!   start_up: SSLRequest/GSSENCRequest ─► 'N';  CancelRequest ─► registry;  StartupMessage ─►
-//!             AuthenticationOk, ParameterStatus…, BackendKeyData, ReadyForQuery
-//!   loop: Query ─► statements one by one (implicit block when several) ─► ReadyForQuery
+//!   loop: Query ─► one script task: parse, statements in order (implicit block when several)
 //!         Parse/Bind/Describe/Execute/Close/Flush … Sync (an error skips to Sync)
-//!   a statement: session moves to a blocking thread ─► rows come back through a bounded
-//!         channel as encoded bytes ─► written here; meanwhile the socket is read, and EOF
-//!         stops the statement (the client is gone)
+//!   a task runs on a blocking thread (a statement thread with a large stack for long SQL,
+//!   `depth`) with the session; everything it says comes back through a bounded channel as
+//!   wire bytes, written here in order; meanwhile the socket is read: EOF stops the statement,
+//!   and during COPY FROM STDIN the CopyData messages are handed to the task
 //! ```
+//!
+//! The network thread never parses SQL nor holds a syntax tree: a deep tree needs a deep stack
+//! to build and to drop, which only statement threads have. Prepared statements and portals
+//! keep SQL text and are parsed again on the task that uses them.
 
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
@@ -25,16 +28,18 @@ use tokio::sync::mpsc;
 use super::encode::{self, Format};
 use super::params;
 use super::{CancelSlot, Shared};
-use crate::control::{QueryControl, StopReason};
+use crate::control::StopReason;
 use crate::copy::{CopyFormat, CopyIn};
-use crate::engine::{Description, Engine};
+use crate::engine::{ColumnType, Description, Engine};
 use crate::error::EngineError;
 use crate::session::{Outcome, Session, Status};
 use crate::stream::{Piece, ResultShape, ResultSink};
 use crate::vector::Batch;
 
-/// Encoded pieces (up to VECTOR_ROWS rows each) a statement may have in flight to the socket.
+/// Messages (or encoded pieces of up to 2,048 rows) a task may have in flight to the socket.
 const OUTPUT_PIECES_MAX: usize = 4;
+/// COPY messages waiting for the loader.
+const COPY_MESSAGES_MAX: usize = 16;
 /// Bytes read from the socket at a time.
 const READ_BYTES: usize = 64 << 10;
 /// Pipelined input read ahead while a statement runs; beyond it the socket is left unread.
@@ -50,18 +55,46 @@ enum End {
     Fatal,
 }
 
-/// How one statement ended.
+/// What a task sends to the network side.
+enum Outgoing {
+    Bytes(Vec<u8>),
+    /// CopyInResponse was sent: forward the client's COPY messages from now on.
+    CopyIn,
+}
+
+/// A client's COPY message, forwarded to the task loading it.
+enum CopyMessage {
+    Data(Vec<u8>),
+    Done,
+    Fail(String),
+}
+
+/// The channels of one running task, seen from the task.
+struct TaskIo {
+    output: mpsc::Sender<Outgoing>,
+    copy: mpsc::Receiver<CopyMessage>,
+    slot: Arc<CancelSlot>,
+    shared: Arc<Shared>,
+}
+
+impl TaskIo {
+    fn send(&self, bytes: Vec<u8>) -> crate::error::Result<()> {
+        self.output
+            .blocking_send(Outgoing::Bytes(bytes))
+            .map_err(|_| EngineError::QueryCanceled("canceling statement: the client disconnected".into()))
+    }
+}
+
+/// How one extended-protocol statement ended.
 enum StatementEnd {
     Done(String),
     Failed(EngineError),
-    CopyIn(Box<CopyIn>),
 }
 
-/// A prepared statement (extended protocol).
+/// A prepared statement (extended protocol): text only, see the module docs.
 struct Prepared {
     sql: String,
-    /// The statement with sentinels for its parameters (describing it), `None` if empty.
-    statement: Option<ast::Statement>,
+    empty: bool,
     declared: Vec<u32>,
     parameters: usize,
     /// Parameter types after inference (declared ones kept), computed once.
@@ -75,9 +108,9 @@ struct PendingRows {
     tag: String,
 }
 
-/// A bound statement (extended protocol).
+/// A bound statement: its SQL with the parameters as literals (`None`: the empty query).
 struct Portal {
-    statement: Option<ast::Statement>,
+    sql: Option<String>,
     result_formats: Vec<i16>,
     executed: bool,
     pending: Option<PendingRows>,
@@ -155,6 +188,8 @@ fn open_session(shared: &Shared, request: &StartupRequest) -> Result<Session, En
         return Err(EngineError::UnknownDatabase(request.database.clone()));
     }
     let mut session = shared.engine.session();
+    session.user.clone_from(&request.user);
+    session.database.clone_from(&request.database);
     for (name, value) in &request.parameters {
         match name.as_str() {
             "replication" => return Err(EngineError::unsupported("replication connections")),
@@ -167,7 +202,7 @@ fn open_session(shared: &Shared, request: &StartupRequest) -> Result<Session, En
 
 impl Connection {
     fn session(&mut self) -> &mut Session {
-        self.session.as_mut().expect("the session is home between statements")
+        self.session.as_mut().expect("the session is home between tasks")
     }
 
     async fn flush(&mut self) -> Result<(), End> {
@@ -185,36 +220,42 @@ impl Connection {
         End::Fatal
     }
 
-    /// Reads more bytes into `input`; EOF and errors end the connection.
-    async fn read_more(&mut self) -> Result<(), End> {
-        match self.stream.read(&mut self.scratch).await {
-            Ok(0) | Err(_) => Err(End::Closed),
-            Ok(read) => {
-                self.input.extend_from_slice(&self.scratch[..read]);
-                Ok(())
+    fn message_size_max(&self) -> u32 {
+        u32::try_from(self.shared.settings.message_size_max).unwrap_or(u32::MAX)
+    }
+
+    /// A whole message at the start of `input`, taken out of it.
+    fn take_message(&mut self) -> Result<Option<(u8, Vec<u8>)>, String> {
+        match read_header(&self.input, self.message_size_max()) {
+            Err(error) => Err(format!("invalid message: {error}")),
+            Ok(Some(header)) if self.input.len() >= header.frame_len() => {
+                let body = self.input[bypass_wire::HEADER_LEN..header.frame_len()].to_vec();
+                self.input.drain(..header.frame_len());
+                Ok(Some((header.tag, body)))
             }
+            Ok(_) => Ok(None),
         }
     }
 
-    /// The next whole message (tag, body).
+    /// The next whole message (tag, body); EOF ends the connection.
     async fn read_message(&mut self) -> Result<(u8, Vec<u8>), End> {
-        let limit = u32::try_from(self.shared.settings.message_size_max).unwrap_or(u32::MAX);
         loop {
-            match read_header(&self.input, limit) {
-                Err(error) => return Err(self.fatal("08P01", &format!("invalid message: {error}")).await),
-                Ok(Some(header)) if self.input.len() >= header.frame_len() => {
-                    let body = self.input[bypass_wire::HEADER_LEN..header.frame_len()].to_vec();
-                    self.input.drain(..header.frame_len());
-                    return Ok((header.tag, body));
-                }
-                Ok(_) => self.read_more().await?,
+            match self.take_message() {
+                Err(problem) => return Err(self.fatal("08P01", &problem).await),
+                Ok(Some(message)) => return Ok(message),
+                Ok(None) => match self.stream.read(&mut self.scratch).await {
+                    Ok(0) | Err(_) => return Err(End::Closed),
+                    Ok(read) => self.input.extend_from_slice(&self.scratch[..read]),
+                },
             }
         }
     }
 
     async fn run(&mut self) -> Result<(), End> {
         loop {
-            if read_header(&self.input, u32::MAX).ok().flatten().is_none_or(|h| self.input.len() < h.frame_len()) {
+            let complete =
+                read_header(&self.input, u32::MAX).ok().flatten().is_some_and(|h| self.input.len() >= h.frame_len());
+            if !complete {
                 self.flush().await?;
             }
             let (tag, body) = self.next_message_or_idle_timeout().await?;
@@ -277,15 +318,15 @@ impl Connection {
             _ => unreachable!("handled above"),
         };
         if let Err(error) = outcome {
-            self.extended_error(error).await;
+            self.extended_error(&error);
         }
         Ok(())
     }
 
     /// An error in the extended protocol: reported, the transaction fails, the rest of the
     /// batch is skipped until Sync.
-    async fn extended_error(&mut self, error: EngineError) {
-        encode::error(&mut self.output, &error);
+    fn extended_error(&mut self, error: &EngineError) {
+        encode::error(&mut self.output, error);
         self.skip_until_sync = true;
         let engine = Arc::clone(&self.engine);
         self.session().abort(&engine);
@@ -315,12 +356,12 @@ impl Connection {
         self.flush().await
     }
 
-    /// Runs `f` with the session on a blocking thread (binding and committing can be work).
+    /// Runs `f` with the session on a blocking thread (binding and committing are work).
     async fn with_session<T: Send + 'static>(
         &mut self,
         f: impl FnOnce(&mut Session, &Engine) -> T + Send + 'static,
     ) -> T {
-        let mut session = self.session.take().expect("the session is home between statements");
+        let mut session = self.session.take().expect("the session is home between tasks");
         let engine = Arc::clone(&self.engine);
         let joined = tokio::task::spawn_blocking(move || {
             let result = f(&mut session, &engine);
@@ -333,140 +374,101 @@ impl Connection {
     }
 
     async fn simple_query(&mut self, sql: &[u8]) -> Result<(), End> {
-        let statements = match std::str::from_utf8(sql) {
-            Err(_) => Err(EngineError::CharacterNotInRepertoire("invalid byte sequence for encoding \"UTF8\"".into())),
-            Ok(text) => Engine::parse(text),
-        };
-        match statements {
-            Err(error) => encode::error(&mut self.output, &error),
-            Ok(statements) if statements.is_empty() => encode::empty_message(&mut self.output, b'I'),
-            Ok(statements) => self.run_script(statements).await?,
+        match std::str::from_utf8(sql) {
+            Err(_) => encode::error(
+                &mut self.output,
+                &EngineError::CharacterNotInRepertoire("invalid byte sequence for encoding \"UTF8\"".into()),
+            ),
+            Ok(text) => {
+                let text = text.to_string();
+                self.run_task(None, move |session, engine, io| run_script(session, engine, io, &text)).await?;
+            }
         }
         let status = self.status_byte();
         encode::ready_for_query(&mut self.output, status);
         self.flush().await
     }
 
-    /// The statements of one Query message: an implicit block when there are several.
-    async fn run_script(&mut self, statements: Vec<ast::Statement>) -> Result<(), End> {
-        let block = statements.len() > 1;
-        if block {
-            self.session().begin_implicit_block();
-        }
-        for statement in statements {
-            let end = self.run_statement(statement, true, Vec::new(), None).await?;
-            if !self.finish_statement(end).await? {
-                break;
-            }
-        }
-        if block {
-            if let Err(error) = self.with_session(|session, engine| session.end_implicit_block(engine)).await {
-                encode::error(&mut self.output, &error);
-            }
-        }
-        Ok(())
-    }
-
-    /// Reports how a statement ended (running a COPY FROM STDIN first); false if it failed.
-    async fn finish_statement(&mut self, end: StatementEnd) -> Result<bool, End> {
-        let result = match end {
-            StatementEnd::Done(tag) => Ok(tag),
-            StatementEnd::Failed(error) => Err(error),
-            StatementEnd::CopyIn(copy) => self.copy_in(copy).await?,
-        };
-        self.drain_notices();
-        match result {
-            Ok(tag) => {
-                encode::command_complete(&mut self.output, &tag);
-                Ok(true)
-            }
-            Err(error) => {
-                encode::error(&mut self.output, &error);
-                Ok(false)
-            }
-        }
-    }
-
-    fn drain_notices(&mut self) {
-        for notice in self.session().take_notices() {
-            encode::error_or_notice(&mut self.output, b'N', notice.severity, notice.code, &notice.message);
-        }
-    }
-
-    /// Runs one statement on a blocking thread, writing its rows as they come (or into
-    /// `collect`). The socket is watched meanwhile: if the client leaves, the statement stops.
-    async fn run_statement(
+    /// Runs `work` on a blocking thread with the session, writing what it sends as it comes
+    /// (or into `collect`) and feeding it COPY data; the socket is watched meanwhile, and a
+    /// client that leaves stops the running statement.
+    async fn run_task<T: Send + 'static>(
         &mut self,
-        statement: ast::Statement,
-        describe: bool,
-        result_formats: Vec<i16>,
         collect: Option<&mut Vec<u8>>,
-    ) -> Result<StatementEnd, End> {
-        let mut session = self.session.take().expect("the session is home between statements");
-        let control = session.new_control();
-        self.slot.set(Some(Arc::clone(&control)));
-        let (sender, receiver) = mpsc::channel(OUTPUT_PIECES_MAX);
-        let sink = WireSink { sender, describe, result_formats, encoding: OnceLock::new() };
+        work: impl FnOnce(&mut Session, &Engine, &mut TaskIo) -> T + Send + 'static,
+    ) -> Result<T, End> {
+        let mut session = self.session.take().expect("the session is home between tasks");
+        let (output, receiver) = mpsc::channel(OUTPUT_PIECES_MAX);
+        let (copy_sender, copy) = mpsc::channel(COPY_MESSAGES_MAX);
+        let mut io = TaskIo { output, copy, slot: Arc::clone(&self.slot), shared: Arc::clone(&self.shared) };
         let engine = Arc::clone(&self.engine);
-        let task_control = Arc::clone(&control);
         let task = tokio::task::spawn_blocking(move || {
-            let run = || crate::control::enter(&task_control, || session.execute(&engine, &statement, &sink));
-            let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)).unwrap_or_else(|_| {
+            let result =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(&mut session, &engine, &mut io)));
+            if result.is_err() {
+                // The statement's transaction cannot be trusted after a panic: roll it back.
                 session.close(&engine);
-                Err(EngineError::Runtime("the statement failed unexpectedly; its transaction was rolled back".into()))
-            });
-            drop(sink);
-            (session, outcome)
+            }
+            drop(io);
+            (session, result)
         });
-        self.shared.running.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let ((session, outcome), gone) = self.drive(receiver, task, &control, collect).await;
-        self.shared.running.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+        let ((mut session, result), gone) = self.drive(receiver, copy_sender, task, collect).await;
         self.slot.set(None);
-        self.session = Some(session);
-        if gone {
-            return Err(End::Closed);
+        for deallocated in session.take_deallocations() {
+            match deallocated {
+                Some(name) => self.statements.remove(&name),
+                None => {
+                    self.statements.clear();
+                    None
+                }
+            };
         }
-        Ok(match outcome {
-            Ok(Outcome::Done(tag)) => StatementEnd::Done(tag),
-            Ok(Outcome::CopyIn(copy)) => StatementEnd::CopyIn(copy),
-            Err(error) => StatementEnd::Failed(error),
-        })
+        self.session = Some(session);
+        match result {
+            _ if gone => Err(End::Closed),
+            Ok(value) => Ok(value),
+            Err(_) => Err(self.fatal("XX000", "internal error: a statement failed unexpectedly").await),
+        }
     }
 
-    /// Pumps a statement's output to the socket (or `collect`) until the statement is done,
-    /// reading the socket meanwhile; returns the task's result and whether the client left.
+    /// Pumps a task's output to the socket (or `collect`) until the task is done, reading the
+    /// socket meanwhile; returns the task's result and whether the client left.
     async fn drive<T: Send + 'static>(
         &mut self,
-        mut receiver: mpsc::Receiver<Vec<u8>>,
+        mut receiver: mpsc::Receiver<Outgoing>,
+        copy_sender: mpsc::Sender<CopyMessage>,
         mut task: tokio::task::JoinHandle<T>,
-        control: &QueryControl,
         mut collect: Option<&mut Vec<u8>>,
     ) -> (T, bool) {
         enum Event<T> {
-            Piece(Option<Vec<u8>>),
+            Output(Option<Outgoing>),
             Finished(T),
             Read(std::io::Result<usize>),
         }
-        let mut gone = false;
-        let mut open = true;
+        let mut copy_sender = Some(copy_sender);
+        let (mut gone, mut open, mut copying) = (false, true, false);
         let mut result = None;
         while result.is_none() || open {
             let room = !gone && self.input.len() < READ_AHEAD_BYTES_MAX;
             let event = tokio::select! {
                 biased;
-                piece = receiver.recv(), if open => Event::Piece(piece),
+                output = receiver.recv(), if open => Event::Output(output),
                 joined = &mut task, if result.is_none() => {
-                    Event::Finished(joined.expect("statement tasks catch their panics"))
+                    Event::Finished(joined.expect("tasks catch their panics"))
                 }
                 read = self.stream.read(&mut self.scratch), if room => Event::Read(read),
             };
             let failed = match event {
-                Event::Piece(None) => {
+                Event::Output(None) => {
                     open = false;
                     false
                 }
-                Event::Piece(Some(_)) if gone => false,
-                Event::Piece(Some(bytes)) => match collect.as_deref_mut() {
+                Event::Output(Some(_)) if gone => false,
+                Event::Output(Some(Outgoing::CopyIn)) => {
+                    copying = true;
+                    self.flush().await.is_err() || !self.forward_copy(&mut copy_sender, &mut copying).await
+                }
+                Event::Output(Some(Outgoing::Bytes(bytes))) => match collect.as_deref_mut() {
                     Some(buffer) => {
                         buffer.extend_from_slice(&bytes);
                         false
@@ -482,95 +484,63 @@ impl Connection {
                 }
                 Event::Read(Ok(0) | Err(_)) => true,
                 Event::Read(Ok(read)) => {
-                    // Pipelined messages: kept for after this statement.
+                    // Pipelined messages wait for this task to end, COPY messages go to it.
                     self.input.extend_from_slice(&self.scratch[..read]);
-                    false
+                    copying && !self.forward_copy(&mut copy_sender, &mut copying).await
                 }
             };
-            if failed {
+            if failed && !gone {
                 gone = true;
-                control.stop(StopReason::ClientGone);
+                if let Some(control) = self.slot.current() {
+                    control.stop(StopReason::ClientGone);
+                }
                 receiver.close();
+                copy_sender = None;
             }
         }
         (result.expect("the loop ends once the task is done"), gone)
     }
 
-    /// COPY FROM STDIN: CopyInResponse, then CopyData until CopyDone or CopyFail.
-    async fn copy_in(&mut self, copy: Box<CopyIn>) -> Result<Result<String, EngineError>, End> {
-        encode::copy_response(&mut self.output, b'G', copy.columns());
-        self.flush().await?;
-        let control = self.session().new_control();
-        self.slot.set(Some(Arc::clone(&control)));
-        let outcome = self.copy_in_loop(copy, &control).await;
-        self.slot.set(None);
-        outcome
-    }
-
-    async fn copy_in_loop(
-        &mut self,
-        mut copy: Box<CopyIn>,
-        control: &Arc<QueryControl>,
-    ) -> Result<Result<String, EngineError>, End> {
-        let mut batch = Vec::new();
-        loop {
-            let message = self.read_message().await;
-            let (tag, body) = match message {
-                Ok(message) => message,
-                Err(end) => {
-                    let engine = Arc::clone(&self.engine);
-                    self.session().copy_in_fail(&engine, copy, "the client disconnected");
-                    return Err(end);
+    /// Hands the buffered COPY messages to the task; stops copying at CopyDone, CopyFail or a
+    /// message that does not belong to COPY (which stays for the message loop). False when the
+    /// input is not a valid message stream.
+    async fn forward_copy(&mut self, sender: &mut Option<mpsc::Sender<CopyMessage>>, copying: &mut bool) -> bool {
+        while *copying {
+            let (tag, body) = match self.take_message() {
+                Err(problem) => {
+                    encode::error_or_notice(&mut self.output, b'E', "FATAL", "08P01", &problem);
+                    return false;
+                }
+                Ok(None) => return true,
+                Ok(Some(message)) => message,
+            };
+            let message = match tag {
+                b'd' => CopyMessage::Data(body),
+                b'c' => CopyMessage::Done,
+                b'f' => {
+                    CopyMessage::Fail(String::from_utf8_lossy(body.strip_suffix(&[0]).unwrap_or(&body)).into_owned())
+                }
+                // Flush and Sync mean nothing during COPY FROM STDIN.
+                b'H' | b'S' => continue,
+                other => {
+                    let mut frame = vec![other];
+                    frame.extend_from_slice(&((body.len() + 4) as u32).to_be_bytes());
+                    frame.extend_from_slice(&body);
+                    self.input.splice(0..0, frame);
+                    CopyMessage::Fail(format!("unexpected message type 0x{other:02x} during COPY from stdin"))
                 }
             };
-            match tag {
-                b'd' => {
-                    batch.extend_from_slice(&body);
-                    if batch.len() < COPY_BATCH_BYTES {
-                        continue;
-                    }
-                    let data = std::mem::take(&mut batch);
-                    let task_control = Arc::clone(control);
-                    let (returned, loaded) = self
-                        .with_session(move |session, engine| {
-                            let loaded =
-                                crate::control::enter(&task_control, || session.copy_in_data(engine, &mut copy, &data));
-                            (copy, loaded)
-                        })
-                        .await;
-                    copy = returned;
-                    if let Err(error) = loaded {
-                        drop(copy);
-                        return Ok(Err(error));
-                    }
-                }
-                b'c' => {
-                    let task_control = Arc::clone(control);
-                    let done = self
-                        .with_session(move |session, engine| {
-                            crate::control::enter(&task_control, || {
-                                session.copy_in_data(engine, &mut copy, &batch)?;
-                                session.copy_in_done(engine, copy)
-                            })
-                        })
-                        .await;
-                    return Ok(done);
-                }
-                b'f' => {
-                    let reason = String::from_utf8_lossy(body.strip_suffix(&[0]).unwrap_or(&body)).into_owned();
-                    let engine = Arc::clone(&self.engine);
-                    return Ok(Err(self.session().copy_in_fail(&engine, copy, &reason)));
-                }
-                b'H' | b'S' => {}
-                other => {
-                    let engine = Arc::clone(&self.engine);
-                    self.session().copy_in_fail(&engine, copy, "protocol violation");
-                    return Ok(Err(EngineError::Protocol(format!(
-                        "unexpected message type 0x{other:02x} during COPY from stdin"
-                    ))));
+            if !matches!(message, CopyMessage::Data(_)) {
+                *copying = false;
+            }
+            // The task may have stopped reading (a bad row): later COPY messages are dropped.
+            if let Some(channel) = sender.as_ref() {
+                if channel.send(message).await.is_err() {
+                    *sender = None;
                 }
             }
         }
+        true
     }
 
     async fn parse(&mut self, parse: &Parse<'_>) -> Result<(), EngineError> {
@@ -581,16 +551,26 @@ impl Connection {
         let sql = std::str::from_utf8(parse.query)
             .map_err(|_| EngineError::CharacterNotInRepertoire("invalid byte sequence for encoding \"UTF8\"".into()))?
             .to_string();
-        let mut statements = Engine::parse(&params::with_sentinels(&sql))?;
-        if statements.len() > 1 {
+        let sentinels = params::with_sentinels(&sql);
+        let count = self
+            .with_session(move |_, _| {
+                crate::depth::with_statement_stack(&sentinels, || Engine::parse(&sentinels).map(|s| s.len()))?
+            })
+            .await?;
+        if count > 1 {
             return Err(EngineError::Syntax("cannot insert multiple commands into a prepared statement".into()));
         }
         let parameters = params::placeholder_count(&sql);
         let declared: Vec<u32> = parse.param_types().collect();
-        let prepared = Prepared { sql, statement: statements.pop(), declared, parameters, inferred: None };
-        self.statements.insert(name, prepared);
+        self.statements.insert(name, Prepared { sql, empty: count == 0, declared, parameters, inferred: None });
         encode::empty_message(&mut self.output, b'1');
         Ok(())
+    }
+
+    fn prepared(&self, name: &str) -> Result<&Prepared, EngineError> {
+        self.statements
+            .get(name)
+            .ok_or_else(|| EngineError::PreparedStatement(format!("prepared statement \"{name}\" does not exist")))
     }
 
     /// The statement's parameter types: declared, else inferred from their use, else text.
@@ -602,12 +582,21 @@ impl Connection {
         let declared = prepared.declared.clone();
         let count = prepared.parameters;
         let open = (0..count).any(|i| declared.get(i).is_none_or(|&t| t == params::oid::UNSPECIFIED));
-        let inferred = match (&prepared.statement, open) {
-            (Some(statement), true) => {
-                let statement = statement.clone();
-                self.with_session(move |session, engine| session.describe_parameters(engine, &statement).1).await
-            }
-            _ => Default::default(),
+        let inferred = if open && !prepared.empty {
+            let sentinels = params::with_sentinels(&prepared.sql);
+            self.with_session(move |session, engine| {
+                crate::depth::with_statement_stack(&sentinels, || match Engine::parse(&sentinels) {
+                    Ok(mut statements) => match statements.pop() {
+                        Some(statement) => session.describe_parameters(engine, &statement).1,
+                        None => Default::default(),
+                    },
+                    Err(_) => Default::default(),
+                })
+                .unwrap_or_default()
+            })
+            .await
+        } else {
+            Default::default()
         };
         let types: Vec<u32> = (0..count)
             .map(|i| match declared.get(i) {
@@ -619,12 +608,6 @@ impl Connection {
             prepared.inferred = Some(types.clone());
         }
         Ok(types)
-    }
-
-    fn prepared(&self, name: &str) -> Result<&Prepared, EngineError> {
-        self.statements
-            .get(name)
-            .ok_or_else(|| EngineError::PreparedStatement(format!("prepared statement \"{name}\" does not exist")))
     }
 
     async fn bind(&mut self, bind: &Bind<'_>) -> Result<(), EngineError> {
@@ -642,37 +625,40 @@ impl Connection {
         if !portal_name.is_empty() && self.portals.contains_key(&portal_name) {
             return Err(EngineError::InvalidParameterValue(format!("portal \"{portal_name}\" already exists")));
         }
-        let empty = prepared.statement.is_none();
-        let sql = prepared.sql.clone();
+        let (empty, sql) = (prepared.empty, prepared.sql.clone());
         let types = self.parameter_types(&statement_name).await?;
         let formats: Vec<i16> = bind.param_formats.iter().collect();
-        let statement = if empty {
-            None
-        } else {
-            let bound_sql = params::substitute(&sql, &types, &formats, &values)?;
-            Engine::parse(&bound_sql)?.pop()
-        };
+        let sql = if empty { None } else { Some(params::substitute(&sql, &types, &formats, &values)?) };
         let result_formats = bind.result_formats.iter().collect();
-        self.portals.insert(portal_name, Portal { statement, result_formats, executed: false, pending: None });
+        self.portals.insert(portal_name, Portal { sql, result_formats, executed: false, pending: None });
         encode::empty_message(&mut self.output, b'2');
         Ok(())
     }
 
     async fn describe(&mut self, kind: DescribeKind, name: &str) -> Result<(), EngineError> {
-        let (statement, formats) = match kind {
+        let (sql, formats) = match kind {
             DescribeKind::Statement => {
                 let types = self.parameter_types(name).await?;
                 encode::parameter_description(&mut self.output, &types);
-                (self.prepared(name)?.statement.clone(), Vec::new())
+                let prepared = self.prepared(name)?;
+                ((!prepared.empty).then(|| params::with_sentinels(&prepared.sql)), Vec::new())
             }
             DescribeKind::Portal => {
                 let portal = self.portals.get(name).ok_or_else(|| EngineError::UnknownPortal(name.to_string()))?;
-                (portal.statement.clone(), portal.result_formats.clone())
+                (portal.sql.clone(), portal.result_formats.clone())
             }
         };
-        let described: Option<Description> = match statement {
+        let described: Option<Description> = match sql {
             None => None,
-            Some(statement) => self.with_session(move |session, engine| session.describe(engine, &statement)).await?,
+            Some(sql) => {
+                self.with_session(move |session, engine| {
+                    crate::depth::with_statement_stack(&sql, || match Engine::parse(&sql)?.pop() {
+                        Some(statement) => session.describe(engine, &statement),
+                        None => Ok(None),
+                    })?
+                })
+                .await?
+            }
         };
         match described {
             None => encode::empty_message(&mut self.output, b'n'),
@@ -692,7 +678,7 @@ impl Connection {
             self.send_pending(name, max_rows);
             return Ok(Ok(()));
         }
-        let Some(statement) = portal.statement.clone() else {
+        let Some(sql) = portal.sql.clone() else {
             encode::empty_message(&mut self.output, b'I');
             return Ok(Ok(()));
         };
@@ -706,32 +692,31 @@ impl Connection {
             self.in_block = true;
             self.session().begin_implicit_block();
         }
-        let returns_rows = matches!(
-            statement,
-            ast::Statement::Query(_) | ast::Statement::Explain { .. } | ast::Statement::ShowVariable { .. }
-        );
-        if max_rows > 0 && returns_rows {
-            let mut rows = Vec::new();
-            let end = self.run_statement(statement, false, formats, Some(&mut rows)).await?;
-            return Ok(match end {
-                StatementEnd::Done(tag) => {
-                    if let Some(portal) = self.portals.get_mut(name) {
-                        portal.pending = Some(PendingRows { bytes: rows, offset: 0, tag });
-                    }
-                    self.send_pending(name, max_rows);
-                    Ok(())
+        let mut rows = Vec::new();
+        let collect = (max_rows > 0).then_some(&mut rows);
+        let limited = collect.is_some();
+        let end =
+            self.run_task(collect, move |session, engine, io| run_portal(session, engine, io, &sql, formats)).await?;
+        self.drain_notices().await;
+        match end {
+            StatementEnd::Done(tag) if limited && !rows.is_empty() => {
+                if let Some(portal) = self.portals.get_mut(name) {
+                    portal.pending = Some(PendingRows { bytes: rows, offset: 0, tag });
                 }
-                StatementEnd::Failed(error) => Err(error),
-                StatementEnd::CopyIn(_) => Err(EngineError::Protocol("COPY through a row-limited Execute".into())),
-            });
+                self.send_pending(name, max_rows);
+                Ok(Ok(()))
+            }
+            StatementEnd::Done(tag) => {
+                encode::command_complete(&mut self.output, &tag);
+                Ok(Ok(()))
+            }
+            StatementEnd::Failed(error) => Ok(Err(error)),
         }
-        let end = self.run_statement(statement, false, formats, None).await?;
-        if self.finish_statement(end).await? {
-            Ok(Ok(()))
-        } else {
-            // finish_statement reported the error; the batch is skipped until Sync.
-            self.skip_until_sync = true;
-            Ok(Ok(()))
+    }
+
+    async fn drain_notices(&mut self) {
+        for notice in self.session().take_notices() {
+            encode::error_or_notice(&mut self.output, b'N', notice.severity, notice.code, &notice.message);
         }
     }
 
@@ -742,7 +727,7 @@ impl Connection {
         let Some(pending) = portal.pending.as_mut() else { return };
         let mut end = pending.offset;
         let mut rows = 0;
-        while end < pending.bytes.len() && (max_rows == 0 || rows < max_rows) {
+        while end + 5 <= pending.bytes.len() && (max_rows == 0 || rows < max_rows) {
             let length = u32::from_be_bytes([
                 pending.bytes[end + 1],
                 pending.bytes[end + 2],
@@ -760,6 +745,137 @@ impl Connection {
             let tag = pending.tag.clone();
             portal.pending = None;
             encode::command_complete(&mut self.output, &tag);
+        }
+    }
+}
+
+/// One Query message on its task: parse, then each statement in order (an implicit block when
+/// there are several); every answer goes through `io`. Stops at the first error.
+fn run_script(session: &mut Session, engine: &Engine, io: &mut TaskIo, sql: &str) {
+    let outcome = crate::depth::with_statement_stack(sql, || script(session, engine, io, sql));
+    if let Err(error) = outcome {
+        let mut out = Vec::new();
+        encode::error(&mut out, &error);
+        let _ = io.send(out);
+    }
+}
+
+fn script(session: &mut Session, engine: &Engine, io: &mut TaskIo, sql: &str) {
+    let statements = match Engine::parse(sql) {
+        Ok(statements) => statements,
+        Err(error) => return send_error(io, &error),
+    };
+    if statements.is_empty() {
+        let mut out = Vec::new();
+        encode::empty_message(&mut out, b'I');
+        let _ = io.send(out);
+        return;
+    }
+    let block = statements.len() > 1;
+    if block {
+        session.begin_implicit_block();
+    }
+    for statement in &statements {
+        let result = run_statement(session, engine, io, statement, true, Vec::new());
+        let mut out = Vec::new();
+        notices(session, &mut out);
+        let failed = result.is_err();
+        match result {
+            Ok(tag) => encode::command_complete(&mut out, &tag),
+            Err(error) => encode::error(&mut out, &error),
+        }
+        // PostgreSQL runs nothing after a failed statement of a Query message.
+        if io.send(out).is_err() || failed {
+            break;
+        }
+    }
+    if block {
+        if let Err(error) = session.end_implicit_block(engine) {
+            send_error(io, &error);
+        }
+    }
+}
+
+fn send_error(io: &TaskIo, error: &EngineError) {
+    let mut out = Vec::new();
+    encode::error(&mut out, error);
+    let _ = io.send(out);
+}
+
+fn notices(session: &mut Session, out: &mut Vec<u8>) {
+    for notice in session.take_notices() {
+        encode::error_or_notice(out, b'N', notice.severity, notice.code, &notice.message);
+    }
+}
+
+/// A portal's statement on its task (extended protocol: no RowDescription, the portal's
+/// result formats); CommandComplete is the caller's.
+fn run_portal(session: &mut Session, engine: &Engine, io: &mut TaskIo, sql: &str, formats: Vec<i16>) -> StatementEnd {
+    let outcome = crate::depth::with_statement_stack(sql, || {
+        let statement = Engine::parse(sql)?.pop().ok_or_else(|| EngineError::Syntax("empty portal".into()))?;
+        run_statement(session, engine, io, &statement, false, formats)
+    });
+    match outcome.and_then(|inner| inner) {
+        Ok(tag) => StatementEnd::Done(tag),
+        Err(error) => StatementEnd::Failed(error),
+    }
+}
+
+/// One statement under its own control (cancel slot, timeout, memory budget), including the
+/// data phase of COPY FROM STDIN.
+fn run_statement(
+    session: &mut Session,
+    engine: &Engine,
+    io: &mut TaskIo,
+    statement: &ast::Statement,
+    describe: bool,
+    result_formats: Vec<i16>,
+) -> crate::error::Result<String> {
+    let control = session.new_control();
+    io.slot.set(Some(Arc::clone(&control)));
+    // Counted once a CancelRequest can reach it (tests wait for this).
+    io.shared.running.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let sink = WireSink { output: io.output.clone(), describe, result_formats, encoding: OnceLock::new() };
+    let outcome = crate::control::enter(&control, || session.execute(engine, statement, &sink));
+    drop(sink);
+    let outcome = match outcome {
+        Ok(Outcome::Done(tag)) => Ok(tag),
+        Ok(Outcome::CopyIn(copy)) => crate::control::enter(&control, || copy_in(session, engine, io, copy)),
+        Err(error) => Err(error),
+    };
+    io.slot.set(None);
+    io.shared.running.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    outcome
+}
+
+/// COPY FROM STDIN on the task: CopyInResponse, then the client's COPY messages as the
+/// network side forwards them.
+fn copy_in(
+    session: &mut Session,
+    engine: &Engine,
+    io: &mut TaskIo,
+    mut copy: Box<CopyIn>,
+) -> crate::error::Result<String> {
+    let mut out = Vec::new();
+    encode::copy_response(&mut out, b'G', copy.columns());
+    if io.send(out).is_err() || io.output.blocking_send(Outgoing::CopyIn).is_err() {
+        return Err(session.copy_in_fail(engine, copy, "the client disconnected"));
+    }
+    let mut batch = Vec::new();
+    loop {
+        match io.copy.blocking_recv() {
+            Some(CopyMessage::Data(data)) => {
+                batch.extend_from_slice(&data);
+                if batch.len() >= COPY_BATCH_BYTES {
+                    session.copy_in_data(engine, &mut copy, &std::mem::take(&mut batch))?;
+                }
+            }
+            Some(CopyMessage::Done) => {
+                session.copy_in_data(engine, &mut copy, &batch)?;
+                return session.copy_in_done(engine, copy);
+            }
+            Some(CopyMessage::Fail(reason)) => return Err(session.copy_in_fail(engine, copy, &reason)),
+            None => return Err(session.copy_in_fail(engine, copy, "the client disconnected")),
         }
     }
 }
@@ -790,7 +906,7 @@ enum Encoding {
 
 /// The sink of one statement: encodes on the engine's workers, sends through the channel.
 struct WireSink {
-    sender: mpsc::Sender<Vec<u8>>,
+    output: mpsc::Sender<Outgoing>,
     /// Send RowDescription (simple query; the extended protocol sends it on Describe).
     describe: bool,
     result_formats: Vec<i16>,
@@ -799,8 +915,8 @@ struct WireSink {
 
 impl WireSink {
     fn send(&self, bytes: Vec<u8>) -> crate::error::Result<()> {
-        self.sender
-            .blocking_send(bytes)
+        self.output
+            .blocking_send(Outgoing::Bytes(bytes))
             .map_err(|_| EngineError::QueryCanceled("canceling statement: the client disconnected".into()))
     }
 
@@ -824,7 +940,8 @@ impl ResultSink for WireSink {
             ResultShape::Rows { names, types } => {
                 let formats = Format::expand(&self.result_formats, names.len())?;
                 if self.describe {
-                    encode::row_description(&mut out, names, types, &formats);
+                    let column_types: Vec<ColumnType> = types.iter().map(|t| ColumnType::Engine(*t)).collect();
+                    encode::row_description(&mut out, names, &column_types, &formats);
                 }
                 Encoding::Rows(formats)
             }
@@ -844,6 +961,22 @@ impl ResultSink for WireSink {
         } else {
             self.send(out)
         }
+    }
+
+    fn values(
+        &self,
+        columns: &[(String, crate::pg_catalog::PgType)],
+        rows: &[Vec<crate::pg_catalog::Datum>],
+    ) -> crate::error::Result<()> {
+        let formats = Format::expand(&self.result_formats, columns.len())?;
+        let (names, types): (Vec<String>, Vec<crate::pg_catalog::PgType>) = columns.iter().cloned().unzip();
+        let mut out = Vec::new();
+        if self.describe {
+            let column_types: Vec<ColumnType> = types.iter().map(|t| ColumnType::Catalog(*t)).collect();
+            encode::row_description(&mut out, &names, &column_types, &formats);
+        }
+        encode::catalog_rows(&mut out, &types, rows, &formats)?;
+        self.send(out)
     }
 
     fn encode(&self, batch: Batch) -> crate::error::Result<Piece> {

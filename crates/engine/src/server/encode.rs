@@ -6,7 +6,9 @@ use std::io::Write;
 
 use bypass_wire::write::{message, put_cstr, put_i16, put_i32};
 
+use crate::engine::ColumnType;
 use crate::error::EngineError;
+use crate::pg_catalog::{Datum, PgType};
 use crate::types::{format_date, format_decimal, format_float, DataType};
 use crate::vector::{Batch, Data, Vector};
 
@@ -52,7 +54,7 @@ fn type_size(data_type: DataType) -> i16 {
         DataType::Bool => 1,
         DataType::Int32 | DataType::Date => 4,
         DataType::Int64 | DataType::Float64 => 8,
-        DataType::Decimal { .. } | DataType::Text => -1,
+        DataType::Decimal { .. } | DataType::Numeric | DataType::Text => -1,
     }
 }
 
@@ -64,19 +66,74 @@ pub fn type_modifier(data_type: DataType) -> i32 {
     }
 }
 
-pub fn row_description(out: &mut Vec<u8>, names: &[String], types: &[DataType], formats: &[Format]) {
+fn catalog_type_size(pg_type: PgType) -> i16 {
+    match pg_type {
+        PgType::Bool | PgType::Char => 1,
+        PgType::Int2 => 2,
+        PgType::Int4 | PgType::Oid | PgType::Float4 => 4,
+        PgType::Int8 | PgType::Float8 => 8,
+        PgType::Name => 64,
+        _ => -1,
+    }
+}
+
+pub fn row_description(out: &mut Vec<u8>, names: &[String], types: &[ColumnType], formats: &[Format]) {
     message(out, Some(b'T'), |out| {
         put_i16(out, i16::try_from(names.len()).expect("fewer than 32768 columns"));
-        for ((name, data_type), format) in names.iter().zip(types).zip(formats) {
+        for ((name, column_type), format) in names.iter().zip(types).zip(formats) {
+            let (size, modifier) = match *column_type {
+                ColumnType::Engine(data_type) => (type_size(data_type), type_modifier(data_type)),
+                ColumnType::Catalog(pg_type) => (catalog_type_size(pg_type), -1),
+            };
             put_cstr(out, name.replace('\0', "").as_bytes());
             put_i32(out, 0);
             put_i16(out, 0);
-            put_i32(out, data_type.pg_oid() as i32);
-            put_i16(out, type_size(*data_type));
-            put_i32(out, type_modifier(*data_type));
+            put_i32(out, column_type.oid() as i32);
+            put_i16(out, size);
+            put_i32(out, modifier);
             put_i16(out, format.code());
         }
     });
+}
+
+/// DataRows of a catalog query's rows.
+pub fn catalog_rows(
+    out: &mut Vec<u8>,
+    types: &[PgType],
+    rows: &[Vec<Datum>],
+    formats: &[Format],
+) -> Result<(), EngineError> {
+    for row in rows {
+        let mut failed = None;
+        message(out, Some(b'D'), |out| {
+            put_i16(out, i16::try_from(row.len()).expect("fewer than 32768 columns"));
+            for ((datum, pg_type), format) in row.iter().zip(types).zip(formats) {
+                if datum.is_null() {
+                    put_i32(out, -1);
+                    continue;
+                }
+                let length_at = out.len();
+                out.extend_from_slice(&[0; 4]);
+                match format {
+                    Format::Text => {
+                        let vector = matches!(pg_type, PgType::Int2Vector | PgType::OidVector);
+                        out.extend_from_slice(datum.to_text(vector).as_bytes());
+                    }
+                    Format::Binary => {
+                        if let Err(error) = crate::pg_catalog::value::binary(datum, *pg_type, out) {
+                            failed = Some(error);
+                        }
+                    }
+                }
+                let length = i32::try_from(out.len() - length_at - 4).expect("a value never exceeds 2 GiB");
+                out[length_at..length_at + 4].copy_from_slice(&length.to_be_bytes());
+            }
+        });
+        if let Some(error) = failed {
+            return Err(error);
+        }
+    }
+    Ok(())
 }
 
 pub fn parameter_description(out: &mut Vec<u8>, oids: &[u32]) {
@@ -187,6 +244,7 @@ fn text_cell(out: &mut Vec<u8>, vector: &Vector, row: usize) {
         (Data::I64(v), _) => write!(out, "{}", v[row]),
         (Data::F64(v), _) => out.write_all(format_float(v[row]).as_bytes()),
         (Data::Text(codes, dictionary), _) => out.write_all(dictionary.get(codes[row]).as_bytes()),
+        (Data::Numeric(v), _) => write!(out, "{}", v[row]),
     };
 }
 
@@ -196,15 +254,16 @@ fn binary_cell(out: &mut Vec<u8>, vector: &Vector, row: usize) {
         (Data::Bool(v), _) => out.push(u8::from(v[row])),
         (Data::I32(v), DataType::Date) => out.extend_from_slice(&(v[row] - POSTGRES_EPOCH_DAYS).to_be_bytes()),
         (Data::I32(v), _) => out.extend_from_slice(&v[row].to_be_bytes()),
-        (Data::I64(v), DataType::Decimal { scale, .. }) => encode_numeric(v[row], scale, out),
+        (Data::I64(v), DataType::Decimal { scale, .. }) => encode_numeric(i128::from(v[row]), scale, out),
         (Data::I64(v), _) => out.extend_from_slice(&v[row].to_be_bytes()),
         (Data::F64(v), _) => out.extend_from_slice(&v[row].to_bits().to_be_bytes()),
         (Data::Text(codes, dictionary), _) => out.extend_from_slice(dictionary.get(codes[row]).as_bytes()),
+        (Data::Numeric(v), _) => encode_numeric(v[row].mantissa, v[row].scale, out),
     }
 }
 
 /// PostgreSQL's binary numeric: ndigits, weight, sign, dscale, then base-10000 digits.
-pub fn encode_numeric(value: i64, scale: u8, out: &mut Vec<u8>) {
+pub fn encode_numeric(value: i128, scale: u8, out: &mut Vec<u8>) {
     let digits = value.unsigned_abs().to_string();
     let scale = usize::from(scale);
     let (integer, fraction) = if digits.len() > scale {
@@ -294,7 +353,7 @@ mod tests {
 
     fn numeric(value: i64, scale: u8) -> Vec<u8> {
         let mut out = Vec::new();
-        encode_numeric(value, scale, &mut out);
+        encode_numeric(i128::from(value), scale, &mut out);
         out
     }
 

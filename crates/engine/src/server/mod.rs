@@ -97,9 +97,13 @@ impl CancelSlot {
     }
 
     fn cancel(&self) {
-        if let Some(control) = &*self.control.lock().unwrap_or_else(|p| p.into_inner()) {
+        if let Some(control) = self.current() {
             control.stop(StopReason::Canceled);
         }
+    }
+
+    fn current(&self) -> Option<Arc<QueryControl>> {
+        self.control.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 }
 

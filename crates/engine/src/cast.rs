@@ -1,0 +1,276 @@
+//! Casts between the engine's types, with PostgreSQL's rules: integers and numerics round
+//! half away from zero, floats to integers round half to even (`rint`), every narrowing
+//! conversion checks its range (`22003`), text parses with each type's input syntax (`22P02`).
+
+use std::sync::Arc;
+
+use crate::error::{EngineError, Result};
+use crate::numeric::Numeric;
+use crate::storage::Dictionary;
+use crate::types::{format_date, parse_date, pow10, DataType, Value};
+use crate::vector::{Data, Vector};
+
+/// Whether `CAST(x AS to)` exists for an `x` of type `from` (PostgreSQL's pg_cast, for the
+/// types the engine has).
+pub fn can_cast(from: DataType, to: DataType) -> bool {
+    use DataType as T;
+    from == to
+        || from == T::Text
+        || to == T::Text
+        || (from.is_numeric() && to.is_numeric())
+        || matches!((from, to), (T::Bool, T::Int32) | (T::Int32, T::Bool))
+}
+
+pub fn cannot_cast(from: DataType, to: DataType) -> EngineError {
+    EngineError::CannotCast(format!("cannot cast type {} to {}", from.sql_name(), to.sql_name()))
+}
+
+fn out_of_range(to: DataType) -> EngineError {
+    EngineError::Overflow(match to {
+        DataType::Int32 => "integer out of range".into(),
+        DataType::Int64 => "bigint out of range".into(),
+        DataType::Float64 => "value out of range: overflow".into(),
+        DataType::Decimal { precision, scale } => format!(
+            "numeric field overflow: a field with precision {precision}, scale {scale} must round to an absolute value less than 10^{}",
+            i32::from(precision) - i32::from(scale)
+        ),
+        other => format!("value out of range for type {}", other.sql_name()),
+    })
+}
+
+/// Converts a vector to `to`. NULL rows stay NULL and are never checked.
+pub fn cast(vector: Vector, to: DataType) -> Result<Vector> {
+    let from = vector.data_type;
+    if from == to {
+        return Ok(vector);
+    }
+    if !can_cast(from, to) {
+        return Err(cannot_cast(from, to));
+    }
+    let valid = |row: usize| vector.is_valid(row);
+    let data = match (&vector.data, to) {
+        (_, DataType::Text) => to_text(&vector),
+        (Data::Text(codes, dictionary), _) => from_text(codes, dictionary, &vector, to)?,
+        (Data::Bool(v), DataType::Int32) => Data::I32(v.iter().map(|&b| i32::from(b)).collect()),
+        (Data::I32(v), DataType::Bool) => Data::Bool(v.iter().map(|&x| x != 0).collect()),
+        (Data::I32(v), _) => from_integers(v.iter().map(|&x| i64::from(x)), to, valid)?,
+        (Data::I64(v), _) if matches!(from, DataType::Decimal { .. }) => from_decimal(v, from.scale(), to, valid)?,
+        (Data::I64(v), _) => from_integers(v.iter().copied(), to, valid)?,
+        (Data::F64(v), _) => from_floats(v, to, valid)?,
+        (Data::Numeric(v), _) => from_numerics(v, to, valid)?,
+        _ => return Err(cannot_cast(from, to)),
+    };
+    Ok(Vector { data_type: to, data, validity: vector.validity })
+}
+
+/// Maps every valid row through `f`; invalid rows get a placeholder.
+fn convert<T: Copy, U: Copy>(
+    values: impl Iterator<Item = T>,
+    placeholder: U,
+    valid: impl Fn(usize) -> bool,
+    f: impl Fn(T) -> Result<U>,
+) -> Result<Vec<U>> {
+    values.enumerate().map(|(row, x)| if valid(row) { f(x) } else { Ok(placeholder) }).collect()
+}
+
+fn from_integers(values: impl Iterator<Item = i64>, to: DataType, valid: impl Fn(usize) -> bool) -> Result<Data> {
+    Ok(match to {
+        DataType::Int32 => Data::I32(convert(values, 0, valid, |x| i32::try_from(x).map_err(|_| out_of_range(to)))?),
+        DataType::Int64 => Data::I64(values.collect()),
+        DataType::Float64 => Data::F64(values.map(|x| x as f64).collect()),
+        DataType::Numeric => Data::Numeric(values.map(Numeric::from_i64).collect()),
+        DataType::Decimal { .. } => {
+            Data::I64(convert(values, 0, valid, |x| decimal_from_numeric(Numeric::from_i64(x), to))?)
+        }
+        other => return Err(cannot_cast(DataType::Int64, other)),
+    })
+}
+
+fn from_decimal(values: &[i64], scale: u8, to: DataType, valid: impl Fn(usize) -> bool) -> Result<Data> {
+    let as_numeric = |x: i64| Numeric::new(i128::from(x), scale);
+    Ok(match to {
+        DataType::Float64 => {
+            let divisor = pow10(scale) as f64;
+            Data::F64(values.iter().map(|&x| x as f64 / divisor).collect())
+        }
+        DataType::Numeric => Data::Numeric(values.iter().map(|&x| as_numeric(x)).collect()),
+        _ => from_numerics(&values.iter().map(|&x| as_numeric(x)).collect::<Vec<_>>(), to, valid)?,
+    })
+}
+
+fn from_numerics(values: &[Numeric], to: DataType, valid: impl Fn(usize) -> bool) -> Result<Data> {
+    let values = values.iter().copied();
+    Ok(match to {
+        DataType::Int32 => Data::I32(convert(values, 0, valid, |n| {
+            n.to_i64().and_then(|x| i32::try_from(x).ok()).ok_or_else(|| out_of_range(to))
+        })?),
+        DataType::Int64 => Data::I64(convert(values, 0, valid, |n| n.to_i64().ok_or_else(|| out_of_range(to)))?),
+        DataType::Float64 => Data::F64(convert(values, 0.0, valid, |n| finite(n.to_f64()))?),
+        DataType::Decimal { .. } => Data::I64(convert(values, 0, valid, |n| decimal_from_numeric(n, to))?),
+        DataType::Numeric => Data::Numeric(values.collect()),
+        other => return Err(cannot_cast(DataType::Numeric, other)),
+    })
+}
+
+fn finite(value: f64) -> Result<f64> {
+    if value.is_infinite() {
+        return Err(out_of_range(DataType::Float64));
+    }
+    Ok(value)
+}
+
+fn from_floats(values: &[f64], to: DataType, valid: impl Fn(usize) -> bool) -> Result<Data> {
+    let values = values.iter().copied();
+    let integer = |x: f64, lo: f64, hi: f64| {
+        let rounded = x.round_ties_even();
+        // NaN fails both comparisons.
+        if rounded >= lo && rounded < hi {
+            Ok(rounded)
+        } else {
+            Err(out_of_range(to))
+        }
+    };
+    Ok(match to {
+        DataType::Int32 => {
+            Data::I32(convert(values, 0, valid, |x| Ok(integer(x, -2147483648.0, 2147483648.0)? as i32))?)
+        }
+        DataType::Int64 => Data::I64(convert(values, 0, valid, |x| {
+            Ok(integer(x, -9.223372036854776e18, 9.223372036854776e18)? as i64)
+        })?),
+        DataType::Numeric => Data::Numeric(convert(values, Numeric::ZERO, valid, Numeric::from_f64)?),
+        DataType::Decimal { .. } => {
+            Data::I64(convert(values, 0, valid, |x| decimal_from_numeric(Numeric::from_f64(x)?, to))?)
+        }
+        other => return Err(cannot_cast(DataType::Float64, other)),
+    })
+}
+
+/// A numeric as `numeric(p, s)`: rounded to s digits, fewer than p digits in all.
+pub fn decimal_from_numeric(value: Numeric, to: DataType) -> Result<i64> {
+    let DataType::Decimal { precision, scale } = to else { unreachable!("decimal targets only") };
+    let rounded = value.rescale(scale).map_err(|_| out_of_range(to))?;
+    let limit = crate::numeric::pow10_wide(u32::from(precision)).unwrap_or(i128::MAX);
+    if rounded.mantissa.unsigned_abs() >= limit.unsigned_abs() {
+        return Err(out_of_range(to));
+    }
+    i64::try_from(rounded.mantissa).map_err(|_| out_of_range(to))
+}
+
+fn to_text(vector: &Vector) -> Data {
+    let mut dictionary = Dictionary::new();
+    let codes = (0..vector.len())
+        .map(|row| match vector.value(row) {
+            Value::Null => dictionary.intern(""),
+            Value::Bool(b) => dictionary.intern(if b { "true" } else { "false" }),
+            Value::Date(days) => dictionary.intern(&format_date(days)),
+            other => dictionary.intern(&other.to_string()),
+        })
+        .collect();
+    Data::Text(codes, Arc::new(dictionary))
+}
+
+/// Parses every dictionary entry a valid row uses, once.
+fn from_text(codes: &[u32], dictionary: &Dictionary, vector: &Vector, to: DataType) -> Result<Data> {
+    let mut parsed: Vec<Option<Value>> = vec![None; dictionary.len()];
+    for (row, &code) in codes.iter().enumerate() {
+        if vector.is_valid(row) && parsed[code as usize].is_none() {
+            parsed[code as usize] = Some(parse_value(dictionary.get(code), to)?);
+        }
+    }
+    let values: Vec<Value> = codes.iter().map(|&code| parsed[code as usize].clone().unwrap_or(Value::Null)).collect();
+    Ok(Vector::from_values(&values, to).data)
+}
+
+/// Reads a value of type `to` from its text form (PostgreSQL's input functions).
+pub fn parse_value(text: &str, to: DataType) -> Result<Value> {
+    let invalid = || EngineError::InvalidValue(format!("invalid input syntax for type {}: \"{text}\"", to.sql_name()));
+    Ok(match to {
+        DataType::Bool => Value::Bool(parse_bool(text).ok_or_else(invalid)?),
+        DataType::Int32 => Value::Int32(parse_integer(text, to)? as i32),
+        DataType::Int64 => Value::Int64(parse_integer(text, to)?),
+        DataType::Float64 => Value::Float64(parse_float(text).ok_or_else(invalid)?),
+        DataType::Date => Value::Date(parse_date(text)?),
+        DataType::Numeric => Value::Numeric(Numeric::parse(text)?),
+        DataType::Decimal { scale, .. } => {
+            Value::Decimal { value: decimal_from_numeric(Numeric::parse(text)?, to)?, scale }
+        }
+        DataType::Text => Value::Text(text.to_string()),
+    })
+}
+
+/// An integer of `to`'s range; out of range is 22003 and bad syntax 22P02, as PostgreSQL.
+fn parse_integer(text: &str, to: DataType) -> Result<i64> {
+    let trimmed = text.trim();
+    let out_of_range_input =
+        || EngineError::Overflow(format!("value \"{text}\" is out of range for type {}", to.sql_name()));
+    let value: i64 = trimmed.parse().map_err(|e: std::num::ParseIntError| match e.kind() {
+        std::num::IntErrorKind::PosOverflow | std::num::IntErrorKind::NegOverflow => out_of_range_input(),
+        _ => EngineError::InvalidValue(format!("invalid input syntax for type {}: \"{text}\"", to.sql_name())),
+    })?;
+    if to == DataType::Int32 && i32::try_from(value).is_err() {
+        return Err(out_of_range_input());
+    }
+    Ok(value)
+}
+
+fn parse_float(text: &str) -> Option<f64> {
+    let trimmed = text.trim();
+    match trimmed.to_ascii_lowercase().as_str() {
+        "nan" => Some(f64::NAN),
+        "infinity" | "+infinity" | "inf" | "+inf" => Some(f64::INFINITY),
+        "-infinity" | "-inf" => Some(f64::NEG_INFINITY),
+        lower if lower.contains(|c: char| c.is_ascii_alphabetic() && c != 'e') => None,
+        _ => trimmed.parse().ok(),
+    }
+}
+
+/// PostgreSQL's boolean input: any unique prefix of true/false/yes/no, on/off, 1/0.
+pub fn parse_bool(text: &str) -> Option<bool> {
+    let value = text.trim().to_ascii_lowercase();
+    if value.is_empty() {
+        return None;
+    }
+    let prefix_of = |word: &str, min: usize| value.len() >= min && word.starts_with(value.as_str());
+    if prefix_of("true", 1) || prefix_of("yes", 1) || prefix_of("on", 2) || value == "1" {
+        Some(true)
+    } else if prefix_of("false", 1) || prefix_of("no", 1) || prefix_of("off", 2) || value == "0" {
+        Some(false)
+    } else {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn one(value: Value, from: DataType, to: DataType) -> Result<Value> {
+        Ok(cast(Vector::broadcast(&value, from, 1), to)?.value(0))
+    }
+
+    // Goal: narrowing casts check their range and round as PostgreSQL; method: edge values.
+    #[test]
+    fn casts_round_and_check_ranges() {
+        let big = Value::Numeric(Numeric::parse("99999999999999999999").expect("valid"));
+        assert!(matches!(one(big, DataType::Numeric, DataType::Int64), Err(EngineError::Overflow(_))));
+        assert!(matches!(one(Value::Int64(1 << 40), DataType::Int64, DataType::Int32), Err(EngineError::Overflow(_))));
+        assert_eq!(one(Value::Float64(2.5), DataType::Float64, DataType::Int32).expect("fits"), Value::Int32(2));
+        assert_eq!(one(Value::Float64(3.5), DataType::Float64, DataType::Int32).expect("fits"), Value::Int32(4));
+        assert!(one(Value::Float64(f64::NAN), DataType::Float64, DataType::Int64).is_err());
+        let half = Value::Decimal { value: 250, scale: 2 };
+        assert_eq!(
+            one(half, DataType::Decimal { precision: 5, scale: 2 }, DataType::Int32).expect("fits"),
+            Value::Int32(3)
+        );
+        let to_small = DataType::Decimal { precision: 3, scale: 1 };
+        assert!(matches!(one(Value::Int32(100), DataType::Int32, to_small), Err(EngineError::Overflow(_))));
+        assert_eq!(one(Value::Text(" 42 ".into()), DataType::Text, DataType::Int32).expect("parses"), Value::Int32(42));
+        assert!(matches!(
+            one(Value::Text("99999999999".into()), DataType::Text, DataType::Int32),
+            Err(EngineError::Overflow(_))
+        ));
+        assert_eq!(one(Value::Bool(true), DataType::Bool, DataType::Text).expect("prints"), Value::Text("true".into()));
+        assert_eq!(parse_bool("of"), Some(false));
+        assert_eq!(parse_bool("o"), None);
+    }
+}
