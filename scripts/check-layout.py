@@ -6,7 +6,7 @@ Reads `cargo metadata` and fails, listing every problem, when
   - a normal or build dependency on a workspace crate does not point to a lower floor;
   - testkit is a normal dependency of anything but the harness (lab, bench, cli);
   - a dev-dependency points up, except to the test harness (testkit, lab);
-  - a product crate (floors 1-2) depends on a plotting crate.
+  - a product crate (floors 1-2) depends on plotters or clap (plots and argument parsing).
 The map must stay true as well: every file path and every Rust path (`crate::module::item`)
 cited in ARCHITECTURE.md and docs/internals/*.md must exist.
 `--self-test` checks that the rules catch what they should, on made-up metadata.
@@ -38,7 +38,7 @@ TESTKIT = "bypass-testkit"
 HARNESS = {"bypass-lab", "bypass-bench", "bypass-cli"}  # may use testkit outside tests
 TEST_HARNESS = {"bypass-testkit", "bypass-lab"}  # any crate's tests may use these
 PRODUCT_FLOOR_MAX = 2
-NOT_IN_PRODUCT = {"plotters"}
+NOT_IN_PRODUCT = {"plotters": "plots belong in bypass-bench", "clap": "argument parsing belongs in bypass-cli"}
 
 
 def problems(metadata):
@@ -55,7 +55,7 @@ def problems(metadata):
         for dependency in package["dependencies"]:
             target, kind = dependency["name"], dependency["kind"] or "normal"
             if floor <= PRODUCT_FLOOR_MAX and target in NOT_IN_PRODUCT and kind != "dev":
-                found.append(f"{name} (floor {floor}) depends on {target}: plots belong in bypass-bench")
+                found.append(f"{name} (floor {floor}) depends on {target}: {NOT_IN_PRODUCT[target]}")
             if target not in names:
                 continue
             if target not in FLOORS:
@@ -137,6 +137,7 @@ def self_test():
     assert run(package("bypass-dispatch", ("bypass-lab", "dev")), package("bypass-lab")) == []
     assert len(run(package("bypass-pod", ("bypass-bench", "dev")), package("bypass-bench"))) == 1, "dev upward"
     assert len(run(package("bypass-pod", ("plotters", None)))) == 1, "plots in a product crate"
+    assert len(run(package("bypass-engine", ("clap", None)))) == 1, "argument parsing in a product crate"
     assert len(run(package("bypass-new"))) == 1, "a crate without a floor"
     import tempfile
     with tempfile.TemporaryDirectory() as directory:

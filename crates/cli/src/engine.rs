@@ -130,11 +130,11 @@ fn self_signed_certificate(folder: &std::path::Path) -> anyhow::Result<(std::pat
 #[derive(clap::Args, Clone)]
 pub struct EngineArgs {
     /// `specialized` (pinned workers, huge-page prefaulted pool, arenas) or `plain`.
-    #[arg(long, value_enum, default_value_t = RuntimeKind::Specialized)]
-    pub runtime: RuntimeKind,
+    #[arg(long, value_enum, default_value_t = RuntimeArg::Specialized)]
+    pub runtime: RuntimeArg,
     /// `compiled` (templates where they fit) or `interpreted` (oracle only).
-    #[arg(long, value_enum, default_value_t = Tier::Compiled)]
-    pub tier: Tier,
+    #[arg(long, value_enum, default_value_t = TierArg::Compiled)]
+    pub tier: TierArg,
     /// Worker threads (default: all cores).
     #[arg(long)]
     pub workers: Option<usize>,
@@ -143,14 +143,39 @@ pub struct EngineArgs {
     pub sched_fifo: bool,
 }
 
+/// `--runtime`: the engine's [`RuntimeKind`] as a command-line value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum RuntimeArg {
+    /// Pinned workers, huge-page prefaulted pool, per-worker arenas.
+    Specialized,
+    /// Unpinned threads, global allocator, demand paging.
+    Plain,
+}
+
+/// `--tier`: the engine's [`Tier`] as a command-line value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum TierArg {
+    /// Compiled (fused, monomorphized) pipelines where a template fits, else the interpreter.
+    Compiled,
+    /// The vectorized interpreter only (the oracle).
+    Interpreted,
+}
+
 impl EngineArgs {
     pub fn settings(&self) -> EngineSettings {
-        let mut runtime =
-            RuntimeSettings { kind: self.runtime, sched_fifo: self.sched_fifo, ..RuntimeSettings::default() };
+        let kind = match self.runtime {
+            RuntimeArg::Specialized => RuntimeKind::Specialized,
+            RuntimeArg::Plain => RuntimeKind::Plain,
+        };
+        let tier = match self.tier {
+            TierArg::Compiled => Tier::Compiled,
+            TierArg::Interpreted => Tier::Interpreted,
+        };
+        let mut runtime = RuntimeSettings { kind, sched_fifo: self.sched_fifo, ..RuntimeSettings::default() };
         if let Some(workers) = self.workers {
             runtime.workers = workers;
         }
-        EngineSettings { runtime, tier: self.tier, ..EngineSettings::default() }
+        EngineSettings { runtime, tier, ..EngineSettings::default() }
     }
 }
 

@@ -1,5 +1,6 @@
 //! The `bypass` binary: subcommands that wire the crates together. No logic lives here.
 
+mod logging;
 mod up;
 
 use std::path::PathBuf;
@@ -14,6 +15,10 @@ use clap::{Parser, Subcommand};
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Log lines as `text` (colour only on a terminal) or `json` (one object per line);
+    /// default: BYPASS_LOG_FORMAT, else text. BYPASS_LOG (or RUST_LOG) sets the level.
+    #[arg(long, global = true, value_enum)]
+    log_format: Option<logging::Format>,
 }
 
 #[derive(Subcommand)]
@@ -81,8 +86,9 @@ enum BenchCommand {
 }
 
 fn main() -> Result<()> {
-    init_logging();
-    match Cli::parse().command {
+    let cli = Cli::parse();
+    logging::init(cli.log_format);
+    match cli.command {
         Command::Proxy { config } => run_proxy(load(&config)?, config),
         Command::CheckConfig { file } => check_config(&file),
         Command::ConfigReference => {
@@ -109,11 +115,6 @@ fn main() -> Result<()> {
         Command::Agent(args) => bypass_cli::dispatch::agent(args),
         Command::Lab(command) => bypass_cli::dispatch::lab(command),
     }
-}
-
-fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("BYPASS_LOG").unwrap_or_else(|_| "info".into());
-    tracing_subscriber::fmt().with_env_filter(filter).with_target(false).init();
 }
 
 fn load(path: &std::path::Path) -> Result<ValidConfig> {

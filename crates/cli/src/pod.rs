@@ -34,6 +34,30 @@ pub enum WorkloadKind {
     Bank,
 }
 
+/// `--protocol`: the pod's [`Protocol`] as a command-line value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ProtocolArg {
+    /// Pasha/Tigon: shared tuples in CXL, 2PL NO_WAIT on the HWcc word, no 2PC.
+    Tigon,
+    /// DS2PL+: owner-only data, remote reads and locks by message, 2PC.
+    Ds2pl,
+    /// OCC+: Silo-style distributed OCC (remote reads by message; lock, validate, 2PC).
+    Occ,
+}
+
+/// `--swcc`: the pod's [`SwccProtocol`] as a command-line value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum SwccArg {
+    /// Readers invalidate unless their host bit is set; writers write back before unlocking.
+    WriteThrough,
+    /// Like write-through, but a reader that misses clears everyone else's bits.
+    NoSharedReader,
+    /// Always invalidate before a read and write back (and drop) after a write.
+    NonTemporal,
+    /// All CXL memory treated as hardware-coherent (no flushes; data counts against HWcc).
+    NoSwcc,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum BackendKind {
     /// Real clflushopt/clwb + sfence on the region.
@@ -50,8 +74,8 @@ pub struct RunArgs {
     /// Host processes (1..=8).
     #[arg(long, default_value_t = 2)]
     pub hosts: usize,
-    #[arg(long, value_enum, default_value_t = Protocol::Tigon)]
-    pub protocol: Protocol,
+    #[arg(long, value_enum, default_value_t = ProtocolArg::Tigon)]
+    pub protocol: ProtocolArg,
     #[arg(long, value_enum, default_value_t = WorkloadKind::Ycsb)]
     pub workload: WorkloadKind,
     /// YCSB/bank: keys (accounts) per host.
@@ -84,8 +108,8 @@ pub struct RunArgs {
     /// SWcc arena per host, MiB.
     #[arg(long, default_value_t = 512)]
     pub swcc_mib: u64,
-    #[arg(long, value_enum, default_value_t = SwccProtocol::WriteThrough)]
-    pub swcc: SwccProtocol,
+    #[arg(long, value_enum, default_value_t = SwccArg::WriteThrough)]
+    pub swcc: SwccArg,
     #[arg(long, value_enum, default_value_t = BackendKind::X86)]
     pub coherence: BackendKind,
     /// Owner reaches its shared tuples through the CXL index instead of the shortcut pointer.
@@ -135,10 +159,19 @@ impl RunArgs {
         };
         let mut config = PodConfig::new(workload);
         config.hosts = self.hosts;
-        config.protocol = self.protocol;
+        config.protocol = match self.protocol {
+            ProtocolArg::Tigon => Protocol::Tigon,
+            ProtocolArg::Ds2pl => Protocol::Ds2pl,
+            ProtocolArg::Occ => Protocol::Occ,
+        };
         config.hwcc_budget_bytes = self.hwcc_budget_kib * 1024;
         config.swcc_bytes_per_host = self.swcc_mib << 20;
-        config.swcc = self.swcc;
+        config.swcc = match self.swcc {
+            SwccArg::WriteThrough => SwccProtocol::WriteThrough,
+            SwccArg::NoSharedReader => SwccProtocol::NoSharedReader,
+            SwccArg::NonTemporal => SwccProtocol::NonTemporal,
+            SwccArg::NoSwcc => SwccProtocol::NoSwcc,
+        };
         config.coherence = match self.coherence {
             BackendKind::X86 => CoherenceBackend::X86Flush,
             BackendKind::Incoherent => CoherenceBackend::Incoherent { early_evictions_per_million: 1000 },

@@ -30,7 +30,7 @@ pub const POOL_BYTES_MAX_DEFAULT: usize = 16 << 30;
 /// tier asserts at compile time that its per-morsel scratch fits).
 pub const WORKER_ARENA_BYTES: usize = 1 << 20;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum RuntimeKind {
     /// Pinned workers, huge-page prefaulted pool, per-worker arenas.
     Specialized,

@@ -245,6 +245,29 @@ impl Host {
         Ok(true)
     }
 
+    /// Brings an owned CAT's DRAM copy up to date (a checkpoint reads it): false while a writer
+    /// holds it (its block may be half written), else copies a remote modification back.
+    pub(crate) fn refresh_owned_cat(&mut self, table: TableId, row: RowId) -> Result<bool> {
+        let node_off = self.partition.table(table).row(row).shortcut;
+        let node: &CatNode = self.region.get(node_off);
+        let mut latched = self.latch_owned(node, node_off)?;
+        let mut word = latched.value;
+        if word.writer() {
+            return Ok(false);
+        }
+        if word.flag(MetaWord::MODIFIED) {
+            let len = self.block_len(table);
+            self.swcc_before_read(&mut word, len);
+            latched.value = word;
+            let (tid, value) = self.load_block(node_off, table);
+            let stored = self.partition.table_mut(table).row_mut(row);
+            stored.data.copy_from_slice(&value);
+            stored.lock = stored.lock.with_tid(tid);
+            latched.value = word.with_flag(MetaWord::MODIFIED, false);
+        }
+        Ok(true)
+    }
+
     /// Releases the owner's `held` lock on its CAT; `wrote` makes it write back first.
     pub(crate) fn unlock_owned_cat(&mut self, table: TableId, row: RowId, held: LockMode, wrote: bool) -> Result<()> {
         let node_off = self.owner_node(table, row);

@@ -67,7 +67,7 @@ impl CoherenceBackend {
 }
 
 /// When readers invalidate and writers write back (Tigon's `SCCManager` variants).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum SwccProtocol {
     /// Reader invalidates only if its host bit is clear, then sets it; a writer clears the other

@@ -11,7 +11,7 @@ use crate::region::HOSTS_MAX;
 use crate::workload::WorkloadConfig;
 
 /// The concurrency-control protocol all hosts of a pod run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Protocol {
     /// Pasha/Tigon: shared tuples in CXL, 2PL NO_WAIT on the HWcc word, no 2PC.
@@ -105,6 +105,18 @@ pub struct PodConfig {
     pub backoff_max_us: u64,
     pub crash: Option<CrashSpec>,
     pub fault: Option<InjectedFault>,
+    /// Take a checkpoint each time a host has appended this many log bytes since its last one
+    /// (0 = never); logs below every host's checkpoint are deleted (bounded disk).
+    pub checkpoint_log_bytes: u64,
+    /// A host's logger starts a new log segment file once the current one holds this many bytes
+    /// (only whole segments are deleted).
+    pub log_segment_bytes: u64,
+    /// Append the id, commit epoch and log-buffer epoch of every acknowledged transaction to
+    /// `log_dir/acked-H.ids` (16 + 8 bytes each), so a crash test can check each one survived.
+    pub record_acked: bool,
+    /// Pin every host process (worker and logger) to this CPU: the benchmark's check that the
+    /// latency model does not depend on how the cores time-slice the hosts.
+    pub pin_cpu: Option<usize>,
 }
 
 impl PodConfig {
@@ -132,6 +144,10 @@ impl PodConfig {
             backoff_max_us: 100,
             crash: None,
             fault: None,
+            checkpoint_log_bytes: 256 << 20,
+            log_segment_bytes: 64 << 20,
+            record_acked: false,
+            pin_cpu: None,
         }
     }
 
@@ -152,6 +168,17 @@ impl PodConfig {
         }
         if self.epoch_ms == 0 || self.epoch_ms > 10_000 {
             problems.push("epoch_ms must be 1..=10000".into());
+        }
+        if let Some(cpu) = self.pin_cpu {
+            if cpu >= libc::CPU_SETSIZE as usize {
+                problems.push(format!("pin_cpu must be below {}", libc::CPU_SETSIZE));
+            }
+        }
+        if self.log_segment_bytes < 4096 {
+            problems.push("log_segment_bytes must be at least 4096".into());
+        }
+        if self.record_acked && self.log_dir.is_none() {
+            problems.push("record_acked needs a log_dir".into());
         }
         if self.recover && self.log_dir.is_none() {
             problems.push("recover needs a log_dir".into());

@@ -16,6 +16,7 @@
 //! ([`PEER_WAIT_MAX`]).
 
 use std::collections::VecDeque;
+use std::io::Write;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -27,7 +28,7 @@ use crate::config::{CrashPoint, CrashSpec, PodConfig};
 use crate::cxl_index::CxlIndex;
 use crate::error::{PodError, Result};
 use crate::history::{History, TxnRecord};
-use crate::log::{FsyncCrash, LogWriter, Logger};
+use crate::log::{acked_path, Acked, FsyncCrash, LogWriter, Logger, ACKED_BYTES};
 use crate::message::Message;
 use crate::partition::{Partition, TableId};
 use crate::region::{HostShared, HostStatus, Layout, Phase, Region, HOSTS_MAX, RING_SLOTS};
@@ -71,8 +72,17 @@ pub struct Host {
     crash: Option<CrashSpec>,
     history: Option<History>,
     inbox: Inbox,
-    pending_acks: VecDeque<(u64, Instant)>,
+    pending_acks: VecDeque<PendingAck>,
+    /// `acked-H.ids` when acknowledged transactions are recorded.
+    acked_file: Option<std::fs::File>,
     busy: BusySegments,
+}
+
+/// A committed transaction waiting for its epoch to become durable pod-wide.
+#[derive(Debug, Clone, Copy)]
+struct PendingAck {
+    acked: Acked,
+    committed_at: Instant,
 }
 
 /// Messages received and not yet consumed, and the buffers of the transport.
@@ -98,12 +108,15 @@ impl Host {
         let layout = layout_for(&config);
         region.verify_header(&layout)?;
         let workload = config.workload.build(config.hosts);
-        let mut partition = Partition::new(&workload.tables());
-        workload.load(me, &mut partition);
-        if config.recover {
+        let partition = if config.recover {
             let dir = config.log_dir.as_deref().expect("validated: recover needs a log dir");
-            crate::recovery::replay(dir, config.hosts, me, workload.as_ref(), &mut partition)?;
-        }
+            let durable = region.header().recovered_epoch.load(Ordering::Acquire);
+            crate::recovery::rebuild(dir, config.hosts, me, workload.as_ref(), durable)?.0
+        } else {
+            let mut partition = Partition::new(&workload.tables());
+            workload.load(me, &mut partition);
+            partition
+        };
         let buckets = region.header().index_buckets_per_host.load(Ordering::Relaxed);
         let index_bytes = CxlIndex::bytes(buckets);
         let hwcc =
@@ -135,6 +148,7 @@ impl Host {
             history,
             inbox: Inbox::default(),
             pending_acks: VecDeque::new(),
+            acked_file: None,
             busy: BusySegments::default(),
             config,
         })
@@ -157,9 +171,14 @@ impl Host {
             .crash
             .filter(|crash| crash.host == self.me && crash.point == CrashPoint::BeforeFsync)
             .map(|crash| FsyncCrash { after: crash.after });
-        let epoch_len = Duration::from_millis(self.config.epoch_ms);
-        let (writer, logger) = Logger::spawn(self.region, self.layout, self.me, &dir, epoch_len, crash)?;
+        let timing = (Duration::from_millis(self.config.epoch_ms), self.config.log_segment_bytes);
+        let (writer, logger) = Logger::spawn(self.region, self.layout, self.me, &dir, timing, crash)?;
         self.log = writer;
+        if self.config.record_acked {
+            let path = acked_path(&dir, self.me);
+            let file = std::fs::OpenOptions::new().create(true).append(true).open(&path);
+            self.acked_file = Some(file.map_err(|source| PodError::FileIo { path, source })?);
+        }
         Ok(Some(logger))
     }
 
@@ -272,10 +291,11 @@ impl Host {
     }
 
     /// Bookkeeping after a commit: last TID, history, acknowledgement.
-    pub(crate) fn after_commit(&mut self, txn: &TxnState, epoch: u64, tid: u64) {
+    pub(crate) fn after_commit(&mut self, txn: &TxnState, epoch: u64, tid: u64) -> Result<()> {
         self.last_tid = tid;
         self.record_history(txn, tid);
-        self.queue_ack(epoch);
+        let acked = Acked { gid: txn.gid, epoch, buffer_epoch: self.log.buffer_epoch() };
+        self.queue_ack(acked)
     }
 
     /// A read-only transaction commits without a TID or a log record.
@@ -286,38 +306,49 @@ impl Host {
 
     // ---- acknowledgement ----
 
-    pub(crate) fn queue_ack(&mut self, epoch: u64) {
+    fn queue_ack(&mut self, acked: Acked) -> Result<()> {
         if !self.log.enabled() {
             self.acknowledge(Instant::now());
-            return;
+            return Ok(());
         }
         while self.pending_acks.len() >= PENDING_ACKS_MAX {
-            self.process_acks();
+            self.process_acks()?;
             std::thread::yield_now();
         }
-        self.pending_acks.push_back((epoch, Instant::now()));
+        self.pending_acks.push_back(PendingAck { acked, committed_at: Instant::now() });
+        Ok(())
     }
 
-    fn pod_durable_epoch(&self) -> u64 {
+    /// The highest epoch every host has made durable.
+    pub(crate) fn pod_durable_epoch(&self) -> u64 {
         (0..self.config.hosts)
             .map(|host| self.region.host_shared(&self.layout, host).durable_epoch.load(Ordering::Acquire))
             .min()
             .unwrap_or(0)
     }
 
-    /// Acknowledges every queued transaction whose epoch is durable on every host.
-    pub(crate) fn process_acks(&mut self) {
+    /// Acknowledges every queued transaction whose epoch is durable on every host (recording
+    /// it first when asked: a recorded id is always an acknowledged one).
+    pub(crate) fn process_acks(&mut self) -> Result<()> {
         if self.pending_acks.is_empty() {
-            return;
+            return Ok(());
         }
         let durable = self.pod_durable_epoch();
-        while let Some(&(epoch, committed_at)) = self.pending_acks.front() {
-            if epoch > durable {
-                break;
-            }
-            self.pending_acks.pop_front();
-            self.acknowledge(committed_at);
+        let ready = self.pending_acks.iter().take_while(|pending| pending.acked.epoch <= durable).count();
+        if ready == 0 {
+            return Ok(());
         }
+        if let Some(file) = &mut self.acked_file {
+            let mut records = Vec::with_capacity(ready * ACKED_BYTES);
+            self.pending_acks.iter().take(ready).for_each(|pending| pending.acked.encode(&mut records));
+            let path = || acked_path(self.config.log_dir.as_deref().expect("recording needs a log dir"), self.me);
+            file.write_all(&records).map_err(|source| PodError::FileIo { path: path(), source })?;
+        }
+        for _ in 0..ready {
+            let pending = self.pending_acks.pop_front().expect("counted above");
+            self.acknowledge(pending.committed_at);
+        }
+        Ok(())
     }
 
     fn acknowledge(&mut self, committed_at: Instant) {
@@ -327,12 +358,13 @@ impl Host {
     }
 
     /// After the loggers finished, every remaining transaction's epoch is durable: acknowledge.
-    pub(crate) fn drain_acks(&mut self) {
+    pub(crate) fn drain_acks(&mut self) -> Result<()> {
         let started = Instant::now();
         while !self.pending_acks.is_empty() && started.elapsed() < ACK_DRAIN_MAX {
-            self.process_acks();
+            self.process_acks()?;
             std::thread::sleep(Duration::from_millis(1));
         }
+        Ok(())
     }
 
     pub(crate) fn unacked(&self) -> u64 {

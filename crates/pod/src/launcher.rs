@@ -22,7 +22,6 @@ use serde::Serialize;
 use crate::config::{PodConfig, Protocol};
 use crate::error::{PodError, Result};
 use crate::host::layout_for;
-use crate::log::log_path;
 use crate::recovery::RecoveryPlan;
 use crate::region::{Layout, Phase, Region, HOSTS_MAX};
 use crate::stats::{Counters, LatencyTable};
@@ -47,6 +46,10 @@ pub struct Pod {
     region: Region,
     children: Vec<Child>,
     recovery: Option<RecoveryPlan>,
+    /// When a recovering start began, and how long until every host was ready (logs cut,
+    /// checkpoint loaded, logs replayed).
+    recovery_started: Option<Instant>,
+    recovery_ms: Option<u64>,
 }
 
 /// What a run measured: per host and in total, measured and modelled.
@@ -73,6 +76,8 @@ pub struct RunReport {
     pub total: Counters,
     pub per_host: Vec<Counters>,
     pub recovery: Option<RecoveryPlan>,
+    /// Recovering start → every host ready to run, ms.
+    pub recovery_ms: Option<u64>,
 }
 
 impl Pod {
@@ -82,7 +87,15 @@ impl Pod {
         let layout = layout_for(&config);
         let region = Region::create(layout.total)?;
         region.init_header(&layout, config.index_buckets());
-        Ok(Pod { config: Arc::new(config), layout, region, children: Vec::new(), recovery: None })
+        Ok(Pod {
+            config: Arc::new(config),
+            layout,
+            region,
+            children: Vec::new(),
+            recovery: None,
+            recovery_started: None,
+            recovery_ms: None,
+        })
     }
 
     pub fn config(&self) -> &PodConfig {
@@ -94,6 +107,7 @@ impl Pod {
         if let Some(dir) = &self.config.log_dir {
             std::fs::create_dir_all(dir).map_err(|source| PodError::FileIo { path: dir.clone(), source })?;
             if self.config.recover {
+                self.recovery_started = Some(Instant::now());
                 let plan = crate::recovery::prepare(dir, self.config.hosts)?;
                 let header = self.region.header();
                 header.global_epoch.store(plan.next_epoch, Ordering::Release);
@@ -101,7 +115,9 @@ impl Pod {
                 self.recovery = Some(plan);
             } else {
                 for host in 0..HOSTS_MAX {
-                    let _ = std::fs::remove_file(log_path(dir, host));
+                    crate::log::remove_log(dir, host)?;
+                    crate::checkpoint::remove_all(dir, host)?;
+                    let _ = std::fs::remove_file(crate::log::acked_path(dir, host));
                 }
             }
         }
@@ -167,6 +183,9 @@ impl Pod {
                 return Err(PodError::PeerTimeout { host: 0, waited_ms: LOAD_WAIT_MAX.as_millis() as u64 });
             }
             std::thread::sleep(Duration::from_millis(2));
+        }
+        if let Some(started) = self.recovery_started.take() {
+            self.recovery_ms = Some(started.elapsed().as_millis() as u64);
         }
         Ok(())
     }
@@ -316,6 +335,7 @@ impl Pod {
             total,
             per_host,
             recovery: self.recovery,
+            recovery_ms: self.recovery_ms,
         }
     }
 }
@@ -334,6 +354,9 @@ fn child_main(host: usize, config: Arc<PodConfig>, parent_region: &Region) -> ! 
     }
     let layout = layout_for(&config);
     let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| -> Result<()> {
+        if let Some(cpu) = config.pin_cpu {
+            pin_to_cpu(cpu)?;
+        }
         let region: &'static Region = Box::leak(Box::new(parent_region.remap()?));
         crate::worker::run(host, config, region)
     }));
@@ -357,6 +380,21 @@ fn child_main(host: usize, config: Arc<PodConfig>, parent_region: &Region) -> ! 
     };
     // SAFETY: ends the child without running the parent's atexit handlers or destructors.
     unsafe { libc::_exit(code) }
+}
+
+/// Restricts this process (and the threads it starts later) to one CPU.
+fn pin_to_cpu(cpu: usize) -> Result<()> {
+    // SAFETY: a zeroed cpu_set_t is an empty set; CPU_SET stays inside it (cpu < CPU_SETSIZE is
+    // validated); sched_setaffinity reads the set we pass for our own pid (0).
+    let rc = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set)
+    };
+    if rc != 0 {
+        return Err(PodError::Process { what: "sched_setaffinity", source: std::io::Error::last_os_error() });
+    }
+    Ok(())
 }
 
 fn describe_status(status: libc::c_int) -> String {

@@ -71,6 +71,8 @@ pub mod alloc;
 pub(crate) mod baseline;
 pub(crate) mod cat;
 pub mod checker;
+pub mod checkpoint;
+pub(crate) mod checkpointer;
 pub mod coherence;
 pub mod config;
 pub mod cxl_index;

@@ -36,7 +36,7 @@ pub const ERROR_BYTES: usize = 512;
 /// Magic at offset 0 ("BYPASSPD").
 pub const MAGIC: u64 = 0x4259_5041_5353_5044;
 /// Bumped whenever a shared layout changes.
-pub const LAYOUT_VERSION: u64 = 4;
+pub const LAYOUT_VERSION: u64 = 5;
 
 /// Records each host can trace in one run for the latency model ([`crate::staleness`]; 16 bytes
 /// each; the area is sparse until written).
@@ -162,7 +162,10 @@ pub struct HostShared {
     /// HWcc bytes this host has allocated (index + metadata, + data under NoSWcc).
     pub hwcc_used_bytes: AtomicU64,
     pub error_len: AtomicU64,
-    _pad: [AtomicU64; 2],
+    /// Epoch below which this host's latest usable checkpoint covers every log record of every
+    /// host for its rows (crate::checkpoint); loggers delete segments below the pod's minimum.
+    pub checkpoint_floor: AtomicU64,
+    _pad: [AtomicU64; 1],
     pub error: [AtomicU8; ERROR_BYTES],
     pub stats: [AtomicU64; STATS_WORDS],
     /// Latency model only ([`crate::staleness`]): records in this host's trace, and the logical

@@ -203,6 +203,9 @@ counters! {
     /// Logger: fdatasync calls and bytes written.
     fsyncs,
     log_file_bytes,
+    /// Log bytes deleted because checkpoints covered them, and checkpoints completed (usable).
+    log_bytes_deleted,
+    checkpoints,
     /// Gauges of the shutdown: how long the host waited for the pod's final group commit, and
     /// how many commits were still unacknowledged when it gave up (0 after a clean run).
     ack_drain_ms,

@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use crate::access::{abort, Abort, Change, Fetch, LockMode, TxnError, TxnOps, TxnResult, TxnState};
 use crate::baseline::{Ds2pl, Occ};
+use crate::checkpointer::Checkpointer;
 use crate::config::{PodConfig, Protocol as ProtocolKind};
 use crate::error::{PodError, Result};
 use crate::host::{Host, PEER_WAIT_MAX};
@@ -35,6 +36,7 @@ use crate::workload::Driver;
 pub struct Worker {
     host: Host,
     protocol: Box<dyn Protocol>,
+    checkpointer: Checkpointer,
     driver_totals: (u64, u64),
 }
 
@@ -85,7 +87,12 @@ impl TxnOps for ActiveTxn<'_> {
             if self.host.owns(fetch.table, fetch.key) {
                 self.host.access_local(self.txn, fetch.table, fetch.key, fetch.lock, policy)?;
             } else if self.txn.find(fetch.table, fetch.key).is_none() {
-                remote.push(RemoteFetch { owner: self.host.workload.owner(fetch.table, fetch.key), fetch });
+                let same =
+                    |wanted: &&mut RemoteFetch| (wanted.fetch.table, wanted.fetch.key) == (fetch.table, fetch.key);
+                match remote.iter_mut().find(same) {
+                    Some(wanted) => wanted.fetch.lock = wanted.fetch.lock.max(fetch.lock),
+                    None => remote.push(RemoteFetch { owner: self.host.workload.owner(fetch.table, fetch.key), fetch }),
+                }
             }
         }
         if remote.is_empty() {
@@ -168,7 +175,12 @@ impl Worker {
             ProtocolKind::Ds2pl => Box::new(Ds2pl::default()),
             ProtocolKind::Occ => Box::new(Occ::default()),
         };
-        Ok(Worker { host: Host::attach(me, config, region)?, protocol, driver_totals: (0, 0) })
+        Ok(Worker {
+            host: Host::attach(me, config, region)?,
+            protocol,
+            checkpointer: Checkpointer::default(),
+            driver_totals: (0, 0),
+        })
     }
 
     fn serve(&mut self) -> Result<bool> {
@@ -193,7 +205,8 @@ impl Worker {
             }
             self.host.poll_point();
             self.serve()?;
-            self.host.process_acks();
+            self.host.process_acks()?;
+            self.checkpointer.step(&mut self.host)?;
             driver.next_transaction();
             self.run_one(driver.as_mut(), &mut txn)?;
         }
@@ -257,6 +270,7 @@ impl Worker {
         self.host.shared().trace_window_end.store(last_read, Ordering::Release);
         let mut totals = self.host.snapshot();
         totals.cats_at_end = self.protocol.shared_tuples();
+        totals.checkpoints = self.checkpointer.taken;
         header.done_hosts.fetch_add(1, Ordering::AcqRel);
         self.wait_all(|header| header.done_hosts.load(Ordering::Acquire))?;
         // Messages sent before their sender joined the barrier are in the ring by now.
@@ -266,9 +280,10 @@ impl Worker {
             let stats = logger.join()?;
             totals.fsyncs = stats.fsyncs;
             totals.log_file_bytes = stats.bytes;
+            totals.log_bytes_deleted = stats.bytes_deleted;
         }
         let drain_started = Instant::now();
-        self.host.drain_acks();
+        self.host.drain_acks()?;
         totals.ack_drain_ms = drain_started.elapsed().as_millis() as u64;
         totals.unacked_at_end = self.host.unacked();
         totals.acked = self.host.counters.acked;

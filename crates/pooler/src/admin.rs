@@ -77,7 +77,7 @@ pub async fn welcome(client: &mut ClientSide, registration: &Registration) -> Re
 pub struct Console {
     shared: Arc<Shared>,
     access: Access,
-    _registration: Registration,
+    registration: Registration,
 }
 
 /// A result set: column names and rows of text values.
@@ -94,7 +94,12 @@ enum Outcome {
 
 impl Console {
     pub fn new(shared: Arc<Shared>, access: Access, registration: Registration) -> Self {
-        Console { shared, access, _registration: registration }
+        Console { shared, access, registration }
+    }
+
+    /// Who the console user is (for log lines).
+    pub fn client(&self) -> &crate::cancel::ClientInfo {
+        &self.registration.entry.info
     }
 
     /// Answers queries until the client leaves.

@@ -247,6 +247,18 @@ settings! {
         /// slower than this is given up (the client is served unmirrored, `mirror_failures` counts
         /// it), so a dead shadow delays a login by at most this much. Default 1000.
         reload mirror_connect_timeout_ms: u64 = 1_000,
+        /// Logs each client login (`login`, with database, user and address) at info. Default
+        /// true (as PgBouncer).
+        reload log_connections: bool = true,
+        /// Logs each client disconnect (`closing client`, with its reason and how long it was
+        /// connected) and each server connection the pooler closes (`closing server`, with why)
+        /// at info. Failures (a server that ended a session, a timeout, a failed server login) are
+        /// logged at warn whatever this says. Default true (as PgBouncer).
+        reload log_disconnections: bool = true,
+        /// Period of the `stats` log line (transactions, queries, bytes and average transaction
+        /// and wait times since the previous line, over every pool), ms; 0 = off. Default 60000
+        /// (as PgBouncer's `stats_period`).
+        reload stats_period_ms: u64 = 60_000,
 
     }
 }

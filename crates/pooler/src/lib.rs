@@ -48,6 +48,7 @@ pub mod hba;
 pub mod io;
 pub mod kernel;
 pub mod lease;
+pub mod listen;
 pub mod load;
 pub mod login;
 pub mod metrics;

@@ -88,7 +88,12 @@ pub async fn login(
         let access = crate::admin::access(&live.settings, &request.user);
         authenticate(shared, client, &request.user, None, method).await?;
         let access = access.ok_or_else(|| {
-            PoolerError::refused(SqlState::INVALID_AUTHORIZATION_SPECIFICATION, "not allowed to use the admin console")
+            let text = format!(
+                "user \"{}\" is not allowed to use the admin console: list it in admin_users (every command) \
+                 or stats_users (SHOW only) under [pooler]",
+                request.user
+            );
+            PoolerError::refused(SqlState::INVALID_AUTHORIZATION_SPECIFICATION, text)
         })?;
         let registration = register(shared, client, &request)?;
         crate::admin::welcome(client, &registration).await?;

@@ -314,7 +314,9 @@ impl ResponsePlan {
             return Ok(Verdict::Forward); // Asynchronous: notice, parameter status, notification.
         }
         let Some(&unit) = self.units.front() else {
-            return Err(Unexpected(tag));
+            // Nothing asked: an error now is the server ending the session on its own (FATAL:
+            // idle_in_transaction_session_timeout, pg_terminate_backend, shutdown), passed on.
+            return if tag == b'E' { Ok(Verdict::Forward) } else { Err(Unexpected(tag)) };
         };
         match (unit, tag) {
             (Unit::Query | Unit::Execute, b'G') => {

@@ -18,10 +18,10 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use socket2::{Domain, Socket, Type};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
 
+use crate::cancel::ClientInfo;
 use crate::client::ClientSide;
 use crate::error::{PoolerError, TimeoutKind};
 use crate::io::tune;
@@ -52,13 +52,8 @@ impl Proxy {
     pub fn bind(config: ValidConfig) -> std::io::Result<Proxy> {
         let shards = config.config.pooler.worker_count();
         let backlog = config.config.pooler.listen_backlog.min(i32::MAX as u32) as i32;
-        let mut address = config.listen_addr;
-        let mut listeners = Vec::with_capacity(shards);
-        for _ in 0..shards {
-            let listener = bind_reuseport(address, backlog)?;
-            address = listener.local_addr()?;
-            listeners.push(listener);
-        }
+        let listeners = crate::listen::bind_shards(config.listen_addr, shards, backlog)?;
+        let address = listeners[0].local_addr()?;
         let metrics = match &config.config.pooler.metrics_addr {
             Some(metrics_addr) => Some(bind_metrics(metrics_addr)?),
             None => None,
@@ -93,16 +88,6 @@ impl Proxy {
         }
         Ok(RunningProxy { shared: self.shared, address: self.address, shards })
     }
-}
-
-fn bind_reuseport(address: SocketAddr, backlog: i32) -> std::io::Result<std::net::TcpListener> {
-    let socket = Socket::new(Domain::for_address(address), Type::STREAM, None)?;
-    socket.set_reuse_address(true)?;
-    socket.set_reuse_port(true)?;
-    socket.set_nonblocking(true)?;
-    socket.bind(&address.into())?;
-    socket.listen(backlog)?;
-    Ok(socket.into())
 }
 
 /// A pooler serving on its shard threads.
@@ -309,29 +294,83 @@ async fn log_in_and_serve(slot: ClientSlot, mut client: ClientSide, over_limit: 
         Ok(outcome) => outcome,
         Err(_) => Err(PoolerError::Timeout(TimeoutKind::ClientLogin)),
     };
-    let result = match outcome {
+    let (result, info) = match outcome {
         Ok(LoginOutcome::Session(session)) => {
+            log_login(shared, session.client(), "login");
             tokio::spawn(serve_session(slot, *session, client));
             return;
         }
-        Ok(LoginOutcome::Admin(console)) => console.run(&mut client).await,
-        Ok(LoginOutcome::Cancelled) => Ok(()),
-        Err(error) => Err(error),
+        Ok(LoginOutcome::Admin(console)) => {
+            log_login(shared, console.client(), "console login");
+            let info = console.client().clone();
+            (console.run(&mut client).await, Some(info))
+        }
+        Ok(LoginOutcome::Cancelled) => return,
+        Err(error) => {
+            // Failed logins are logged where they fail (the front door); a login that ran out of
+            // time never got there.
+            if matches!(error, PoolerError::Timeout(TimeoutKind::ClientLogin)) {
+                let peer = client.stream.tcp().peer_addr().ok();
+                tracing::warn!(client = ?peer, %error, "closing client");
+            }
+            (Err(error), None)
+        }
     };
-    report_end(shared, &mut client, result).await;
+    report_end(shared, &mut client, info.as_ref(), result).await;
 }
 
 async fn serve_session(slot: ClientSlot, session: Session, mut client: ClientSide) {
+    let info = session.client().clone();
     let result = session.run(&mut client).await;
-    report_end(&slot.0, &mut client, result).await;
+    report_end(&slot.0, &mut client, Some(&info), result).await;
 }
 
-/// Counts a session that ended in an error and tells the client why, if it can be told.
-async fn report_end(shared: &Shared, client: &mut ClientSide, result: Result<(), PoolerError>) {
+/// The `log_connections` line.
+fn log_login(shared: &Shared, info: &ClientInfo, what: &str) {
+    if shared.live().settings.log_connections {
+        let client = info.peer.map(|peer| peer.to_string()).unwrap_or_default();
+        tracing::info!(%client, database = %info.database, user = %info.user, "{what}");
+    }
+}
+
+/// Counts a session that ended in an error, tells the client why if it can be told, and logs
+/// the end of a logged-in client (`info` set): failures at warn, ordinary ends at info with
+/// `log_disconnections`.
+async fn report_end(
+    shared: &Shared,
+    client: &mut ClientSide,
+    info: Option<&ClientInfo>,
+    result: Result<(), PoolerError>,
+) {
+    if let Some(info) = info {
+        log_client_end(shared, info, result.as_ref().err());
+    }
     if let Err(error) = result {
-        tracing::debug!(%error, blame = ?error.blame(), "client session ended");
         shared.errors.count(&error);
         client.send_fatal(&error).await;
+    }
+}
+
+/// One `closing client` line: why, after how long.
+fn log_client_end(shared: &Shared, info: &ClientInfo, error: Option<&PoolerError>) {
+    let client = info.peer.map(|peer| peer.to_string()).unwrap_or_default();
+    let connected = info.connected_at.elapsed().unwrap_or_default();
+    let connected_s = format!("{:.3}", connected.as_secs_f64());
+    let (database, user) = (&info.database, &info.user);
+    let Some(error) = error else {
+        if shared.live().settings.log_disconnections {
+            tracing::info!(%client, %database, %user, %connected_s, reason = "client close request", "closing client");
+        }
+        return;
+    };
+    let sqlstate = error.client_report().map(|(code, _)| code).unwrap_or_default();
+    let reason = error.to_string();
+    match error {
+        PoolerError::ClientIo(_) if !shared.live().settings.log_disconnections => {}
+        PoolerError::ClientIo(_) => {
+            tracing::info!(%client, %database, %user, %connected_s, %reason, "closing client");
+        }
+        _ => tracing::warn!(%client, %database, %user, %connected_s, %sqlstate, %reason, "closing client"),
     }
 }
 
@@ -339,6 +378,7 @@ async fn report_end(shared: &Shared, client: &mut ClientSide, result: Result<(),
 async fn maintain(shared: Arc<Shared>) {
     let mut ticks = tokio::time::interval(QUEUE_CHECK_PERIOD);
     let mut round: u32 = 0;
+    let mut stats_line = StatsLine::new(&shared, Instant::now());
     loop {
         ticks.tick().await;
         round = round.wrapping_add(1);
@@ -347,6 +387,7 @@ async fn maintain(shared: Arc<Shared>) {
         for pool in &pools {
             pool.expire_waiters(now);
         }
+        stats_line.maybe_log(&shared, now);
         if !round.is_multiple_of(QUEUE_CHECKS_PER_MAINTENANCE) {
             continue;
         }
@@ -361,5 +402,73 @@ async fn maintain(shared: Arc<Shared>) {
                 });
             }
         }
+    }
+}
+
+/// The `stats` line every `stats_period_ms`: rates and averages since the previous line, over
+/// every pool (PgBouncer's `stats:` line).
+struct StatsLine {
+    since: Instant,
+    previous: Totals,
+}
+
+/// Sums over every pool at one moment.
+#[derive(Debug, Clone, Copy, Default)]
+struct Totals {
+    transactions: u64,
+    queries: u64,
+    bytes_received: u64,
+    bytes_sent: u64,
+    transaction_us: u64,
+    waits: u64,
+    wait_us: u64,
+}
+
+impl Totals {
+    fn now(shared: &Shared) -> Totals {
+        let mut sum = Totals::default();
+        for pool in shared.pools() {
+            let totals = pool.totals();
+            sum.transactions += totals.transactions;
+            sum.queries += totals.queries;
+            sum.bytes_received += totals.bytes_received;
+            sum.bytes_sent += totals.bytes_sent;
+            sum.transaction_us += totals.transaction_time.sum_us;
+            sum.waits += totals.wait.count;
+            sum.wait_us += totals.wait.sum_us;
+        }
+        sum
+    }
+}
+
+impl StatsLine {
+    fn new(shared: &Shared, now: Instant) -> Self {
+        StatsLine { since: now, previous: Totals::now(shared) }
+    }
+
+    fn maybe_log(&mut self, shared: &Shared, now: Instant) {
+        let period_ms = shared.live().settings.stats_period_ms;
+        let elapsed = now.duration_since(self.since);
+        if period_ms == 0 || elapsed < Duration::from_millis(period_ms) {
+            return;
+        }
+        let current = Totals::now(shared);
+        let (old, seconds) = (self.previous, elapsed.as_secs_f64());
+        let rate = |new: u64, old: u64| (new.saturating_sub(old) as f64 / seconds).round() as u64;
+        let average = |sum: u64, old_sum: u64, count: u64, old_count: u64| {
+            sum.saturating_sub(old_sum).checked_div(count.saturating_sub(old_count)).unwrap_or(0)
+        };
+        tracing::info!(
+            xacts_per_s = rate(current.transactions, old.transactions),
+            queries_per_s = rate(current.queries, old.queries),
+            in_bytes_per_s = rate(current.bytes_received, old.bytes_received),
+            out_bytes_per_s = rate(current.bytes_sent, old.bytes_sent),
+            xact_us = average(current.transaction_us, old.transaction_us, current.transactions, old.transactions),
+            wait_us = average(current.wait_us, old.wait_us, current.waits, old.waits),
+            clients = shared.client_connections.load(Ordering::Relaxed),
+            "stats"
+        );
+        self.since = now;
+        self.previous = current;
     }
 }

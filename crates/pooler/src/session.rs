@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use bypass_wire::frame::Step;
 
-use crate::cancel::{CancelRoute, Registration};
+use crate::cancel::{CancelRoute, ClientInfo, Registration};
 use crate::client::ClientSide;
 use crate::config::{PoolMode, SessionStatePolicy};
 use crate::error::{PoolerError, TimeoutKind};
@@ -99,6 +99,11 @@ impl Session {
             buffers: RelayBuffers::default(),
             kernel: None,
         }
+    }
+
+    /// Who the client is (for log lines and the console).
+    pub fn client(&self) -> &ClientInfo {
+        &self.cancel.entry.info
     }
 
     /// Runs this client's transactions in the kernel fast path.

@@ -360,6 +360,7 @@ fn pool_limits(s: &PoolerSettings, entry: &DatabaseEntry) -> PoolLimits {
         server_idle_timeout_ms: s.server_idle_timeout_ms,
         server_lifetime_ms: s.server_lifetime_ms,
         server_connect_timeout_ms: s.server_connect_timeout_ms,
+        log_disconnections: s.log_disconnections,
     }
 }
 

@@ -109,6 +109,59 @@ async fn backend_killed_mid_transaction() {
     }
 }
 
+#[test]
+fn a_server_fatal_while_idle_in_a_transaction_reaches_the_client() {
+    // Goal: when PostgreSQL ends a session on its own while the client is idle in a transaction
+    // (idle_in_transaction_session_timeout, pg_terminate_backend), the client gets the server's
+    // FATAL with its SQLSTATE, as direct PostgreSQL and PgBouncer give it, never 08P01. Method:
+    // raw client, BEGIN and then silence; the server's timeout fires (25P03) or the backend is
+    // terminated (57P01); read what arrives, in both pool modes.
+    let postgres = postgres();
+    for mode in BOTH_MODES {
+        let pooler = Pooler::start(config(&postgres, mode, 2));
+        let mut client = RawClient::login(pooler.port);
+        client.send(&query("begin; set local idle_in_transaction_session_timeout = 300"));
+        client.read_until(b'Z');
+        let (code, message) = fatal_after_silence(&mut client);
+        assert_eq!(code, "25P03", "{mode:?}: {message}");
+        assert!(message.contains("idle-in-transaction timeout"), "{mode:?}: {message}");
+
+        let mut client = RawClient::login(pooler.port);
+        client.send(&query("begin; select pg_backend_pid()"));
+        let answer = client.read_until(b'Z');
+        let pid = answer.iter().find(|(tag, _)| *tag == b'D').map(|(_, body)| data_row_text(body)).expect("a pid");
+        postgres.psql(&format!("select pg_terminate_backend({pid})")).expect("terminate");
+        let (code, message) = fatal_after_silence(&mut client);
+        assert_eq!(code, "57P01", "{mode:?}: {message}");
+        assert!(message.contains("administrator command"), "{mode:?}: {message}");
+    }
+}
+
+/// A simple Query message.
+fn query(sql: &str) -> Vec<u8> {
+    let mut message = vec![b'Q'];
+    message.extend_from_slice(&(4 + sql.len() as u32 + 1).to_be_bytes());
+    message.extend_from_slice(sql.as_bytes());
+    message.push(0);
+    message
+}
+
+/// The first column of a DataRow, as text.
+fn data_row_text(body: &[u8]) -> String {
+    let length = i32::from_be_bytes([body[2], body[3], body[4], body[5]]) as usize;
+    String::from_utf8_lossy(&body[6..6 + length]).into_owned()
+}
+
+/// Waits without sending; returns the SQLSTATE and message of the ErrorResponse that arrives,
+/// after checking it is the only message and the connection then closes.
+fn fatal_after_silence(client: &mut RawClient) -> (String, String) {
+    let (tag, body) = client.read_message().expect("an ErrorResponse before the connection closes");
+    assert_eq!(tag, b'E', "expected an ErrorResponse, got {:?}", tag as char);
+    let next = client.read_message();
+    assert!(next.is_none(), "nothing may follow the server's FATAL, got {next:?}");
+    (error_code(&body), error_field(&body, b'M'))
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn database_restart_is_survived() {
     // Goal: after PostgreSQL restarts, pooled servers that died are not handed out. Method: fill

@@ -69,6 +69,7 @@ fn psql_runs_every_show_command_and_outsiders_are_refused() {
     let outsider = psql_db(pooler.port, "intruder", None, "bypass", "SHOW POOLS");
     assert!(!outsider.status.success());
     assert!(stderr(&outsider).contains("not allowed to use the admin console"), "{}", stderr(&outsider));
+    assert!(stderr(&outsider).contains("admin_users"), "the refusal names the setting: {}", stderr(&outsider));
     let watcher = psql_db(pooler.port, "watcher", None, "bypass", "SHOW STATS");
     assert!(watcher.status.success(), "{}", stderr(&watcher));
     let refused = psql_db(pooler.port, "watcher", None, "bypass", "PAUSE");

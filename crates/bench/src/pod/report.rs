@@ -93,6 +93,28 @@ pub struct Point {
     pub runs: Vec<Run>,
 }
 
+/// One of Tigon's published ratios beside ours for the same point.
+#[derive(Debug, Clone, Serialize)]
+pub struct PublishedRow {
+    pub what: String,
+    pub tigon: f64,
+    pub tigon_source: String,
+    pub measured: Option<f64>,
+    pub modelled: Option<f64>,
+}
+
+/// The model's independence of time-slicing, measured: the same point run normally and with
+/// every host process pinned to one core.
+#[derive(Debug, Clone, Serialize)]
+pub struct PinnedCheck {
+    pub normal_modelled_tps: f64,
+    pub pinned_modelled_tps: f64,
+    pub normal_measured_tps: f64,
+    pub pinned_measured_tps: f64,
+    /// |pinned − normal| ÷ normal, of the modelled medians.
+    pub modelled_difference: f64,
+}
+
 /// One of the issue's "done when" targets, evaluated on measured and modelled medians.
 #[derive(Debug, Clone, Serialize)]
 pub struct Claim {
@@ -126,6 +148,8 @@ pub struct Results {
     pub footprints: Vec<(String, u64)>,
     pub points: Vec<Point>,
     pub claims: Vec<Claim>,
+    pub published: Vec<PublishedRow>,
+    pub pinned: Option<PinnedCheck>,
     pub duration_s: f64,
 }
 
@@ -143,8 +167,11 @@ fn model_notes_markdown(md: &mut String) {
          the owner's DRAM lookup and read of the row (as a baseline participant does), the HWcc index lines its link and the forced move-out's unlink touch, and the latches; \
          under WriteThrough the owner's retained block is reused (rewritten only if the DRAM row changed) and its move-in resets the host-valid bits, so readers re-fetch it; \
          under NoSWcc the block is freed at move-out and every move-in fills a fresh one (Tigon's `enable_scc=0` path: all CXL data is HWcc memory charged to the budget), \
-         whose lines the owner writes and each reader fetches anew. DS2PL+ pays per remote transaction three round trips and six messages \
-         (remote lock, prepare with the participant's log records, decision), OCC+ its lock, prepare-with-validation and decision rounds.\n"
+         whose lines the owner writes and each reader fetches anew. \
+         Every protocol batches a transaction's remote requests per phase as Tigon's executors do (`TwoPLTransaction::process_requests`: one flush, one wait): \
+         a YCSB transaction has one phase, TPC-C NewOrder and Payment one each; a phase's migrations (Tigon-style) or reads and locks (baselines) go to each owner as one message. \
+         DS2PL+ then pays, for a transaction that writes another host's tuple, a prepare round (with the participant's log records) and a decision round, and releases read-only participants one-way; \
+         OCC+ (Silo-style) pays a lock round, a prepare-with-validation round and a decision round.\n"
     );
 }
 
@@ -171,6 +198,8 @@ impl Results {
             footprints: Vec::new(),
             points: Vec::new(),
             claims: Vec::new(),
+            published: Vec::new(),
+            pinned: None,
             duration_s: 0.0,
         }
     }
@@ -201,6 +230,33 @@ impl Results {
             });
         }
         self.claims = self.evaluate_claims();
+        self.published = super::published::all()
+            .into_iter()
+            .filter_map(|published| {
+                let (measured, modelled) = self.ratio(published.numerator, published.denominator);
+                (measured.is_some() || modelled.is_some()).then(|| PublishedRow {
+                    what: published.what.into(),
+                    tigon: published.tigon,
+                    tigon_source: published.source.into(),
+                    measured,
+                    modelled,
+                })
+            })
+            .collect();
+        self.pinned = self.pinned_check();
+    }
+
+    fn pinned_check(&self) -> Option<PinnedCheck> {
+        let tigon = Protocol::Tigon.label();
+        let normal = self.point("ycsb", tigon, "100%")?;
+        let pinned = self.point("pinned", tigon, "100%")?;
+        (normal.modelled_tps > 0.0).then(|| PinnedCheck {
+            normal_modelled_tps: normal.modelled_tps,
+            pinned_modelled_tps: pinned.modelled_tps,
+            normal_measured_tps: normal.measured_tps,
+            pinned_measured_tps: pinned.measured_tps,
+            modelled_difference: (pinned.modelled_tps - normal.modelled_tps).abs() / normal.modelled_tps,
+        })
     }
 
     pub fn finish(&mut self, duration_s: f64) {
@@ -331,7 +387,7 @@ impl Results {
             "Each cell: **measured** txn/s / *modelled* txn/s, the median of {} runs ({} ms warm-up, {} ms measured; repetitions interleaved across series). \
              Measured = committed transactions per second on this {}-core machine, where every host process (one worker + one logger) shares two cores with the others; \
              message round trips depend on the peer being scheduled, so baselines suffer more than they would with a core per host. \
-             Modelled = the same runs' counted events (CXL lines read and written back, atomics, fences, messages, round trips, DRAM tuple operations) priced by the latency table at the end; \
+             Modelled = the same runs' counted events (CXL lines read and written back, atomics, fences, messages, round trips, tuple operations — the same CPU cost for a tuple in DRAM, a shared one in CXL or one read by message) priced by the latency table at the end; \
              a request waits the transport plus the rest of the peer's current busy segment (length-biased: Σs²/2T over the peer's segments between inbox polls; zero while the peer itself waits and polls), \
              and NoSWcc pays the hardware-coherent line transfers (fetches of lines another host wrote, lines written for others) that WriteThrough makes by flushes. \
              Which reads of a shared tuple find the reader's copy stale is judged in logical time, not in the order the two cores happened to run the hosts: \
@@ -340,19 +396,20 @@ impl Results {
              since this host last read it — Tigon's WriteThrough rule, and under NoSWcc a coherence miss. The rate of stale lines per read in the logical span all hosts cover \
              is applied to each host's reads in its measured window. First touches (a host's first read of a block, under SWcc a row's first move-in into a fresh block) are compulsory, \
              not priced: they amortise in a long run like Tigon's 20 s ones, while how many fall in a short window depends on the machine's speed. \
-             Counted this way the model does not depend on how the cores are time-sliced: YCSB 95/5 at 100% cross, both hosts pinned to one core, models within 3% of the normal run \
-             (the events table shows the re-read lines in real order beside the modelled ones). YCSB: {} keys per host, 1000-byte values, 10 operations, zipfian. TPC-C: one warehouse per host ({}). \
+             {} YCSB: {} keys per host, 1000-byte values, 10 operations, zipfian. TPC-C: one warehouse per host ({}). \
              Redo logging with 10 ms group commit for all protocols (same logger); Tigon pre-migrates the shareable tables (TPC-C CUSTOMER and STOCK, the YCSB table) while the budget lasts, except at 0% remote/cross; HWcc budget {} MiB for the pod unless swept.\n",
             self.settings.repetitions,
             self.settings.warmup_ms,
             self.settings.measure_ms,
             self.machine.nproc,
+            self.pinned_sentence(),
             self.settings.keys_per_host,
             if self.settings.small_warehouses { "small: 60 customers per district, 1000 items" } else { "full size: 10 districts × 3000 customers, 100 000 items" },
             self.settings.main_hwcc_budget_bytes >> 20
         );
         model_notes_markdown(&mut md);
         self.claims_markdown(&mut md);
+        self.published_markdown(&mut md);
         let protocols: Vec<&str> =
             [Protocol::Tigon, Protocol::Ds2pl, Protocol::Occ].iter().map(|p| p.label()).collect();
         self.table(&mut md, "tpcc", "TPC-C: throughput vs remote NewOrder/Payment %", "remote NO/P", &protocols, true);
@@ -383,6 +440,51 @@ impl Results {
         self.events_markdown(&mut md);
         let _ = writeln!(md, "## Latency table of the model (ns)\n\n```\n{:#?}\n```", self.latency_table);
         md
+    }
+
+    fn pinned_sentence(&self) -> String {
+        match &self.pinned {
+            Some(check) => format!(
+                "Whether the model depends on how the cores time-slice the hosts is measured: YCSB 95/5 at 100% cross with both host processes pinned to one core models {} txn/s against {} txn/s unpinned ({:.1}% apart; measured {} vs {} txn/s), and the events table shows the block lines re-read in real order beside the modelled ones.",
+                thousands(check.pinned_modelled_tps),
+                thousands(check.normal_modelled_tps),
+                check.modelled_difference * 100.0,
+                thousands(check.pinned_measured_tps),
+                thousands(check.normal_measured_tps)
+            ),
+            None => "The pinned-to-one-core check of the model was not part of this run (`--only pinned,ycsb`).".into(),
+        }
+    }
+
+    fn published_markdown(&self, md: &mut String) {
+        if self.published.is_empty() {
+            return;
+        }
+        let _ = writeln!(
+            md,
+            "## Beside Tigon's published figures
+
+             Tigon's ratio for the same point (artifact CSVs, 8 hosts × 3 workers), ours measured and modelled, and ours modelled ÷ Tigon's.
+
+             | point | Tigon | (from) | ours measured | ours modelled | modelled ÷ Tigon |\n|---|---|---|---|---|---|"
+        );
+        for row in &self.published {
+            let _ = writeln!(
+                md,
+                "| {} | {:.2}× | {} | {} | {} | {} |",
+                row.what,
+                row.tigon,
+                row.tigon_source,
+                format_claim(row.measured, false),
+                format_claim(row.modelled, false),
+                row.modelled.map_or("—".into(), |modelled| format!("{:.2}", modelled / row.tigon))
+            );
+        }
+        md.push_str("\nWhy ours may differ from Tigon's even where both are right:\n\n");
+        for note in super::published::DIFFERENCES {
+            let _ = writeln!(md, "- {note}");
+        }
+        md.push('\n');
     }
 
     fn claims_markdown(&self, md: &mut String) {

@@ -26,7 +26,7 @@ use join::JoinTable;
 use keys::{KeyCache, KeyEncoder};
 
 /// Which tier runs pipelines.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub enum Tier {
     /// Compiled (fused, monomorphized) pipelines where a template fits, else the interpreter.
     Compiled,

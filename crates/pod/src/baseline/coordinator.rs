@@ -250,7 +250,7 @@ pub(crate) fn commit_coordinator(
         let detail = "expected a decision acknowledgement";
         return Err(TxnError::Fatal(PodError::BadMessage { from: writers[0], detail }));
     }
-    host.after_commit(txn, epoch, tid);
+    host.after_commit(txn, epoch, tid)?;
     Ok(())
 }
 

@@ -101,7 +101,7 @@ impl Protocol for Tigon {
                 (Place::Remote { .. }, _) => unreachable!("Tigon never reaches a tuple by message"),
             }
         }
-        host.after_commit(txn, epoch, tid);
+        host.after_commit(txn, epoch, tid)?;
         Ok(())
     }
 

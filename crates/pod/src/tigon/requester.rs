@@ -175,7 +175,8 @@ fn migrate(host: &mut Host, protocol: &mut dyn Protocol, misses: &[RemoteFetch])
 /// the owner's link just rewrote). The reply names the node, pinned for us, so the search normally
 /// finds it; a concurrent unlink and reuse can send a lock-free search down another chain (see
 /// [`crate::cxl_index`]), and then the reply's node is used: the search was still made and is
-/// counted. After the first failure the remaining nodes are only unpinned.
+/// counted. After the first failure the remaining nodes are found the same way but only unpinned
+/// (Tigon's response handler also runs for every reply of the phase).
 fn adopt_moved(
     host: &mut Host,
     txn: &mut TxnState,
@@ -193,11 +194,11 @@ fn adopt_moved(
                 continue;
             }
         };
+        search_remote_index(host, miss.owner, table, key);
         if failure.is_some() {
             give_back(host, node, LockMode::None)?;
             continue;
         }
-        search_remote_index(host, miss.owner, table, key);
         match pin_and_lock(host, node, (table, key), miss.fetch.lock, true)? {
             Pinned::Locked => {
                 if let Err(error) = push_cat(host, txn, miss.owner, node, (table, key), miss.fetch.lock) {

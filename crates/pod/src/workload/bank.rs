@@ -6,7 +6,7 @@
 use serde::Serialize;
 
 use super::api::{field, Check, Driver, Workload};
-use crate::access::{update, TxnOps, TxnResult};
+use crate::access::{update, Fetch, TxnOps, TxnResult};
 use crate::partition::{Partition, TableId, TableSpec};
 use crate::rng::SplitMix64;
 
@@ -130,6 +130,8 @@ impl Driver for BankDriver {
 
     fn execute(&mut self, txn: &mut dyn TxnOps) -> TxnResult<()> {
         let (from, to, amount) = self.plan;
+        let ledger = self.host as u64;
+        txn.fetch(&[Fetch::write(ACCOUNTS, from), Fetch::write(ACCOUNTS, to), Fetch::write(LEDGER, ledger)])?;
         update(txn, ACCOUNTS, from, |row| field::set_i64(row, 0, field::i64_at(row, 0) - amount))?;
         update(txn, ACCOUNTS, to, |row| field::set_i64(row, 0, field::i64_at(row, 0) + amount))?;
         update(txn, LEDGER, self.host as u64, |row| field::set_u64(row, 0, field::u64_at(row, 0) + 1))?;

@@ -10,7 +10,7 @@
 use serde::Serialize;
 
 use super::api::{field, Check, Driver, Workload};
-use crate::access::{update, TxnOps, TxnResult};
+use crate::access::{update, Fetch, TxnOps, TxnResult};
 use crate::partition::{Partition, TableId, TableSpec};
 use crate::rng::{SplitMix64, Zipf};
 
@@ -150,6 +150,13 @@ impl Driver for YcsbDriver {
     }
 
     fn execute(&mut self, txn: &mut dyn TxnOps) -> TxnResult<()> {
+        // One phase, as Tigon's YCSB transaction: every key read or locked, then the updates.
+        let wanted: Vec<Fetch> = self
+            .ops
+            .iter()
+            .map(|&(key, is_update)| if is_update { Fetch::write(USERTABLE, key) } else { Fetch::read(USERTABLE, key) })
+            .collect();
+        txn.fetch(&wanted)?;
         for &(key, is_update) in &self.ops {
             if is_update {
                 update(txn, USERTABLE, key, |row| {

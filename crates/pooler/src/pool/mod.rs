@@ -88,6 +88,8 @@ pub struct PoolLimits {
     pub server_idle_timeout_ms: u64,
     pub server_lifetime_ms: u64,
     pub server_connect_timeout_ms: u64,
+    /// Log each server the pooler closes (`log_disconnections`).
+    pub log_disconnections: bool,
 }
 
 /// One pool of servers.
@@ -261,12 +263,28 @@ impl Pool {
         };
         let login = ServerConn::login(&self.target, &credential, lease, limits, shard);
 
-        let (mut server, welcome) = tokio::time::timeout(timeout, login)
-            .await
-            .map_err(|_| PoolerError::Timeout(TimeoutKind::ServerConnect))??;
+        let (mut server, welcome) = match tokio::time::timeout(timeout, login).await {
+            Ok(Ok(logged_in)) => logged_in,
+            Ok(Err(error)) => return Err(self.connect_failed(error)),
+            Err(_) => return Err(self.connect_failed(PoolerError::Timeout(TimeoutKind::ServerConnect))),
+        };
         let _ = self.welcome.set(Arc::new(welcome));
         lock(&self.state).count_home(&mut server, shard);
         Ok(server)
+    }
+
+    /// One warn line per failed server login: unreachable, refused, timed out.
+    fn connect_failed(&self, error: PoolerError) -> PoolerError {
+        let sqlstate = error.client_report().map(|(code, _)| code).unwrap_or_default();
+        tracing::warn!(
+            database = %self.key.database,
+            user = %self.key.user,
+            server = %self.target.address,
+            %sqlstate,
+            %error,
+            "server connect failed"
+        );
+        error
     }
 
     /// Returns a server after use. Broken or expired servers, and servers with session state
@@ -309,39 +327,53 @@ impl Pool {
     /// and returns how many servers should be opened to reach `min_size`.
     pub fn maintain(&self, now: Instant) -> u32 {
         let mut closing = Vec::new();
+        let mut reasons = Vec::new();
+        let replaced = self.successor.get().is_some();
         let mut state = lock(&self.state);
-        let settings = state.limits;
+        let limits = state.limits;
         let mut index = 0;
         while index < state.idle.len() {
-            let server = &state.idle[index];
-            let idle_expired =
-                settings.server_idle_timeout_ms > 0 && server.idle_ms(now) >= settings.server_idle_timeout_ms;
-            let keep_for_min = state.open - closing.len() as u32 <= settings.min_size;
-            let retired = state.retired(server, now) || self.successor.get().is_some();
-            if retired || (idle_expired && !keep_for_min) {
-                closing.push(state.idle.remove(index));
-            } else {
-                index += 1;
+            match state.idle_close_reason(&state.idle[index], now, replaced, closing.len() as u32) {
+                Some(reason) => {
+                    let server = state.idle.remove(index);
+                    reasons.push((server.key.process_id, reason));
+                    closing.push(server);
+                }
+                None => index += 1,
             }
         }
         if let Some(kernel) = self.kernel.get() {
-            let mut closing_count = closing.len() as u32;
-            let moved = self.successor.get().is_some();
             let expired = kernel.reclaim_free_where(now, |server| {
-                let idle_expired =
-                    settings.server_idle_timeout_ms > 0 && server.idle_ms(now) >= settings.server_idle_timeout_ms;
-                let keep_for_min = state.open - closing_count <= settings.min_size;
-                let close = moved || state.retired(server, now) || (idle_expired && !keep_for_min);
-                closing_count += u32::from(close);
-                close
+                let reason = state.idle_close_reason(server, now, replaced, reasons.len() as u32);
+                reasons.extend(reason.map(|reason| (server.key.process_id, reason)));
+                reason.is_some()
             });
             closing.extend(expired);
-            closing.extend(kernel.reap_hung_up());
+            let hung_up = kernel.reap_hung_up();
+            reasons.extend(hung_up.iter().map(|server| (server.key.process_id, "closed by the server while lent")));
+            closing.extend(hung_up);
         }
-        let missing = settings.min_size.saturating_sub(state.open - closing.len() as u32);
+        let missing = limits.min_size.saturating_sub(state.open - closing.len() as u32);
         drop(state);
         drop(closing);
+        if limits.log_disconnections {
+            for (backend_pid, reason) in reasons {
+                self.log_server_closed(backend_pid, reason);
+            }
+        }
         missing
+    }
+
+    /// One info line per server the pooler closes (with `log_disconnections`).
+    fn log_server_closed(&self, backend_pid: i32, reason: &str) {
+        tracing::info!(
+            database = %self.key.database,
+            user = %self.key.user,
+            server = %self.target.address,
+            backend_pid,
+            %reason,
+            "closing server"
+        );
     }
 
     /// Opens one server on `shard` toward `min_size` and parks it idle.

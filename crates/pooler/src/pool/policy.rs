@@ -50,10 +50,42 @@ impl PoolState {
 
     /// Whether a released server should be closed instead of reused.
     pub(super) fn retired(&self, server: &ServerConn, now: Instant) -> bool {
+        self.retire_reason(server, now).is_some()
+    }
+
+    /// Why a server should be closed instead of reused, if it should.
+    pub(super) fn retire_reason(&self, server: &ServerConn, now: Instant) -> Option<&'static str> {
         let lifetime = self.limits.server_lifetime_ms;
-        self.retire_before.is_some_and(|before| server.created_at < before)
-            || (lifetime > 0 && server.age_ms(now) >= lifetime)
-            || self.open > self.limits.size
+        if self.retire_before.is_some_and(|before| server.created_at < before) {
+            Some("RECONNECT")
+        } else if lifetime > 0 && server.age_ms(now) >= lifetime {
+            Some("server_lifetime")
+        } else if self.open > self.limits.size {
+            Some("pool over its size")
+        } else {
+            None
+        }
+    }
+
+    /// Why the idle server should be closed by maintenance, if it should: retired, its pool
+    /// replaced, or idle past `server_idle_timeout_ms` while the pool holds more than
+    /// `min_size` (`closing` servers are already on their way out).
+    pub(super) fn idle_close_reason(
+        &self,
+        server: &ServerConn,
+        now: Instant,
+        replaced: bool,
+        closing: u32,
+    ) -> Option<&'static str> {
+        let limits = &self.limits;
+        let idle_expired = limits.server_idle_timeout_ms > 0 && server.idle_ms(now) >= limits.server_idle_timeout_ms;
+        let keep_for_min = self.open - closing <= limits.min_size;
+        match self.retire_reason(server, now) {
+            Some(reason) => Some(reason),
+            None if replaced => Some("pool replaced by a reload"),
+            None if idle_expired && !keep_for_min => Some("server_idle_timeout"),
+            None => None,
+        }
     }
 
     /// An idle server, preferring the most recently used one of `shard`.
@@ -140,6 +172,7 @@ mod tests {
         server_idle_timeout_ms: 0,
         server_lifetime_ms: 0,
         server_connect_timeout_ms: 0,
+        log_disconnections: false,
     };
 
     /// Two shards; `joined` lists (shard, milliseconds after the first arrival) in arrival order.

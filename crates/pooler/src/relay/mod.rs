@@ -386,7 +386,10 @@ async fn forward_server(
         if range.len() == header.frame_len() {
             let body = &pending[range.start + HEADER_LEN..range.end];
             let effect = inspect_server_message(header, body, &mut linked.tracker, context.wanted, &mut server.params)?;
-            server.broken |= effect == Effect::Fatal;
+            if effect == Effect::Fatal {
+                server.broken = true;
+                log_server_fatal(context.pool, server, body);
+            }
             count_answer(context.pool, context.limits.shard, header.tag, effect, &mut linked.transaction_started);
         } else {
             linked.tracker.server_message(header.tag, None);
@@ -409,6 +412,22 @@ async fn forward_server(
     }
     server.buffer.consume(consumed);
     Ok(())
+}
+
+/// One warn line when a server ends a linked session with a FATAL (passed to the client as is):
+/// `idle_in_transaction_session_timeout`, `pg_terminate_backend`, a shutdown.
+fn log_server_fatal(pool: &Pool, server: &ServerConn, body: &[u8]) {
+    let Ok(BackendMessage::ErrorResponse(fields)) = BackendMessage::decode(b'E', body) else { return };
+    let text = |field: Option<&[u8]>| String::from_utf8_lossy(field.unwrap_or_default()).into_owned();
+    tracing::warn!(
+        database = %pool.key.database,
+        user = %pool.key.user,
+        server = %pool.target.address,
+        backend_pid = server.key.process_id,
+        sqlstate = %text(fields.code()),
+        reason = %text(fields.message()),
+        "server ended the session"
+    );
 }
 
 /// Counts a ReadyForQuery as an answered request, and a transaction when it ends one.

@@ -253,13 +253,18 @@ impl RawClient {
 
 /// The SQLSTATE (field 'C') of an ErrorResponse body.
 pub fn error_code(body: &[u8]) -> String {
+    error_field(body, b'C')
+}
+
+/// One field of an ErrorResponse body ('C' SQLSTATE, 'M' message, 'S' severity); empty if absent.
+pub fn error_field(body: &[u8], wanted: u8) -> String {
     let mut rest = body;
     while let Some((&field, tail)) = rest.split_first() {
         let end = tail.iter().position(|&b| b == 0).unwrap_or(tail.len());
-        if field == b'C' {
+        if field == wanted {
             return String::from_utf8_lossy(&tail[..end]).into_owned();
         }
-        rest = &tail[(end + 1).min(tail.len())..];
+        rest = tail.get(end + 1..).unwrap_or_default();
     }
     String::new()
 }

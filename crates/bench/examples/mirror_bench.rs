@@ -4,7 +4,7 @@
 //! the mirror programs' own run time from bpf_stats.
 //!
 //! ```text
-//! cargo run --release -p bypass-fastpath --example mirror_bench -- [ROUNDS] [ROUND_TRIPS_PER_ROUND] [rps]
+//! cargo run --release -p bypass-bench --example mirror_bench -- [ROUNDS] [ROUND_TRIPS_PER_ROUND] [rps]
 //! ```
 //! Runs as root (from the repository root) in a fresh network namespace, lo as on the host: RPS
 //! off unless `rps` is given. Writes bench/results/fastpath-mirror.{json,md}, or
@@ -20,6 +20,9 @@ use std::net::{TcpListener, TcpStream};
 use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
+use bypass_bench::report::machine::Machine;
+use bypass_bench::report::stats::percentile_sorted;
+use bypass_bench::report::write_file;
 use bypass_fastpath::{FastPath, MirrorHandle};
 
 type Result<T> = std::result::Result<T, Box<dyn Error + Send + Sync>>;
@@ -147,12 +150,9 @@ struct Summary {
 
 fn summarize(latencies_ns: &mut [u64]) -> Summary {
     latencies_ns.sort_unstable();
-    let at = |quantile: f64| {
-        let index = ((latencies_ns.len() as f64 * quantile) as usize).min(latencies_ns.len() - 1);
-        latencies_ns[index] as f64 / 1000.0
-    };
+    let at = |percent: f64| percentile_sorted(latencies_ns, percent).map_or(f64::NAN, |ns| ns as f64 / 1000.0);
     let mean = latencies_ns.iter().sum::<u64>() as f64 / latencies_ns.len() as f64 / 1000.0;
-    Summary { mean_us: mean, p50_us: at(0.5), p99_us: at(0.99), p999_us: at(0.999) }
+    Summary { mean_us: mean, p50_us: at(50.0), p99_us: at(99.0), p999_us: at(99.9) }
 }
 
 fn main() -> Result<()> {
@@ -161,8 +161,7 @@ fn main() -> Result<()> {
     let per_round: usize = arguments.next().map_or(Ok(5000), |text| text.parse())?;
     let rps = arguments.next().as_deref() == Some("rps");
     let suffix = if rps { " rps" } else { "" };
-    let command =
-        format!("cargo run --release -p bypass-fastpath --example mirror_bench -- {rounds} {per_round}{suffix}");
+    let command = format!("cargo run --release -p bypass-bench --example mirror_bench -- {rounds} {per_round}{suffix}");
     std::thread::spawn(move || run(rounds, per_round, rps, command)).join().map_err(|_| "benchmark thread panicked")?
 }
 
@@ -172,8 +171,10 @@ fn run(rounds: usize, per_round: usize, rps: bool, command: String) -> Result<()
     // engineer's setting of kernel.bpf_stats_enabled is never clobbered, and a killed run
     // cannot leave statistics on.
     let _stats = enable_bpf_stats()?;
+    let mut machine = Machine::now();
     let (rows, programs, counters) = measure(rounds, per_round)?;
-    write_results(&command, rounds, per_round, &rows, &programs, &counters)
+    machine.finish();
+    write_results(&command, &machine, rounds, per_round, &rows, &programs, &counters)
 }
 
 type Row = (Workload, Mode, Summary, bool);
@@ -211,6 +212,7 @@ fn measure(rounds: usize, per_round: usize) -> Result<(Vec<Row>, String, String)
 
 fn write_results(
     command: &str,
+    machine: &Machine,
     rounds: usize,
     per_round: usize,
     rows: &[Row],
@@ -218,12 +220,15 @@ fn write_results(
     counters: &str,
 ) -> Result<()> {
     let mut markdown = format!(
-        "# Workload mirroring: latency cost on loopback\n\n`{command}` — **2-core machine**, shared with other \
-         engineers' builds (see the commit message for the load average).\n\nA client sends a request and waits \
+        "# Workload mirroring: latency cost on loopback\n\n`{command}` — {}, shared with other \
+         engineers' builds; load average {} before, {} after.\n\nA client sends a request and waits \
          for a same-size reply from a \"pooler\" thread; {rounds} rounds × {per_round} round trips per contender, \
          contenders interleaved, in a network namespace ({}). User-space mirroring: the \
          pooler writes each request to the shadow after its reply. Latencies in µs.\n\n\
          | size | server time | contender | mean | p50 | p99 | p99.9 | mean ÷ no mirror | shadow intact |\n|---:|---:|---|---:|---:|---:|---:|---:|---|\n",
+        machine.headline(),
+        machine.load_average_before,
+        machine.load_average_after,
         if command.ends_with("rps") { "lo with RPS on every CPU" } else { "lo as on the host, RPS off" }
     );
     let mut json_rows = Vec::new();
@@ -258,15 +263,16 @@ fn write_results(
          {programs}\nCounters: `{counters}`\n"
     )?;
     let json = format!(
-        "{{\"command\":\"{command}\",\"machine\":\"2-core machine\",\"rounds\":{rounds},\"round_trips_per_round\":\
+        "{{\"command\":\"{command}\",\"machine\":{},\"rounds\":{rounds},\"round_trips_per_round\":\
          {per_round},\"rows\":[{}]}}\n",
+        serde_json::to_string(machine)?,
         json_rows.join(",")
     );
     let stem =
         if command.ends_with("rps") { "bench/results/fastpath-mirror-rps" } else { "bench/results/fastpath-mirror" };
     std::fs::create_dir_all("bench/results")?;
-    std::fs::write(format!("{stem}.md"), &markdown)?;
-    std::fs::write(format!("{stem}.json"), json)?;
+    write_file(format!("{stem}.md").as_ref(), &markdown)?;
+    write_file(format!("{stem}.json").as_ref(), &json)?;
     print!("{markdown}");
     Ok(())
 }
