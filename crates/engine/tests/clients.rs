@@ -196,7 +196,10 @@ fn psql_copy_in_and_out() -> anyhow::Result<()> {
     let count = psql_ok(address, &["-A", "-t", "-c", "select count(*), sum(amount) from loaded"])?;
     assert_eq!(count.trim(), "500|23510.00", "the bad file loaded nothing");
     let out_file = tempfile::NamedTempFile::new()?;
-    let copy = format!("\\copy (select id, name from loaded where id < 3 order by id) to '{}' with (format csv, header)", out_file.path().display());
+    let copy = format!(
+        "\\copy (select id, name from loaded where id < 3 order by id) to '{}' with (format csv, header)",
+        out_file.path().display()
+    );
     psql_ok(address, &["-c", &copy])?;
     let written = std::fs::read_to_string(out_file.path())?;
     assert_eq!(written, "id,name\n0,\"name, 0\"\n1,\"name, 1\"\n2,\"name, 2\"\n");

@@ -39,6 +39,10 @@ pub struct Output {
 
 /// The columns of a row: (relation alias, column name, type).
 type Layout = Vec<(String, String, PgType)>;
+/// A group: its first row (for grouped columns) and all its rows (for aggregates).
+type Group = (Vec<Datum>, Vec<Vec<Datum>>);
+/// Groups being formed: (key, first row, rows).
+type Forming = (Vec<Datum>, Vec<Datum>, Vec<Vec<Datum>>);
 
 /// A row with its layout and the enclosing query's row (correlation).
 #[derive(Clone, Copy)]
@@ -172,7 +176,7 @@ impl<'c> Interpreter<'c> {
             || select.having.is_some()
             || items.iter().any(|(e, _)| has_aggregate(e))
             || order.iter().any(|o| has_aggregate(&o.expr));
-        let groups: Vec<(Vec<Datum>, Vec<Vec<Datum>>)> = if aggregated {
+        let groups: Vec<Group> = if aggregated {
             self.group(&layout, rows, group_by, outer)?
         } else {
             rows.into_iter().map(|row| (row, Vec::new())).collect()
@@ -315,12 +319,12 @@ impl<'c> Interpreter<'c> {
         rows: Vec<Vec<Datum>>,
         group_by: &[ast::Expr],
         outer: Option<&Env<'_>>,
-    ) -> Result<Vec<(Vec<Datum>, Vec<Vec<Datum>>)>> {
+    ) -> Result<Vec<Group>> {
         if group_by.is_empty() {
             let first = rows.first().cloned().unwrap_or_else(|| vec![Datum::Null; layout.len()]);
             return Ok(vec![(first, rows)]);
         }
-        let mut groups: Vec<(Vec<Datum>, Vec<Datum>, Vec<Vec<Datum>>)> = Vec::new();
+        let mut groups: Vec<Forming> = Vec::new();
         for row in rows {
             let env = Env { layout, row: &row, parent: outer, group: None };
             let key = group_by.iter().map(|e| self.eval(e, &env)).collect::<Result<Vec<_>>>()?;
@@ -650,7 +654,7 @@ impl<'c> Interpreter<'c> {
                 }
             }
             E::Exists { subquery, negated } => {
-                Datum::Bool(!self.query(subquery, Some(env))?.rows.is_empty() != *negated)
+                Datum::Bool(self.query(subquery, Some(env))?.rows.is_empty() == *negated)
             }
             E::Array(array) => Datum::Array(array.elem.iter().map(|e| self.eval(e, env)).collect::<Result<Vec<_>>>()?),
             E::AnyOp { left, compare_op, right, .. } | E::AllOp { left, compare_op, right } => {

@@ -373,7 +373,7 @@ pub fn call(name: &str, args: &[Datum], context: &Context<'_>) -> Result<Datum> 
                 arg(0)
             }
         }
-        "greatest" | "least" => extreme(&args, name == "greatest"),
+        "greatest" | "least" => extreme(args, name == "greatest"),
         "lower" => strict(&|| Datum::Text(arg(0).to_text(false).to_lowercase())),
         "upper" => strict(&|| Datum::Text(arg(0).to_text(false).to_uppercase())),
         "length" | "char_length" | "character_length" => {

@@ -90,9 +90,12 @@ fn is_system_function(name: &str) -> bool {
     name.starts_with("pg_") || name.starts_with("has_") || SYSTEM_FUNCTIONS.contains(&name)
 }
 
+/// What a walk reports: a relation's name parts, or a function's name.
+type Visit<'v> = dyn FnMut(Option<&[String]>, Option<&str>) + 'v;
+
 /// Calls `visit(relation parts, function name)` for every relation and function a query
 /// names, subqueries included.
-fn walk_query(query: &ast::Query, visit: &mut dyn FnMut(Option<&[String]>, Option<&str>)) {
+fn walk_query(query: &ast::Query, visit: &mut Visit<'_>) {
     if let Some(with) = &query.with {
         for cte in &with.cte_tables {
             walk_query(&cte.query, visit);
@@ -104,7 +107,7 @@ fn walk_query(query: &ast::Query, visit: &mut dyn FnMut(Option<&[String]>, Optio
     }
 }
 
-fn walk_set(body: &ast::SetExpr, visit: &mut dyn FnMut(Option<&[String]>, Option<&str>)) {
+fn walk_set(body: &ast::SetExpr, visit: &mut Visit<'_>) {
     match body {
         ast::SetExpr::Select(select) => {
             for item in &select.from {
@@ -138,7 +141,7 @@ fn walk_set(body: &ast::SetExpr, visit: &mut dyn FnMut(Option<&[String]>, Option
     }
 }
 
-fn walk_factor(factor: &ast::TableFactor, visit: &mut dyn FnMut(Option<&[String]>, Option<&str>)) {
+fn walk_factor(factor: &ast::TableFactor, visit: &mut Visit<'_>) {
     match factor {
         ast::TableFactor::Table { name, .. } => {
             let parts: Vec<String> = name.0.iter().filter_map(|p| p.as_ident()).map(identifier).collect();
@@ -153,7 +156,7 @@ fn walk_factor(factor: &ast::TableFactor, visit: &mut dyn FnMut(Option<&[String]
     }
 }
 
-fn walk_expr(expr: &ast::Expr, visit: &mut dyn FnMut(Option<&[String]>, Option<&str>)) {
+fn walk_expr(expr: &ast::Expr, visit: &mut Visit<'_>) {
     use ast::Expr as E;
     match expr {
         E::Function(function) => {
