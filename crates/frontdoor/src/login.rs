@@ -173,13 +173,7 @@ async fn accept_tls(tls: &ServerTls, tcp: TcpStream, direct: bool) -> Result<Str
 }
 
 fn invalid_startup(error: bypass_wire::WireError) -> LoginError {
-    match error {
-        bypass_wire::WireError::UnsupportedProtocol { major, minor } => LoginError::Refused(Refusal::new(
-            SqlState::FEATURE_NOT_SUPPORTED,
-            format!("unsupported frontend protocol {major}.{minor}: server supports 3.0"),
-        )),
-        error => protocol_violation(format!("invalid startup packet: {error}")),
-    }
+    protocol_violation(format!("invalid startup packet: {error}"))
 }
 
 async fn read_some(stream: &mut Stream, buffer: &mut Buffer) -> Result<(), LoginError> {

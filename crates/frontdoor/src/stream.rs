@@ -33,6 +33,14 @@ impl Stream {
         matches!(self, Stream::Tls(_))
     }
 
+    /// The bare socket of a plaintext connection; a TLS connection is given back unchanged.
+    pub fn into_plain(self) -> Result<TcpStream, Stream> {
+        match self {
+            Stream::Plain(stream) => Ok(stream),
+            tls => Err(tls),
+        }
+    }
+
     /// Reads once; `Ok(0)` means the peer closed. Cancel-safe (used inside `select!`): TCP keeps
     /// unread bytes in the kernel, rustls keeps undelivered plaintext in its session.
     pub async fn read(&mut self, buffer: &mut [u8]) -> io::Result<usize> {

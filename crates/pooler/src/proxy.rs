@@ -23,7 +23,7 @@ use tokio::sync::oneshot;
 
 use crate::cancel::ClientInfo;
 use crate::client::ClientSide;
-use crate::error::{PoolerError, TimeoutKind};
+use crate::error::PoolerError;
 use crate::io::tune;
 use crate::load::ValidConfig;
 use crate::login::{login, LoginOutcome};
@@ -289,11 +289,9 @@ impl Drop for ClientSlot {
 /// session ran inside the login task (at 1,000 clients those nested polls each touch a cold line).
 async fn log_in_and_serve(slot: ClientSlot, mut client: ClientSide, over_limit: bool, shard: usize) {
     let shared = &slot.0;
-    let login_timeout = Duration::from_millis(shared.live().settings.client_login_timeout_ms);
-    let outcome = match tokio::time::timeout(login_timeout, login(shared, &mut client, over_limit, shard)).await {
-        Ok(outcome) => outcome,
-        Err(_) => Err(PoolerError::Timeout(TimeoutKind::ClientLogin)),
-    };
+    // `login` bounds itself by client_login_timeout_ms and logs its own failures (one warn line
+    // each, through the front door's guard).
+    let outcome = login(shared, &mut client, over_limit, shard).await;
     let (result, info) = match outcome {
         Ok(LoginOutcome::Session(session)) => {
             log_login(shared, session.client(), "login");
@@ -306,15 +304,8 @@ async fn log_in_and_serve(slot: ClientSlot, mut client: ClientSide, over_limit: 
             (console.run(&mut client).await, Some(info))
         }
         Ok(LoginOutcome::Cancelled) => return,
-        Err(error) => {
-            // Failed logins are logged where they fail (the front door); a login that ran out of
-            // time never got there.
-            if matches!(error, PoolerError::Timeout(TimeoutKind::ClientLogin)) {
-                let peer = client.stream.tcp().peer_addr().ok();
-                tracing::warn!(client = ?peer, %error, "closing client");
-            }
-            (Err(error), None)
-        }
+        // Failed logins, timeouts included, were logged by `login`.
+        Err(error) => (Err(error), None),
     };
     report_end(shared, &mut client, info.as_ref(), result).await;
 }
@@ -391,6 +382,7 @@ async fn maintain(shared: Arc<Shared>) {
         if !round.is_multiple_of(QUEUE_CHECKS_PER_MAINTENANCE) {
             continue;
         }
+        shared.sweep_autodb(now);
         for pool in pools {
             let missing = pool.maintain(now);
             for _ in 0..missing {
