@@ -150,7 +150,7 @@ fn column_option(
         ast::ColumnOption::NotNull => constraints.not_null[index] = true,
         ast::ColumnOption::Default(expr) => {
             let scope = Scope::default();
-            let bound = cast_expr(ExprBinder { scope: &scope }.bind(expr)?, column.data_type)?;
+            let bound = cast_expr(ExprBinder::new(&scope).bind(expr)?, column.data_type)?;
             constraints.defaults[index] = Some(
                 evaluate_constant(&bound)
                     .map_err(|_| EngineError::unsupported(format!("DEFAULT {expr} (only constant defaults)")))?,

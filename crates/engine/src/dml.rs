@@ -121,7 +121,7 @@ fn values_rows(
     schema: &[ColumnDef],
 ) -> Result<Vec<Vec<Option<Value>>>> {
     let scope = Scope::default();
-    let binder = ExprBinder { scope: &scope };
+    let binder = ExprBinder::new(&scope);
     rows.iter()
         .map(|row| {
             if row.content.len() > targets.len() {
@@ -176,7 +176,7 @@ pub fn update(session: &mut Session, engine: &Engine, update: &ast::Update, sink
     let (name, alias) = single_table(&update.table.relation)?;
     let base = session.take_for_write(engine, &name)?.ok_or_else(|| EngineError::UnknownTable(name.clone()))?;
     let scope = table_scope(&alias, &base.schema);
-    let binder = ExprBinder { scope: &scope };
+    let binder = ExprBinder::new(&scope);
     let predicate = update.selection.as_ref().map(|e| binder.bind(e)).transpose()?;
     let mut assignments: Vec<(usize, Expr)> = Vec::new();
     for assignment in &update.assignments {
@@ -240,7 +240,7 @@ pub fn delete(session: &mut Session, engine: &Engine, delete: &ast::Delete, sink
     let (name, alias) = single_table(&from[0].relation)?;
     let base = session.take_for_write(engine, &name)?.ok_or_else(|| EngineError::UnknownTable(name.clone()))?;
     let scope = table_scope(&alias, &base.schema);
-    let predicate = delete.selection.as_ref().map(|e| ExprBinder { scope: &scope }.bind(e)).transpose()?;
+    let predicate = delete.selection.as_ref().map(|e| ExprBinder::new(&scope).bind(e)).transpose()?;
     let rewrite = |table: &Table, chunk: usize| -> Result<Rewritten> {
         let mut kept = Vec::new();
         let mut removed = Vec::new();

@@ -217,7 +217,7 @@ impl Engine {
     }
 
     pub(crate) fn bind(&self, catalog: &Catalog, query: &ast::Query) -> Result<BoundQuery> {
-        QueryBinder { catalog }.bind_query(query)
+        QueryBinder::new(catalog).bind_query(query)
     }
 
     /// Runs a query to completion under `catalog` (INSERT … SELECT, tests).

@@ -199,6 +199,8 @@ fn run_slice(source: &Source, operators: &[Operator], caches: &mut Vec<KeyCache>
 
 /// Runs `plan` and sends its rows to `sink` in order; returns the number of rows sent.
 pub fn stream_plan(executor: &Executor<'_>, plan: &Plan, sink: &dyn ResultSink) -> Result<usize> {
+    // Uncorrelated subqueries run once, on all workers, before the rows they feed.
+    crate::exec::subquery::prepare(executor, plan)?;
     match plan {
         Plan::Limit { input, limit, offset } if is_streaming(input) => {
             let mut window = RowWindow { skip: *offset, take: limit.unwrap_or(usize::MAX), sent: 0 };
