@@ -9,6 +9,7 @@
 //!
 //! A failed run is recorded (its error) and the benchmark goes on.
 
+mod load;
 mod plot;
 mod published;
 mod recovery;
@@ -163,6 +164,7 @@ pub struct Run {
 pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     anyhow::ensure!(args.repetitions >= 1, "--repetitions must be at least 1");
     let started = Instant::now();
+    let other_work = load::OtherWork::start();
     let log_root = match &args.log_dir {
         Some(dir) => dir.clone(),
         None => std::env::temp_dir().join(format!("bypass-pod-bench-{}", std::process::id())),
@@ -186,9 +188,11 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             let runs = measure(&specs);
             results.add(specs, runs);
         }
+        results.other_work_share = other_work.share(results.machine.nproc);
         results.write(&args.out)?;
         eprintln!("bench pod: {sweep:?} done after {:.0} s", started.elapsed().as_secs_f64());
     }
+    results.other_work_share = other_work.share(results.machine.nproc);
     results.finish(started.elapsed().as_secs_f64());
     results.write(&args.out)?;
     let _ = std::fs::remove_dir_all(&log_root);

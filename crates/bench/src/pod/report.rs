@@ -148,6 +148,8 @@ pub struct Claim {
     pub at_most: bool,
     pub measured: Option<f64>,
     pub modelled: Option<f64>,
+    /// Tigon's published figure for the same quantity.
+    pub tigon: Option<f64>,
 }
 
 impl Claim {
@@ -176,6 +178,8 @@ pub struct Results {
     pub pinned: Option<PinnedCheck>,
     pub recovery: Vec<super::recovery::RecoveryRun>,
     pub skipped: Vec<Skipped>,
+    /// Share of the machine's CPU time (all cores) that other work took during the run.
+    pub other_work_share: Option<f64>,
     pub duration_s: f64,
 }
 
@@ -231,6 +235,7 @@ impl Results {
             pinned: None,
             recovery: Vec::new(),
             skipped: Vec::new(),
+            other_work_share: None,
             duration_s: 0.0,
         }
     }
@@ -317,7 +322,8 @@ impl Results {
         let mut claims = Vec::new();
         let mut speedup = |claim: &str, target: f64, a: (&str, &str, &str), b: (&str, &str, &str)| {
             let (measured, modelled) = self.ratio(a, b);
-            claims.push(Claim { claim: claim.into(), target, at_most: false, measured, modelled });
+            let tigon = published_ratio(a, b);
+            claims.push(Claim { claim: claim.into(), target, at_most: false, measured, modelled, tigon });
         };
         speedup(
             "TPC-C 60/90: Tigon-style ÷ OCC+",
@@ -350,13 +356,16 @@ impl Results {
             ("swcc_ycsb", swcc, "WriteThrough"),
             ("swcc_ycsb", swcc, "NoSwcc"),
         );
-        let (measured, modelled) = self.ratio(("tpcc", tigon, "60/90"), ("tpcc", tigon, "0/0"));
+        let (sharing, alone) = (("tpcc", tigon, "60/90"), ("tpcc", tigon, "0/0"));
+        let (measured, modelled) = self.ratio(sharing, alone);
+        let loss = |ratio: f64| 1.0 - ratio;
         claims.push(Claim {
             claim: "TPC-C: Tigon-style loss from 0/0 to 60/90".into(),
             target: 0.20,
             at_most: true,
-            measured: measured.map(|ratio| 1.0 - ratio),
-            modelled: modelled.map(|ratio| 1.0 - ratio),
+            measured: measured.map(loss),
+            modelled: modelled.map(loss),
+            tigon: published_ratio(sharing, alone).map(loss),
         });
         claims
     }
@@ -384,6 +393,17 @@ impl Results {
         out
     }
 }
+
+/// Tigon's published ratio of the same two points, if the paper has one.
+fn published_ratio(numerator: (&str, &str, &str), denominator: (&str, &str, &str)) -> Option<f64> {
+    super::published::all()
+        .into_iter()
+        .find(|published| published.numerator == numerator && published.denominator == denominator)
+        .map(|published| published.tigon)
+}
+
+/// Other work's share of the cores' time from which a run counts as taken under load.
+const OTHER_WORK_LIMIT: f64 = 0.10;
 
 fn format_claim(value: Option<f64>, percent: bool) -> String {
     match value {
@@ -444,9 +464,9 @@ impl Results {
         if let Some(warning) = self.load_warning() {
             let _ = writeln!(md, "{warning}\n");
         }
+        model_notes_markdown(&mut md);
         self.coverage_markdown(&mut md);
         self.readme_markdown(&mut md);
-        model_notes_markdown(&mut md);
         self.claims_markdown(&mut md);
         self.published_markdown(&mut md);
         let protocols: Vec<&str> =
@@ -482,17 +502,30 @@ impl Results {
         md
     }
 
-    /// A warning when other work shared the machine: the 1-minute load average before or after
-    /// the run at or above the core count.
+    /// A warning when other work shared the machine: it took 10% or more of the cores' time
+    /// during the run (or, where that is unknown, the 1-minute load average before or after the
+    /// run reached the core count).
     fn load_warning(&self) -> Option<String> {
-        let load = self.max_load();
-        (load >= self.machine.nproc as f64).then(|| {
+        let loaded = match self.other_work_share {
+            Some(share) => share >= OTHER_WORK_LIMIT,
+            None => self.max_load() >= self.machine.nproc as f64,
+        };
+        loaded.then(|| {
             format!(
-                "**Taken under load** (1-minute load average up to {load:.1} on {} cores: other work shared the machine). \
+                "**Taken under load** ({}: other work shared the machine). \
                  The measured figures are not meaningful; the modelled ones depend on how the cores were shared only through the abort rates (see the pinned-to-one-core check below).",
-                self.machine.nproc
+                self.load_description()
             )
         })
+    }
+
+    /// How busy the machine was with other work, in words.
+    fn load_description(&self) -> String {
+        let load = format!("1-minute load average up to {:.1} on {} cores", self.max_load(), self.machine.nproc);
+        match self.other_work_share {
+            Some(share) => format!("other work took {:.0}% of the cores' time during the run; {load}", share * 100.0),
+            None => load,
+        }
     }
 
     /// The higher 1-minute load average of before and after the run.
@@ -547,11 +580,14 @@ impl Results {
             .filter(|claim| claim.met(claim.modelled) == "not met")
             .map(|claim| {
                 format!(
-                    "{} is {} (target {}{})",
+                    "{} is {} (target {}{}{})",
                     claim.claim,
                     format_claim(claim.modelled, claim.at_most),
                     if claim.at_most { "≤ " } else { "≥ " },
-                    format_claim(Some(claim.target), claim.at_most)
+                    format_claim(Some(claim.target), claim.at_most),
+                    claim
+                        .tigon
+                        .map_or(String::new(), |tigon| format!(", Tigon {}", format_claim(Some(tigon), claim.at_most)))
                 )
             })
             .collect();
@@ -590,24 +626,24 @@ impl Results {
             settings.warmup_ms as f64 / 1000.0,
             settings.measure_ms as f64 / 1000.0
         );
-        let secondary = match settings.secondary {
-            Secondary::Full => String::new(),
+        let covered = match settings.secondary {
+            Secondary::Full => format!("every point {windows}"),
             Secondary::Short => format!(
-                "; the other points 1 × {} s + {} s",
+                "headline points {windows}, the other points 1 × {} s + {} s",
                 settings.short_warmup_ms as f64 / 1000.0,
                 settings.short_measure_ms as f64 / 1000.0
             ),
-            Secondary::Skip => "; the secondary points were not run".into(),
+            Secondary::Skip => format!("headline points {windows}; the secondary points were not run"),
         };
         match self.load_warning() {
             Some(_) => format!(
-                "The committed results were taken under load (headline points {windows}{secondary}; load average up to {:.1} on the {} cores), so their measured column means nothing.",
-                self.max_load(),
-                self.machine.nproc
+                "The committed results were taken under load ({covered}; {}), so their measured column means nothing.",
+                self.load_description()
             ),
             None => format!(
-                "The committed results are a run on a quiet {}-core machine (headline points {windows}{secondary}).",
-                self.machine.nproc
+                "The committed results are a run on the {}-core machine with little else running ({covered}; {}).",
+                self.machine.nproc,
+                self.load_description()
             ),
         }
     }
