@@ -10,6 +10,7 @@ pub mod aggregate;
 pub mod join;
 pub mod keys;
 pub mod sort;
+pub mod subquery;
 
 use std::sync::{Arc, Mutex};
 
@@ -19,7 +20,7 @@ use crate::expr::{evaluate, Expr};
 use crate::plan::{AggregateCall, Plan};
 use crate::runtime::Runtime;
 use crate::storage::Table;
-use crate::vector::{scan_chunk, Batch, Data, VECTOR_ROWS};
+use crate::vector::{scan_chunk, Batch, Data, Vector, VECTOR_ROWS};
 
 use aggregate::PartialAggregate;
 use join::JoinTable;
@@ -35,7 +36,7 @@ pub enum Tier {
 }
 
 /// A streaming operator inside a pipeline.
-enum Operator {
+pub(crate) enum Operator {
     Filter(Expr),
     Project(Vec<Expr>),
     Probe(Arc<JoinTable>),
@@ -94,7 +95,7 @@ impl Executor<'_> {
     }
 
     /// Splits off the streaming operators above the plan's source; builds join tables.
-    fn pipeline(&self, plan: &Plan) -> Result<(Source, Vec<Operator>)> {
+    pub(crate) fn pipeline(&self, plan: &Plan) -> Result<(Source, Vec<Operator>)> {
         let mut operators = Vec::new();
         let mut node = plan;
         let source = loop {
@@ -176,6 +177,7 @@ pub fn for_each_vector(source: &Source, morsel: usize, mut f: impl FnMut(Batch) 
         Source::Scan { table, columns, filter } => {
             let rows = table.chunks[morsel].rows;
             for start in (0..rows).step_by(VECTOR_ROWS) {
+                crate::control::check()?;
                 let end = (start + VECTOR_ROWS).min(rows);
                 let batch = scan_chunk(table, morsel, columns, start, end);
                 let batch = match filter {
@@ -192,23 +194,27 @@ pub fn for_each_vector(source: &Source, morsel: usize, mut f: impl FnMut(Batch) 
     }
 }
 
+/// The rows where a boolean vector is true (not false, not NULL).
+pub fn selected_rows(condition: &Vector) -> Result<Vec<u32>> {
+    let Data::Bool(values) = &condition.data else {
+        return Err(EngineError::Type("condition is not boolean".into()));
+    };
+    Ok(match &condition.validity {
+        None => (0..values.len() as u32).filter(|&r| values[r as usize]).collect(),
+        Some(valid) => (0..values.len() as u32).filter(|&r| values[r as usize] && valid[r as usize]).collect(),
+    })
+}
+
 /// Keeps the rows where `predicate` is true: builds a selection vector, then gathers.
 pub fn apply_filter(predicate: &Expr, batch: Batch) -> Result<Batch> {
-    let result = evaluate(predicate, &batch)?;
-    let Data::Bool(values) = &result.data else {
-        return Err(EngineError::Type("WHERE condition is not boolean".into()));
-    };
-    let selection: Vec<u32> = match &result.validity {
-        None => (0..batch.rows as u32).filter(|&r| values[r as usize]).collect(),
-        Some(valid) => (0..batch.rows as u32).filter(|&r| values[r as usize] && valid[r as usize]).collect(),
-    };
+    let selection = selected_rows(&evaluate(predicate, &batch)?)?;
     if selection.len() == batch.rows {
         return Ok(batch);
     }
     Ok(batch.gather(&selection))
 }
 
-fn run_operators(
+pub(crate) fn run_operators(
     operators: &[Operator],
     caches: &mut Vec<KeyCache>,
     batch: Batch,

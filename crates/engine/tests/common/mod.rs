@@ -104,6 +104,16 @@ pub fn copy_table_to_postgres(engine: &Engine, postgres: &Postgres, name: &str, 
     Ok(())
 }
 
+/// The TPC-H keys as PostgreSQL indexes.
+const POSTGRES_TPCH_INDEXES: &str = "alter table part add primary key (p_partkey);
+alter table supplier add primary key (s_suppkey);
+alter table partsupp add primary key (ps_partkey, ps_suppkey);
+alter table customer add primary key (c_custkey);
+alter table orders add primary key (o_orderkey);
+alter table lineitem add primary key (l_orderkey, l_linenumber);
+create index on lineitem (l_partkey, l_suppkey);
+create index on orders (o_custkey);";
+
 /// Loads TPC-H at `scale_factor` into the engine and the same rows into PostgreSQL.
 pub fn load_tpch_both(engine: &Engine, postgres: &Postgres, scale_factor: f64) -> anyhow::Result<()> {
     tpch::load(engine, scale_factor)?;
@@ -111,6 +121,45 @@ pub fn load_tpch_both(engine: &Engine, postgres: &Postgres, scale_factor: f64) -
         let ddl = tpch::postgres_ddl(name).expect("known table");
         copy_table_to_postgres(engine, postgres, name, &ddl)?;
     }
+    // PostgreSQL runs correlated subqueries once per outer row (Q2, Q17, Q20): without these
+    // indexes each run scans a whole table and the oracle takes hours.
+    postgres.psql(POSTGRES_TPCH_INDEXES)?;
     postgres.psql("analyze")?;
     Ok(())
+}
+
+/// The user and password the engine's test servers accept (SCRAM-SHA-256).
+pub const ENGINE_USER: &str = "engine_test";
+pub const ENGINE_PASSWORD: &str = "engine-test-secret";
+/// The engine's one database.
+pub const ENGINE_DATABASE: &str = bypass_engine::server::DATABASE_NAME;
+
+/// Starts the engine's server on a free port; clients log in as ENGINE_USER.
+pub fn start_server(engine: std::sync::Arc<Engine>) -> anyhow::Result<bypass_engine::server::Server> {
+    let settings =
+        bypass_engine::server::ServerSettings::with_password("127.0.0.1:0".parse()?, ENGINE_USER, ENGINE_PASSWORD);
+    Ok(bypass_engine::server::start(engine, settings)?)
+}
+
+/// psql against the engine's server, logged in, unaligned tuples-only output; returns
+/// (success, stdout, stderr).
+pub fn engine_psql(address: std::net::SocketAddr, args: &[&str]) -> anyhow::Result<(bool, String, String)> {
+    let output = Command::new(pg_bin("psql"))
+        .args(["-X", "-h", &address.ip().to_string(), "-p", &address.port().to_string()])
+        .args(["-U", ENGINE_USER, "-d", ENGINE_DATABASE])
+        .args(args)
+        .env("PGPASSWORD", ENGINE_PASSWORD)
+        .env("PGCONNECT_TIMEOUT", "10")
+        .env("LC_ALL", "C")
+        .output()?;
+    Ok((output.status.success(), String::from_utf8(output.stdout)?, String::from_utf8(output.stderr)?))
+}
+
+/// A libpq connection string for the engine's server.
+pub fn engine_conninfo(address: std::net::SocketAddr) -> String {
+    format!(
+        "host={} port={} user={ENGINE_USER} password={ENGINE_PASSWORD} dbname={ENGINE_DATABASE}",
+        address.ip(),
+        address.port()
+    )
 }
