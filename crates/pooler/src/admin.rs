@@ -398,6 +398,12 @@ fn server_row(
     ]
 }
 
+/// PgBouncer's columns, then where the kernel fast path moved the bytes: `kernel_*` were
+/// forwarded socket to socket inside the kernel, `passed_*` were handed up to user space (which
+/// read and relayed them); request bytes and messages run client to server, answer bytes and
+/// messages server to client; `*_requests` count Query, Sync and FunctionCall messages (each
+/// asks for a ReadyForQuery), `*_answers` the ReadyForQuery messages. Pools that do not run in
+/// the kernel show zeros there.
 fn show_stats(shared: &Shared) -> Table {
     let mut by_database: std::collections::BTreeMap<String, crate::stats::PoolTotals> = Default::default();
     for pool in shared.pools() {
@@ -410,12 +416,16 @@ fn show_stats(shared: &Shared) -> Table {
         sum.transaction_time.sum_us += totals.transaction_time.sum_us;
         sum.wait.sum_us += totals.wait.sum_us;
         sum.wait.count += totals.wait.count;
+        if let Some(kernel) = &totals.kernel {
+            sum.kernel.get_or_insert_with(Default::default).add(kernel);
+        }
     }
     let average = |sum: u64, count: u64| sum.checked_div(count).unwrap_or(0);
     let rows = by_database
         .into_iter()
         .map(|(database, t)| {
-            vec![
+            let k = t.kernel.unwrap_or_default();
+            let mut row = vec![
                 database,
                 t.transactions.to_string(),
                 t.queries.to_string(),
@@ -425,7 +435,25 @@ fn show_stats(shared: &Shared) -> Table {
                 t.wait.sum_us.to_string(),
                 average(t.transaction_time.sum_us, t.transactions).to_string(),
                 average(t.wait.sum_us, t.wait.count).to_string(),
-            ]
+            ];
+            row.extend(
+                [
+                    k.request_bytes_forwarded,
+                    k.request_messages_forwarded,
+                    k.requests_forwarded,
+                    k.request_bytes_passed,
+                    k.request_messages_passed,
+                    k.requests_passed,
+                    k.answer_bytes_forwarded,
+                    k.answer_messages_forwarded,
+                    k.answers_forwarded,
+                    k.answer_bytes_passed,
+                    k.answer_messages_passed,
+                    k.answers_passed,
+                ]
+                .map(|value| value.to_string()),
+            );
+            row
         })
         .collect();
     let columns = &[
@@ -438,6 +466,18 @@ fn show_stats(shared: &Shared) -> Table {
         "total_wait_time",
         "avg_xact_time",
         "avg_wait_time",
+        "kernel_request_bytes",
+        "kernel_request_msgs",
+        "kernel_requests",
+        "passed_request_bytes",
+        "passed_request_msgs",
+        "passed_requests",
+        "kernel_answer_bytes",
+        "kernel_answer_msgs",
+        "kernel_answers",
+        "passed_answer_bytes",
+        "passed_answer_msgs",
+        "passed_answers",
     ];
     Table { columns, rows }
 }

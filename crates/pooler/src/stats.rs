@@ -89,6 +89,8 @@ pub struct PoolTotals {
     pub bytes_sent: u64,
     pub wait: HistogramTotals,
     pub transaction_time: HistogramTotals,
+    /// Where the kernel fast path moved this pool's bytes (pools that run there).
+    pub kernel: Option<bypass_fastpath::PoolCounters>,
 }
 
 impl PoolStats {
