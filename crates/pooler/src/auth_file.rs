@@ -25,6 +25,11 @@ pub struct AuthFile {
 }
 
 impl AuthFile {
+    /// The user names in the file.
+    pub fn users(&self) -> impl Iterator<Item = &str> {
+        self.users.keys().map(String::as_str)
+    }
+
     pub fn load(path: &Path) -> Result<Self, String> {
         let text = std::fs::read_to_string(path).map_err(|error| format!("cannot read {}: {error}", path.display()))?;
         Self::parse(&text)

@@ -276,7 +276,12 @@ pub fn client_method(
             AuthType::ScramSha256 => HbaMethod::ScramSha256,
         });
     };
-    let address = stream.tcp().peer_addr().map_err(PoolerError::ClientIo)?.ip();
+    let Some(address) = stream.peer_addr().map(|peer| peer.ip()) else {
+        return Err(refused(format!(
+            "no hba entry for a Unix-socket connection, user \"{user}\", database \"{database}\" (the hba file \
+             has host lines only)"
+        )));
+    };
     let tls = stream.is_tls();
     let connection = Connection { database, user, address, tls };
     let encryption = if tls { "SSL encryption" } else { "no encryption" };

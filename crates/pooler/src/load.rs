@@ -37,12 +37,29 @@ impl Config {
     /// Reads, parses and validates a TOML file; relative paths inside resolve against its folder.
     pub fn load(path: &Path) -> Result<ValidConfig, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.into(), source })?;
-        let mut config: Config = toml::from_str(&text)
-            .map_err(|source| ConfigError::Parse { path: path.into(), source: Box::new(source) })?;
+        let mut config = Config::parse(&text)?;
         if let Some(folder) = path.parent() {
             resolve_file_paths(&mut config.pooler, folder);
         }
         config.validate()
+    }
+
+    /// Parses TOML text. On failure every key that is unknown or has a wrong type is listed,
+    /// each once, together with the problems of the rest of the file (one run shows all).
+    pub fn parse(text: &str) -> Result<Config, ConfigError> {
+        let first = match toml::from_str::<Config>(text) {
+            Ok(config) => return Ok(config),
+            Err(error) => error,
+        };
+        let Ok(table) = toml::from_str::<toml::Table>(text) else {
+            return Err(ConfigError::Invalid(vec![first.to_string().trim().to_owned()]));
+        };
+        let (usable, mut problems) = usable_part(table);
+        if let Ok(config) = usable.try_into::<Config>() {
+            problems.extend(config.problems());
+        }
+        problems.dedup();
+        Err(ConfigError::Invalid(problems))
     }
 
     /// Checks every setting and loads the files it names; lists all problems at once.
@@ -60,9 +77,76 @@ impl Config {
         });
         match (problems.is_empty(), listen_addr) {
             (true, Some(listen_addr)) => Ok(ValidConfig { config: self, listen_addr, auth, tls, hba }),
-            _ => Err(ConfigError::Invalid(problems)),
+            _ => {
+                problems.dedup();
+                Err(ConfigError::Invalid(problems))
+            }
         }
     }
+}
+
+/// Splits a parsed file into what deserializes and one problem per key that does not (unknown
+/// table, unknown key, wrong type).
+fn usable_part(table: toml::Table) -> (toml::Table, Vec<String>) {
+    let mut problems = Vec::new();
+    let mut usable = toml::Table::new();
+    for (name, value) in table {
+        let checked = match name.as_str() {
+            "pooler" => check_table::<PoolerSettings>("pooler", value, &mut problems),
+            "databases" | "users" => check_entries(&name, value, &mut problems),
+            _ => {
+                problems.push(format!("unknown table [{name}] (known: [pooler], [databases], [users])"));
+                None
+            }
+        };
+        if let Some(value) = checked {
+            usable.insert(name, value);
+        }
+    }
+    (usable, problems)
+}
+
+/// Every `[databases.NAME]` or `[users.NAME]` entry checked alone.
+fn check_entries(table: &str, value: toml::Value, problems: &mut Vec<String>) -> Option<toml::Value> {
+    let toml::Value::Table(entries) = value else {
+        problems.push(format!("[{table}] must be a table of entries"));
+        return None;
+    };
+    let mut usable = toml::Table::new();
+    for (name, entry) in entries {
+        let place = format!("{table}.{name}");
+        let checked = match table {
+            "databases" => check_table::<crate::config::DatabaseEntry>(&place, entry, problems),
+            _ => check_table::<crate::config::UserEntry>(&place, entry, problems),
+        };
+        if let Some(entry) = checked {
+            usable.insert(name, entry);
+        }
+    }
+    Some(toml::Value::Table(usable))
+}
+
+/// The keys of one table that deserialize as `T` on their own; a problem for each other one.
+fn check_table<T: serde::de::DeserializeOwned>(
+    place: &str,
+    value: toml::Value,
+    problems: &mut Vec<String>,
+) -> Option<toml::Value> {
+    let toml::Value::Table(keys) = value else {
+        problems.push(format!("{place} must be a table"));
+        return None;
+    };
+    let mut usable = toml::Table::new();
+    for (key, value) in keys {
+        let alone = toml::Table::from_iter([(key.clone(), value.clone())]);
+        match toml::Value::Table(alone).try_into::<T>() {
+            Ok(_) => {
+                usable.insert(key, value);
+            }
+            Err(error) => problems.push(format!("{place}.{key}: {}", error.to_string().trim())),
+        }
+    }
+    Some(toml::Value::Table(usable))
 }
 
 /// Resolves the file names of the auth file, TLS and hba settings against the config file's folder.
@@ -118,6 +202,22 @@ mod tests {
         let config: Config = toml::from_str(text).expect("parses");
         let Err(ConfigError::Invalid(problems)) = config.validate() else { panic!("must be invalid") };
         assert!(problems.len() >= 4, "{problems:?}");
+    }
+
+    #[test]
+    fn a_broken_file_lists_every_problem_once() {
+        // Goal: one run shows every problem: unknown keys, wrong types, bad values, in every table.
+        let text = "[pooler]\npool_mdoe = \"session\"\ndefault_pool_size = \"ten\"\nmin_pool_size = 99\n\
+                    [databases.app]\nport = \"x\"\nhots = \"h\"\n[users.bob]\npool_size = 0\n[pgbouncer]\n";
+        let Err(ConfigError::Invalid(problems)) = Config::parse(text) else { panic!("must be invalid") };
+        let joined = problems.join("\n");
+        for expected in ["pool_mdoe", "default_pool_size", "databases.app.port", "hots", "[pgbouncer]", "users.bob"] {
+            assert!(joined.contains(expected), "{expected} missing from:\n{joined}");
+        }
+        let mut unique = problems.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(unique.len(), problems.len(), "each problem once:\n{joined}");
     }
 
     #[test]

@@ -23,7 +23,7 @@ use bypass_wire::{auth_messages, md5, Authentication, BackendMessage, SqlState, 
 use rand::Rng;
 
 use crate::auth_file::Secret;
-use crate::config::{AuthType, PoolMode, SessionStatePolicy};
+use crate::config::{AuthType, PoolMode, PoolerSettings, SessionStatePolicy};
 use crate::error::PoolerError;
 use crate::hba::HbaMethod;
 use crate::io::{body, read_message, read_some, ReadFailure};
@@ -38,14 +38,13 @@ use crate::session::Session;
 use crate::shared::Shared;
 use crate::tls::{accept_client, REQUEST_LEN};
 
-/// Startup parameters accepted and ignored, as PgBouncer's usual `ignore_startup_parameters`.
-const IGNORED_PARAMETERS: [&str; 1] = ["extra_float_digits"];
-
 /// What the startup packet asked for, copied out of the client's buffer.
 struct StartupRequest {
     user: String,
     database: String,
     wanted: ParamSet,
+    /// `options`, passed on to servers (`pass_options`).
+    options: Option<String>,
 }
 
 /// How connection start ended.
@@ -99,7 +98,8 @@ pub async fn login(
         crate::admin::welcome(client, &registration).await?;
         return Ok(LoginOutcome::Admin(crate::admin::Console::new(shared.clone(), access, registration)));
     }
-    let mut pool = shared.pool_for(&request.database, &request.user)?;
+    shared.refuse_disabled(&request.database)?;
+    let mut pool = shared.pool_with_options(&request.database, &request.user, request.options.as_deref())?;
     authenticate(shared, client, &request.user, Some(&pool), method).await?;
     let waiter = Waiter::new();
     let server = first_server(&mut pool, &waiter, shard).await?;
@@ -141,10 +141,15 @@ fn register(shared: &Shared, client: &ClientSide, request: &StartupRequest) -> R
     let info = ClientInfo {
         user: request.user.clone(),
         database: request.database.clone(),
-        peer: client.stream.tcp().peer_addr().ok(),
-        local: client.stream.tcp().local_addr().ok(),
+        peer: client.stream.peer_addr(),
+        local: client.stream.local_addr(),
         connected_at: std::time::SystemTime::now(),
-        fd: client.stream.tcp().as_raw_fd(),
+        fd: client.stream.as_raw_fd(),
+        application_name: tracked_index(b"application_name")
+            .and_then(|index| request.wanted.get(index))
+            .unwrap_or_default()
+            .to_owned(),
+        tls: client.stream.is_tls(),
     };
     shared.cancel.register(info).ok_or_else(|| PoolerError::refused(SqlState::TOO_MANY_CONNECTIONS, "too many clients"))
 }
@@ -199,7 +204,7 @@ async fn read_startup(shared: &Shared, client: &mut ClientSide) -> Result<Option
                 return Ok(None);
             }
             StartupPacket::Startup(params) => {
-                let request = startup_request(&params, &mut client.out)?;
+                let request = startup_request(&params, &shared.live().settings, &mut client.out)?;
                 client.buffer.consume(used);
                 client.flush().await?;
                 return Ok(Some(request));
@@ -210,7 +215,11 @@ async fn read_startup(shared: &Shared, client: &mut ClientSide) -> Result<Option
 
 /// Copies what we need out of the startup parameters and refuses what we cannot honor. Protocol
 /// options (`_pq_.*`) and minor versions above 3.0 get a NegotiateProtocolVersion in `out`.
-fn startup_request(params: &StartupParams<'_>, out: &mut Vec<u8>) -> Result<StartupRequest, PoolerError> {
+fn startup_request(
+    params: &StartupParams<'_>,
+    settings: &PoolerSettings,
+    out: &mut Vec<u8>,
+) -> Result<StartupRequest, PoolerError> {
     let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
     let user = params.get("user").filter(|u| !u.is_empty()).map(text).ok_or_else(|| {
         PoolerError::refused(
@@ -221,23 +230,29 @@ fn startup_request(params: &StartupParams<'_>, out: &mut Vec<u8>) -> Result<Star
     let database = params.get("database").filter(|d| !d.is_empty()).map(text).unwrap_or_else(|| user.clone());
     let mut wanted = ParamSet::default();
     let mut unrecognized = Vec::new();
+    let mut options = None;
     for (name, value) in params.iter() {
-        let known = matches!(name, b"user" | b"database")
-            || (name == b"options" && value.is_empty())
-            || IGNORED_PARAMETERS.iter().any(|p| p.as_bytes() == name);
+        let ignored = settings.ignore_startup_parameters.iter().any(|p| p.as_bytes() == name);
+        let known = matches!(name, b"user" | b"database") || (name == b"options" && value.is_empty()) || ignored;
         if name.starts_with(b"_pq_.") {
             unrecognized.push(name);
+        } else if name == b"options" && !known && settings.pass_options {
+            options = Some(text(value));
         } else if !known && !wanted.update(name, value) {
+            let name = String::from_utf8_lossy(name);
             return Err(PoolerError::refused(
                 SqlState::FEATURE_NOT_SUPPORTED,
-                format!("unsupported startup parameter: {}", String::from_utf8_lossy(name)),
+                format!(
+                    "unsupported startup parameter: {name} (list it in ignore_startup_parameters to drop it{})",
+                    if name == "options" { ", or set pass_options" } else { "" }
+                ),
             ));
         }
     }
     if params.minor_version > 0 || !unrecognized.is_empty() {
         negotiate_protocol(out, &unrecognized);
     }
-    Ok(StartupRequest { user, database, wanted })
+    Ok(StartupRequest { user, database, wanted, options })
 }
 
 fn negotiate_protocol(out: &mut Vec<u8>, unrecognized: &[&[u8]]) {

@@ -245,7 +245,8 @@ fn tls_stream(session: tokio_rustls::server::TlsStream<TcpStream>) -> Stream {
 /// PgBouncer, so the client can read the reason).
 pub fn check_client(tls: Option<&ClientTls>, stream: &Stream) -> Result<(), PoolerError> {
     match tls {
-        Some(tls) if tls.mode >= ClientSslMode::Require && !stream.is_tls() => {
+        // A Unix-socket client is local: TLS is not offered there (as PostgreSQL).
+        Some(tls) if tls.mode >= ClientSslMode::Require && !stream.is_tls() && !stream.is_unix() => {
             Err(refused("SSL required: this pooler accepts TLS connections only"))
         }
         _ => Ok(()),
