@@ -176,14 +176,10 @@ fn pooler_key(pooler: &mut Table, key: &str, value: &str, folder: &Path, untrans
         Rule::File => Some((key.to_owned(), Value::String(folder.join(value).display().to_string()))),
         Rule::Special => match key {
             "auth_type" => return auth_type(pooler, value, untranslated),
-            "pool_mode" => {
-                return pool_mode(value).map_or_else(
-                    |why| refuse(why),
-                    |mode| {
-                        pooler.insert("pool_mode".into(), mode);
-                    },
-                )
-            }
+            "pool_mode" => match pool_mode(value) {
+                Ok(mode) => Some(("pool_mode".to_owned(), mode)),
+                Err(why) => return refuse(why),
+            },
             _ => None,
         },
         Rule::Unsupported(why) => return refuse(why),

@@ -37,29 +37,43 @@ impl Config {
     /// Reads, parses and validates a TOML file; relative paths inside resolve against its folder.
     pub fn load(path: &Path) -> Result<ValidConfig, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.into(), source })?;
-        let mut config = Config::parse(&text)?;
+        let (config, mut problems) = Config::parse_listing(&text);
+        let Some(mut config) = config else { return Err(ConfigError::Invalid(problems)) };
         if let Some(folder) = path.parent() {
             resolve_file_paths(&mut config.pooler, folder);
         }
-        config.validate()
+        match config.validate() {
+            Ok(valid) if problems.is_empty() => Ok(valid),
+            Ok(_) => Err(ConfigError::Invalid(problems)),
+            Err(ConfigError::Invalid(more)) => {
+                problems.extend(more);
+                Err(ConfigError::Invalid(once_each(problems)))
+            }
+            Err(other) => Err(other),
+        }
     }
 
-    /// Parses TOML text. On failure every key that is unknown or has a wrong type is listed,
-    /// each once, together with the problems of the rest of the file (one run shows all).
+    /// Parses TOML text; every problem is listed, each once (one run shows all).
     pub fn parse(text: &str) -> Result<Config, ConfigError> {
+        match Config::parse_listing(text) {
+            (Some(config), problems) if problems.is_empty() => Ok(config),
+            (Some(config), problems) => Err(ConfigError::Invalid(once_each([problems, config.problems()].concat()))),
+            (None, problems) => Err(ConfigError::Invalid(problems)),
+        }
+    }
+
+    /// The configuration made of every key that parses (`None` on a TOML syntax error), and
+    /// one problem per key that does not: unknown table or key, wrong type.
+    fn parse_listing(text: &str) -> (Option<Config>, Vec<String>) {
         let first = match toml::from_str::<Config>(text) {
-            Ok(config) => return Ok(config),
+            Ok(config) => return (Some(config), Vec::new()),
             Err(error) => error,
         };
         let Ok(table) = toml::from_str::<toml::Table>(text) else {
-            return Err(ConfigError::Invalid(vec![first.to_string().trim().to_owned()]));
+            return (None, vec![first.to_string().trim().to_owned()]);
         };
-        let (usable, mut problems) = usable_part(table);
-        if let Ok(config) = usable.try_into::<Config>() {
-            problems.extend(config.problems());
-        }
-        problems.dedup();
-        Err(ConfigError::Invalid(problems))
+        let (usable, problems) = usable_part(table);
+        (usable.try_into::<Config>().ok(), problems)
     }
 
     /// Checks every setting and loads the files it names; lists all problems at once.
@@ -77,10 +91,7 @@ impl Config {
         });
         match (problems.is_empty(), listen_addr) {
             (true, Some(listen_addr)) => Ok(ValidConfig { config: self, listen_addr, auth, tls, hba }),
-            _ => {
-                problems.dedup();
-                Err(ConfigError::Invalid(problems))
-            }
+            _ => Err(ConfigError::Invalid(once_each(problems))),
         }
     }
 }
@@ -136,17 +147,67 @@ fn check_table<T: serde::de::DeserializeOwned>(
         problems.push(format!("{place} must be a table"));
         return None;
     };
+    let known = known_keys(place);
     let mut usable = toml::Table::new();
     for (key, value) in keys {
+        if !known.contains(&key.as_str()) {
+            let hint = closest(&key, &known).map(|name| format!("; did you mean `{name}`?")).unwrap_or_default();
+            problems.push(format!("{place}.{key}: unknown key{hint} (docs/config.md lists every setting)"));
+            continue;
+        }
         let alone = toml::Table::from_iter([(key.clone(), value.clone())]);
         match toml::Value::Table(alone).try_into::<T>() {
             Ok(_) => {
                 usable.insert(key, value);
             }
-            Err(error) => problems.push(format!("{place}.{key}: {}", error.to_string().trim())),
+            Err(error) => {
+                let text = error.to_string();
+                problems.push(format!("{place}.{key}: {}", text.lines().next().unwrap_or_default().trim()));
+            }
         }
     }
     Some(toml::Value::Table(usable))
+}
+
+/// The setting names of the table at `place` (`pooler`, `databases.NAME`, `users.NAME`).
+fn known_keys(place: &str) -> Vec<&'static str> {
+    let settings = match place.split('.').next() {
+        Some("pooler") => PoolerSettings::SETTINGS,
+        Some("databases") => crate::config::DatabaseEntry::SETTINGS,
+        _ => crate::config::UserEntry::SETTINGS,
+    };
+    settings.iter().map(|setting| setting.name).collect()
+}
+
+/// The known name within two edits of `key`, if one is.
+fn closest<'a>(key: &str, known: &[&'a str]) -> Option<&'a str> {
+    known
+        .iter()
+        .map(|name| (edit_distance(key, name), *name))
+        .filter(|(distance, _)| *distance <= 2)
+        .min()
+        .map(|(_, name)| name)
+}
+
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, left) in a.chars().enumerate() {
+        let mut previous = row[0];
+        row[0] = i + 1;
+        for (j, right) in b.iter().enumerate() {
+            let substitution = previous + usize::from(left != *right);
+            previous = row[j + 1];
+            row[j + 1] = substitution.min(row[j] + 1).min(previous + 1);
+        }
+    }
+    row[b.len()]
+}
+
+/// The problems in their order, each once.
+fn once_each(problems: Vec<String>) -> Vec<String> {
+    let mut seen = std::collections::HashSet::new();
+    problems.into_iter().filter(|problem| seen.insert(problem.clone())).collect()
 }
 
 /// Resolves the file names of the auth file, TLS and hba settings against the config file's folder.
@@ -214,10 +275,8 @@ mod tests {
         for expected in ["pool_mdoe", "default_pool_size", "databases.app.port", "hots", "[pgbouncer]", "users.bob"] {
             assert!(joined.contains(expected), "{expected} missing from:\n{joined}");
         }
-        let mut unique = problems.clone();
-        unique.sort();
-        unique.dedup();
-        assert_eq!(unique.len(), problems.len(), "each problem once:\n{joined}");
+        assert!(joined.contains("did you mean `pool_mode`"), "{joined}");
+        assert_eq!(once_each(problems.clone()).len(), problems.len(), "each problem once:\n{joined}");
     }
 
     #[test]

@@ -246,7 +246,7 @@ async fn suspend_disable_and_wait_close_do_what_pgbouncer_does() {
 
     run(&console, "SUSPEND").await;
     let port = pooler.port;
-    let late = tokio::spawn(async move { connect(port, "postgres", None).await.map(|client| drop(client)) });
+    let late = tokio::spawn(async move { connect(port, "postgres", None).await.map(drop) });
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(!late.is_finished(), "a client connecting during SUSPEND waits");
     run(&console, "RESUME").await;
