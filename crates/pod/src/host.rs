@@ -29,12 +29,13 @@ use crate::cxl_index::CxlIndex;
 use crate::error::{PodError, Result};
 use crate::history::{History, TxnRecord};
 use crate::log::{acked_path, Acked, FsyncCrash, LogWriter, Logger, ACKED_BYTES};
-use crate::message::Message;
+use crate::message::{Limits, Message};
 use crate::partition::{Partition, TableId};
 use crate::region::{HostShared, HostStatus, Layout, Phase, Region, HOSTS_MAX, RING_SLOTS};
 use crate::ring::Transport;
 use crate::rng::SplitMix64;
 use crate::stats::{BusySegments, Counters, LatencyTable};
+use crate::word::CAT_NODE_BYTES;
 use crate::workload::Workload;
 
 /// Longest a host waits for a peer (reply, ring space, barrier) before declaring it dead.
@@ -71,6 +72,8 @@ pub struct Host {
     pub(crate) txn_seq: u64,
     crash: Option<CrashSpec>,
     history: Option<History>,
+    /// What a well-formed message may name (tables, CAT nodes, row sizes).
+    limits: Limits,
     inbox: Inbox,
     pending_acks: VecDeque<PendingAck>,
     /// `acked-H.ids` when acknowledged transactions are recorded.
@@ -93,6 +96,8 @@ struct Inbox {
     receive_buffer: Vec<u8>,
     send_buffer: Vec<u8>,
     next_request: u32,
+    /// Requests of ours waiting for their replies; any other reply is malformed.
+    awaiting: Vec<u32>,
 }
 
 /// The region layout a configuration implies (launcher and hosts agree on it).
@@ -128,8 +133,14 @@ impl Host {
         // records by id): each run numbers from its starting epoch, above every earlier epoch.
         let start_epoch = region.header().global_epoch.load(Ordering::Acquire);
         assert!(start_epoch < 1 << 24, "epoch {start_epoch} leaves no room in transaction ids");
+        let limits = Limits {
+            row_bytes: partition.tables().iter().map(|table| table.spec.row_bytes).collect(),
+            hwcc: layout.hwcc..layout.hwcc + config.hosts as u64 * layout.hwcc_per_host,
+            node_bytes: CAT_NODE_BYTES,
+        };
         Ok(Host {
             me,
+            limits,
             swcc: Swcc::new(config.effective_backend().build(seed)),
             transport: Transport::new(layout, me),
             blocks: SwccArena::new(layout.swcc_slice(me), layout.swcc_per_host),
@@ -204,21 +215,54 @@ impl Host {
         Ok(())
     }
 
-    /// Drains the inbox into the reply and request queues; whether anything arrived.
+    /// Drains the inbox into the reply and request queues; whether anything arrived. A message
+    /// that does not decode, breaks the pod's limits, or answers no request of ours is dropped
+    /// and counted ([`Host::drop_malformed`]).
     pub(crate) fn receive(&mut self) -> Result<bool> {
         let mut any = false;
-        let inbox = &mut self.inbox;
-        while let Some(from) = self.transport.try_receive(self.region, &mut self.swcc, &mut inbox.receive_buffer) {
+        while let Some(from) = self.transport.try_receive(self.region, &mut self.swcc, &mut self.inbox.receive_buffer) {
             any = true;
-            let message = Message::decode(from, &inbox.receive_buffer)?;
-            if message.reply_to().is_some() {
-                inbox.replies.push_back(message);
-            } else {
-                assert!(inbox.requests.len() < REQUESTS_MAX, "queued requests exceed their bound");
-                inbox.requests.push_back((from, message));
+            let message = match Message::decode(from, &self.inbox.receive_buffer) {
+                Ok(message) => message,
+                Err(PodError::BadMessage { detail, .. }) => {
+                    self.drop_malformed(from, detail);
+                    continue;
+                }
+                Err(error) => return Err(error),
+            };
+            if let Err(detail) = message.check(&self.limits) {
+                self.drop_malformed(from, detail);
+                continue;
+            }
+            match message.reply_to() {
+                Some(request) if self.inbox.awaiting.contains(&request) => self.inbox.replies.push_back(message),
+                Some(_) => self.drop_malformed(from, "a reply to no request in flight"),
+                None => {
+                    assert!(self.inbox.requests.len() < REQUESTS_MAX, "queued requests exceed their bound");
+                    self.inbox.requests.push_back((from, message));
+                }
             }
         }
         Ok(any)
+    }
+
+    /// Another host sent something this host cannot use: it is dropped and counted (the first
+    /// one per run is also reported on stderr), and the host carries on. A dropped request is
+    /// never answered, so a peer that really waits for it fails with its own timeout.
+    pub(crate) fn drop_malformed(&mut self, from: usize, detail: &str) {
+        if self.counters.malformed_messages == 0 {
+            eprintln!("pod host {}: dropped a malformed message from host {from}: {detail}", self.me);
+        }
+        self.counters.malformed_messages += 1;
+    }
+
+    /// Marks `request` as ours, in flight (its reply will be accepted) or done.
+    pub(crate) fn await_request(&mut self, request: u32, waiting: bool) {
+        if waiting {
+            self.inbox.awaiting.push(request);
+        } else {
+            self.inbox.awaiting.retain(|pending| *pending != request);
+        }
     }
 
     /// The reply to `request`, if it arrived.

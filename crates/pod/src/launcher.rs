@@ -286,6 +286,14 @@ impl Pod {
         (0..self.config.hosts).map(|host| self.acked(host)).sum()
     }
 
+    /// Puts `payload` into `to`'s inbox as if host `from` had sent it (abuse tests); false while
+    /// the inbox is full.
+    pub fn inject(&self, to: usize, from: usize, payload: &[u8]) -> Result<bool> {
+        let mut transport = crate::ring::Transport::new(self.layout, from);
+        let mut swcc = crate::coherence::Swcc::new(crate::coherence::CoherenceBackend::Noop.build(0));
+        transport.try_send(&self.region, &mut swcc, to, payload)
+    }
+
     pub fn host_error(&self, host: usize) -> Option<String> {
         self.region.host_shared(&self.layout, host).error_text()
     }

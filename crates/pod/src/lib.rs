@@ -15,8 +15,16 @@
 //!  │  shortcut ───────┼──►│ HWcc: CXL index + CatNode{word,key,pins}  │◄──┼─ remote lookups  │
 //!  │ worker + logger  │   │ SWcc: tuple blocks (flush/write-back)     │   │ worker + logger  │
 //!  └──────────────────┘   └──────────────────────────────────────────┘   └──────────────────┘
-//!          └─ host-0.log (redo, epochs) ──── recovery replays all logs ──── host-1.log ─┘
+//!    host-0.NNNNNN.log segments + checkpoint-0.*.ckpt ── recovery ── host-1 segments + checkpoint
 //! ```
+//!
+//! Reading order (each file imports only files above it in this list; `tests/layering.rs`
+//! checks that no chain of references leads from a file back to itself):
+//! `region` → `word` → `partition` → `message` → `ring` → `access` (what a transaction is) →
+//! `workload` → `log` → `checkpoint` → `recovery` → `host` (one host's context) → `cat` (shared
+//! tuples as a host sees them) → `owned` (a host's own rows) → `protocol` (the trait, waiting,
+//! serving) → `tigon/` (`cats` move-in/out, `requester`, `scan`, `insert`) and `baseline/`
+//! (`coordinator`, `participant`) → `checkpointer` → `worker` (the loop, `TxnOps`) → `launcher`.
 //!
 //! Invariants (each module documents its own):
 //! - the region holds offsets, never pointers; shared structs are `#[repr(C)]` atomics with
@@ -25,7 +33,11 @@
 //! - a tuple's lock state lives in exactly one tier and moves with it; a pinned CAT never moves out;
 //! - strict 2PL NO_WAIT: all locks are held before the commit TID is chosen, TIDs increase per key;
 //! - a transaction is acknowledged only once its epoch is durable on every host;
-//! - CXL contents are soft state: recovery = initial load + every host's log, nothing else.
+//! - CXL contents are soft state: recovery = newest usable checkpoint (else the initial load) +
+//!   every host's log, nothing else; a log segment is deleted only once every host's checkpoint
+//!   covers it;
+//! - a host drops (and counts) any message it cannot use — undecodable, outside the pod's
+//!   limits, a reply to nothing in flight — and carries on.
 //!
 //! How the pod is emulated on one machine: each host is a forked process ([`launcher`]) with
 //! one worker thread (transactions and message handling) and one logger thread; the "CXL
@@ -44,6 +56,9 @@
 //! guards only.
 //!
 //! Decisions that differ from Tigon's code, and why:
+//! - Tigon has no recovery code (pod.md §4); here a pod-wide durable epoch holds every
+//!   acknowledgement, checkpoints taken while the pod runs bound the logs, and recovery rebuilds
+//!   every partition from them.
 //! - No cross-host epoch-based reclamation: a CXL index lookup is only a hint, re-validated
 //!   under the node's latch (key, table, block offset ≠ 0); nodes are never unmapped, a freed
 //!   node's word is zero, and a reused node is re-initialised under its latch ([`cxl_index`]).

@@ -201,7 +201,82 @@ pub enum Message {
     },
 }
 
+/// What a host knows about the pod that bounds the fields of a message: a message that
+/// decodes but names a table that does not exist, a CAT node outside the HWcc arena, or a value
+/// of the wrong size is as malformed as one that does not decode.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Row size of each table, by table id.
+    pub row_bytes: Vec<usize>,
+    /// The HWcc arena (every CAT node lies inside, on a node boundary).
+    pub hwcc: std::ops::Range<u64>,
+    pub node_bytes: u64,
+}
+
+impl Limits {
+    fn table(&self, table: TableId) -> std::result::Result<(), &'static str> {
+        match usize::from(table) < self.row_bytes.len() {
+            true => Ok(()),
+            false => Err("no such table"),
+        }
+    }
+
+    fn node(&self, node: u64) -> std::result::Result<(), &'static str> {
+        match self.hwcc.contains(&node) && (node - self.hwcc.start).is_multiple_of(self.node_bytes) {
+            true => Ok(()),
+            false => Err("CAT node outside the HWcc arena"),
+        }
+    }
+
+    fn value(&self, table: TableId, value: &[u8]) -> std::result::Result<(), &'static str> {
+        self.table(table)?;
+        match value.len() == self.row_bytes[usize::from(table)] {
+            true => Ok(()),
+            false => Err("value of another size than its table's rows"),
+        }
+    }
+}
+
 impl Message {
+    /// Checks every field against the pod's limits (see [`Limits`]). Values in access replies
+    /// carry no table; their requester checks them against what it asked for.
+    pub fn check(&self, limits: &Limits) -> std::result::Result<(), &'static str> {
+        match self {
+            Message::Migrate { keys, .. } => keys.iter().try_for_each(|(table, _)| limits.table(*table)),
+            Message::MigrateReply { outcomes, .. } => outcomes.iter().try_for_each(|outcome| match outcome {
+                MigrateOutcome::Moved { node } => limits.node(*node),
+                _ => Ok(()),
+            }),
+            Message::MigrateScan { table, limit, .. } => match *limit as usize {
+                1..SCAN_ROWS_MAX => limits.table(*table),
+                _ => Err("scan limit out of range"),
+            },
+            Message::MigrateScanReply { outcome: ScanOutcome::Locked { rows, next }, .. } => {
+                rows.iter().chain(next.iter()).try_for_each(|(_, node)| limits.node(*node))
+            }
+            Message::RemoteInsert { table, .. }
+            | Message::InsertDone { table, .. }
+            | Message::RemoteDelete { table, .. } => limits.table(*table),
+            Message::RemoteInsertReply { outcome: InsertOutcome::Locked { node, next_node, .. }, .. } => {
+                limits.node(*node)?;
+                if *next_node != 0 {
+                    limits.node(*next_node)?;
+                }
+                Ok(())
+            }
+            Message::Access { items, .. } => items.iter().try_for_each(|item| limits.table(item.table)),
+            Message::Lock { keys, .. } => keys.iter().try_for_each(|(table, _)| limits.table(*table)),
+            Message::Prepare { writes, reads, .. } => {
+                writes.iter().try_for_each(|write| match &write.value {
+                    Some(value) => limits.value(write.table, value),
+                    None => limits.table(write.table),
+                })?;
+                reads.iter().try_for_each(|read| limits.table(read.table))
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// The request id a reply answers.
     pub fn reply_to(&self) -> Option<u32> {
         match self {
@@ -323,10 +398,10 @@ impl Message {
                 let keys = (0..count).map(|_| Ok((get.u8()?, get.u64()?))).collect::<Result<_>>()?;
                 Message::Lock { request, gid, keys }
             }
-            6 => Message::LockReply { request: get.u32()?, ok: get.u8()? != 0, max_tid: get.u64()? },
+            6 => Message::LockReply { request: get.u32()?, ok: get.bool()?, max_tid: get.u64()? },
             7 => decode_prepare(&mut get)?,
-            8 => Message::PrepareReply { request: get.u32()?, ok: get.u8()? != 0, epoch: get.u64()? },
-            9 => Message::Decide { request: get.u32()?, gid: get.u64()?, commit: get.u8()? != 0, tid: get.u64()? },
+            8 => Message::PrepareReply { request: get.u32()?, ok: get.bool()?, epoch: get.u64()? },
+            9 => Message::Decide { request: get.u32()?, gid: get.u64()?, commit: get.bool()?, tid: get.u64()? },
             12 => Message::Decided { request: get.u32()? },
             13 => Message::MigrateScan {
                 request: get.u32()?,
@@ -338,7 +413,7 @@ impl Message {
             14 => decode_scan_reply(&mut get)?,
             15 => Message::RemoteInsert { request: get.u32()?, table: get.u8()?, key: get.u64()? },
             16 => decode_insert_reply(&mut get)?,
-            17 => Message::InsertDone { table: get.u8()?, key: get.u64()?, committed: get.u8()? != 0 },
+            17 => Message::InsertDone { table: get.u8()?, key: get.u64()?, committed: get.bool()? },
             18 => Message::RemoteDelete { table: get.u8()?, key: get.u64()? },
             10 => Message::Ping { request: get.u32()? },
             11 => Message::Pong { request: get.u32()? },
@@ -523,6 +598,14 @@ impl Get<'_> {
     fn u8(&mut self) -> Result<u8> {
         Ok(self.take(1)?[0])
     }
+    /// A flag: exactly 0 or 1 (any other byte is malformed, so every message has one encoding).
+    fn bool(&mut self) -> Result<bool> {
+        match self.u8()? {
+            0 => Ok(false),
+            1 => Ok(true),
+            _ => Err(self.bad("flag other than 0 or 1")),
+        }
+    }
     fn u32(&mut self) -> Result<u32> {
         let bytes = self.take(4)?;
         Ok(u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]))
@@ -620,6 +703,50 @@ mod tests {
         for message in samples() {
             message.encode(&mut buffer);
             assert_eq!(Message::decode(0, &buffer).expect("valid"), message);
+        }
+    }
+
+    #[test]
+    fn the_fuzz_corpus_is_valid_messages() {
+        // Goal: the fuzz target starts from real messages (it mutates from them). Method: every
+        // committed corpus file decodes and re-encodes to itself.
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/pod_message");
+        let mut files = 0;
+        for entry in std::fs::read_dir(&dir).expect("corpus directory") {
+            let bytes = std::fs::read(entry.expect("entry").path()).expect("read");
+            let message = Message::decode(0, &bytes).expect("a corpus file decodes");
+            let mut encoded = Vec::new();
+            message.encode(&mut encoded);
+            assert_eq!(encoded, bytes);
+            files += 1;
+        }
+        assert!(files >= 5, "{files} corpus files");
+    }
+
+    #[test]
+    fn well_formed_messages_outside_the_pods_limits_are_refused() {
+        // Goal: a message that decodes but names what does not exist is malformed too. Method:
+        // the samples pass limits that hold them; a bad table, a node outside or off the HWcc
+        // grid, a value of the wrong size and a scan limit of 0 each fail.
+        let limits = Limits { row_bytes: vec![10, 3, 8, 8], hwcc: 0x40..0x10_000, node_bytes: 0x20 };
+        for message in samples() {
+            assert_eq!(message.check(&limits), Ok(()), "{message:?}");
+        }
+        let bad = [
+            Message::Migrate { request: 1, keys: vec![(4, 3)] },
+            Message::MigrateReply { request: 1, outcomes: vec![MigrateOutcome::Moved { node: 0x10_000 }] },
+            Message::MigrateReply { request: 1, outcomes: vec![MigrateOutcome::Moved { node: 0x50 }] },
+            Message::MigrateScan { request: 7, table: 3, low: 10, high: 20, limit: 0 },
+            Message::Prepare {
+                request: 3,
+                gid: 1,
+                writes: vec![RemoteWrite { table: 0, key: 1, value: Some(vec![9; 11]) }],
+                reads: vec![],
+            },
+            Message::RemoteDelete { table: 200, key: 1 },
+        ];
+        for message in bad {
+            assert!(message.check(&limits).is_err(), "{message:?} passed");
         }
     }
 

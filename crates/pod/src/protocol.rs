@@ -100,10 +100,16 @@ pub(crate) trait Protocol {
 pub(crate) fn serve_inbox(host: &mut Host, protocol: &mut dyn Protocol) -> Result<bool> {
     let any = host.receive()?;
     while let Some((from, message)) = host.next_request() {
-        match message {
-            Message::Ping { request } => host.send(from, &Message::Pong { request })?,
+        let served = match message {
+            Message::Ping { request } => host.send(from, &Message::Pong { request }),
             message if message.reply_to().is_some() => unreachable!("receive queues replies apart"),
-            message => protocol.serve(host, from, message)?,
+            message => protocol.serve(host, from, message),
+        };
+        match served {
+            // A request that makes no sense here (a key with nothing in flight, another
+            // protocol's message) is malformed: dropped, counted, not fatal.
+            Err(PodError::BadMessage { from, detail }) => host.drop_malformed(from, detail),
+            served => served?,
         }
     }
     Ok(any)
@@ -120,9 +126,23 @@ pub(crate) fn exchange(
     let mut pending = Vec::with_capacity(requests.len());
     for (to, message) in requests {
         let request = request_id(&message).expect("exchange sends requests");
-        host.send(to, &message)?;
+        host.await_request(request, true);
         pending.push((to, request, None));
+        host.send(to, &message)?;
     }
+    let replies = collect_replies(host, protocol, &mut pending);
+    for (_, request, _) in &pending {
+        host.await_request(*request, false);
+    }
+    replies
+}
+
+/// Waits until every pending request has its reply, serving other hosts meanwhile.
+fn collect_replies(
+    host: &mut Host,
+    protocol: &mut dyn Protocol,
+    pending: &mut [(usize, u32, Option<Message>)],
+) -> Result<Vec<Message>> {
     if pending.is_empty() {
         return Ok(Vec::new());
     }
@@ -144,7 +164,7 @@ pub(crate) fn exchange(
             continue;
         }
         host.poll_point();
-        return Ok(pending.into_iter().map(|(_, _, reply)| reply.expect("every reply arrived")).collect());
+        return Ok(pending.iter_mut().map(|(_, _, reply)| reply.take().expect("every reply arrived")).collect());
     }
 }
 

@@ -177,8 +177,11 @@ counters! {
     messages_sent,
     message_bytes,
     messages_received,
-    /// Requests that waited for a reply.
+    /// Waits for replies: one per phase or commit round, however many hosts it asked.
     round_trips,
+    /// Messages from other hosts dropped as malformed (undecodable, outside the pod's limits, a
+    /// reply to nothing in flight, a request that makes no sense here); a gauge: the whole run.
+    malformed_messages,
     ring_full_retries,
     ring_sleeps,
     /// Tuple accesses and applied writes, each charged the CPU cost of one tuple operation
@@ -213,7 +216,8 @@ counters! {
 }
 
 impl Counters {
-    const GAUGES: [&'static str; 9] = [
+    const GAUGES: [&'static str; 10] = [
+        "malformed_messages",
         "ack_drain_ms",
         "unacked_at_end",
         "committed_all",

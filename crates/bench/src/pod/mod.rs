@@ -11,6 +11,7 @@
 
 mod plot;
 mod published;
+mod recovery;
 mod report;
 
 use std::path::PathBuf;
@@ -78,11 +79,22 @@ pub enum Sweep {
     /// YCSB 95/5 at 100% cross with both hosts pinned to one core: does the model depend on
     /// how the cores time-slice the hosts? (Compared with the same point of the YCSB sweep.)
     Pinned,
+    /// Whole-pod SIGKILL mid-run and recovery, with and without checkpoints: recovery time, log
+    /// on disk, every acknowledged transaction accounted for.
+    Recovery,
 }
 
 impl Sweep {
-    const ALL: [Sweep; 7] =
-        [Sweep::Tpcc, Sweep::Ycsb, Sweep::Pinned, Sweep::Budget, Sweep::Swcc, Sweep::Shortcut, Sweep::Epoch];
+    const ALL: [Sweep; 8] = [
+        Sweep::Tpcc,
+        Sweep::Ycsb,
+        Sweep::Pinned,
+        Sweep::Budget,
+        Sweep::Swcc,
+        Sweep::Shortcut,
+        Sweep::Epoch,
+        Sweep::Recovery,
+    ];
 }
 
 /// HWcc budget of the main runs: holds every key's metadata, not its data (Tigon: 200 MB of a
@@ -128,6 +140,12 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     let sweeps = if args.only.is_empty() { Sweep::ALL.to_vec() } else { args.only.clone() };
     let mut results = report::Results::new(&args);
     for sweep in sweeps {
+        if sweep == Sweep::Recovery {
+            results.recovery = recovery_runs(&args, &log_root);
+            results.write(&args.out)?;
+            eprintln!("bench pod: {sweep:?} done after {:.0} s", started.elapsed().as_secs_f64());
+            continue;
+        }
         let specs = specs(&args, sweep, &log_root, &mut results)?;
         let runs = measure(&args, &specs);
         results.add(specs, runs);
@@ -191,6 +209,9 @@ fn base(args: &BenchArgs, workload: WorkloadConfig, protocol: Protocol, log_dir:
     config.log_dir = Some(log_dir.to_path_buf());
     config.epoch_ms = 10;
     config.pre_migrate = protocol == Protocol::Tigon;
+    // The comparison points run without checkpoints, as Tigon's runs do (it has none); the
+    // recovery point measures them.
+    config.checkpoint_log_bytes = 0;
     config
 }
 
@@ -237,6 +258,7 @@ fn specs(
         Sweep::Shortcut => shortcut_specs(args, &logs),
         Sweep::Epoch => epoch_specs(args, &logs),
         Sweep::Pinned => pinned_specs(args, &logs),
+        Sweep::Recovery => unreachable!("the recovery point is not a sweep of specs"),
     })
 }
 
@@ -329,6 +351,29 @@ fn pinned_specs(args: &BenchArgs, logs: &std::path::Path) -> Vec<Spec> {
     let mut config = base(args, ycsb(args, 95, 100, 0.7), Protocol::Tigon, logs);
     config.pin_cpu = Some(0);
     vec![spec(Sweep::Pinned, "pinned", Protocol::Tigon.label(), "100%", config)]
+}
+
+/// The recovery point with checkpoints (the default interval) and without.
+fn recovery_runs(args: &BenchArgs, log_root: &std::path::Path) -> Vec<recovery::RecoveryRun> {
+    let mut runs = Vec::new();
+    // A checkpoint every 64 MiB of log (the default is 256 MiB) so that a 25 s run takes several.
+    for (label, checkpoint_log_bytes) in [("checkpoints every 64 MiB of log", 64 << 20), ("no checkpoints", 0)] {
+        let dir = log_root.join(format!("recovery-{checkpoint_log_bytes}"));
+        let mut config = base(args, ycsb(args, 95, 100, 0.7), Protocol::Tigon, &dir);
+        config.checkpoint_log_bytes = checkpoint_log_bytes;
+        let run = recovery::crash_and_recover(label, config, &dir);
+        eprintln!(
+            "  Recovery {label}: {} ms, {} MiB of log on disk, acked {} lost {}{}",
+            run.recovery_ms,
+            run.log_bytes_on_disk >> 20,
+            run.acked_recorded,
+            run.acked_lost,
+            run.error.as_deref().map(|e| format!(" — {e}")).unwrap_or_default()
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+        runs.push(run);
+    }
+    runs
 }
 
 fn panel_workload(panel: &str) -> &'static str {

@@ -150,6 +150,7 @@ pub struct Results {
     pub claims: Vec<Claim>,
     pub published: Vec<PublishedRow>,
     pub pinned: Option<PinnedCheck>,
+    pub recovery: Vec<super::recovery::RecoveryRun>,
     pub duration_s: f64,
 }
 
@@ -200,6 +201,7 @@ impl Results {
             claims: Vec::new(),
             published: Vec::new(),
             pinned: None,
+            recovery: Vec::new(),
             duration_s: 0.0,
         }
     }
@@ -407,6 +409,9 @@ impl Results {
             if self.settings.small_warehouses { "small: 60 customers per district, 1000 items" } else { "full size: 10 districts × 3000 customers, 100 000 items" },
             self.settings.main_hwcc_budget_bytes >> 20
         );
+        if let Some(warning) = self.load_warning() {
+            let _ = writeln!(md, "{warning}\n");
+        }
         model_notes_markdown(&mut md);
         self.claims_markdown(&mut md);
         self.published_markdown(&mut md);
@@ -437,9 +442,27 @@ impl Results {
         self.table(&mut md, "swcc_tpcc", "SWcc variants and NoSWcc (Tigon-style, TPC-C 60/90)", "variant", &[], false);
         self.table(&mut md, "shortcut", "Shortcut pointer on/off (Tigon-style)", "shortcut", &[], false);
         self.epoch_markdown(&mut md);
+        self.recovery_markdown(&mut md);
         self.events_markdown(&mut md);
         let _ = writeln!(md, "## Latency table of the model (ns)\n\n```\n{:#?}\n```", self.latency_table);
         md
+    }
+
+    /// A warning when other work shared the machine: the 1-minute load average before or after
+    /// the run at or above the core count.
+    fn load_warning(&self) -> Option<String> {
+        let one_minute = |text: &str| text.split_whitespace().next().and_then(|value| value.parse::<f64>().ok());
+        let load = [&self.machine.load_average_before, &self.machine.load_average_after]
+            .into_iter()
+            .filter_map(|text| one_minute(text))
+            .fold(0.0, f64::max);
+        (load >= self.machine.nproc as f64).then(|| {
+            format!(
+                "**Taken under load** (1-minute load average up to {load:.1} on {} cores: other work shared the machine). \
+                 The measured figures are not meaningful; the modelled ones depend on how the cores were shared only through the abort rates (see the pinned-to-one-core check below).",
+                self.machine.nproc
+            )
+        })
     }
 
     fn pinned_sentence(&self) -> String {
@@ -462,10 +485,8 @@ impl Results {
         }
         let _ = writeln!(
             md,
-            "## Beside Tigon's published figures
-
-             Tigon's ratio for the same point (artifact CSVs, 8 hosts × 3 workers), ours measured and modelled, and ours modelled ÷ Tigon's.
-
+            "## Beside Tigon's published figures\n\n\
+             Tigon's ratio for the same point (artifact CSVs, 8 hosts × 3 workers), ours measured and modelled, and ours modelled ÷ Tigon's.\n\n\
              | point | Tigon | (from) | ours measured | ours modelled | modelled ÷ Tigon |\n|---|---|---|---|---|---|"
         );
         for row in &self.published {
@@ -582,6 +603,37 @@ impl Results {
             );
         }
         md.push_str("\nLatencies are power-of-two bucket upper bounds; \"no log\" acknowledges at commit.\n\n");
+    }
+
+    fn recovery_markdown(&self, md: &mut String) {
+        if self.recovery.is_empty() {
+            return;
+        }
+        let _ = writeln!(
+            md,
+            "## Crash and recovery (Tigon-style, YCSB 95/5 at 100% cross)\n\n\
+             Every host SIGKILLed after the warm-up and measured time; the pod restarts from its checkpoints and logs. \
+             Each acknowledged transaction's id was recorded when it was acknowledged; after recovery each is found in a kept commit record or covered by every host's checkpoint, or counted lost.\n\n\
+             | run | ran (s) | acknowledged before the kill | log on disk (MiB) | checkpoints on disk (MiB) | recovery (ms) | acknowledged: recorded / in logs / in checkpoints / **lost** |\n|---|---|---|---|---|---|---|"
+        );
+        for run in &self.recovery {
+            let _ = writeln!(
+                md,
+                "| {}{} | {:.0} | {} | {} | {} | {} | {} / {} / {} / **{}** |",
+                run.label,
+                run.error.as_deref().map(|error| format!(" (failed: {error})")).unwrap_or_default(),
+                run.ran_s,
+                run.acked_before_kill,
+                run.log_bytes_on_disk >> 20,
+                run.checkpoint_bytes_on_disk >> 20,
+                run.recovery_ms,
+                run.acked_recorded,
+                run.acked_in_logs,
+                run.acked_in_checkpoints,
+                run.acked_lost
+            );
+        }
+        md.push('\n');
     }
 
     fn events_markdown(&self, md: &mut String) {

@@ -116,6 +116,10 @@ fn push_remote(
 ) -> TxnResult<bool> {
     match outcome {
         AccessOutcome::Granted { tid, value } => {
+            if value.len() != host.row_bytes(wanted.fetch.table) {
+                let detail = "access reply with a value of another size than the row";
+                return Err(TxnError::Fatal(PodError::BadMessage { from: wanted.owner, detail }));
+            }
             // A tuple access costs the transaction the same CPU work wherever the tuple lives
             // (the owner's lookup and copy are counted on the owner).
             host.counters.tuple_ops += 1;
