@@ -106,6 +106,9 @@ def map_problems(root):
                     found.append(f"{page.relative_to(root)}: `{span}` does not exist")
             elif RUST_SPAN.match(span):
                 segments = span.split("::")
+                # `bypass_wire::login` names crates/wire by its library name.
+                if segments[0].startswith("bypass_") and segments[0][len("bypass_"):] in crates:
+                    segments[0] = segments[0][len("bypass_"):]
                 crate = segments[0] if segments[0] in crates else PAGE_CRATE.get(page.name)
                 if segments[0] in crates:
                     segments = segments[1:]

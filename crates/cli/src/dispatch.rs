@@ -35,9 +35,12 @@ pub struct AgentArgs {
     /// Path to agent.toml; without it the flags below are used.
     #[arg(long)]
     pub config: Option<PathBuf>,
-    /// Where dispatchers connect.
-    #[arg(long, default_value = "0.0.0.0:7432")]
+    /// Where dispatchers connect (loopback by default; open it to the dispatcher's network).
+    #[arg(long, default_value = "127.0.0.1:7432")]
     pub listen: String,
+    /// File with the key dispatchers must prove (the dispatcher's `agent_key_file`).
+    #[arg(long)]
+    pub key_file: Option<PathBuf>,
     /// The PostgreSQL server beside the agent.
     #[arg(long, default_value = "127.0.0.1:5432")]
     pub postgres: String,
@@ -128,8 +131,13 @@ pub fn run(command: Command) -> anyhow::Result<()> {
 pub fn agent(args: AgentArgs) -> anyhow::Result<()> {
     let config = match &args.config {
         Some(path) => AgentConfig::load(path)?,
-        None => AgentConfig { listen_addr: args.listen, postgres_addr: args.postgres, ..AgentConfig::default() }
-            .validate()?,
+        None => AgentConfig {
+            listen_addr: args.listen,
+            postgres_addr: args.postgres,
+            key_file: args.key_file,
+            ..AgentConfig::default()
+        }
+        .validate()?,
     };
     let running = bypass_dispatch::agent::start(config, args.namespace)?;
     tracing::info!(address = %running.ready, "agent running; Ctrl-C stops it");

@@ -8,6 +8,9 @@
 //!        client ◄══════ handed-over TCP connection ═════════┘ (answers only)
 //! ```
 //! Invariants:
+//! - Nothing reaches PostgreSQL before the peer proved the agent key ([`key`]); a plain
+//!   PostgreSQL client gets FATAL 28000 and CancelRequests are not forwarded (the dispatcher
+//!   does not route cancels yet, and a CancelRequest cannot carry a proof).
 //! - The agent never reads what a handed-over client sends: those bytes stay in the kernel's
 //!   receive queue and travel back to the dispatcher with the connection.
 //! - Control frames are only sent at PostgreSQL message boundaries.
@@ -15,9 +18,10 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use bypass_wire::auth::Refusal;
 use bypass_wire::backend::build;
-use bypass_wire::startup::{decode_startup, encode_request};
-use bypass_wire::{Authentication, BackendMessage, Severity, SqlState, StartupPacket, TransactionStatus};
+use bypass_wire::startup::decode_startup;
+use bypass_wire::{tag, Authentication, BackendMessage, Severity, SqlState, StartupPacket, TransactionStatus};
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
@@ -28,7 +32,11 @@ use crate::error::{DispatchError, Result};
 use crate::pglogin::{Login, LoginRequest, LoginStep, Welcome};
 use crate::runtime::{self, Running};
 
+pub mod key;
 mod relay;
+
+/// Password messages the key proof reads at most.
+const PROOF_ROUNDS_MAX: usize = 2;
 
 /// Bytes of each direction's buffer on a link; answers stream through in pieces this large.
 pub const LINK_BUFFER_BYTES: usize = 256 * 1024;
@@ -81,15 +89,33 @@ async fn serve(
 /// One dispatcher link: startup, login to PostgreSQL on the dispatcher's behalf, then relay.
 async fn serve_link(config: &ValidAgentConfig, mut link: TcpStream) -> Result<()> {
     link.set_nodelay(true).map_err(|e| DispatchError::io("TCP_NODELAY on a link", e))?;
+    let peer = link.peer_addr().map_err(|e| DispatchError::io("a link's address", e))?;
     let mut buffer = Buffer::with_capacity(LINK_BUFFER_BYTES);
+    let mut requests = 0;
     let request = loop {
         match read_startup(&mut link, &mut buffer).await? {
             Startup::Login(request) => break request,
-            Startup::Ssl => link.write_all(b"N").await.map_err(|e| DispatchError::io("refusing SSL", e))?,
-            Startup::Cancel(packet) => return forward_cancel(config.postgres_addr, &packet).await,
+            Startup::Ssl if requests < 2 => {
+                requests += 1;
+                link.write_all(&[tag::encryption::REFUSE]).await.map_err(|e| DispatchError::io("refusing SSL", e))?
+            }
+            Startup::Ssl => return Err(DispatchError::Protocol("too many encryption requests".into())),
+            Startup::Cancel => {
+                tracing::debug!(%peer, "agent: CancelRequest not forwarded");
+                return Ok(());
+            }
         }
     };
-    let request = LoginRequest { password: config.settings.password.clone(), ..request };
+    if let Err(refusal) = prove_key(config, &mut link, &mut buffer, &request).await {
+        tracing::warn!(client = %peer, user = %request.user, database = %request.database,
+            sqlstate = refusal.code.code(), reason = %refusal.message, "agent refused a link");
+        let mut out = Vec::new();
+        refusal.write_fatal(&mut out);
+        let _ = link.write_all(&out).await;
+        return Err(DispatchError::Protocol(refusal.message));
+    }
+    let mut request = LoginRequest { password: config.settings.password.clone(), ..request };
+    request.parameters.retain(|(name, _)| name != key::LINK_PARAMETER);
     let (postgres, welcome) = match login(config.postgres_addr, request).await {
         Ok(logged_in) => logged_in,
         Err(error) => {
@@ -110,7 +136,36 @@ async fn serve_link(config: &ValidAgentConfig, mut link: TcpStream) -> Result<()
 enum Startup {
     Login(LoginRequest),
     Ssl,
-    Cancel(Vec<u8>),
+    Cancel,
+}
+
+/// Runs the key proof ([`key`]) after a link's startup: a plain client is refused before any
+/// exchange, a wrong key after it.
+async fn prove_key(
+    config: &ValidAgentConfig,
+    link: &mut TcpStream,
+    buffer: &mut Buffer,
+    request: &LoginRequest,
+) -> std::result::Result<(), Refusal> {
+    let io_failed = |_| Refusal::new(SqlState::CONNECTION_FAILURE, "link closed during the key proof");
+    let (mut challenge, first) = key::LinkChallenge::start(config.key.clone(), request)?;
+    link.write_all(&first).await.map_err(io_failed)?;
+    for _ in 0..PROOF_ROUNDS_MAX {
+        let header = buffer
+            .read_message(link, "the dispatcher")
+            .await
+            .map_err(|_| Refusal::new(SqlState::PROTOCOL_VIOLATION, "malformed key proof message"))?;
+        if header.tag != tag::frontend::PASSWORD {
+            return Err(Refusal::new(SqlState::PROTOCOL_VIOLATION, "expected a key proof message"));
+        }
+        let answer = challenge.respond(buffer.body(header));
+        buffer.consume(header.frame_len());
+        match answer? {
+            key::Challenge::Send(bytes) => link.write_all(&bytes).await.map_err(io_failed)?,
+            key::Challenge::Proven(bytes) => return link.write_all(&bytes).await.map_err(io_failed),
+        }
+    }
+    Err(Refusal::new(SqlState::PROTOCOL_VIOLATION, "key proof did not end"))
 }
 
 async fn read_startup(link: &mut TcpStream, buffer: &mut Buffer) -> Result<Startup> {
@@ -129,11 +184,7 @@ async fn read_startup(link: &mut TcpStream, buffer: &mut Buffer) -> Result<Start
                     Startup::Login(LoginRequest { user, database, password: None, parameters })
                 }
                 StartupPacket::SslRequest | StartupPacket::GssEncRequest => Startup::Ssl,
-                cancel @ StartupPacket::Cancel { .. } => {
-                    let mut bytes = Vec::new();
-                    encode_request(&mut bytes, &cancel);
-                    Startup::Cancel(bytes)
-                }
+                StartupPacket::Cancel { .. } => Startup::Cancel,
             };
             buffer.consume(used);
             return Ok(startup);
@@ -145,11 +196,6 @@ async fn read_startup(link: &mut TcpStream, buffer: &mut Buffer) -> Result<Start
             return Err(crate::buffer::closed("the dispatcher"));
         }
     }
-}
-
-async fn forward_cancel(postgres: SocketAddr, packet: &[u8]) -> Result<()> {
-    let mut stream = TcpStream::connect(postgres).await.map_err(|e| DispatchError::io("connecting to cancel", e))?;
-    stream.write_all(packet).await.map_err(|e| DispatchError::io("forwarding a cancel request", e))
 }
 
 /// Connects to PostgreSQL and logs in.

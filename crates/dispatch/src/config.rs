@@ -5,6 +5,8 @@
 //! listen_addr = "10.0.0.100:5432"
 //! policy = "hybrid"              # relay | handover | hybrid
 //! handover_min_bytes = 262144
+//! auth_file = "userlist.txt"     # clients log in with SCRAM-SHA-256 by default
+//! agent_key_file = "agent.key"   # the same key as every agent's key_file
 //!
 //! [backends.be1]
 //! agent = "10.0.0.3:7432"
@@ -18,11 +20,38 @@
 
 use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, SocketAddr};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
+use bypass_wire::auth::Method;
+use bypass_wire::auth_file::AuthFile;
+use bypass_wire::hba::Hba;
 use serde::{Deserialize, Serialize};
 
+use crate::agent::key::LinkKey;
 use crate::error::{DispatchError, Result};
+
+/// How clients prove who they are when no hba file decides.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+pub enum AuthType {
+    /// Anyone who names a user is that user: only for benchmarks and closed networks.
+    #[serde(rename = "trust")]
+    Trust,
+    /// MD5 challenge; users whose secret is a SCRAM verifier get SCRAM.
+    #[serde(rename = "md5")]
+    Md5,
+    #[serde(rename = "scram-sha-256")]
+    ScramSha256,
+}
+
+impl AuthType {
+    pub fn method(self) -> Method {
+        match self {
+            AuthType::Trust => Method::Trust,
+            AuthType::Md5 => Method::Md5,
+            AuthType::ScramSha256 => Method::ScramSha256,
+        }
+    }
+}
 
 /// When a result leaves the dispatcher's relay for a direct path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
@@ -82,6 +111,29 @@ pub struct DispatcherSettings {
     /// Worker threads, each with its own single-threaded runtime; a client connection stays on
     /// the thread that takes it. Default 2.
     pub workers: usize,
+    /// `scram-sha-256`, `md5` or `trust`: how clients log in when `auth_hba_file` is unset.
+    /// Default `scram-sha-256`.
+    pub auth_type: AuthType,
+    /// PgBouncer-format user list (`"user" "secret"` per line: plaintext, `md5…` or a SCRAM
+    /// verifier); required unless `auth_type = "trust"`. Relative to the config file.
+    pub auth_file: Option<PathBuf>,
+    /// hba file (`host`/`hostnossl` lines, methods `trust`, `reject`, `md5`, `scram-sha-256`,
+    /// `password`); when set it decides each client's method. Default none.
+    pub auth_hba_file: Option<PathBuf>,
+    /// File holding the key agents check (the same text as each agent's `key_file`, at least 32
+    /// bytes). Relative to the config file. Required unless `agent_key` is set.
+    pub agent_key_file: Option<PathBuf>,
+    /// The agent key itself, instead of `agent_key_file` (keeps a secret in the config).
+    pub agent_key: Option<String>,
+    /// Bound on a client's negotiation, startup and authentication, ms. Default 60000.
+    pub client_login_timeout_ms: u64,
+    /// Wait before answering a failed authentication, ms; 0 = none. Default 0.
+    pub auth_failure_delay_ms: u64,
+    /// Failed logins one client address may have within `failed_login_window_ms` before its
+    /// further logins are refused (28000) until the window passes; 0 = no limit. Default 0.
+    pub failed_logins_per_address_max: u32,
+    /// See `failed_logins_per_address_max`, ms. Default 60000.
+    pub failed_login_window_ms: u64,
 }
 
 impl Default for DispatcherSettings {
@@ -104,6 +156,15 @@ impl Default for DispatcherSettings {
             settle_wait_ms: 50,
             size_history_max: 4096,
             workers: 2,
+            auth_type: AuthType::ScramSha256,
+            auth_file: None,
+            auth_hba_file: None,
+            agent_key_file: None,
+            agent_key: None,
+            client_login_timeout_ms: 60_000,
+            auth_failure_delay_ms: 0,
+            failed_logins_per_address_max: 0,
+            failed_login_window_ms: 60_000,
         }
     }
 }
@@ -158,6 +219,12 @@ pub struct ValidDispatcherConfig {
     pub backends: Vec<BackendSpec>,
     /// Database name → (primary id, replica ids).
     pub databases: BTreeMap<String, (usize, Vec<usize>)>,
+    /// Clients' secrets from `auth_file` (empty under trust without a file).
+    pub users: AuthFile,
+    /// Rules from `auth_hba_file`.
+    pub hba: Option<Hba>,
+    /// What links prove to agents.
+    pub agent_key: LinkKey,
 }
 
 impl ValidDispatcherConfig {
@@ -171,8 +238,16 @@ impl DispatcherConfig {
     pub fn load(path: &Path) -> Result<ValidDispatcherConfig> {
         let text =
             std::fs::read_to_string(path).map_err(|e| DispatchError::io(format!("reading {}", path.display()), e))?;
-        let config: DispatcherConfig =
+        let mut config: DispatcherConfig =
             toml::from_str(&text).map_err(|e| DispatchError::Config(vec![format!("{}: {e}", path.display())]))?;
+        if let Some(folder) = path.parent() {
+            let settings = &mut config.dispatcher;
+            for file in [&mut settings.auth_file, &mut settings.auth_hba_file, &mut settings.agent_key_file] {
+                if let Some(file) = file.as_mut() {
+                    *file = folder.join(&*file);
+                }
+            }
+        }
         config.validate()
     }
 
@@ -218,13 +293,69 @@ impl DispatcherConfig {
         if databases.is_empty() {
             problems.push("[databases] is empty: no client could connect anywhere".into());
         }
-        match (problems.is_empty(), listen_addr) {
-            (true, Some(listen_addr)) => {
-                Ok(ValidDispatcherConfig { settings: self.dispatcher, listen_addr, backends, databases })
-            }
+        let (users, hba) = load_client_auth(settings, &mut problems);
+        let agent_key = load_key(
+            (settings.agent_key.as_deref(), settings.agent_key_file.as_deref()),
+            ("dispatcher.agent_key", "dispatcher.agent_key_file"),
+            &mut problems,
+        );
+        match (problems.is_empty(), listen_addr, agent_key) {
+            (true, Some(listen_addr), Some(agent_key)) => Ok(ValidDispatcherConfig {
+                settings: self.dispatcher,
+                listen_addr,
+                backends,
+                databases,
+                users,
+                hba,
+                agent_key,
+            }),
             _ => Err(DispatchError::Config(problems)),
         }
     }
+}
+
+/// The auth file and hba rules clients are checked against; every problem is listed.
+fn load_client_auth(settings: &DispatcherSettings, problems: &mut Vec<String>) -> (AuthFile, Option<Hba>) {
+    let users = match (&settings.auth_file, settings.auth_type) {
+        (Some(path), _) => AuthFile::load(path).unwrap_or_else(|error| {
+            problems.push(format!("dispatcher.auth_file: {error}"));
+            AuthFile::default()
+        }),
+        (None, AuthType::Trust) => AuthFile::default(),
+        (None, _) => {
+            problems.push(
+                "dispatcher.auth_file is required unless auth_type = \"trust\": clients must prove who they are".into(),
+            );
+            AuthFile::default()
+        }
+    };
+    let hba = settings.auth_hba_file.as_deref().and_then(|path| {
+        Hba::load(path)
+            .map_err(|file_problems| {
+                problems.extend(file_problems.into_iter().map(|p| format!("dispatcher.auth_hba_file: {p}")))
+            })
+            .ok()
+    });
+    (users, hba)
+}
+
+/// The link key from its inline or file setting (exactly one of them).
+fn load_key(
+    sources: (Option<&str>, Option<&Path>),
+    names: (&str, &str),
+    problems: &mut Vec<String>,
+) -> Option<LinkKey> {
+    let loaded = match sources {
+        (Some(text), None) => LinkKey::from_text(text).map_err(|e| format!("{}: {e}", names.0)),
+        (None, Some(path)) => LinkKey::load(path).map_err(|e| format!("{}: {e}", names.1)),
+        (Some(_), Some(_)) => Err(format!("set {} or {}, not both", names.0, names.1)),
+        (None, None) => Err(format!(
+            "{} is required: agents accept links only from a dispatcher holding their key \
+             (make one with `head -c 32 /dev/urandom | base64 > agent.key`)",
+            names.1
+        )),
+    };
+    loaded.map_err(|problem| problems.push(problem)).ok()
 }
 
 fn backend_spec(name: &str, entry: &BackendEntry, policy: Policy, problems: &mut Vec<String>) -> Option<BackendSpec> {
@@ -268,8 +399,14 @@ pub fn parse_mac(text: &str) -> Option<[u8; 6]> {
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct AgentConfig {
-    /// Where dispatchers connect. Default `0.0.0.0:7432`.
+    /// Where dispatchers connect. Default `127.0.0.1:7432` (loopback: open it to the
+    /// dispatcher's network explicitly).
     pub listen_addr: String,
+    /// File holding the key a dispatcher must prove before the agent logs in to PostgreSQL for
+    /// it (at least 32 bytes of text). Relative to the config file. Required unless `key` is set.
+    pub key_file: Option<PathBuf>,
+    /// The key itself, instead of `key_file`.
+    pub key: Option<String>,
     /// The PostgreSQL server beside the agent. Default `127.0.0.1:5432`.
     pub postgres_addr: String,
     /// Password for roles the server does not trust (the same for every role). Default none.
@@ -295,7 +432,9 @@ pub struct AgentConfig {
 impl Default for AgentConfig {
     fn default() -> Self {
         AgentConfig {
-            listen_addr: "0.0.0.0:7432".into(),
+            listen_addr: "127.0.0.1:7432".into(),
+            key_file: None,
+            key: None,
             postgres_addr: "127.0.0.1:5432".into(),
             password: None,
             vip: None,
@@ -314,14 +453,19 @@ pub struct ValidAgentConfig {
     pub listen_addr: SocketAddr,
     pub postgres_addr: SocketAddr,
     pub settings: AgentConfig,
+    /// What dispatchers must prove.
+    pub key: LinkKey,
 }
 
 impl AgentConfig {
     pub fn load(path: &Path) -> Result<ValidAgentConfig> {
         let text =
             std::fs::read_to_string(path).map_err(|e| DispatchError::io(format!("reading {}", path.display()), e))?;
-        let config: AgentConfig =
+        let mut config: AgentConfig =
             toml::from_str(&text).map_err(|e| DispatchError::Config(vec![format!("{}: {e}", path.display())]))?;
+        if let (Some(folder), Some(file)) = (path.parent(), config.key_file.as_mut()) {
+            *file = folder.join(&*file);
+        }
         config.validate()
     }
 
@@ -332,9 +476,10 @@ impl AgentConfig {
         if !(1..=64).contains(&self.workers) {
             problems.push(format!("workers must be 1 to 64, not {}", self.workers));
         }
-        match (problems.is_empty(), listen, postgres) {
-            (true, Some(listen_addr), Some(postgres_addr)) => {
-                Ok(ValidAgentConfig { listen_addr, postgres_addr, settings: self })
+        let key = load_key((self.key.as_deref(), self.key_file.as_deref()), ("key", "key_file"), &mut problems);
+        match (problems.is_empty(), listen, postgres, key) {
+            (true, Some(listen_addr), Some(postgres_addr), Some(key)) => {
+                Ok(ValidAgentConfig { listen_addr, postgres_addr, settings: self, key })
             }
             _ => Err(DispatchError::Config(problems)),
         }
@@ -364,7 +509,11 @@ mod tests {
             primary = "be1"
             replicas = ["be1", "be2"]
         "#;
-        let config: DispatcherConfig = toml::from_str(text).expect("parses");
+        let text = text.replace(
+            "[dispatcher]",
+            &format!("[dispatcher]\nauth_type = \"trust\"\nagent_key = \"{}\"", "k".repeat(32)),
+        );
+        let config: DispatcherConfig = toml::from_str(&text).expect("parses");
         let valid = config.validate().expect("valid");
         assert_eq!(valid.backends[1].mac, Some([2, 0, 10, 0, 0, 4]));
         assert_eq!(valid.route_set("anything"), Some(&(0, vec![0, 1])));
@@ -386,6 +535,24 @@ mod tests {
         let Err(DispatchError::Config(problems)) = config.validate() else { panic!("must fail") };
         assert!(problems.len() >= 5, "{problems:#?}");
         assert!(toml::from_str::<DispatcherConfig>("[dispatcher]\nbogus = 1").is_err(), "unknown keys are errors");
+    }
+
+    // Goal: a default dispatcher and agent refuse to start without client auth and a link key;
+    // the agent binds loopback by default. Method: validate defaults.
+    #[test]
+    fn authentication_is_required_by_default() {
+        let mut config = DispatcherConfig::default();
+        config.backends.insert("be1".into(), BackendEntry { agent: "127.0.0.1:7432".into(), mac: None });
+        config.databases.insert("*".into(), DatabaseEntry { primary: "be1".into(), replicas: Vec::new() });
+        let Err(DispatchError::Config(problems)) = config.validate() else { panic!("must fail") };
+        let joined = problems.join("\n");
+        assert!(joined.contains("dispatcher.auth_file is required"), "{joined}");
+        assert!(joined.contains("dispatcher.agent_key_file is required"), "{joined}");
+        let Err(DispatchError::Config(problems)) = AgentConfig::default().validate() else { panic!("must fail") };
+        assert!(problems.join("\n").contains("key_file is required"), "{problems:?}");
+        assert_eq!(AgentConfig::default().listen_addr, "127.0.0.1:7432");
+        let short = AgentConfig { key: Some("short".into()), ..AgentConfig::default() };
+        assert!(short.validate().is_err(), "a short key is refused");
     }
 
     // Goal: MAC parsing is strict; method: good and bad inputs.

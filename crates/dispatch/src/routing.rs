@@ -1,7 +1,7 @@
 //! Per-query routing decisions, without I/O: what a statement is, and which backend gets it.
 //!
 //! ```text
-//!   SQL ─► lexer (skips strings, quoted names, comments; reads `route=` hints) ─► Statement
+//!   SQL ─► bypass_wire::sql lexer (strings, quoted names, comments; `route=` hints) ─► Statement
 //!   Statement + session (transaction? SET bypass.route?) ─► Primary | Replica
 //!   Replica ─► healthy, lag ≤ replica_lag_max_ms, least outstanding requests ─► backend id
 //! ```
@@ -295,65 +295,35 @@ fn called_functions(tokens: &[Token]) -> Option<Vec<String>> {
     Some(unknown)
 }
 
-/// Splits SQL into lowercased words and a few punctuation tokens, skipping string literals,
-/// quoted identifiers (kept as words, case preserved), dollar-quoted bodies and comments. A
-/// `route=replica|primary` inside a comment becomes the hint.
+/// Splits SQL into lowercased words and a few punctuation tokens with the project's one lexer
+/// ([`bypass_wire::sql`]): string literals and quoted identifiers kept as tokens, dollar-quoted
+/// bodies and comments skipped, numbers and operators as `Other`. A `route=replica|primary`
+/// inside a comment becomes the hint.
 fn lex(sql: &str) -> (Vec<Token>, Option<RouteHint>) {
-    let bytes = sql.as_bytes();
+    use bypass_wire::sql::{Lexer, Token as Lexed};
     let mut tokens = Vec::new();
     let mut hint = None;
-    let mut i = 0;
-    while i < bytes.len() {
-        let c = bytes[i];
-        match c {
-            b'-' if bytes.get(i + 1) == Some(&b'-') => {
-                let end = sql[i..].find('\n').map_or(bytes.len(), |n| i + n);
-                hint = hint.or(comment_hint(&sql[i..end]));
-                i = end;
+    for lexed in Lexer::new(sql) {
+        let token = match lexed {
+            Lexed::Comment(text) => {
+                hint = hint.or(comment_hint(text));
+                continue;
             }
-            b'/' if bytes.get(i + 1) == Some(&b'*') => {
-                let end = block_comment_end(bytes, i);
-                hint = hint.or(comment_hint(&sql[i..end]));
-                i = end;
-            }
-            b'\'' | b'"' => {
-                let end = quoted_end(bytes, i, c);
-                let text = &sql[i + 1..end.saturating_sub(1).max(i + 1)];
-                tokens.push(if c == b'"' {
-                    Token::Quoted(text.to_string())
-                } else {
-                    Token::Literal(text.to_ascii_lowercase())
-                });
-                i = end;
-            }
-            b'$' => i = dollar_quoted_end(sql, i),
-            b'(' => {
-                tokens.push(Token::Open);
-                i += 1;
-            }
-            b';' => {
-                tokens.push(Token::Semicolon);
-                i += 1;
-            }
-            b'.' => {
-                tokens.push(Token::Dot);
-                i += 1;
-            }
-            c if c.is_ascii_alphabetic() || c == b'_' => {
-                let start = i;
-                while i < bytes.len() && (bytes[i].is_ascii_alphanumeric() || bytes[i] == b'_' || bytes[i] == b'$') {
-                    i += 1;
+            Lexed::DollarBody(_) => continue,
+            Lexed::Word(word) => Token::Word(word.to_ascii_lowercase()),
+            Lexed::Quoted(name) => Token::Quoted(name.to_string()),
+            Lexed::Literal(text) => Token::Literal(text.to_ascii_lowercase()),
+            Lexed::Open => Token::Open,
+            Lexed::Semicolon => Token::Semicolon,
+            Lexed::Dot => Token::Dot,
+            Lexed::Number(_) | Lexed::Close | Lexed::Comma | Lexed::Symbol(_) => {
+                if matches!(tokens.last(), Some(Token::Other)) {
+                    continue;
                 }
-                tokens.push(Token::Word(sql[start..i].to_ascii_lowercase()));
+                Token::Other
             }
-            c if c.is_ascii_whitespace() => i += 1,
-            _ => {
-                if !matches!(tokens.last(), Some(Token::Other)) {
-                    tokens.push(Token::Other);
-                }
-                i += 1;
-            }
-        }
+        };
+        tokens.push(token);
     }
     (tokens, hint)
 }
@@ -368,58 +338,6 @@ fn comment_hint(comment: &str) -> Option<RouteHint> {
         Some(RouteHint::Primary)
     } else {
         None
-    }
-}
-
-/// End (exclusive) of a `/* … */` comment starting at `start`; nested as in PostgreSQL.
-fn block_comment_end(bytes: &[u8], start: usize) -> usize {
-    let mut depth = 0usize;
-    let mut i = start;
-    while i + 1 < bytes.len() {
-        match (bytes[i], bytes[i + 1]) {
-            (b'/', b'*') => {
-                depth += 1;
-                i += 2;
-            }
-            (b'*', b'/') => {
-                depth -= 1;
-                i += 2;
-                if depth == 0 {
-                    return i;
-                }
-            }
-            _ => i += 1,
-        }
-    }
-    bytes.len()
-}
-
-/// End (exclusive) of a literal quoted with `quote` starting at `start`; doubled quotes escape.
-fn quoted_end(bytes: &[u8], start: usize, quote: u8) -> usize {
-    let mut i = start + 1;
-    while i < bytes.len() {
-        if bytes[i] == quote {
-            if bytes.get(i + 1) == Some(&quote) {
-                i += 2;
-                continue;
-            }
-            return i + 1;
-        }
-        i += 1;
-    }
-    bytes.len()
-}
-
-/// End of `$tag$ … $tag$` starting at `start`, or just past a lone `$` (a parameter like `$1`).
-fn dollar_quoted_end(sql: &str, start: usize) -> usize {
-    let rest = &sql[start + 1..];
-    let tag_len = rest.find('$').filter(|&n| rest[..n].bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'));
-    let Some(tag_len) = tag_len else { return start + 1 };
-    let delimiter = &sql[start..start + tag_len + 2];
-    let body_start = start + delimiter.len();
-    match sql[body_start..].find(delimiter) {
-        Some(n) => body_start + n + delimiter.len(),
-        None => sql.len(),
     }
 }
 

@@ -6,7 +6,6 @@ mod common;
 use std::time::Duration;
 
 use bypass_dispatch::config::Policy;
-use bypass_dispatch::pglogin::LoginRequest;
 use bypass_lab::loadgen::{self, LoadSpec, Target};
 use common::LabCluster;
 
@@ -27,7 +26,7 @@ fn load(cluster: &LabCluster, size: u64, connections_per_client: usize, queries:
         duration: Duration::ZERO,
         queries_min: queries,
         queries_max: queries,
-        login: LoginRequest::trust("postgres", "postgres"),
+        login: common::login(),
         read_timeout: Duration::from_secs(30),
     }
 }
@@ -125,11 +124,8 @@ fn a_query_sent_while_away_travels_home_and_is_answered() -> anyhow::Result<()> 
     let cluster = LabCluster::start("hc", Policy::Handover, 1)?;
     let service = cluster.service();
     let outcome = bypass_dispatch::netns::run_in(&cluster.lab.client(1).namespace, move || {
-        let mut connection = bypass_lab::pgclient::PgConnection::connect(
-            service,
-            LoginRequest::trust("postgres", "postgres"),
-            Duration::from_secs(30),
-        )?;
+        let mut connection =
+            bypass_lab::pgclient::PgConnection::connect(service, common::login(), Duration::from_secs(30))?;
         for round in 0..5u64 {
             connection.send_query(&query(round * 2 + 1, 2 << 20))?;
             std::thread::sleep(Duration::from_millis(1));
@@ -159,22 +155,16 @@ fn a_backend_killed_mid_result_fails_only_its_client() -> anyhow::Result<()> {
     let mut cluster = LabCluster::start_with("hd", Policy::Handover, 1, &["be2"])?;
     let service = cluster.service();
     let big = bypass_dispatch::netns::spawn_in(&cluster.lab.client(1).namespace, "big", move || {
-        let mut connection = bypass_lab::pgclient::PgConnection::connect(
-            service,
-            LoginRequest::trust("postgres", "postgres"),
-            Duration::from_secs(30),
-        )?;
+        let mut connection =
+            bypass_lab::pgclient::PgConnection::connect(service, common::login(), Duration::from_secs(30))?;
         connection.send_query(&query(1, 128 << 20))?;
         connection.read_payload(&mut Verifier::new(1, 1, 128 << 20))
     })?;
     let stop = Arc::new(AtomicBool::new(false));
     let stop_other = stop.clone();
     let other = bypass_dispatch::netns::spawn_in(&cluster.lab.client(2).namespace, "other", move || {
-        let mut connection = bypass_lab::pgclient::PgConnection::connect(
-            service,
-            LoginRequest::trust("postgres", "postgres"),
-            Duration::from_secs(30),
-        )?;
+        let mut connection =
+            bypass_lab::pgclient::PgConnection::connect(service, common::login(), Duration::from_secs(30))?;
         let mut queries = 0u64;
         while !stop_other.load(Ordering::Relaxed) {
             queries += 1;
@@ -193,11 +183,8 @@ fn a_backend_killed_mid_result_fails_only_its_client() -> anyhow::Result<()> {
     assert!(big_outcome.is_err(), "the killed backend's client must see an error, got {big_outcome:?}");
     // The client reconnects; its read falls back to the primary while the replica is down.
     let again = bypass_dispatch::netns::run_in(&cluster.lab.client(1).namespace, move || {
-        let mut connection = bypass_lab::pgclient::PgConnection::connect(
-            service,
-            LoginRequest::trust("postgres", "postgres"),
-            Duration::from_secs(30),
-        )?;
+        let mut connection =
+            bypass_lab::pgclient::PgConnection::connect(service, common::login(), Duration::from_secs(30))?;
         connection.send_query(&query(5, 1 << 20))?;
         connection.read_payload(&mut Verifier::new(1, 5, 1 << 20))
     })?;
@@ -227,11 +214,8 @@ fn hybrid_relays_small_answers_and_hands_over_large_ones() -> anyhow::Result<()>
         (read(&s.handovers), read(&s.on_demand))
     };
     let steps = bypass_dispatch::netns::run_in(&cluster.lab.client(1).namespace, move || {
-        let mut connection = bypass_lab::pgclient::PgConnection::connect(
-            service,
-            LoginRequest::trust("postgres", "postgres"),
-            Duration::from_secs(30),
-        )?;
+        let mut connection =
+            bypass_lab::pgclient::PgConnection::connect(service, common::login(), Duration::from_secs(30))?;
         let mut seen = Vec::new();
         for (seed, size) in [(1u64, 4096u64), (2, 4 << 20), (3, 4 << 20), (4, 4096), (5, 4096)] {
             connection.send_query(&query(seed, size))?;
@@ -263,11 +247,8 @@ fn on_demand_hand_overs_mid_answer_are_byte_exact_without_resets() -> anyhow::Re
     let mut threads = Vec::new();
     for client in cluster.lab.clients() {
         threads.push(bypass_dispatch::netns::spawn_in(&client.namespace, "alternating", move || {
-            let mut connection = bypass_lab::pgclient::PgConnection::connect(
-                service,
-                LoginRequest::trust("postgres", "postgres"),
-                Duration::from_secs(30),
-            )?;
+            let mut connection =
+                bypass_lab::pgclient::PgConnection::connect(service, common::login(), Duration::from_secs(30))?;
             for round in 0..8u64 {
                 for (seed, size) in [(round * 2 + 1, 4096u64), (round * 2 + 2, 16 << 20)] {
                     connection.send_query(&query(seed, size))?;
@@ -309,11 +290,8 @@ fn connections_move_with_megabytes_unacknowledged() -> anyhow::Result<()> {
     let mut threads = Vec::new();
     for client in cluster.lab.clients() {
         threads.push(bypass_dispatch::netns::spawn_in(&client.namespace, "unacknowledged", move || {
-            let mut connection = bypass_lab::pgclient::PgConnection::connect(
-                service,
-                LoginRequest::trust("postgres", "postgres"),
-                Duration::from_secs(30),
-            )?;
+            let mut connection =
+                bypass_lab::pgclient::PgConnection::connect(service, common::login(), Duration::from_secs(30))?;
             for round in 0..6u64 {
                 for (seed, size) in [(round * 2 + 1, 4u64 << 20), (round * 2 + 2, 64 << 10)] {
                     connection.send_query(&query(seed, size))?;
@@ -345,7 +323,7 @@ fn a_client_closing_with_its_query_is_answered_by_relay_without_a_reset() -> any
     let cluster = LabCluster::start("hf", Policy::Handover, 1)?;
     let (resets_before, _) = common::resets(&cluster.lab)?;
     let service = cluster.service();
-    let login = || LoginRequest::trust("postgres", "postgres");
+    let login = || common::login();
     let closing = bypass_dispatch::netns::run_in(&cluster.lab.client(1).namespace, move || {
         let mut connection = PgConnection::connect(service, login(), Duration::from_secs(30))?;
         connection.send_query_and_close(&query(1, 1 << 20))?;

@@ -28,34 +28,36 @@ use crate::shared::Shared;
 /// Bound on the lookup's answer messages (a misconfigured query returning a table).
 const ANSWER_MESSAGES_MAX: usize = 64;
 
-fn password_failed(user: &str) -> PoolerError {
-    PoolerError::refused(SqlState::INVALID_PASSWORD, format!("password authentication failed for user \"{user}\""))
-}
-
 /// The stored secret of `user`: the auth file's, else `auth_query`'s answer when `auth_user` is
-/// set. An unknown user is refused as a wrong password would be (no user enumeration).
-pub async fn secret_for(shared: &Shared, pool: &Pool, user: &str) -> Result<Secret, PoolerError> {
+/// set and the client's database is known (`target`: where its pool would log in). `None` for a
+/// user found nowhere, who then gets the front door's mock exchange (no user enumeration).
+pub async fn secret_for(
+    shared: &Shared,
+    target: Option<&LoginTarget>,
+    database: &str,
+    user: &str,
+) -> Result<Option<Secret>, PoolerError> {
     let live = shared.live();
     if let Some(secret) = live.auth.get(user) {
-        return Ok(secret.clone());
+        return Ok(Some(secret.clone()));
     }
-    let Some(auth_user) = live.settings.auth_user.as_deref() else {
-        return Err(password_failed(user));
+    let (Some(auth_user), Some(target)) = (live.settings.auth_user.as_deref(), target) else {
+        return Ok(None);
     };
-    let scope = format!("{}/{}", pool.target.address, pool.target.dbname);
+    let scope = format!("{}/{}", target.address, target.dbname);
     if let Some(secret) = shared.auth_cache.get(&scope, user, Instant::now()) {
-        return Ok(secret);
+        return Ok(Some(secret));
     }
     let permit = shared.auth_cache.lookups.acquire().await.expect("the semaphore is never closed");
     // Another client may have looked the same user up while this one waited.
     if let Some(secret) = shared.auth_cache.get(&scope, user, Instant::now()) {
-        return Ok(secret);
+        return Ok(Some(secret));
     }
-    let found = look_up(shared, pool, auth_user, user).await;
+    let found = look_up(shared, target, database, auth_user, user).await;
     drop(permit);
-    let secret = found?.ok_or_else(|| password_failed(user))?;
+    let Some(secret) = found? else { return Ok(None) };
     shared.auth_cache.insert(&scope, user, secret.clone(), Instant::now());
-    Ok(secret)
+    Ok(Some(secret))
 }
 
 /// How the pooler logs in as `auth_user`: its auth file entry, else the password of a database
@@ -78,9 +80,15 @@ fn auth_user_credential(shared: &Shared, database: &str, auth_user: &str) -> Cre
     }
 }
 
-async fn look_up(shared: &Shared, pool: &Pool, auth_user: &str, user: &str) -> Result<Option<Secret>, PoolerError> {
-    let target = LoginTarget { user: auth_user.to_owned(), ..pool.target.clone() };
-    let credential = auth_user_credential(shared, &pool.key.database, auth_user);
+async fn look_up(
+    shared: &Shared,
+    target: &LoginTarget,
+    database: &str,
+    auth_user: &str,
+    user: &str,
+) -> Result<Option<Secret>, PoolerError> {
+    let target = LoginTarget { user: auth_user.to_owned(), ..target.clone() };
+    let credential = auth_user_credential(shared, database, auth_user);
     let limits = ServerLimits { message_size_max: shared.live().settings.message_size_max, statements_max: 0 };
     let timeout = Duration::from_millis(shared.live().settings.server_connect_timeout_ms);
     // Not counted in any pool: the connection lives only for this one query.

@@ -40,6 +40,11 @@ impl ClientSide {
         }
     }
 
+    /// A client on a negotiated connection whose first bytes are already in `buffer`.
+    pub fn with_buffer(stream: Stream, buffer: Buffer) -> Self {
+        ClientSide { stream, buffer, scanner: Scanner::new(), out: Vec::with_capacity(512), mirror: None }
+    }
+
     /// Reads once into the buffer; `Ok(0)` means the client closed. Where a logged-in client's
     /// bytes are read in user space, so a user-space mirror copies them here (the kernel path
     /// in `session/kernel.rs` reads on its own: its clients are never mirrored in user space).

@@ -257,6 +257,19 @@ settings! {
         /// name, run as `auth_user` in the client's database. Default
         /// `SELECT usename, passwd FROM pg_shadow WHERE usename=$1` (as PgBouncer).
         reload auth_query: String = "SELECT usename, passwd FROM pg_shadow WHERE usename=$1".into(),
+        /// Wait before answering a failed authentication, ms (as PostgreSQL's `auth_delay`): slows
+        /// password guessing. 0 = answer at once. Default 0.
+        reload auth_failure_delay_ms: u64 = 0,
+        /// Failed logins one client address may have within `failed_login_window_ms` before its
+        /// further logins are refused (28000, before any exchange) until the window passes;
+        /// 0 = no limit. Default 0.
+        reload failed_logins_per_address_max: u32 = 0,
+        /// The window of `failed_logins_per_address_max`, ms. Default 60000.
+        reload failed_login_window_ms: u64 = 60_000,
+        /// Pools of a database not listed in `[databases]` (served by the `*` entry) are dropped,
+        /// with that database's limit, once they have been unused (no client, no server in use)
+        /// this long, ms; 0 = never. Default 3600000 (PgBouncer's `autodb_idle_timeout`).
+        reload autodb_idle_timeout_ms: u64 = 3_600_000,
         /// Where steady-state bytes of transaction-mode plaintext clients move: `user` (the pooler
         /// relays them) or `kernel` (eBPF `sk_skb` programs forward them between client and server
         /// sockets and return servers to the pool inside the kernel; user space keeps login, TLS,

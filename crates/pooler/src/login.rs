@@ -1,32 +1,35 @@
-//! The client side of connection start: startup packet, SSL/GSS refusal when TLS is off
-//! (encryption is negotiated before, in [`crate::tls`]), cancel requests, the hba decision,
-//! authentication (trust, MD5, SCRAM-SHA-256, cleartext, certificate; secrets from the auth file
-//! or [`crate::auth_query`]) and the welcome a client sees after it.
+//! The client side of connection start, on the front door ([`bypass_frontdoor::login`]):
+//! negotiation (SSLRequest/GSSENCRequest/direct TLS), the first packet (a CancelRequest is
+//! forwarded), the hba decision, authentication (trust, MD5, SCRAM-SHA-256, cleartext,
+//! certificate; secrets from the auth file or [`crate::auth_query`], a mock exchange for users
+//! found nowhere), then the pool and the welcome.
 //!
 //! ```text
-//!  Startup ─► SSLRequest/GSSENCRequest ─► 'N' ─► Startup
+//!  negotiate ─► StartupMessage ─► per-address bound, TLS required?, max_client_conn, parameters
 //!     │ CancelRequest ─► forward to the linked server, close
 //!     ▼
-//!  pool for (database, user) ─► authenticate ─► server params known? (else log in one server)
+//!  method (hba | auth_type) ─► secret (auth file | auth_query | none: mock) ─► exchange
+//!     ─► pool for (database, user) (created now, never for a stranger) ─► server params known?
 //!     ─► AuthenticationOk, ParameterStatus…, BackendKeyData (ours), ReadyForQuery ─► Session
+//!  any failure ─► one warn line (user, database, client, reason), count + delay if class 28
 //! ```
 
+use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use tokio::net::TcpStream;
+use tokio::net::{TcpStream, UnixStream};
 
+use bypass_frontdoor::login::{self as door, Attempt, First, LoginError};
+use bypass_frontdoor::{Attempted, Proof, Refusal};
+use bypass_wire::auth::Method;
 use bypass_wire::backend::build;
-use bypass_wire::scram::{constant_time_eq, ClientSecret, ServerExchange, MECHANISM};
-use bypass_wire::startup::{decode_startup, StartupParams};
-use bypass_wire::{auth_messages, md5, Authentication, BackendMessage, SqlState, StartupPacket, TransactionStatus};
-use rand::Rng;
+use bypass_wire::scram::ClientSecret;
+use bypass_wire::{Authentication, SqlState, StartupRequest, TransactionStatus};
 
 use crate::auth_file::Secret;
 use crate::config::{AuthType, PoolMode, PoolerSettings, SessionStatePolicy};
-use crate::error::PoolerError;
-use crate::hba::HbaMethod;
-use crate::io::{body, read_message, read_some, ReadFailure};
+use crate::error::{PoolerError, TimeoutKind};
 use crate::params::{tracked_index, ParamSet, TRACKED};
 use std::os::fd::AsRawFd;
 
@@ -36,10 +39,9 @@ use crate::pool::{acquire_current, Pool, Waiter};
 use crate::server::{Credential, ServerConn};
 use crate::session::Session;
 use crate::shared::Shared;
-use crate::tls::{accept_client, REQUEST_LEN};
 
-/// What the startup packet asked for, copied out of the client's buffer.
-struct StartupRequest {
+/// What the startup packet asked for, with the parameters the pooler tracks.
+struct Startup {
     user: String,
     database: String,
     wanted: ParamSet,
@@ -56,56 +58,188 @@ pub enum LoginOutcome {
     Admin(crate::admin::Console),
 }
 
-/// Runs connection start on a freshly accepted client. A client over `max_client_conn` is read
-/// up to its startup packet (so it can understand the answer) and refused.
-/// `shard` is the runtime the client runs on.
+/// Runs connection start on a freshly negotiated client within `client_login_timeout_ms`. A
+/// client over `max_client_conn` is read up to its startup packet (so it can understand the
+/// answer) and refused. `shard` is the runtime the client runs on. A failure is logged (one
+/// warn line), counted and delayed (`auth_failure_delay_ms`) here; the caller sends the FATAL.
 pub async fn login(
     shared: &Arc<Shared>,
     client: &mut ClientSide,
     over_limit: bool,
     shard: usize,
 ) -> Result<LoginOutcome, PoolerError> {
-    let Some(request) = read_startup(shared, client).await? else {
-        return Ok(LoginOutcome::Cancelled);
+    let peer = client.stream.peer_addr();
+    let timeout = Duration::from_millis(shared.live().settings.client_login_timeout_ms);
+    let mut startup = None;
+    let result = match tokio::time::timeout(timeout, start(shared, client, over_limit, shard, &mut startup)).await {
+        Ok(result) => result,
+        Err(_) => Err(PoolerError::Timeout(TimeoutKind::ClientLogin)),
     };
-    crate::tls::check_client(shared.tls.client.as_deref(), &client.stream)?;
+    if let Err(error) = &result {
+        let attempted = Attempted {
+            peer,
+            user: startup.as_ref().map(|s: &Startup| s.user.as_str()),
+            database: startup.as_ref().map(|s| s.database.as_str()),
+        };
+        shared.guard.on_failure(attempted, &as_login_error(error)).await;
+    }
+    result
+}
+
+/// A pooler error as the front door's accounting sees it: the client's report, or its absence.
+fn as_login_error(error: &PoolerError) -> LoginError {
+    match (error, error.client_report()) {
+        (PoolerError::Refused { code, message }, _) => LoginError::Refused(Refusal::new(*code, message.clone())),
+        (_, Some((code, message))) => {
+            LoginError::Refused(Refusal::new(SqlState::from_code(&code).unwrap_or(SqlState::INTERNAL_ERROR), message))
+        }
+        (_, None) => LoginError::Io(std::io::Error::other(error.to_string())),
+    }
+}
+
+fn from_door(error: LoginError) -> PoolerError {
+    match error {
+        LoginError::Io(error) => PoolerError::ClientIo(error),
+        LoginError::Refused(refusal) => PoolerError::Refused { code: refusal.code, message: refusal.message },
+    }
+}
+
+fn refused(refusal: Refusal) -> PoolerError {
+    PoolerError::Refused { code: refusal.code, message: refusal.message }
+}
+
+async fn start(
+    shared: &Arc<Shared>,
+    client: &mut ClientSide,
+    over_limit: bool,
+    shard: usize,
+    startup: &mut Option<Startup>,
+) -> Result<LoginOutcome, PoolerError> {
+    let request = match door::read_first(&mut client.stream, &mut client.buffer).await.map_err(from_door)? {
+        First::Cancel(cancel) => {
+            shared.forward_cancel(cancel.process_id, &cancel.secret);
+            return Ok(LoginOutcome::Cancelled);
+        }
+        First::Startup(request) => request,
+    };
+    let live = shared.live();
+    let tracked = tracked_parameters(&request, &live.settings);
+    let who = startup.insert(Startup {
+        user: request.user.clone(),
+        database: request.database.clone(),
+        wanted: ParamSet::default(),
+        options: None,
+    });
+    // A Unix-socket client is local: no address to count, and TLS is not offered there (as
+    // PostgreSQL).
+    let address = client.stream.peer_addr().map(|peer| peer.ip());
+    if let Some(address) = address {
+        shared.guard.admit(address, Instant::now()).map_err(refused)?;
+    }
+    let plaintext_refused = shared.tls.client.as_ref().is_some_and(|tls| tls.acceptor.plaintext_refused);
+    if plaintext_refused && !client.stream.is_tls() && !client.stream.is_unix() {
+        return Err(PoolerError::refused(
+            SqlState::INVALID_AUTHORIZATION_SPECIFICATION,
+            "SSL required: this pooler accepts TLS connections only",
+        ));
+    }
     if over_limit {
         return Err(PoolerError::refused(
             SqlState::TOO_MANY_CONNECTIONS,
             "no more connections allowed (max_client_conn)",
         ));
     }
-    let live = shared.live();
-    let method = crate::hba::client_method(
-        live.hba.as_ref(),
-        live.settings.auth_type,
-        &client.stream,
-        &request.database,
-        &request.user,
-    )?;
-    if crate::admin::is_console(&request.database) {
-        let access = crate::admin::access(&live.settings, &request.user);
-        authenticate(shared, client, &request.user, None, method).await?;
-        let access = access.ok_or_else(|| {
+    (who.wanted, who.options) = tracked?;
+    request.write_negotiation(&mut client.out);
+    let method = client_method(&live, address, client.stream.is_tls(), &request)?;
+    let who: &Startup = who;
+    if crate::admin::is_console(&who.database) {
+        let secret = live.auth.get(&who.user).cloned();
+        authenticate(shared, client, &who.user, method, secret.as_ref()).await?;
+        let access = crate::admin::access(&live.settings, &who.user).ok_or_else(|| {
             let text = format!(
                 "user \"{}\" is not allowed to use the admin console: list it in admin_users (every command) \
                  or stats_users (SHOW only) under [pooler]",
-                request.user
+                who.user
             );
             PoolerError::refused(SqlState::INVALID_AUTHORIZATION_SPECIFICATION, text)
         })?;
-        let registration = register(shared, client, &request)?;
+        let registration = register(shared, client, who)?;
         crate::admin::welcome(client, &registration).await?;
         return Ok(LoginOutcome::Admin(crate::admin::Console::new(shared.clone(), access, registration)));
     }
+    welcome_pooled(shared, client, who, method, shard).await
+}
+
+/// The method for a client: the hba file's, else `auth_type`'s. The hba file has host lines
+/// only, so a Unix-socket client under one is refused.
+fn client_method(
+    live: &crate::shared::Live,
+    address: Option<std::net::IpAddr>,
+    tls: bool,
+    request: &StartupRequest,
+) -> Result<Method, PoolerError> {
+    let fallback = fallback_method(live.settings.auth_type);
+    match address {
+        Some(address) => door::choose_method(live.hba.as_ref(), fallback, address, tls, request).map_err(refused),
+        None if live.hba.is_some() => Err(PoolerError::refused(
+            SqlState::INVALID_AUTHORIZATION_SPECIFICATION,
+            format!(
+                "no hba entry for a Unix-socket connection, user \"{}\", database \"{}\" (the hba file has host \
+                 lines only)",
+                request.user, request.database
+            ),
+        )),
+        None => Ok(fallback),
+    }
+}
+
+/// The method when no hba file decides.
+fn fallback_method(auth_type: AuthType) -> Method {
+    match auth_type {
+        AuthType::Trust => Method::Trust,
+        AuthType::Md5 => Method::Md5,
+        AuthType::ScramSha256 => Method::ScramSha256,
+    }
+}
+
+/// Authenticates a pooled client, then (and only then) finds or creates its pool, logs in a
+/// server when needed and sends the welcome.
+async fn welcome_pooled(
+    shared: &Arc<Shared>,
+    client: &mut ClientSide,
+    request: &Startup,
+    method: Method,
+    shard: usize,
+) -> Result<LoginOutcome, PoolerError> {
+    let target = shared.login_target(&request.database, &request.user).transpose()?;
+    let needs_secret = matches!(method, Method::Md5 | Method::ScramSha256 | Method::Password);
+    let secret = match needs_secret {
+        true => crate::auth_query::secret_for(shared, target.as_ref(), &request.database, &request.user).await?,
+        false => None,
+    };
+    let proof = authenticate(shared, client, &request.user, method, secret.as_ref()).await?;
+    if target.is_none() {
+        return Err(PoolerError::refused(
+            SqlState::INVALID_CATALOG_NAME,
+            format!("no such database: {}", request.database),
+        ));
+    }
     shared.refuse_disabled(&request.database)?;
     let mut pool = shared.pool_with_options(&request.database, &request.user, request.options.as_deref())?;
-    authenticate(shared, client, &request.user, Some(&pool), method).await?;
+    pool.learn(&proof);
     let waiter = Waiter::new();
-    let server = first_server(&mut pool, &waiter, shard).await?;
+    let server = match first_server(&mut pool, &waiter, shard).await {
+        Ok(server) => server,
+        Err(error) => {
+            // A (database, user) no server accepts leaves no pool behind.
+            shared.forget_unused_pool(&pool);
+            return Err(error);
+        }
+    };
     let welcome = pool.welcome.get().cloned().unwrap_or_default();
     let wanted = wanted_params(&welcome.parameters, &request.wanted);
-    let registration = register(shared, client, &request)?;
+    let registration = register(shared, client, request)?;
     client.out.clear();
     build::authentication(&mut client.out, &Authentication::Ok);
     for (name, value) in &welcome.parameters {
@@ -137,7 +271,25 @@ pub async fn login(
     Ok(LoginOutcome::Session(Box::new(session)))
 }
 
-fn register(shared: &Shared, client: &ClientSide, request: &StartupRequest) -> Result<Registration, PoolerError> {
+/// Runs the front door's exchange for `method` with the user's `secret` (`None`: the mock
+/// exchange), and sends what it left to send (a SASLFinal, a protocol negotiation).
+async fn authenticate(
+    shared: &Shared,
+    client: &mut ClientSide,
+    user: &str,
+    method: Method,
+    secret: Option<&Secret>,
+) -> Result<Proof, PoolerError> {
+    let attempt =
+        Attempt { method, user, secret, mock: &shared.mock, message_size_max: shared.live().settings.message_size_max };
+    let proof = door::authenticate(&mut client.stream, &mut client.buffer, &mut client.out, attempt)
+        .await
+        .map_err(from_door)?;
+    client.flush().await?;
+    Ok(proof)
+}
+
+fn register(shared: &Shared, client: &ClientSide, request: &Startup) -> Result<Registration, PoolerError> {
     let info = ClientInfo {
         user: request.user.clone(),
         database: request.database.clone(),
@@ -185,242 +337,49 @@ fn wanted_params(server_defaults: &[(String, String)], from_client: &ParamSet) -
     wanted
 }
 
-/// Reads startup packets until a StartupMessage; `None` after a CancelRequest.
-async fn read_startup(shared: &Shared, client: &mut ClientSide) -> Result<Option<StartupRequest>, PoolerError> {
-    loop {
-        let Some((packet, used)) = decode_startup(client.buffer.pending()).map_err(PoolerError::ClientProtocol)? else {
-            if read_some(&mut client.stream, &mut client.buffer).await.map_err(PoolerError::ClientIo)? == 0 {
-                return Err(PoolerError::ClientIo(std::io::ErrorKind::UnexpectedEof.into()));
-            }
-            continue;
-        };
-        match packet {
-            StartupPacket::SslRequest | StartupPacket::GssEncRequest => {
-                client.buffer.consume(used);
-                client.stream.write_all(b"N").await.map_err(PoolerError::ClientIo)?;
-            }
-            StartupPacket::Cancel { process_id, secret_key } => {
-                shared.forward_cancel(process_id, secret_key);
-                return Ok(None);
-            }
-            StartupPacket::Startup(params) => {
-                let request = startup_request(&params, &shared.live().settings, &mut client.out)?;
-                client.buffer.consume(used);
-                client.flush().await?;
-                return Ok(Some(request));
-            }
-        }
-    }
-}
-
-/// Copies what we need out of the startup parameters and refuses what we cannot honor. Protocol
-/// options (`_pq_.*`) and minor versions above 3.0 get a NegotiateProtocolVersion in `out`.
-fn startup_request(
-    params: &StartupParams<'_>,
+/// The startup parameters the pooler tracks and replays, and `options` when `pass_options`
+/// sends it on to servers. Names in `ignore_startup_parameters` are dropped; any other
+/// unsupported one is refused with 0A000 (after authentication, as every refusal about the
+/// session itself).
+fn tracked_parameters(
+    request: &StartupRequest,
     settings: &PoolerSettings,
-    out: &mut Vec<u8>,
-) -> Result<StartupRequest, PoolerError> {
-    let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
-    let user = params.get("user").filter(|u| !u.is_empty()).map(text).ok_or_else(|| {
-        PoolerError::refused(
-            SqlState::INVALID_AUTHORIZATION_SPECIFICATION,
-            "no PostgreSQL user name specified in startup packet",
-        )
-    })?;
-    let database = params.get("database").filter(|d| !d.is_empty()).map(text).unwrap_or_else(|| user.clone());
+) -> Result<(ParamSet, Option<String>), PoolerError> {
     let mut wanted = ParamSet::default();
-    let mut unrecognized = Vec::new();
     let mut options = None;
-    for (name, value) in params.iter() {
-        let ignored = settings.ignore_startup_parameters.iter().any(|p| p.as_bytes() == name);
-        let known = matches!(name, b"user" | b"database") || (name == b"options" && value.is_empty()) || ignored;
-        if name.starts_with(b"_pq_.") {
-            unrecognized.push(name);
-        } else if name == b"options" && !known && settings.pass_options {
-            options = Some(text(value));
-        } else if !known && !wanted.update(name, value) {
-            let name = String::from_utf8_lossy(name);
+    for (name, value) in &request.parameters {
+        let ignored =
+            (name == "options" && value.is_empty()) || settings.ignore_startup_parameters.iter().any(|p| p == name);
+        if ignored {
+            continue;
+        }
+        if name == "options" && settings.pass_options {
+            options = Some(value.clone());
+        } else if !wanted.update(name.as_bytes(), value.as_bytes()) {
+            let hint = if name == "options" { ", or set pass_options" } else { "" };
             return Err(PoolerError::refused(
                 SqlState::FEATURE_NOT_SUPPORTED,
                 format!(
-                    "unsupported startup parameter: {name} (list it in ignore_startup_parameters to drop it{})",
-                    if name == "options" { ", or set pass_options" } else { "" }
+                    "unsupported startup parameter: {name} (list it in ignore_startup_parameters to drop it{hint})"
                 ),
             ));
         }
     }
-    if params.minor_version > 0 || !unrecognized.is_empty() {
-        negotiate_protocol(out, &unrecognized);
-    }
-    Ok(StartupRequest { user, database, wanted, options })
-}
-
-fn negotiate_protocol(out: &mut Vec<u8>, unrecognized: &[&[u8]]) {
-    let mut raw = Vec::new();
-    for name in unrecognized {
-        bypass_wire::write::put_cstr(&mut raw, name);
-    }
-    let list = bypass_wire::backend::ValueListOfStrings { count: unrecognized.len(), raw: &raw };
-    BackendMessage::NegotiateProtocolVersion { newest_minor: 0, unrecognized: list }.encode(out);
-}
-
-fn password_failed(user: &str) -> PoolerError {
-    PoolerError::refused(SqlState::INVALID_PASSWORD, format!("password authentication failed for user \"{user}\""))
-}
-
-/// Proves the client's identity per its method (hba file or `auth_type`) and stored secret.
-/// `pool` learns the client's SCRAM keys or MD5 hash to log in to servers as that user; the admin
-/// console has none (its users must be in the auth file).
-async fn authenticate(
-    shared: &Shared,
-    client: &mut ClientSide,
-    user: &str,
-    pool: Option<&Pool>,
-    method: HbaMethod,
-) -> Result<(), PoolerError> {
-    let auth_type = match method {
-        HbaMethod::Trust => return Ok(()),
-        HbaMethod::Cert => return crate::hba::check_certificate(&client.stream, user),
-        // client_method refuses `reject` before any pool exists; kept total for safety.
-        HbaMethod::Reject => {
-            return Err(PoolerError::refused(SqlState::INVALID_AUTHORIZATION_SPECIFICATION, "rejected by hba"))
-        }
-        HbaMethod::Md5 | HbaMethod::Password => AuthType::Md5,
-        HbaMethod::ScramSha256 => AuthType::ScramSha256,
-    };
-    let secret = match pool {
-        Some(pool) => crate::auth_query::secret_for(shared, pool, user).await?,
-        None => shared.live().auth.get(user).cloned().ok_or_else(|| password_failed(user))?,
-    };
-    if method == HbaMethod::Password {
-        return cleartext_exchange(shared, client, user, &secret, pool).await;
-    }
-    match (&secret, auth_type) {
-        (Secret::Scram(verifier), _) | (Secret::Plain { verifier, .. }, AuthType::ScramSha256) => {
-            let client_key = scram_exchange(shared, client, user, verifier).await?;
-            if let Some(pool) = pool {
-                pool.learn_scram_keys(client_key, verifier);
-            }
-            Ok(())
-        }
-        (Secret::Plain { password, .. }, AuthType::Md5) => {
-            md5_exchange(shared, client, user, &md5::stored_hash(user.as_bytes(), password.as_bytes())).await
-        }
-        (Secret::Md5(stored), AuthType::Md5) => {
-            md5_exchange(shared, client, user, stored).await?;
-            if let Some(pool) = pool {
-                pool.learn_md5_hash(stored);
-            }
-            Ok(())
-        }
-        // An MD5 hash cannot answer SCRAM: refuse as a wrong password would be.
-        (Secret::Md5(_), _) | (Secret::Plain { .. }, AuthType::Trust) => Err(password_failed(user)),
-    }
-}
-
-/// hba `password`: the client sends its password in clear (over TLS, one hopes); it is checked
-/// against whatever form the secret is stored in.
-async fn cleartext_exchange(
-    shared: &Shared,
-    client: &mut ClientSide,
-    user: &str,
-    secret: &Secret,
-    pool: Option<&Pool>,
-) -> Result<(), PoolerError> {
-    client.out.clear();
-    build::authentication(&mut client.out, &Authentication::CleartextPassword);
-    client.flush().await?;
-    let body = client.read_password_message(shared.live().settings.message_size_max).await?;
-    let password = auth_messages::decode_password(&body).map_err(PoolerError::ClientProtocol)?;
-    let correct = match secret {
-        Secret::Plain { password: stored, .. } => constant_time_eq(stored.as_bytes(), password),
-        Secret::Md5(stored) => {
-            constant_time_eq(md5::stored_hash(user.as_bytes(), password).as_bytes(), stored.as_bytes())
-        }
-        Secret::Scram(verifier) => {
-            let candidate = bypass_wire::scram::Verifier::from_password_and_salt(
-                password,
-                verifier.salt.clone(),
-                verifier.iterations,
-            );
-            constant_time_eq(&candidate.stored_key, &verifier.stored_key)
-        }
-    };
-    if !correct {
-        return Err(password_failed(user));
-    }
-    if let Some(pool) = pool {
-        pool.learn_password(&String::from_utf8_lossy(password));
-    }
-    Ok(())
-}
-
-async fn md5_exchange(shared: &Shared, client: &mut ClientSide, user: &str, stored: &str) -> Result<(), PoolerError> {
-    let salt: [u8; 4] = rand::thread_rng().gen();
-    client.out.clear();
-    build::authentication(&mut client.out, &Authentication::Md5Password { salt });
-    client.flush().await?;
-    let body = client.read_password_message(shared.live().settings.message_size_max).await?;
-    let response = auth_messages::decode_password(&body).map_err(PoolerError::ClientProtocol)?;
-    if md5::verify_response(stored, salt, response) {
-        Ok(())
-    } else {
-        Err(password_failed(user))
-    }
-}
-
-/// Runs a SCRAM-SHA-256 exchange; returns the client's recovered ClientKey.
-async fn scram_exchange(
-    shared: &Shared,
-    client: &mut ClientSide,
-    user: &str,
-    verifier: &bypass_wire::scram::Verifier,
-) -> Result<[u8; 32], PoolerError> {
-    let limit = shared.live().settings.message_size_max;
-    client.out.clear();
-    build::authentication(&mut client.out, &Authentication::Sasl { mechanisms: b"SCRAM-SHA-256\0" });
-    client.flush().await?;
-    let initial = client.read_password_message(limit).await?;
-    let (mechanism, data) = auth_messages::decode_sasl_initial(&initial).map_err(PoolerError::ClientProtocol)?;
-    if mechanism != MECHANISM.as_bytes() {
-        return Err(PoolerError::refused(
-            SqlState::PROTOCOL_VIOLATION,
-            "client selected an invalid SASL authentication mechanism",
-        ));
-    }
-    let (exchange, server_first) =
-        ServerExchange::start(verifier.clone(), data.unwrap_or_default()).map_err(|_| password_failed(user))?;
-    client.out.clear();
-    build::authentication(&mut client.out, &Authentication::SaslContinue(server_first.as_bytes()));
-    client.flush().await?;
-    let response = client.read_password_message(limit).await?;
-    let success = exchange.finish(&response).map_err(|_| password_failed(user))?;
-    client.out.clear();
-    build::authentication(&mut client.out, &Authentication::SaslFinal(success.server_final.as_bytes()));
-    client.flush().await?;
-    Ok(success.client_key)
-}
-
-impl ClientSide {
-    /// Reads one `'p'` message during authentication and returns its body.
-    async fn read_password_message(&mut self, message_size_max: u32) -> Result<Vec<u8>, PoolerError> {
-        let header =
-            read_message(&mut self.stream, &mut self.buffer, message_size_max).await.map_err(
-                |failure| match failure {
-                    ReadFailure::Io(error) => PoolerError::ClientIo(error),
-                    ReadFailure::Protocol(error) => PoolerError::ClientProtocol(error),
-                },
-            )?;
-        if header.tag != b'p' {
-            return Err(PoolerError::refused(SqlState::PROTOCOL_VIOLATION, "expected a password response"));
-        }
-        let message = body(&self.buffer, header).to_vec();
-        self.buffer.consume(header.frame_len());
-        Ok(message)
-    }
+    Ok((wanted, options))
 }
 
 impl Pool {
+    /// Lets the pool log in to servers as the client when it has no password of its own: with
+    /// the SCRAM keys, MD5 hash or cleartext password the client just proved.
+    fn learn(&self, proof: &Proof) {
+        match proof {
+            Proof::Scram { client_key, verifier } => self.learn_scram_keys(*client_key, verifier),
+            Proof::Md5 { stored } => self.learn_md5_hash(stored),
+            Proof::Password(password) => self.learn_password(&String::from_utf8_lossy(password)),
+            Proof::Trust | Proof::Certificate => {}
+        }
+    }
+
     /// The parameters a fresh server of this pool reports (what DISCARD ALL returns to).
     pub fn welcome_params(&self) -> ParamSet {
         let mut params = ParamSet::default();
@@ -447,25 +406,34 @@ impl Pool {
     }
 }
 /// Negotiates encryption with a freshly accepted client within `client_login_timeout_ms` and
-/// wraps it for login; `None` when the client left or the handshake failed (there is no
-/// protocol left to tell it in).
+/// wraps it for login; `None` when the client left, was refused (the front door answered it) or
+/// the handshake failed.
 pub async fn accept_within_login_timeout(shared: &Shared, tcp: TcpStream) -> Option<ClientSide> {
+    let peer = tcp.peer_addr().ok();
+    let mut buffer = crate::buffer::Buffer::with_capacity(crate::buffer::CLIENT_BUFFER_BYTES);
+    let tls = shared.tls.client.as_ref().map(|tls| &tls.acceptor);
+    let stream = within_login_timeout(shared, peer, door::negotiate(tls, tcp, &mut buffer)).await?;
+    Some(ClientSide::with_buffer(stream, buffer))
+}
+
+/// [`accept_within_login_timeout`] for a client of the `unix_socket_dir` socket (no TLS there).
+pub async fn accept_unix_within_login_timeout(shared: &Shared, unix: UnixStream) -> Option<ClientSide> {
+    let mut buffer = crate::buffer::Buffer::with_capacity(crate::buffer::CLIENT_BUFFER_BYTES);
+    let stream = within_login_timeout(shared, None, door::negotiate_unix(unix, &mut buffer)).await?;
+    Some(ClientSide::with_buffer(stream, buffer))
+}
+
+async fn within_login_timeout(
+    shared: &Shared,
+    peer: Option<SocketAddr>,
+    negotiation: impl std::future::Future<Output = Result<crate::stream::Stream, LoginError>>,
+) -> Option<crate::stream::Stream> {
     let timeout = Duration::from_millis(shared.live().settings.client_login_timeout_ms);
-    let accepted = match tokio::time::timeout(timeout, accept_client(shared.tls.client.as_deref(), tcp)).await {
-        Ok(Ok(accepted)) => accepted,
-        Ok(Err(error)) => {
-            tracing::debug!(%error, "client encryption negotiation failed");
-            return None;
-        }
-        Err(_) => {
-            tracing::debug!("client encryption negotiation timed out");
-            return None;
-        }
+    let error = match tokio::time::timeout(timeout, negotiation).await {
+        Ok(Ok(stream)) => return Some(stream),
+        Ok(Err(error)) => error,
+        Err(_) => LoginError::Io(std::io::Error::new(std::io::ErrorKind::TimedOut, "encryption negotiation timed out")),
     };
-    let mut client = ClientSide::over(accepted.stream);
-    if let Some(leftover) = accepted.leftover {
-        client.buffer.spare()[..REQUEST_LEN].copy_from_slice(&leftover);
-        client.buffer.commit(REQUEST_LEN);
-    }
-    Some(client)
+    shared.guard.on_failure(Attempted { peer, user: None, database: None }, &error).await;
+    None
 }

@@ -22,6 +22,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use bypass_wire::frontend::{build, DescribeKind};
+use bypass_wire::tag;
 use bypass_wire::write::{message, put_count16, put_cstr, put_i32};
 
 /// Prefix of server-side statement names; chosen to be unlikely in application SQL.
@@ -78,7 +79,7 @@ impl StatementRegistry {
 
 /// Query text may be in any client encoding, not only UTF-8.
 fn encode_parse_bytes(buf: &mut Vec<u8>, name: &[u8], query: &[u8], param_types: &[u32]) {
-    message(buf, Some(b'P'), |buf| {
+    message(buf, Some(tag::frontend::PARSE), |buf| {
         put_cstr(buf, name);
         put_cstr(buf, query);
         put_count16(buf, param_types.len());
@@ -221,8 +222,8 @@ pub enum SyntheticAnswer {
 impl SyntheticAnswer {
     pub fn encode(self, buf: &mut Vec<u8>) {
         let tag = match self {
-            SyntheticAnswer::ParseComplete => b'1',
-            SyntheticAnswer::CloseComplete => b'3',
+            SyntheticAnswer::ParseComplete => tag::backend::PARSE_COMPLETE,
+            SyntheticAnswer::CloseComplete => tag::backend::CLOSE_COMPLETE,
         };
         buf.extend_from_slice(&[tag, 0, 0, 0, 4]);
     }
@@ -310,7 +311,10 @@ impl ResponsePlan {
     /// Matches one server message against the oldest request. `events` collects statements the
     /// server turned out not to have.
     pub fn on_server_message(&mut self, tag: u8, events: &mut Vec<Event>) -> Result<Verdict, Unexpected> {
-        if matches!(tag, b'N' | b'S' | b'A') {
+        if matches!(
+            tag,
+            tag::backend::NOTICE_RESPONSE | tag::backend::PARAMETER_STATUS | tag::backend::NOTIFICATION_RESPONSE
+        ) {
             return Ok(Verdict::Forward); // Asynchronous: notice, parameter status, notification.
         }
         let Some(&unit) = self.units.front() else {
@@ -319,31 +323,43 @@ impl ResponsePlan {
             return if tag == b'E' { Ok(Verdict::Forward) } else { Err(Unexpected(tag)) };
         };
         match (unit, tag) {
-            (Unit::Query | Unit::Execute, b'G') => {
+            (Unit::Query | Unit::Execute, tag::backend::COPY_IN_RESPONSE) => {
                 self.copy_in_started();
                 Ok(Verdict::Forward)
             }
-            (Unit::Query | Unit::FunctionCall, b'Z') => self.finish(Verdict::Forward),
+            (Unit::Query | Unit::FunctionCall, tag::backend::READY_FOR_QUERY) => self.finish(Verdict::Forward),
             (Unit::Query | Unit::FunctionCall, _) => Ok(Verdict::Forward),
-            (_, b'E') => Ok(self.fail(events)),
-            (Unit::Sync, b'Z') => {
+            (_, tag::backend::ERROR_RESPONSE) => Ok(self.fail(events)),
+            (Unit::Sync, tag::backend::READY_FOR_QUERY) => {
                 self.skipping = false;
                 self.finish(Verdict::Forward)
             }
-            (Unit::Parse { hidden, .. }, b'1') => self.finish(visibility(hidden)),
-            (Unit::Close { hidden }, b'3') => self.finish(visibility(hidden)),
-            (Unit::Bind, b'2') => self.finish(Verdict::Forward),
-            (Unit::DescribeStatement, b't') if !self.described => {
+            (Unit::Parse { hidden, .. }, tag::backend::PARSE_COMPLETE) => self.finish(visibility(hidden)),
+            (Unit::Close { hidden }, tag::backend::CLOSE_COMPLETE) => self.finish(visibility(hidden)),
+            (Unit::Bind, tag::backend::BIND_COMPLETE) => self.finish(Verdict::Forward),
+            (Unit::DescribeStatement, tag::backend::PARAMETER_DESCRIPTION) if !self.described => {
                 self.described = true;
                 Ok(Verdict::Forward)
             }
-            (Unit::DescribeStatement, b'T' | b'n') if self.described => {
+            (Unit::DescribeStatement, tag::backend::ROW_DESCRIPTION | tag::backend::NO_DATA) if self.described => {
                 self.described = false;
                 self.finish(Verdict::Forward)
             }
-            (Unit::DescribePortal, b'T' | b'n') => self.finish(Verdict::Forward),
-            (Unit::Execute, b'C' | b'I' | b's') => self.finish(Verdict::Forward),
-            (Unit::Execute, b'D' | b'd' | b'c' | b'H' | b'W') => Ok(Verdict::Forward),
+            (Unit::DescribePortal, tag::backend::ROW_DESCRIPTION | tag::backend::NO_DATA) => {
+                self.finish(Verdict::Forward)
+            }
+            (
+                Unit::Execute,
+                tag::backend::COMMAND_COMPLETE | tag::backend::EMPTY_QUERY_RESPONSE | tag::backend::PORTAL_SUSPENDED,
+            ) => self.finish(Verdict::Forward),
+            (
+                Unit::Execute,
+                tag::backend::DATA_ROW
+                | tag::backend::COPY_DATA
+                | tag::backend::COPY_DONE
+                | tag::backend::COPY_OUT_RESPONSE
+                | tag::backend::COPY_BOTH_RESPONSE,
+            ) => Ok(Verdict::Forward),
             _ => Err(Unexpected(tag)),
         }
     }
@@ -393,16 +409,16 @@ fn visibility(hidden: bool) -> Verdict {
 /// The unit a client message adds, if it is answered at all (Flush and COPY data are not).
 pub fn unit_for(tag: u8, describe_kind: Option<DescribeKind>) -> Option<Unit> {
     match tag {
-        b'P' => Some(Unit::Parse { hidden: false, statement: None }),
-        b'B' => Some(Unit::Bind),
-        b'D' if describe_kind == Some(DescribeKind::Statement) => Some(Unit::DescribeStatement),
-        b'D' => Some(Unit::DescribePortal),
-        b'E' => Some(Unit::Execute),
-        b'C' => Some(Unit::Close { hidden: false }),
-        b'S' => Some(Unit::Sync),
-        b'Q' => Some(Unit::Query),
-        b'F' => Some(Unit::FunctionCall),
-        b'c' | b'f' => Some(Unit::CopyEnd),
+        tag::frontend::PARSE => Some(Unit::Parse { hidden: false, statement: None }),
+        tag::frontend::BIND => Some(Unit::Bind),
+        tag::frontend::DESCRIBE if describe_kind == Some(DescribeKind::Statement) => Some(Unit::DescribeStatement),
+        tag::frontend::DESCRIBE => Some(Unit::DescribePortal),
+        tag::frontend::EXECUTE => Some(Unit::Execute),
+        tag::frontend::CLOSE => Some(Unit::Close { hidden: false }),
+        tag::frontend::SYNC => Some(Unit::Sync),
+        tag::frontend::QUERY => Some(Unit::Query),
+        tag::frontend::FUNCTION_CALL => Some(Unit::FunctionCall),
+        tag::frontend::COPY_DONE | tag::frontend::COPY_FAIL => Some(Unit::CopyEnd),
         _ => None,
     }
 }

@@ -24,7 +24,7 @@ use tokio::sync::oneshot;
 
 use crate::cancel::ClientInfo;
 use crate::client::ClientSide;
-use crate::error::{PoolerError, TimeoutKind};
+use crate::error::PoolerError;
 use crate::io::tune;
 use crate::load::ValidConfig;
 use crate::login::{login, LoginOutcome};
@@ -296,8 +296,12 @@ async fn accept_unix(shard: usize, listener: tokio::net::UnixListener, shared: A
                 shared.accepting().await;
                 let connected = shared.client_connections.fetch_add(1, Ordering::AcqRel);
                 let over_limit = connected >= shared.live().settings.max_client_conn;
-                let client = ClientSide::over(crate::stream::Stream::Unix(stream));
-                tokio::spawn(log_in_and_serve(ClientSlot(shared.clone()), client, over_limit, shard));
+                let slot = ClientSlot(shared.clone());
+                tokio::spawn(async move {
+                    if let Some(client) = crate::login::accept_unix_within_login_timeout(&slot.0, stream).await {
+                        log_in_and_serve(slot, client, over_limit, shard).await;
+                    }
+                });
             }
             Err(error) => {
                 tracing::warn!(%error, "accept on the Unix socket failed");
@@ -335,11 +339,9 @@ impl Drop for ClientSlot {
 /// session ran inside the login task (at 1,000 clients those nested polls each touch a cold line).
 async fn log_in_and_serve(slot: ClientSlot, mut client: ClientSide, over_limit: bool, shard: usize) {
     let shared = &slot.0;
-    let login_timeout = Duration::from_millis(shared.live().settings.client_login_timeout_ms);
-    let outcome = match tokio::time::timeout(login_timeout, login(shared, &mut client, over_limit, shard)).await {
-        Ok(outcome) => outcome,
-        Err(_) => Err(PoolerError::Timeout(TimeoutKind::ClientLogin)),
-    };
+    // `login` bounds itself by client_login_timeout_ms and logs its own failures (one warn line
+    // each, through the front door's guard).
+    let outcome = login(shared, &mut client, over_limit, shard).await;
     let (result, info) = match outcome {
         Ok(LoginOutcome::Session(session)) => {
             log_login(shared, session.client(), "login");
@@ -352,15 +354,8 @@ async fn log_in_and_serve(slot: ClientSlot, mut client: ClientSide, over_limit: 
             (console.run(&mut client).await, Some(info))
         }
         Ok(LoginOutcome::Cancelled) => return,
-        Err(error) => {
-            // Failed logins are logged where they fail (the front door); a login that ran out of
-            // time never got there.
-            if matches!(error, PoolerError::Timeout(TimeoutKind::ClientLogin)) {
-                let peer = client.stream.peer_addr();
-                tracing::warn!(client = ?peer, %error, "closing client");
-            }
-            (Err(error), None)
-        }
+        // Failed logins, timeouts included, were logged by `login`.
+        Err(error) => (Err(error), None),
     };
     report_end(shared, &mut client, info.as_ref(), result).await;
 }
@@ -437,6 +432,7 @@ async fn maintain(shared: Arc<Shared>) {
         if !round.is_multiple_of(QUEUE_CHECKS_PER_MAINTENANCE) {
             continue;
         }
+        shared.sweep_autodb(now);
         for pool in pools {
             let missing = pool.maintain(now);
             for _ in 0..missing {

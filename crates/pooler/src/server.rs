@@ -9,6 +9,7 @@ use std::time::Instant;
 use bypass_wire::backend::Fields;
 use bypass_wire::frame::Scanner;
 use bypass_wire::scram::{ClientExchange, ClientSecret, MECHANISM};
+use bypass_wire::tag;
 use bypass_wire::{auth_messages, frontend, startup, Authentication, BackendMessage, TransactionStatus};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
@@ -414,13 +415,13 @@ fn answer_auth(
         }
         Authentication::Sasl { .. } => start_scram(auth, target, credential, scram, out),
         Authentication::SaslContinue(server_first) => {
-            let exchange = scram.as_mut().ok_or(unexpected(b'R'))?;
+            let exchange = scram.as_mut().ok_or(unexpected(tag::backend::AUTHENTICATION))?;
             let client_final = exchange.respond(server_first).map_err(|e| scram_failed(target, e))?;
             auth_messages::encode_sasl_response(out, client_final.as_bytes());
             Ok(())
         }
         Authentication::SaslFinal(server_final) => {
-            let exchange = scram.as_ref().ok_or(unexpected(b'R'))?;
+            let exchange = scram.as_ref().ok_or(unexpected(tag::backend::AUTHENTICATION))?;
             exchange.verify(server_final).map_err(|e| scram_failed(target, e))
         }
         Authentication::Unsupported { code, .. } => Err(PoolerError::ServerLogin {

@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bypass_wire::frame::Step;
+use bypass_wire::tag;
 
 use crate::cancel::{CancelRoute, ClientInfo, Registration};
 use crate::client::ClientSide;
@@ -207,7 +208,7 @@ impl Session {
         let deadline = (timeout_ms > 0).then(|| Instant::now() + Duration::from_millis(timeout_ms));
         loop {
             if let Some(tag) = next_request(client, self.limits.message_size_max)? {
-                return Ok(tag != b'X'); // A request, or Terminate: the client is leaving.
+                return Ok(tag != tag::frontend::TERMINATE); // A request, or Terminate: the client is leaving.
             }
             tokio::select! {
                 read = client.read_some() => {

@@ -6,10 +6,14 @@
 //! `SET` of a tracked parameter ([`crate::params::TRACKED`]) is safe: PostgreSQL reports the new
 //! value in a ParameterStatus, and the pooler replays it on whichever server the client gets.
 
+use bypass_wire::sql::{self, Token};
+
 use crate::params::tracked_index;
 
 /// Statements inspected in one simple query (a bound on work per message).
 const STATEMENTS_MAX: usize = 32;
+/// First keywords of the statements that may change session state.
+const STATE_KEYWORDS: [&str; 7] = ["SET", "RESET", "LISTEN", "PREPARE", "DECLARE", "CREATE", "LOAD"];
 
 /// What a statement does to session state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,30 +26,25 @@ pub enum StateChange {
     Untracked(&'static str),
 }
 
-/// A cheap first look that allocates nothing: false when the text certainly changes no session
-/// state (its first keyword is none of ours and it holds a single statement).
+/// A cheap first look that allocates nothing (for valid UTF-8): false when the text certainly
+/// changes no session state (its first keyword is none of ours and it holds one statement).
 pub fn might_change_state(sql: &[u8]) -> bool {
-    let start = sql.iter().position(|b| !b.is_ascii_whitespace()).unwrap_or(sql.len());
-    let text = &sql[start..];
-    if text.starts_with(b"--") || text.starts_with(b"/*") {
-        return true;
-    }
-    let word_end = text.iter().position(|b| !b.is_ascii_alphabetic()).unwrap_or(text.len());
-    let word = &text[..word_end];
-    let ours = ["SET", "RESET", "LISTEN", "PREPARE", "DECLARE", "CREATE", "LOAD"];
-    if ours.iter().any(|keyword| word.eq_ignore_ascii_case(keyword.as_bytes())) {
-        return true;
-    }
-    // Another statement after a semicolon (trailing semicolons and spaces do not count).
-    text.iter().position(|&b| b == b';').is_some_and(|at| text[at..].iter().any(|b| !b" \t\r\n;".contains(b)))
+    let text = String::from_utf8_lossy(sql);
+    let first_is_ours = match sql::first_token(&text) {
+        Some(token) => STATE_KEYWORDS.iter().any(|keyword| token.is_keyword(keyword)),
+        None => false,
+    };
+    first_is_ours || (sql.contains(&b';') && sql::has_several_statements(&text))
 }
 
-/// Classifies SQL text (one or more `;`-separated statements): the first untracked change wins.
+/// Classifies SQL text (one or more `;`-separated statements, split by the shared lexer so a
+/// `;` inside a string or comment splits nothing): the first untracked change wins.
 pub fn classify(sql: &[u8]) -> StateChange {
     let text = String::from_utf8_lossy(sql);
+    let (statements, _) = sql::statements(&text, STATEMENTS_MAX);
     let mut result = StateChange::None;
-    for statement in text.split(';').take(STATEMENTS_MAX) {
-        match classify_statement(&strip_comments(statement)) {
+    for statement in &statements {
+        match classify_statement(statement) {
             StateChange::Untracked(kind) => return StateChange::Untracked(kind),
             StateChange::Tracked => result = StateChange::Tracked,
             StateChange::None => {}
@@ -54,68 +53,52 @@ pub fn classify(sql: &[u8]) -> StateChange {
     result
 }
 
-fn classify_statement(statement: &str) -> StateChange {
-    let words: Vec<String> = statement.split_whitespace().take(6).map(str::to_ascii_uppercase).collect();
-    let word = |index: usize| words.get(index).map(String::as_str).unwrap_or("");
-    match word(0) {
-        "SET" => classify_set(&words[1..], statement),
-        "LISTEN" => StateChange::Untracked("LISTEN"),
-        "PREPARE" if word(1) != "TRANSACTION" => StateChange::Untracked("PREPARE"),
-        "DECLARE" if statement.to_ascii_uppercase().contains("WITH HOLD") => {
-            StateChange::Untracked("DECLARE … WITH HOLD")
-        }
-        "CREATE" if is_temporary(&words[1..]) => StateChange::Untracked("CREATE TEMPORARY"),
-        "LOAD" => StateChange::Untracked("LOAD"),
-        _ => StateChange::None,
+fn classify_statement(tokens: &[Token<'_>]) -> StateChange {
+    let Some(first) = tokens.first() else { return StateChange::None };
+    let rest = &tokens[1..];
+    let next_is = |keyword: &str| rest.first().is_some_and(|token| token.is_keyword(keyword));
+    if first.is_keyword("SET") {
+        classify_set(rest)
+    } else if first.is_keyword("LISTEN") {
+        StateChange::Untracked("LISTEN")
+    } else if first.is_keyword("PREPARE") && !next_is("TRANSACTION") {
+        StateChange::Untracked("PREPARE")
+    } else if first.is_keyword("DECLARE") && rest.windows(2).any(|w| w[0].is_keyword("WITH") && w[1].is_keyword("HOLD"))
+    {
+        StateChange::Untracked("DECLARE … WITH HOLD")
+    } else if first.is_keyword("CREATE") && is_temporary(rest) {
+        StateChange::Untracked("CREATE TEMPORARY")
+    } else if first.is_keyword("LOAD") {
+        StateChange::Untracked("LOAD")
+    } else {
+        StateChange::None
     }
 }
 
-/// `SET` after its keyword: `words` are upper-cased, `statement` keeps the parameter's case.
-fn classify_set(words: &[String], statement: &str) -> StateChange {
-    let first = words.first().map(String::as_str).unwrap_or("");
-    let (name_index, rest) = match first {
-        "LOCAL" | "TRANSACTION" => return StateChange::None,
-        "SESSION" => (2, words.get(1).map(String::as_str).unwrap_or("")),
-        _ => (1, first),
-    };
-    match rest {
-        "AUTHORIZATION" | "CHARACTERISTICS" => return StateChange::Untracked("SET SESSION"),
-        "ROLE" => return StateChange::Untracked("SET ROLE"),
-        _ => {}
+/// `SET` after its keyword.
+fn classify_set(rest: &[Token<'_>]) -> StateChange {
+    let word = |index: usize| rest.get(index).copied();
+    let is = |index: usize, keyword: &str| word(index).is_some_and(|token| token.is_keyword(keyword));
+    if is(0, "LOCAL") || is(0, "TRANSACTION") {
+        return StateChange::None;
     }
-    let name = statement.split_whitespace().nth(name_index).unwrap_or("");
-    let name = name.split(['=', ' ']).next().unwrap_or("").trim_matches('"');
-    match tracked_index(name.as_bytes()) {
+    let name_at = if is(0, "SESSION") { 1 } else { 0 };
+    if is(name_at, "AUTHORIZATION") || is(name_at, "CHARACTERISTICS") {
+        return StateChange::Untracked("SET SESSION");
+    }
+    if is(name_at, "ROLE") {
+        return StateChange::Untracked("SET ROLE");
+    }
+    match word(name_at).and_then(|token| token.name()).and_then(|name| tracked_index(name.as_bytes())) {
         Some(_) => StateChange::Tracked,
         None => StateChange::Untracked("SET"),
     }
 }
 
 /// `CREATE [GLOBAL|LOCAL] TEMP|TEMPORARY …`.
-fn is_temporary(words: &[String]) -> bool {
-    let words: Vec<&str> = words.iter().map(String::as_str).filter(|w| *w != "GLOBAL" && *w != "LOCAL").collect();
-    matches!(words.first(), Some(&"TEMP" | &"TEMPORARY"))
-}
-
-/// Removes `--` line comments and `/* */` block comments (not nested; enough to find the
-/// first keyword of a statement).
-fn strip_comments(statement: &str) -> String {
-    let mut out = String::with_capacity(statement.len());
-    let mut rest = statement;
-    while !rest.is_empty() {
-        if let Some(after) = rest.strip_prefix("--") {
-            rest = after.split_once('\n').map(|(_, tail)| tail).unwrap_or("");
-            out.push(' ');
-        } else if let Some(after) = rest.strip_prefix("/*") {
-            rest = after.split_once("*/").map(|(_, tail)| tail).unwrap_or("");
-            out.push(' ');
-        } else {
-            let next = rest.chars().next().expect("not empty");
-            out.push(next);
-            rest = &rest[next.len_utf8()..];
-        }
-    }
-    out
+fn is_temporary(rest: &[Token<'_>]) -> bool {
+    let mut words = rest.iter().skip_while(|token| token.is_keyword("GLOBAL") || token.is_keyword("LOCAL"));
+    words.next().is_some_and(|token| token.is_keyword("TEMP") || token.is_keyword("TEMPORARY"))
 }
 
 /// A query that makes PostgreSQL refuse in place of a statement (so the error arrives in order
@@ -161,5 +144,24 @@ mod tests {
         for (sql, expected) in cases {
             assert_eq!(classify(sql.as_bytes()), expected, "{sql}");
         }
+    }
+
+    #[test]
+    fn semicolons_and_keywords_inside_strings_and_comments_change_nothing() {
+        // Goal: the shared lexer, not a split on ';', decides statements. Method: state-changing
+        // text hidden in a literal, a quoted name, a comment and a dollar body.
+        for sql in [
+            "select ';set work_mem = 1'",
+            "select 1 as \"; listen x\"",
+            "select 1 /* ; prepare p as select 1 */",
+            "do $$ begin perform 1; end $$",
+        ] {
+            assert_eq!(classify(sql.as_bytes()), StateChange::None, "{sql}");
+        }
+        assert!(!might_change_state(b"select ';set x = 1'"));
+        assert!(!might_change_state(b"-- c\nselect 1;"));
+        assert!(might_change_state(b"/* c */ LISTEN x"));
+        assert!(might_change_state(b"select 1; select 2"));
+        assert!(might_change_state(b"\xff\xfe; set x = 1"), "invalid UTF-8 is still looked at");
     }
 }

@@ -26,7 +26,8 @@ fn restart_only_changes(old: &PoolerSettings, new: &PoolerSettings) -> Vec<Strin
     changes.filter(|(_, applies)| *applies == Applies::Restart).map(|(name, _)| name.to_owned()).collect()
 }
 
-/// Bound on pools; each is a (database, user) pair that logged in successfully or is trying to.
+/// Bound on pools; each is a (database, user) pair that authenticated (pools are created only
+/// after a client proved its identity, so strangers cannot fill the table).
 const POOLS_MAX: usize = 10_000;
 
 /// The configuration in force. A reload replaces it whole; sessions read it at login.
@@ -99,6 +100,12 @@ pub struct Shared {
     pub kernel_pools: Arc<crate::pool::KernelPools>,
     /// Workload mirroring: whether the kernel mirrors, and the counters.
     pub mirror: crate::mirror::MirrorState,
+    /// Failed-login accounting: the log line, `auth_failure_delay_ms`, the per-address bound.
+    pub guard: bypass_frontdoor::LoginGuard,
+    /// This process's key for mock exchanges with unknown users.
+    pub mock: bypass_frontdoor::MockKey,
+    /// Databases served by the `*` entry whose pools are all unused, since when.
+    autodb_unused_since: Mutex<HashMap<String, std::time::Instant>>,
 }
 
 /// A point-in-time summary for the status line.
@@ -121,6 +128,7 @@ impl Shared {
     pub fn new(config: ValidConfig) -> Arc<Self> {
         let ValidConfig { config: parsed, auth, tls, hba, .. } = config;
         let live = Live::new(parsed, auth, hba);
+        let live_settings = live.settings.clone();
         let fastpath =
             (live.settings.fast_path == crate::config::FastPathMode::Kernel).then(crate::kernel::load).flatten();
         Arc::new(Shared {
@@ -142,6 +150,9 @@ impl Shared {
             stop: watch::channel(None).0,
             tls,
             auth_cache: crate::auth_cache::AuthCache::default(),
+            guard: bypass_frontdoor::LoginGuard::new(guard_settings(&live_settings)),
+            mock: bypass_frontdoor::MockKey::random(),
+            autodb_unused_since: Mutex::default(),
         })
     }
 
@@ -150,7 +161,86 @@ impl Shared {
         self.live.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
-    /// The pool for a client's (database, user), created on first use.
+    /// Where the pool of a client's (database, user) would log in, without creating it (the
+    /// `auth_query` lookup runs there before the client has proven anything); `None` when no
+    /// `[databases]` entry, `*` included, serves the database.
+    pub fn login_target(&self, database: &str, user: &str) -> Option<Result<LoginTarget, PoolerError>> {
+        let live = self.live();
+        let entry = live.databases.get(database).or_else(|| live.databases.get("*"))?;
+        let key = PoolKey { database: database.to_owned(), user: user.to_owned(), options: None };
+        Some(identity(&live, &self.tls, key, entry).map(|identity| identity.target))
+    }
+
+    /// Removes a pool whose first login failed (its server refused the user, or was down) when
+    /// nothing else uses it: a pool exists for working (database, user) pairs only.
+    pub fn forget_unused_pool(&self, pool: &Arc<Pool>) {
+        let mut pools = lock(&self.pools);
+        let unused = pool_unused(pool);
+        if unused && pools.get(&pool.key).is_some_and(|current| Arc::ptr_eq(current, pool)) {
+            pools.remove(&pool.key);
+            self.forget_limits_unused(&pools, &pool.key.database, Some(&pool.key.user));
+        }
+    }
+
+    /// Drops the connection limits of a database (and a user) no pool serves any more.
+    fn forget_limits_unused(&self, pools: &HashMap<PoolKey, Arc<Pool>>, database: &str, user: Option<&str>) {
+        if !pools.keys().any(|key| key.database == database) {
+            lock(&self.database_limits).remove(database);
+        }
+        if let Some(user) = user.filter(|user| !pools.keys().any(|key| key.user == *user)) {
+            lock(&self.user_limits).remove(user);
+        }
+    }
+
+    /// Drops the pools of databases served by `*` (not listed in `[databases]`) once all of them
+    /// have been unused for `autodb_idle_timeout_ms` (PgBouncer's `autodb_idle_timeout`); runs
+    /// once a second. Returns how many pools were dropped.
+    pub fn sweep_autodb(&self, now: std::time::Instant) -> usize {
+        let live = self.live();
+        let timeout = std::time::Duration::from_millis(live.settings.autodb_idle_timeout_ms);
+        let mut unused_by_database: HashMap<String, bool> = HashMap::new();
+        for pool in self.pools() {
+            if !live.databases.contains_key(&pool.key.database) {
+                *unused_by_database.entry(pool.key.database.clone()).or_insert(true) &= pool_unused(&pool);
+            }
+        }
+        let mut since = lock(&self.autodb_unused_since);
+        since.retain(|database, _| unused_by_database.get(database) == Some(&true));
+        let mut expired = Vec::new();
+        for (database, unused) in unused_by_database {
+            if !unused {
+                continue;
+            }
+            let first_seen = *since.entry(database.clone()).or_insert(now);
+            if !timeout.is_zero() && now.duration_since(first_seen) >= timeout {
+                expired.push(database);
+            }
+        }
+        let mut dropped = 0;
+        for database in expired {
+            since.remove(&database);
+            let mut pools = lock(&self.pools);
+            let before = pools.len();
+            let mut users = Vec::new();
+            pools.retain(|key, pool| {
+                let drop = key.database == database && pool_unused(pool);
+                if drop {
+                    users.push(key.user.clone());
+                }
+                !drop
+            });
+            dropped += before - pools.len();
+            self.forget_limits_unused(&pools, &database, None);
+            for user in users {
+                self.forget_limits_unused(&pools, &database, Some(&user));
+            }
+            tracing::info!(%database, "auto-created database dropped after autodb_idle_timeout_ms");
+        }
+        dropped
+    }
+
+    /// The pool for a client's (database, user), created on first use. Call only after the
+    /// client authenticated.
     pub fn pool_for(&self, database: &str, user: &str) -> Result<Arc<Pool>, PoolerError> {
         self.pool_with_options(database, user, None)
     }
@@ -307,6 +397,7 @@ impl Shared {
             ..ReloadReport::default()
         };
         *self.live.write().unwrap_or_else(|p| p.into_inner()) = live.clone();
+        self.guard.set_settings(guard_settings(&live.settings));
         for (database, limit) in lock(&self.database_limits).iter() {
             if let Some(entry) = live.databases.get(database).or_else(|| live.databases.get("*")) {
                 limit.set_max(entry.max_db_connections.unwrap_or(live.settings.max_db_connections));
@@ -402,6 +493,21 @@ impl Shared {
             snapshot.pools += 1;
         }
         snapshot
+    }
+}
+
+/// No client, no waiter, no server in use: a pool that can go without anyone noticing.
+fn pool_unused(pool: &Pool) -> bool {
+    let (open, idle, waiting) = pool.counts();
+    pool.stats.clients.load(Ordering::Relaxed) == 0 && waiting == 0 && open == idle
+}
+
+/// The front door's failed-login settings from the pooler's.
+fn guard_settings(settings: &PoolerSettings) -> bypass_frontdoor::GuardSettings {
+    bypass_frontdoor::GuardSettings {
+        failure_delay: std::time::Duration::from_millis(settings.auth_failure_delay_ms),
+        failures_per_address_max: settings.failed_logins_per_address_max,
+        failure_window: std::time::Duration::from_millis(settings.failed_login_window_ms),
     }
 }
 

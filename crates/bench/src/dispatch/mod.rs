@@ -117,8 +117,12 @@ pub fn run(options: &BenchOptions) -> Result<BenchResults> {
     let mut agents = Vec::new();
     for backend in lab.backends() {
         backends.push(LabPostgres::start(&backend.namespace, backend.address, None)?);
-        let config =
-            AgentConfig { listen_addr: format!("0.0.0.0:{AGENT_PORT}"), ..AgentConfig::default() }.validate()?;
+        let config = AgentConfig {
+            listen_addr: format!("0.0.0.0:{AGENT_PORT}"),
+            key: Some(agent_key().to_string()),
+            ..AgentConfig::default()
+        }
+        .validate()?;
         agents.push(agent::start(config, Some(backend.namespace.clone()))?);
     }
     let mut runs = Runs::default();
@@ -367,9 +371,19 @@ impl Drop for Service {
     }
 }
 
+/// The key this run's dispatcher proves to its agents (random per process).
+fn agent_key() -> &'static str {
+    static KEY: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    KEY.get_or_init(bypass_dispatch::agent::key::LinkKey::random_text)
+}
+
 fn start_bypass(lab: &Lab, policy: Policy, threshold: u64) -> Result<Service> {
     let mut config = DispatcherConfig::default();
     let settings = &mut config.dispatcher;
+    settings.agent_key = Some(agent_key().to_string());
+    // Logins are not what this benchmark measures (every connection is persistent), and the
+    // baselines (HAProxy, direct) authenticate nobody: trust, as the pooler benchmark does.
+    settings.auth_type = bypass_dispatch::config::AuthType::Trust;
     settings.listen_addr = format!("{VIP}:{SERVICE_PORT}");
     settings.source_addr = Some(lab.dispatcher().address);
     settings.policy = policy;

@@ -20,6 +20,7 @@ use std::os::fd::AsRawFd;
 use std::time::Duration;
 
 use bypass_wire::frame::{read_header, Scanner, Step};
+use bypass_wire::tag;
 use bypass_wire::{TransactionStatus, DEFAULT_MESSAGE_SIZE_MAX, HEADER_LEN};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
@@ -159,11 +160,12 @@ impl<'a> LinkSession<'a> {
                 }
                 match self.down_scanner.next(pending, self.down.capacity(), DEFAULT_MESSAGE_SIZE_MAX)? {
                     Step::Message(header) => {
-                        self.open_requests += u32::from(matches!(header.tag, b'Q' | b'S'));
+                        self.open_requests +=
+                            u32::from(matches!(header.tag, tag::frontend::QUERY | tag::frontend::SYNC));
                         forward += header.frame_len();
                     }
                     Step::LargeStart { header, chunk_len } => {
-                        self.open_requests += u32::from(header.tag == b'Q');
+                        self.open_requests += u32::from(header.tag == tag::frontend::QUERY);
                         forward += chunk_len;
                     }
                     Step::Continuation { chunk_len, .. } => forward += chunk_len,
@@ -244,7 +246,10 @@ impl<'a> LinkSession<'a> {
     fn hand_over_before(&self, tag: u8, frame_len: usize, forward: usize) -> bool {
         self.delivery == Delivery::OnDemand
             && self.client.is_none()
-            && !matches!(tag, b'Z' | b'C' | b'E')
+            && !matches!(
+                tag,
+                tag::backend::READY_FOR_QUERY | tag::backend::COMMAND_COMPLETE | tag::backend::ERROR_RESPONSE
+            )
             && self.answer_bytes + (forward + frame_len) as u64 > self.threshold
     }
 
@@ -266,7 +271,7 @@ impl<'a> LinkSession<'a> {
             }
             match self.up_scanner.next(pending, self.up.capacity(), DEFAULT_MESSAGE_SIZE_MAX)? {
                 Step::Message(header) => {
-                    if header.tag == b'Z' {
+                    if header.tag == tag::backend::READY_FOR_QUERY {
                         ready = TransactionStatus::from_byte(pending[HEADER_LEN]);
                     }
                     forward += header.frame_len();
@@ -395,7 +400,7 @@ const CLOSE_WAIT_MAX: Duration = Duration::from_secs(1);
 /// True when the client said Terminate and closed its side (the socket is in CLOSE_WAIT).
 async fn client_is_leaving(client: &TcpStream) -> bool {
     let fd = client.as_raw_fd();
-    let said_goodbye = handover::peek_first_byte(fd) == Some(b'X');
+    let said_goodbye = handover::peek_first_byte(fd) == Some(tag::frontend::TERMINATE);
     let deadline = tokio::time::Instant::now() + if said_goodbye { GOODBYE_WAIT } else { Duration::ZERO };
     loop {
         if handover::tcp_state(fd).ok() == Some(handover::TCP_STATE_CLOSE_WAIT) {

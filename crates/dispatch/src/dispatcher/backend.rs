@@ -11,11 +11,12 @@ use bypass_wire::BackendMessage;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpSocket, TcpStream};
 
+use crate::agent::key::{LinkKey, LinkLogin};
 use crate::buffer::{Buffer, BufferIo};
 use crate::config::BackendSpec;
 use crate::error::{DispatchError, Result};
 use crate::link::Delivery;
-use crate::pglogin::{Login, LoginRequest, LoginStep, Welcome};
+use crate::pglogin::{LoginRequest, LoginStep, Welcome};
 
 /// Bytes of a link's read buffer; answers stream through it.
 pub const LINK_BUFFER_BYTES: usize = 256 * 1024;
@@ -37,6 +38,8 @@ pub struct BackendState {
     idle: Mutex<HashMap<PoolKey, Vec<Link>>>,
     idle_max: usize,
     source_addr: Option<std::net::Ipv4Addr>,
+    /// What every link proves to the agent.
+    key: LinkKey,
 }
 
 /// A logged-in link to an agent.
@@ -66,7 +69,13 @@ impl Link {
 }
 
 impl BackendState {
-    pub fn new(id: usize, spec: BackendSpec, idle_max: usize, source_addr: Option<std::net::Ipv4Addr>) -> Self {
+    pub fn new(
+        id: usize,
+        spec: BackendSpec,
+        idle_max: usize,
+        source_addr: Option<std::net::Ipv4Addr>,
+        key: LinkKey,
+    ) -> Self {
         BackendState {
             id,
             spec,
@@ -77,6 +86,7 @@ impl BackendState {
             idle: Mutex::new(HashMap::new()),
             idle_max,
             source_addr,
+            key,
         }
     }
 
@@ -122,7 +132,7 @@ impl BackendState {
         }
     }
 
-    /// Opens a link and logs in through the agent.
+    /// Opens a link, proves the agent key and logs in through the agent.
     pub async fn connect(&self, request: LoginRequest) -> Result<Link> {
         let stream = connect_from(self.source_addr, self.spec.agent).await?;
         let key = (std::thread::current().id(), request.user.clone(), request.database.clone());
@@ -136,7 +146,7 @@ impl BackendState {
             standing: (Delivery::Relay, u64::MAX),
             key,
         };
-        let (mut login, startup) = Login::start(request);
+        let (mut login, startup) = LinkLogin::start(self.key.clone(), request);
         link.stream.write_all(&startup).await.map_err(|e| DispatchError::io("sending a link's startup", e))?;
         loop {
             let header = link.buffer.read_message(&mut link.stream, "the agent").await?;
@@ -148,7 +158,9 @@ impl BackendState {
                     return Ok(link);
                 }
                 LoginStep::Continue => {}
-                LoginStep::Send(_) => return Err(DispatchError::Protocol("an agent asked for a password".into())),
+                LoginStep::Send(bytes) => {
+                    link.stream.write_all(&bytes).await.map_err(|e| DispatchError::io("sending the key proof", e))?
+                }
             }
         }
     }

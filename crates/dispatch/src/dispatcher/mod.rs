@@ -28,6 +28,9 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
+use std::time::Duration;
+
+use bypass_frontdoor::{FrontDoor, FrontDoorConfig, GuardSettings};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 
@@ -56,6 +59,8 @@ pub struct Shared {
     /// Statement fingerprint → bytes of its last answer (hybrid policy).
     history: Mutex<HashMap<u64, u64>>,
     pub stats: Stats,
+    /// Client authentication: the front door shared with the pooler and the engine.
+    pub door: Arc<FrontDoor>,
 }
 
 /// Counters the tests and the benchmark read.
@@ -93,10 +98,20 @@ impl Shared {
             .backends
             .iter()
             .enumerate()
-            .map(|(id, spec)| BackendState::new(id, spec.clone(), settings.link_idle_max, settings.source_addr))
+            .map(|(id, spec)| {
+                BackendState::new(
+                    id,
+                    spec.clone(),
+                    settings.link_idle_max,
+                    settings.source_addr,
+                    config.agent_key.clone(),
+                )
+            })
             .collect();
         let clients = Arc::new(Semaphore::new(settings.clients_max));
+        let door = front_door(&config);
         Shared {
+            door,
             config,
             backends,
             turn: AtomicUsize::new(0),
@@ -158,6 +173,28 @@ impl Shared {
         cache.insert(name.to_string(), volatile);
     }
 }
+
+/// The dispatcher's front door: its auth file or hba, plaintext only (a connection that may
+/// move to a backend's agent cannot carry TLS state yet).
+fn front_door(config: &ValidDispatcherConfig) -> Arc<FrontDoor> {
+    let settings = &config.settings;
+    FrontDoor::new(FrontDoorConfig {
+        tls: None,
+        method: settings.auth_type.method(),
+        hba: config.hba.clone(),
+        users: config.users.clone(),
+        login_timeout: Duration::from_millis(settings.client_login_timeout_ms),
+        message_size_max: LOGIN_MESSAGE_BYTES_MAX,
+        guard: GuardSettings {
+            failure_delay: Duration::from_millis(settings.auth_failure_delay_ms),
+            failures_per_address_max: settings.failed_logins_per_address_max,
+            failure_window: Duration::from_millis(settings.failed_login_window_ms),
+        },
+    })
+}
+
+/// Largest password message a client may send.
+const LOGIN_MESSAGE_BYTES_MAX: u32 = 64 * 1024;
 
 /// What a started dispatcher reports.
 #[derive(Clone)]

@@ -1,7 +1,8 @@
 //! One client session: login, then a loop of requests, each routed and answered.
 //!
 //! ```text
-//!  startup ─► AuthenticationOk, ParameterStatus… (from the primary), BackendKeyData, Z
+//!  front door (startup, SCRAM/MD5 from auth_file or hba; refusals 28P01/28000) ─►
+//!  AuthenticationOk, ParameterStatus… (from the primary), BackendKeyData, Z
 //!  loop: read one request (Query | Parse…Sync | FunctionCall)
 //!        ─► pinned link (transaction / named statements)?  use it
 //!        ─► else classify ─► primary | replica ─► link ─► replay settings ─► send ─► relay answer
@@ -12,10 +13,11 @@ use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use bypass_frontdoor::{Admission, Admitted, CancelKey, Refusal};
 use bypass_wire::backend::build;
 use bypass_wire::frame::{split_message, Scanner, Step};
-use bypass_wire::startup::decode_startup;
-use bypass_wire::{Authentication, FrontendMessage, Severity, SqlState, StartupPacket, TransactionStatus};
+use bypass_wire::tag;
+use bypass_wire::{FrontendMessage, Severity, SqlState, TransactionStatus};
 use bypass_wire::{DEFAULT_MESSAGE_SIZE_MAX, HEADER_LEN};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
@@ -99,23 +101,20 @@ pub async fn serve_client(
 ) {
     let _ = stream.set_nodelay(true);
     let epoch = transfer::track(&shared, &stream, peer);
-    let client = Client {
-        stream: Some(stream),
-        peer,
-        epoch,
-        written: 0,
-        buffer: Buffer::with_capacity(REQUEST_BYTES_MAX),
-        scanner: Scanner::new(),
-        out: Vec::new(),
-    };
-    match login(&shared, client, slot.is_some()).await {
-        Ok(Some(mut session)) => {
-            if let Err(error) = session.run().await {
-                tracing::debug!(%peer, %error, "session ended");
+    // Authentication comes first: nothing reaches a backend for an unproven client.
+    match shared.door.accept(stream, REQUEST_BYTES_MAX).await {
+        Ok(Admission::Client(admitted)) => match login(&shared, *admitted, epoch, slot.is_some()).await {
+            Ok(Some(mut session)) => {
+                if let Err(error) = session.run().await {
+                    tracing::debug!(%peer, %error, "session ended");
+                }
             }
-        }
-        Ok(None) => {}
-        Err(error) => tracing::debug!(%peer, %error, "login failed"),
+            Ok(None) => {}
+            Err(error) => tracing::debug!(%peer, %error, "login failed"),
+        },
+        // Cancel routing is not built yet: accept and drop, as a server does for unknown keys.
+        Ok(Admission::Cancel(_)) => {}
+        Err(error) => tracing::debug!(%peer, %error, "front door refused the client"),
     }
     transfer::untrack(&shared, peer);
     drop(slot);
@@ -205,78 +204,41 @@ enum RequestKind {
     Terminate,
 }
 
-async fn login(shared: &Arc<Shared>, mut client: Client, admitted: bool) -> Result<Option<Session>> {
-    let (user, database) = loop {
-        if let Some((packet, used)) = decode_startup(client.buffer.pending())? {
-            let request = match packet {
-                StartupPacket::Startup(params) => {
-                    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
-                    let user = params.get("user").map(text).unwrap_or_default();
-                    Some((user.clone(), params.get("database").map(text).unwrap_or(user)))
-                }
-                StartupPacket::SslRequest | StartupPacket::GssEncRequest => None,
-                // Cancel routing is not built yet: accept and drop, as a server does for unknown keys.
-                StartupPacket::Cancel { .. } => return Ok(None),
-            };
-            client.buffer.consume(used);
-            match request {
-                Some(request) => break request,
-                None => client.stream().write_all(b"N").await.map_err(|e| DispatchError::io("refusing SSL", e))?,
-            }
-            continue;
-        }
-        client.fill().await?;
-    };
-    if !admitted {
-        client.fatal(SqlState::TOO_MANY_CONNECTIONS.code(), "too many clients for the dispatcher").await;
+/// After the front door admitted the client: picks its backends, takes the welcome from the
+/// primary (or a replica while the primary is down) and sends it.
+async fn login(
+    shared: &Arc<Shared>,
+    mut admitted: Admitted,
+    epoch: Option<transfer::Epoch>,
+    under_limit: bool,
+) -> Result<Option<Session>> {
+    let (user, database) = (admitted.request.user.clone(), admitted.request.database.clone());
+    if !under_limit {
+        let refusal = Refusal::new(SqlState::TOO_MANY_CONNECTIONS, "too many clients for the dispatcher");
+        shared.door.refuse(&mut admitted, refusal).await;
         return Ok(None);
     }
     let Some((primary, replicas)) = shared.config.route_set(&database).cloned() else {
-        client
-            .fatal(SqlState::INVALID_CATALOG_NAME.code(), &format!("no backend serves database \"{database}\""))
-            .await;
+        let refusal =
+            Refusal::new(SqlState::INVALID_CATALOG_NAME, format!("no backend serves database \"{database}\""));
+        shared.door.refuse(&mut admitted, refusal).await;
         return Ok(None);
     };
-    // The welcome comes from the primary, or from a replica while the primary is down.
-    let mut candidates = vec![primary];
-    candidates.extend(replicas.iter().copied().filter(|&r| r != primary));
-    let mut welcome = None;
-    let mut last_error = None;
-    for id in candidates {
-        let backend = &shared.backends[id];
-        if !backend.is_healthy() && id != primary {
-            continue;
+    let (backend_id, link) = match first_link(shared, primary, &replicas, &user, &database).await {
+        Ok(found) => found,
+        Err(refusal) => {
+            shared.door.refuse(&mut admitted, refusal).await;
+            return Ok(None);
         }
-        match backend.acquire(&user, &database).await {
-            Ok(link) => {
-                welcome = Some((id, link));
-                break;
-            }
-            Err(DispatchError::Server { code, message }) if !is_connection_error_code(&code) => {
-                client.fatal(&code, &message).await;
-                return Ok(None);
-            }
-            Err(error) => {
-                backend.ban(&error);
-                last_error = Some(error);
-            }
-        }
-    }
-    let Some((backend_id, link)) = welcome else {
-        let text = format!("no backend available: {}", last_error.map(|e| e.to_string()).unwrap_or_default());
-        client.fatal(SqlState::CONNECTION_FAILURE.code(), &text).await;
-        return Ok(None);
     };
-    let backend = &shared.backends[backend_id];
-    build::authentication(&mut client.out, &Authentication::Ok);
-    for (name, value) in &link.welcome.parameters {
-        build::parameter_status(&mut client.out, name.as_bytes(), value.as_bytes());
-    }
-    let key: u64 = rand_key();
-    build::backend_key_data(&mut client.out, (key >> 32) as i32 & i32::MAX, &(key as u32).to_be_bytes());
-    build::ready_for_query(&mut client.out, TransactionStatus::Idle);
-    backend.release(link);
-    client.flush().await?;
+    let welcome = link.welcome.parameters.clone();
+    shared.backends[backend_id].release(link);
+    admitted.welcome(&welcome, CancelKey::random()).await.map_err(|e| DispatchError::io("sending the welcome", e))?;
+    let Admitted { stream, buffer, peer, .. } = admitted;
+    let stream =
+        stream.into_plain().map_err(|_| DispatchError::Protocol("the dispatcher serves plaintext only".into()))?;
+    let client =
+        Client { stream: Some(stream), peer, epoch, written: 0, buffer, scanner: Scanner::new(), out: Vec::new() };
     Ok(Some(Session {
         shared: shared.clone(),
         client,
@@ -293,12 +255,37 @@ async fn login(shared: &Arc<Shared>, mut client: Client, admitted: bool) -> Resu
     }))
 }
 
-/// A random cancel key for the client (cancel routing itself is not built yet).
-fn rand_key() -> u64 {
-    let mut bytes = [0u8; 8];
-    // SAFETY: getrandom writes at most `bytes.len()` bytes into the array we own.
-    let _ = unsafe { libc::getrandom(bytes.as_mut_ptr().cast(), bytes.len(), 0) };
-    u64::from_ne_bytes(bytes)
+/// A link for the welcome: the primary's, or a healthy replica's while the primary is down. A
+/// server's own refusal (role does not exist) is passed on as it is.
+async fn first_link(
+    shared: &Shared,
+    primary: usize,
+    replicas: &[usize],
+    user: &str,
+    database: &str,
+) -> std::result::Result<(usize, Link), Refusal> {
+    let mut candidates = vec![primary];
+    candidates.extend(replicas.iter().copied().filter(|&r| r != primary));
+    let mut last_error = None;
+    for id in candidates {
+        let backend = &shared.backends[id];
+        if !backend.is_healthy() && id != primary {
+            continue;
+        }
+        match backend.acquire(user, database).await {
+            Ok(link) => return Ok((id, link)),
+            Err(DispatchError::Server { code, message }) if !is_connection_error_code(&code) => {
+                let code = SqlState::from_code(&code).unwrap_or(SqlState::CONNECTION_FAILURE);
+                return Err(Refusal::new(code, message));
+            }
+            Err(error) => {
+                backend.ban(&error);
+                last_error = Some(error);
+            }
+        }
+    }
+    let text = format!("no backend available: {}", last_error.map(|e| e.to_string()).unwrap_or_default());
+    Err(Refusal::new(SqlState::CONNECTION_FAILURE, text))
 }
 
 impl Session {
@@ -682,12 +669,12 @@ async fn relay_answer(link: &mut Link, client: &mut Client, answers: u32) -> Res
                 Step::Message(header) if header.tag == CONTROL_TAG => control = Some(header),
                 Step::Message(header) => {
                     match header.tag {
-                        b'Z' => {
+                        tag::backend::READY_FOR_QUERY => {
                             remaining -= 1;
                             answer.status = TransactionStatus::from_byte(pending[HEADER_LEN]).unwrap_or(answer.status);
                         }
-                        b'E' => answer.failed = true,
-                        b'G' => copy_in = true,
+                        tag::backend::ERROR_RESPONSE => answer.failed = true,
+                        tag::backend::COPY_IN_RESPONSE => copy_in = true,
                         _ => {}
                     }
                     forward += header.frame_len();
@@ -740,7 +727,7 @@ async fn pump_copy_in(link: &mut Link, client: &mut Client) -> Result<()> {
             match client.scanner.next(pending, client.buffer.capacity(), DEFAULT_MESSAGE_SIZE_MAX)? {
                 Step::Message(header) => {
                     forward += header.frame_len();
-                    done = matches!(header.tag, b'c' | b'f');
+                    done = matches!(header.tag, tag::frontend::COPY_DONE | tag::frontend::COPY_FAIL);
                 }
                 Step::LargeStart { chunk_len, .. } | Step::Continuation { chunk_len, .. } => forward += chunk_len,
                 Step::NeedMore => break,

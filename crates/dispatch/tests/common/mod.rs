@@ -25,11 +25,39 @@ use bypass_dispatch::pglogin::LoginRequest;
 use bypass_dispatch::runtime::Running;
 use bypass_lab::pgclient::PgConnection;
 
+/// The agent key every test dispatcher and agent share.
+pub const AGENT_KEY: &str = "bypass-dispatch-tests-agent-key-0123456789";
+/// The password of `postgres` at every test dispatcher (SCRAM, from [`users_file`]).
+pub const PASSWORD: &str = "dispatch-test-password";
+
+/// An auth file with `postgres` and [`PASSWORD`], written once per test process.
+pub fn users_file() -> std::path::PathBuf {
+    static FILE: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    FILE.get_or_init(|| {
+        let path = std::env::temp_dir().join(format!("bypass-dispatch-tests-{}.users", std::process::id()));
+        std::fs::write(&path, format!("\"postgres\" \"{PASSWORD}\"\n")).expect("write the test auth file");
+        path
+    })
+    .clone()
+}
+
+/// How test clients log in to a dispatcher.
+pub fn login() -> LoginRequest {
+    LoginRequest { password: Some(PASSWORD.into()), ..LoginRequest::trust("postgres", "postgres") }
+}
+
+/// Client authentication and the agent key of a test dispatcher.
+pub fn secure(settings: &mut bypass_dispatch::config::DispatcherSettings) {
+    settings.auth_file = Some(users_file());
+    settings.agent_key = Some(AGENT_KEY.into());
+}
+
 /// Starts an agent on loopback in front of the PostgreSQL server on `postgres_port`.
 pub fn start_agent(postgres_port: u16) -> anyhow::Result<Running<SocketAddr>> {
     let config = AgentConfig {
         listen_addr: "127.0.0.1:0".into(),
         postgres_addr: format!("127.0.0.1:{postgres_port}"),
+        key: Some(AGENT_KEY.into()),
         ..AgentConfig::default()
     }
     .validate()?;
@@ -47,6 +75,7 @@ pub fn dispatcher_config(
     config.dispatcher.listen_addr = "127.0.0.1:0".into();
     config.dispatcher.health_interval_ms = 100;
     config.dispatcher.health_timeout_ms = 1000;
+    secure(&mut config.dispatcher);
     for (i, agent) in agents.iter().enumerate() {
         config.backends.insert(format!("b{i}"), BackendEntry { agent: agent.to_string(), mac: None });
     }
@@ -57,7 +86,7 @@ pub fn dispatcher_config(
 
 /// A client connection to `address` as the superuser.
 pub fn connect(address: SocketAddr) -> anyhow::Result<PgConnection> {
-    Ok(PgConnection::connect(address, LoginRequest::trust("postgres", "postgres"), Duration::from_secs(20))?)
+    Ok(PgConnection::connect(address, login(), Duration::from_secs(20))?)
 }
 
 /// Polls `ready` every 20 ms for up to `timeout`.
@@ -112,7 +141,11 @@ impl LabCluster {
         let mut agents = Vec::new();
         for backend in lab.backends() {
             postgres.push(LabPostgres::start(&backend.namespace, backend.address, None)?);
-            let mut config = AgentConfig { listen_addr: format!("0.0.0.0:{AGENT_PORT}"), ..AgentConfig::default() };
+            let mut config = AgentConfig {
+                listen_addr: format!("0.0.0.0:{AGENT_PORT}"),
+                key: Some(AGENT_KEY.into()),
+                ..AgentConfig::default()
+            };
             tune(&mut config, &mut DispatcherConfig::default().dispatcher);
             agents.push(bypass_dispatch::agent::start(config.validate()?, Some(backend.namespace.clone()))?);
         }
@@ -124,6 +157,7 @@ impl LabCluster {
         settings.handover_min_bytes = handover_min_bytes;
         settings.steer_namespace = Some(lab.switch_namespace());
         settings.steer_ports = lab.clients().iter().map(|c| c.switch_port.clone()).collect();
+        secure(settings);
         for backend in lab.backends() {
             let entry = BackendEntry {
                 agent: format!("{}:{AGENT_PORT}", backend.address),

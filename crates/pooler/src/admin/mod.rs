@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bypass_wire::backend::build;
+use bypass_wire::tag;
 use bypass_wire::{Severity, SqlState, TransactionStatus};
 
 use crate::cancel::Registration;
@@ -114,10 +115,10 @@ impl Console {
             client.buffer.consume(header.frame_len());
             client.out.clear();
             match header.tag {
-                b'Q' => self.query(&sql, &mut client.out).await,
-                b'X' => return Ok(()),
-                b'S' => build::ready_for_query(&mut client.out, TransactionStatus::Idle),
-                b'H' => {}
+                tag::frontend::QUERY => self.query(&sql, &mut client.out).await,
+                tag::frontend::TERMINATE => return Ok(()),
+                tag::frontend::SYNC => build::ready_for_query(&mut client.out, TransactionStatus::Idle),
+                tag::frontend::FLUSH => {}
                 _ => error(
                     &mut client.out,
                     SqlState::FEATURE_NOT_SUPPORTED,

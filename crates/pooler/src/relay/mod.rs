@@ -19,6 +19,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use bypass_wire::frame::{Header, Step};
+use bypass_wire::tag;
 use bypass_wire::{BackendMessage, TransactionStatus, WireError, HEADER_LEN};
 
 use crate::client::ClientSide;
@@ -144,14 +145,29 @@ fn idle_deadline(linked: &Linked, timeout_ms: u64) -> Option<Instant> {
 
 /// Messages a logged-in client may send.
 fn valid_client_tag(tag: u8) -> bool {
-    matches!(tag, b'B' | b'C' | b'd' | b'c' | b'f' | b'D' | b'E' | b'H' | b'F' | b'P' | b'Q' | b'S' | b'X')
+    matches!(
+        tag,
+        tag::frontend::BIND
+            | tag::frontend::CLOSE
+            | tag::frontend::COPY_DATA
+            | tag::frontend::COPY_DONE
+            | tag::frontend::COPY_FAIL
+            | tag::frontend::DESCRIBE
+            | tag::frontend::EXECUTE
+            | tag::frontend::FLUSH
+            | tag::frontend::FUNCTION_CALL
+            | tag::frontend::PARSE
+            | tag::frontend::QUERY
+            | tag::frontend::SYNC
+            | tag::frontend::TERMINATE
+    )
 }
 
 fn check_client_message(header: Header) -> Result<(), PoolerError> {
     if !valid_client_tag(header.tag) {
         return Err(PoolerError::ClientProtocol(WireError::UnknownTag(header.tag as char)));
     }
-    if header.tag == b'X' && header.length != 4 {
+    if header.tag == tag::frontend::TERMINATE && header.length != 4 {
         return Err(PoolerError::ClientProtocol(WireError::BadLength { tag: 'X', length: i64::from(header.length) }));
     }
     Ok(())
@@ -183,13 +199,13 @@ async fn forward_client(
         match client.scanner.next(&pending[consumed..], capacity, limit).map_err(PoolerError::ClientProtocol)? {
             Step::Message(header) => {
                 check_client_message(header)?;
-                if header.tag == b'X' {
+                if header.tag == tag::frontend::TERMINATE {
                     terminated = true;
                     break;
                 }
                 linked.tracker.client_message(header.tag);
-                parses += u64::from(header.tag == b'P');
-                binds += u64::from(header.tag == b'B');
+                parses += u64::from(header.tag == tag::frontend::PARSE);
+                binds += u64::from(header.tag == tag::frontend::BIND);
                 let range = consumed..consumed + header.frame_len();
                 let frame = &pending[range.clone()];
                 match guard(context.limits.session_state, frame) {
@@ -220,8 +236,8 @@ async fn forward_client(
             Step::LargeStart { header, chunk_len } => {
                 check_client_message(header)?;
                 linked.tracker.client_message(header.tag);
-                parses += u64::from(header.tag == b'P');
-                binds += u64::from(header.tag == b'B');
+                parses += u64::from(header.tag == tag::frontend::PARSE);
+                binds += u64::from(header.tag == tag::frontend::BIND);
                 let range = consumed..consumed + chunk_len;
                 match statements.as_mut() {
                     Some(statements) => {
@@ -278,7 +294,9 @@ fn guard(policy: Option<SessionStatePolicy>, frame: &[u8]) -> Guard {
             Guard::Pass
         }
         (StateChange::Tracked, SessionStatePolicy::Warn) => Guard::Warn("SET"),
-        (StateChange::Untracked(kind), SessionStatePolicy::Error) if frame[0] == b'Q' => Guard::Refuse(kind),
+        (StateChange::Untracked(kind), SessionStatePolicy::Error) if frame[0] == tag::frontend::QUERY => {
+            Guard::Refuse(kind)
+        }
         (StateChange::Untracked(kind), _) => Guard::Warn(kind),
     }
 }
@@ -287,8 +305,8 @@ fn guard(policy: Option<SessionStatePolicy>, frame: &[u8]) -> Guard {
 fn statement_text(frame: &[u8]) -> Option<&[u8]> {
     let body = frame.get(HEADER_LEN..)?;
     let text = match frame[0] {
-        b'Q' => body,
-        b'P' => &body[body.iter().position(|&b| b == 0)? + 1..],
+        tag::frontend::QUERY => body,
+        tag::frontend::PARSE => &body[body.iter().position(|&b| b == 0)? + 1..],
         _ => return None,
     };
     text.iter().position(|&b| b == 0).map(|end| &text[..end])
@@ -327,8 +345,8 @@ fn large_start(
         )
     };
     match header.tag {
-        b'P' if chunk.get(HEADER_LEN) != Some(&0) => Err(too_large()),
-        b'B' => match large_bind_statement(chunk).filter(|name| !name.is_empty()) {
+        tag::frontend::PARSE if chunk.get(HEADER_LEN) != Some(&0) => Err(too_large()),
+        tag::frontend::BIND => match large_bind_statement(chunk).filter(|name| !name.is_empty()) {
             Some(name) => match statements.client.get(name).cloned() {
                 Some(statement) => {
                     statements.ensure_for_large(out, &statement)?;
@@ -430,7 +448,9 @@ async fn forward_server(
 /// One warn line when a server ends a linked session with a FATAL (passed to the client as is):
 /// `idle_in_transaction_session_timeout`, `pg_terminate_backend`, a shutdown.
 fn log_server_fatal(pool: &Pool, server: &ServerConn, body: &[u8]) {
-    let Ok(BackendMessage::ErrorResponse(fields)) = BackendMessage::decode(b'E', body) else { return };
+    let Ok(BackendMessage::ErrorResponse(fields)) = BackendMessage::decode(tag::backend::ERROR_RESPONSE, body) else {
+        return;
+    };
     let text = |field: Option<&[u8]>| String::from_utf8_lossy(field.unwrap_or_default()).into_owned();
     tracing::warn!(
         database = %pool.key.database,
@@ -454,11 +474,11 @@ fn count_answer(
 ) {
     let stats = pool.stats.shard(shard);
     match tag {
-        b'1' => {
+        tag::backend::PARSE_COMPLETE => {
             stats.server_parses.fetch_add(1, Ordering::Relaxed);
             return;
         }
-        b'Z' => {}
+        tag::backend::READY_FOR_QUERY => {}
         _ => return,
     }
     let now = Instant::now();
@@ -494,21 +514,23 @@ fn inspect_server_message(
     server_params: &mut ParamSet,
 ) -> Result<Effect, PoolerError> {
     match header.tag {
-        b'Z' => {
+        tag::backend::READY_FOR_QUERY => {
             let status = body.first().copied().and_then(TransactionStatus::from_byte);
             let status = status
                 .ok_or(PoolerError::ServerProtocol(WireError::BadField { tag: 'Z', field: "transaction status" }))?;
-            tracker.server_message(b'Z', Some(status));
+            tracker.server_message(tag::backend::READY_FOR_QUERY, Some(status));
             Ok(if status == TransactionStatus::Idle { Effect::TransactionEnd } else { Effect::None })
         }
-        b'S' => {
-            if let Ok(BackendMessage::ParameterStatus { name, value }) = BackendMessage::decode(b'S', body) {
+        tag::backend::PARAMETER_STATUS => {
+            if let Ok(BackendMessage::ParameterStatus { name, value }) =
+                BackendMessage::decode(tag::backend::PARAMETER_STATUS, body)
+            {
                 server_params.update(name, value);
                 wanted.update(name, value);
             }
             Ok(Effect::None)
         }
-        b'E' => match BackendMessage::decode(b'E', body) {
+        tag::backend::ERROR_RESPONSE => match BackendMessage::decode(tag::backend::ERROR_RESPONSE, body) {
             Ok(BackendMessage::ErrorResponse(fields)) if fields.is_fatal() => Ok(Effect::Fatal),
             _ => Ok(Effect::None),
         },

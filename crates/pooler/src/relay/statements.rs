@@ -6,6 +6,7 @@
 use std::ops::Range;
 
 use bypass_wire::frontend::{Bind, DescribeKind};
+use bypass_wire::tag;
 use bypass_wire::{FrontendMessage, SqlState, HEADER_LEN};
 
 use super::outgoing::Outgoing;
@@ -39,7 +40,16 @@ impl Statements<'_> {
     /// Handles one whole client message, `frame` at `range` of the source.
     pub fn message(&mut self, out: &mut Outgoing<'_>, frame: &[u8], range: Range<usize>) -> Result<(), PoolerError> {
         let tag = frame[0];
-        if self.plan.skipping() || !matches!(tag, b'P' | b'B' | b'D' | b'C' | b'Q') {
+        if self.plan.skipping()
+            || !matches!(
+                tag,
+                tag::frontend::PARSE
+                    | tag::frontend::BIND
+                    | tag::frontend::DESCRIBE
+                    | tag::frontend::CLOSE
+                    | tag::frontend::QUERY
+            )
+        {
             // After an error the server ignores everything up to Sync: pass it as sent.
             return self.pass(out, frame, range);
         }
@@ -79,8 +89,9 @@ impl Statements<'_> {
     /// Forwards a message unchanged and expects its usual answer.
     fn pass(&mut self, out: &mut Outgoing<'_>, frame: &[u8], range: Range<usize>) -> Result<(), PoolerError> {
         out.pass(range);
-        let kind = (frame[0] == b'D').then(|| frame.get(HEADER_LEN).copied()).flatten();
-        let describe_kind = kind.map(|k| if k == b'S' { DescribeKind::Statement } else { DescribeKind::Portal });
+        let kind = (frame[0] == tag::frontend::DESCRIBE).then(|| frame.get(HEADER_LEN).copied()).flatten();
+        let describe_kind =
+            kind.map(|k| if k == tag::status::STATEMENT { DescribeKind::Statement } else { DescribeKind::Portal });
         match unit_for(frame[0], describe_kind) {
             Some(unit) => self.expect(unit),
             None => Ok(()),
@@ -180,7 +191,7 @@ pub fn rewrite_large_bind_start(chunk: &[u8], length: u32, server_name: &str, ou
     let old_name_len = statement_end - portal_end - 1;
     let new_length = i64::from(length) - old_name_len as i64 + server_name.len() as i64;
     let new_length = u32::try_from(new_length).ok()?;
-    out.push(b'B');
+    out.push(tag::frontend::BIND);
     out.extend_from_slice(&new_length.to_be_bytes());
     out.extend_from_slice(&body[..=portal_end]);
     out.extend_from_slice(server_name.as_bytes());

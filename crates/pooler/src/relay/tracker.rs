@@ -5,6 +5,7 @@
 //! the client sent has been answered: Query, FunctionCall and Sync each get exactly one
 //! ReadyForQuery. Messages of an extended-protocol batch not yet closed by Sync also hold the server.
 
+use bypass_wire::tag;
 use bypass_wire::TransactionStatus;
 
 /// Request/response accounting for one link.
@@ -38,23 +39,27 @@ impl TransactionTracker {
     /// Accounts for a message the client sent to the server.
     pub fn client_message(&mut self, tag: u8) {
         match tag {
-            b'Q' => {
+            tag::frontend::QUERY => {
                 self.outstanding += 1;
                 self.syncs_since_execute = 0;
             }
-            b'F' => self.outstanding += 1,
-            b'S' if self.copy_in => {}
-            b'S' => {
+            tag::frontend::FUNCTION_CALL => self.outstanding += 1,
+            tag::frontend::SYNC if self.copy_in => {}
+            tag::frontend::SYNC => {
                 self.outstanding += 1;
                 self.syncs_since_execute += 1;
                 self.batch_open = false;
             }
-            b'c' | b'f' => self.copy_in = false,
-            b'E' => {
+            tag::frontend::COPY_DONE | tag::frontend::COPY_FAIL => self.copy_in = false,
+            tag::frontend::EXECUTE => {
                 self.syncs_since_execute = 0;
                 self.batch_open = true;
             }
-            b'P' | b'B' | b'D' | b'C' | b'H' => self.batch_open = true,
+            tag::frontend::PARSE
+            | tag::frontend::BIND
+            | tag::frontend::DESCRIBE
+            | tag::frontend::CLOSE
+            | tag::frontend::FLUSH => self.batch_open = true,
             _ => {}
         }
     }
@@ -62,12 +67,12 @@ impl TransactionTracker {
     /// Accounts for a message the server sent; `status` is set for ReadyForQuery.
     pub fn server_message(&mut self, tag: u8, status: Option<TransactionStatus>) {
         match tag {
-            b'Z' => {
+            tag::backend::READY_FOR_QUERY => {
                 self.outstanding = self.outstanding.saturating_sub(1);
                 self.status = status.unwrap_or(self.status);
                 self.copy_in = false;
             }
-            b'G' => {
+            tag::backend::COPY_IN_RESPONSE => {
                 self.copy_in = true;
                 self.outstanding = self.outstanding.saturating_sub(self.syncs_since_execute);
                 self.syncs_since_execute = 0;

@@ -1,6 +1,6 @@
 //! Certificate checks the webpki defaults do not cover: libpq's `verify-ca` (chain without host
-//! name) and `prefer`/`require` (no check), and the client certificate's common name for the
-//! hba method `cert`.
+//! name) and `prefer`/`require` (no check). (The client certificate's common name for the hba
+//! method `cert` is read by the front door, [`bypass_frontdoor::tls::common_name`].)
 
 use std::sync::Arc;
 
@@ -95,81 +95,5 @@ impl ServerCertVerifier for NoCertificateCheck {
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
         self.0.signature_verification_algorithms.supported_schemes()
-    }
-}
-
-/// The subject's commonName (OID 2.5.4.3) of a DER certificate. A few lines of DER walking
-/// rather than a full X.509 parser: webpki already verified the chain, this only reads a name.
-pub(super) fn common_name(der: &[u8]) -> Option<String> {
-    let (_, certificate, _) = der_element(der)?;
-    let (_, tbs, _) = der_element(certificate)?;
-    let mut rest = tbs;
-    if rest.first() == Some(&0xA0) {
-        rest = der_element(rest)?.2; // explicit version
-    }
-    for _ in 0..4 {
-        rest = der_element(rest)?.2; // serial, signature algorithm, issuer, validity
-    }
-    let (_, mut names, _) = der_element(rest)?;
-    while !names.is_empty() {
-        let (_, set, after_set) = der_element(names)?;
-        let (_, attribute, _) = der_element(set)?;
-        let (_, oid, value) = der_element(attribute)?;
-        if oid == [0x55, 0x04, 0x03] {
-            return Some(String::from_utf8_lossy(der_element(value)?.1).into_owned());
-        }
-        names = after_set;
-    }
-    None
-}
-
-/// Splits one DER element off `input`: (tag, content, what follows).
-fn der_element(input: &[u8]) -> Option<(u8, &[u8], &[u8])> {
-    let (&tag, rest) = input.split_first()?;
-    let (&first, mut rest) = rest.split_first()?;
-    let length = if first < 0x80 {
-        first as usize
-    } else {
-        let count = (first & 0x7F) as usize;
-        if count == 0 || count > 4 || rest.len() < count {
-            return None;
-        }
-        let length = rest[..count].iter().fold(0usize, |length, byte| (length << 8) | *byte as usize);
-        rest = &rest[count..];
-        length
-    };
-    (rest.len() >= length).then(|| (tag, &rest[..length], &rest[length..]))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn common_name_is_read_from_the_subject_not_the_issuer() {
-        // Goal: `cert` compares the subject's CN. Method: an rcgen-free DER fixture would be
-        // long; instead check the walker on a tiny hand-built Name and on malformed input.
-        let attribute = [0x30, 0x0A, 0x06, 0x03, 0x55, 0x04, 0x03, 0x0C, 0x03, b'b', b'o', b'b'];
-        let mut set = vec![0x31, attribute.len() as u8];
-        set.extend_from_slice(&attribute);
-        let mut name = vec![0x30, set.len() as u8];
-        name.extend_from_slice(&set);
-        let issuer = {
-            let mut other = name.clone();
-            let len = other.len();
-            other[len - 3..].copy_from_slice(b"eve");
-            other
-        };
-        let mut tbs_body = vec![0xA0, 0x03, 0x02, 0x01, 0x02, 0x02, 0x01, 0x01, 0x30, 0x00];
-        tbs_body.extend_from_slice(&issuer);
-        tbs_body.extend_from_slice(&[0x30, 0x00]);
-        tbs_body.extend_from_slice(&name);
-        let mut tbs = vec![0x30, tbs_body.len() as u8];
-        tbs.extend_from_slice(&tbs_body);
-        let mut certificate = vec![0x30, tbs.len() as u8];
-        certificate.extend_from_slice(&tbs);
-        assert_eq!(common_name(&certificate).as_deref(), Some("bob"));
-        assert_eq!(common_name(&certificate[..certificate.len() - 4]), None);
-        assert_eq!(common_name(&[0x30, 0x84, 0xFF]), None);
     }
 }
