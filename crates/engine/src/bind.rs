@@ -8,8 +8,10 @@ use sqlparser::ast;
 
 use crate::error::{EngineError, Result};
 use crate::expr::{disjunction, evaluate_constant, BinaryOp, DateField, Expr};
+use crate::expr::{SubqueryExpr, SubqueryKind};
 use crate::numeric::Numeric;
-use crate::plan::{AggregateCall, AggregateFunction};
+use crate::plan::{AggregateCall, AggregateFunction, Plan};
+use crate::query::QueryBinder;
 use crate::types::{add_months, DataType, Value, DECIMAL_PRECISION_MAX};
 
 /// Prefix of the string literal that stands for parameter `$n` while a statement is described
@@ -69,6 +71,11 @@ impl Scope {
         self.relations.len() - 1
     }
 
+    /// The first wide column of the enclosing query's relations (None when not correlated).
+    pub fn outer_offset(&self) -> Option<usize> {
+        self.outer_start.map(|start| self.relations.get(start).map_or(self.width(), |r| r.offset))
+    }
+
     /// Index of the relation that owns wide column `column`.
     pub fn relation_of(&self, column: usize) -> usize {
         self.relations.iter().rposition(|r| r.offset <= column).expect("column inside the scope")
@@ -116,6 +123,38 @@ pub struct AggregateContext<'g> {
 /// Binds expressions against one scope.
 pub struct ExprBinder<'s> {
     pub scope: &'s Scope,
+    /// Binds subqueries (None: subqueries are refused, as in DDL defaults).
+    pub queries: Option<&'s QueryBinder<'s>>,
+    /// Where references to the enclosing query's columns (the scope's outer part) go: they
+    /// become parameters of this query block.
+    pub correlation: Option<&'s Correlation>,
+}
+
+/// The enclosing query's columns a correlated query block reads: `Expr::Param { index }` is
+/// the block's parameter `index`, the enclosing row's column `captured[index]`.
+#[derive(Debug, Default)]
+pub struct Correlation {
+    captured: std::cell::RefCell<Vec<(usize, DataType)>>,
+}
+
+impl Correlation {
+    /// The parameter for the enclosing row's column `outer_column`.
+    pub fn param(&self, outer_column: usize, data_type: DataType) -> Expr {
+        let mut captured = self.captured.borrow_mut();
+        let index = match captured.iter().position(|(c, _)| *c == outer_column) {
+            Some(index) => index,
+            None => {
+                captured.push((outer_column, data_type));
+                captured.len() - 1
+            }
+        };
+        Expr::Param { index, data_type }
+    }
+
+    /// The parameters' values: columns of the enclosing query's row.
+    pub fn params(&self) -> Vec<Expr> {
+        self.captured.borrow().iter().map(|&(index, data_type)| Expr::Column { index, data_type }).collect()
+    }
 }
 
 pub fn identifier(ident: &ast::Ident) -> String {
@@ -132,6 +171,11 @@ pub fn object_name(name: &ast::ObjectName) -> Result<String> {
 }
 
 impl<'s> ExprBinder<'s> {
+    /// A binder of plain expressions over `scope` (no subqueries, no enclosing query).
+    pub fn new(scope: &'s Scope) -> ExprBinder<'s> {
+        ExprBinder { scope, queries: None, correlation: None }
+    }
+
     /// Binds a scalar expression (no aggregates allowed).
     pub fn bind(&self, expr: &ast::Expr) -> Result<Expr> {
         self.bind_in(expr, &mut None)
@@ -236,8 +280,22 @@ impl<'s> ExprBinder<'s> {
             }
             E::Function(function) => self.function(function, context),
             E::Interval(_) => Err(EngineError::unsupported("an interval outside date arithmetic")),
-            E::Exists { .. } | E::InSubquery { .. } | E::Subquery(_) => {
-                Err(EngineError::unsupported(format!("subquery in this position: {expr}")))
+            E::Subquery(query) => self.subquery(query, SubqueryKind::Scalar, None, context),
+            E::Exists { subquery, negated } => {
+                let exists = self.subquery(subquery, SubqueryKind::Exists, None, context)?;
+                Ok(if *negated { Expr::Not(Box::new(exists)) } else { exists })
+            }
+            E::InSubquery { expr, subquery, negated } => {
+                let any = self.subquery(subquery, SubqueryKind::Any(BinaryOp::Eq), Some(expr), context)?;
+                Ok(if *negated { Expr::Not(Box::new(any)) } else { any })
+            }
+            E::AnyOp { left, compare_op, right, .. } | E::AllOp { left, compare_op, right } => {
+                let ast::Expr::Subquery(query) = right.as_ref() else {
+                    return Err(EngineError::unsupported("ANY/ALL over an array"));
+                };
+                let op = comparison_operator(compare_op)?;
+                let kind = if matches!(expr, E::AnyOp { .. }) { SubqueryKind::Any(op) } else { SubqueryKind::All(op) };
+                self.subquery(query, kind, Some(left), context)
             }
             other => Err(EngineError::unsupported(format!("expression {other}"))),
         }
@@ -245,7 +303,68 @@ impl<'s> ExprBinder<'s> {
 
     fn column(&self, qualifier: Option<&str>, ident: &ast::Ident) -> Result<Expr> {
         let (index, data_type) = self.scope.resolve(qualifier, &identifier(ident))?;
-        Ok(Expr::Column { index, data_type })
+        Ok(self.capture(Expr::Column { index, data_type }))
+    }
+
+    /// A column of the enclosing query becomes this block's parameter (when correlated).
+    fn capture(&self, expr: Expr) -> Expr {
+        let (Some(correlation), Some(outer_offset)) = (self.correlation, self.scope.outer_offset()) else {
+            return expr;
+        };
+        expr.transform(&|node| match node {
+            Expr::Column { index, data_type } if *index >= outer_offset => {
+                Some(correlation.param(index - outer_offset, *data_type))
+            }
+            _ => None,
+        })
+    }
+
+    /// A subquery used as a value. Its parameters are columns of this scope (enclosing
+    /// columns among them become this block's parameters); under GROUP BY they must be groups.
+    fn subquery(
+        &self,
+        query: &ast::Query,
+        kind: SubqueryKind,
+        lhs: Option<&ast::Expr>,
+        context: &mut Option<&mut AggregateContext<'_>>,
+    ) -> Result<Expr> {
+        let queries = self.queries.ok_or_else(|| EngineError::unsupported("a subquery in this position"))?;
+        let bound = queries.bind_query_in(query, Some(self.scope))?;
+        let mut plan = bound.plan;
+        let column_type = plan.output_types().first().copied().unwrap_or(DataType::Bool);
+        if kind != SubqueryKind::Exists && plan.width() != 1 {
+            return Err(EngineError::Syntax("subquery must return only one column".into()));
+        }
+        let lhs = match lhs {
+            Some(lhs) => {
+                let value = self.bind_in(lhs, context)?;
+                let probe = Expr::Column { index: 0, data_type: column_type };
+                let (mut both, target) = unify(vec![value, probe])?;
+                if target != column_type {
+                    let exprs = vec![both.pop().expect("the subquery column")];
+                    plan = Plan::Project { input: Box::new(plan), exprs };
+                }
+                Some(both.swap_remove(0))
+            }
+            None => None,
+        };
+        let rows_needed = match kind {
+            SubqueryKind::Exists => Some(1),
+            SubqueryKind::Scalar => Some(2),
+            _ => None,
+        };
+        if let Some(limit) = rows_needed {
+            plan = Plan::Limit { input: Box::new(plan), limit: Some(limit), offset: 0 };
+        }
+        let mut params = Vec::new();
+        for param in bound.params {
+            let param = self.capture(param);
+            params.push(match context.as_deref() {
+                Some(aggregate) => group_reference(aggregate, param)?,
+                None => param,
+            });
+        }
+        Ok(Expr::Subquery(Box::new(SubqueryExpr::new(kind, plan, params, lhs))))
     }
 
     fn constant_integer(&self, expr: &ast::Expr) -> Result<i64> {
@@ -446,22 +565,34 @@ impl<'s> ExprBinder<'s> {
         let Some(kind) = aggregate_function(&name) else {
             return Ok(None);
         };
-        if let ast::FunctionArguments::List(list) = &function.args {
-            if list.duplicate_treatment == Some(ast::DuplicateTreatment::Distinct) {
-                return Err(EngineError::unsupported(format!("{name}(DISTINCT ...)")));
-            }
+        let distinct = matches!(&function.args, ast::FunctionArguments::List(list)
+            if list.duplicate_treatment == Some(ast::DuplicateTreatment::Distinct));
+        if function.over.is_some() {
+            return Err(EngineError::unsupported("window functions (OVER)"));
         }
-        if function.filter.is_some() || function.over.is_some() {
-            return Err(EngineError::unsupported("aggregate FILTER or window functions (OVER)"));
+        if matches!(&function.args, ast::FunctionArguments::List(list) if !list.clauses.is_empty()) {
+            return Err(EngineError::unsupported(format!("ORDER BY or other clauses inside {name}(…)")));
         }
+        let filter = function
+            .filter
+            .as_deref()
+            .map(|condition| {
+                let bound = self.bind(condition)?;
+                let bound = if is_untyped(&bound) { cast_expr(bound, DataType::Bool)? } else { bound };
+                expect_type(&bound, DataType::Bool, "FILTER")?;
+                Ok(bound)
+            })
+            .transpose()?;
         let star = matches!(&function.args, ast::FunctionArguments::List(list)
             if matches!(list.args.as_slice(), [ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Wildcard)]));
         if star {
             return match kind {
-                AggregateFunction::Count => Ok(Some(AggregateCall {
+                AggregateFunction::Count if !distinct => Ok(Some(AggregateCall {
                     function: AggregateFunction::CountStar,
                     argument: None,
                     data_type: DataType::Int64,
+                    distinct,
+                    filter,
                 })),
                 _ => Err(EngineError::Syntax(format!("{name}(*) is only valid for count"))),
             };
@@ -472,7 +603,32 @@ impl<'s> ExprBinder<'s> {
         };
         let argument = self.bind(argument)?;
         let data_type = aggregate_type(kind, argument.data_type())?;
-        Ok(Some(AggregateCall { function: kind, argument: Some(argument), data_type }))
+        Ok(Some(AggregateCall { function: kind, argument: Some(argument), data_type, distinct, filter }))
+    }
+}
+
+/// A comparison operator of the AST.
+fn comparison_operator(op: &ast::BinaryOperator) -> Result<BinaryOp> {
+    use ast::BinaryOperator as B;
+    Ok(match op {
+        B::Eq => BinaryOp::Eq,
+        B::NotEq => BinaryOp::NotEq,
+        B::Lt => BinaryOp::Lt,
+        B::LtEq => BinaryOp::LtEq,
+        B::Gt => BinaryOp::Gt,
+        B::GtEq => BinaryOp::GtEq,
+        other => return Err(EngineError::unsupported(format!("operator {other} with ANY/ALL"))),
+    })
+}
+
+/// An expression over the input of an aggregate as one of its group keys (over its output).
+fn group_reference(aggregate: &AggregateContext<'_>, expr: Expr) -> Result<Expr> {
+    if expr.columns().is_empty() {
+        return Ok(expr);
+    }
+    match aggregate.groups.iter().position(|g| *g == expr) {
+        Some(position) => Ok(Expr::Column { index: position, data_type: expr.data_type() }),
+        None => Err(EngineError::Grouping(format!("subquery uses ungrouped column {expr} from outer query"))),
     }
 }
 
@@ -513,6 +669,34 @@ fn function_args(function: &ast::Function) -> Result<Vec<&ast::Expr>> {
             .collect(),
         ast::FunctionArguments::Subquery(_) => Err(EngineError::unsupported("subquery as a function argument")),
     }
+}
+
+/// Whether an AST expression contains a subquery (iterative, as `contains_aggregate`).
+pub fn contains_subquery_ast(expr: &ast::Expr) -> bool {
+    use ast::Expr as E;
+    let mut pending = vec![expr];
+    while let Some(expr) = pending.pop() {
+        match expr {
+            E::Subquery(_) | E::Exists { .. } | E::InSubquery { .. } => return true,
+            E::AnyOp { right, .. } | E::AllOp { right, .. } => pending.push(right),
+            E::Function(f) => pending.extend(function_args(f).unwrap_or_default()),
+            E::BinaryOp { left, right, .. } => pending.extend([left.as_ref(), right.as_ref()]),
+            E::UnaryOp { expr, .. } | E::Nested(expr) | E::Cast { expr, .. } => pending.push(expr),
+            E::IsNull(e) | E::IsNotNull(e) => pending.push(e),
+            E::Between { expr, low, high, .. } => pending.extend([expr.as_ref(), low.as_ref(), high.as_ref()]),
+            E::InList { expr, list, .. } => {
+                pending.push(expr);
+                pending.extend(list);
+            }
+            E::Case { operand, conditions, else_result, .. } => {
+                pending.extend(operand.as_deref());
+                pending.extend(conditions.iter().flat_map(|w| [&w.condition, &w.result]));
+                pending.extend(else_result.as_deref());
+            }
+            _ => {}
+        }
+    }
+    false
 }
 
 /// Whether an AST expression contains an aggregate call (outside subqueries). Iterative: the

@@ -742,6 +742,9 @@ fn code_set(table: &Table, columns: &[usize], expr: &Expr, conjunct: &Expr) -> O
 }
 
 fn compile_call(table: &Table, columns: &[usize], call: &AggregateCall) -> Option<CompiledCall> {
+    if call.distinct || call.filter.is_some() {
+        return None;
+    }
     let factors = match (call.function, &call.argument) {
         (AggregateFunction::CountStar, None) => Vec::new(),
         (AggregateFunction::Sum | AggregateFunction::Avg, Some(argument)) => {

@@ -206,12 +206,13 @@ impl Engine {
 
     fn bind(&self, query: &ast::Query) -> Result<crate::query::BoundQuery> {
         let catalog = self.catalog.read().unwrap_or_else(|p| p.into_inner());
-        QueryBinder { catalog: &catalog }.bind_query(query)
+        QueryBinder::new(&catalog).bind_query(query)
     }
 
     fn run_query(&self, query: &ast::Query) -> Result<QueryResult> {
         let bound = self.bind(query)?;
         let executor = Executor { runtime: &self.runtime, tier: self.tier() };
+        crate::exec::subquery::prepare(&executor, &bound.plan)?;
         let batches = executor.execute(&bound.plan)?;
         let types = bound.plan.output_types();
         let rows: usize = batches.iter().map(|b| b.rows).sum();
@@ -375,7 +376,7 @@ fn values_rows(
     schema: &[ColumnDef],
 ) -> Result<Vec<Vec<Value>>> {
     let scope = Scope::default();
-    let binder = ExprBinder { scope: &scope };
+    let binder = ExprBinder::new(&scope);
     rows.iter()
         .map(|row| {
             if row.content.len() != targets.len() {

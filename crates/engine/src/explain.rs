@@ -70,7 +70,12 @@ fn render(
             let items: Vec<String> = groups.iter().map(|g| g.to_string()).collect();
             let calls: Vec<String> = aggregates
                 .iter()
-                .map(|a| format!("{:?}({})", a.function, a.argument.as_ref().map_or("*".into(), |e| e.to_string())))
+                .map(|a| {
+                    let distinct = if a.distinct { "DISTINCT " } else { "" };
+                    let argument = a.argument.as_ref().map_or("*".into(), |e| e.to_string());
+                    let filter = a.filter.as_ref().map_or(String::new(), |f| format!(" FILTER (WHERE {f})"));
+                    format!("{:?}({distinct}{argument}){filter}", a.function)
+                })
                 .collect();
             lines.push(tag(format!("HashAggregate groups=[{}] aggregates=[{}]", items.join(", "), calls.join(", "))));
             let id = *next;

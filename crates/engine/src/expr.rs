@@ -127,6 +127,69 @@ pub enum Expr {
         expr: Box<Expr>,
         months: i32,
     },
+    /// A value of the enclosing query's row inside a correlated subquery's plan (the
+    /// subquery's `params[index]`), substituted before each execution.
+    Param {
+        index: usize,
+        data_type: DataType,
+    },
+    /// A subquery used as a value: scalar, EXISTS, or `x op ANY/ALL (…)` (IN is `= ANY`).
+    Subquery(Box<SubqueryExpr>),
+}
+
+/// How a subquery's rows become a value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SubqueryKind {
+    /// The single value of at most one row (21000 for more), NULL for none.
+    Scalar,
+    /// Whether there is a row.
+    Exists,
+    /// `lhs op ANY (rows)`: true if it holds for some row, NULL if unknown for some and true
+    /// for none, else false.
+    Any(BinaryOp),
+    /// `lhs op ALL (rows)`: false if it fails for some row, NULL if unknown for some, else true.
+    All(BinaryOp),
+}
+
+/// A subquery as an expression. `plan` reads `Expr::Param`s that `params` (expressions over the
+/// enclosing input) supply per row; uncorrelated ones (no params) run once and are cached.
+#[derive(Debug, Clone)]
+pub struct SubqueryExpr {
+    pub kind: SubqueryKind,
+    pub plan: Arc<crate::plan::Plan>,
+    pub params: Vec<Expr>,
+    /// The tested value of ANY/ALL, over the enclosing input.
+    pub lhs: Option<Expr>,
+    /// The type of the subquery's one output column.
+    pub column_type: DataType,
+    /// The rows of an uncorrelated subquery, once run (shared by all workers).
+    pub cache: Arc<std::sync::Mutex<Option<Arc<crate::exec::subquery::Resolved>>>>,
+}
+
+impl SubqueryExpr {
+    pub fn new(kind: SubqueryKind, plan: crate::plan::Plan, params: Vec<Expr>, lhs: Option<Expr>) -> SubqueryExpr {
+        let column_type = plan.output_types().first().copied().unwrap_or(DataType::Bool);
+        SubqueryExpr { kind, plan: Arc::new(plan), params, lhs, column_type, cache: Arc::default() }
+    }
+
+    pub fn data_type(&self) -> DataType {
+        match self.kind {
+            SubqueryKind::Scalar => self.column_type,
+            _ => DataType::Bool,
+        }
+    }
+
+    /// The same subquery over other parameter and test expressions (one plan, one cache).
+    fn with_children(&self, params: Vec<Expr>, lhs: Option<Expr>) -> SubqueryExpr {
+        SubqueryExpr { params, lhs, ..self.clone() }
+    }
+}
+
+impl PartialEq for SubqueryExpr {
+    /// One subquery of the SQL text is equal to itself only (its plan is not compared).
+    fn eq(&self, other: &SubqueryExpr) -> bool {
+        Arc::ptr_eq(&self.plan, &other.plan) && self.params == other.params && self.lhs == other.lhs
+    }
 }
 
 impl Expr {
@@ -140,6 +203,8 @@ impl Expr {
             Expr::Extract { .. } => DataType::Int32,
             Expr::Substring { .. } => DataType::Text,
             Expr::AddMonths { .. } => DataType::Date,
+            Expr::Param { data_type, .. } => *data_type,
+            Expr::Subquery(subquery) => subquery.data_type(),
         }
     }
 
@@ -151,10 +216,12 @@ impl Expr {
         Expr::Binary { op, left: Box::new(left), right: Box::new(right), data_type }
     }
 
-    /// Children, for generic walks.
+    /// Children, for generic walks (a subquery's are its parameters and tested value, over
+    /// the enclosing input; its plan is a world of its own).
     pub fn children(&self) -> Vec<&Expr> {
         match self {
-            Expr::Column { .. } | Expr::Literal { .. } => vec![],
+            Expr::Column { .. } | Expr::Literal { .. } | Expr::Param { .. } => vec![],
+            Expr::Subquery(subquery) => subquery.params.iter().chain(subquery.lhs.as_ref()).collect(),
             Expr::Binary { left, right, .. } => vec![left, right],
             Expr::Not(e) | Expr::Negate(e) | Expr::Cast { expr: e, .. } | Expr::IsNull { expr: e, .. } => vec![e],
             Expr::InList { expr, .. } | Expr::Like { expr, .. } | Expr::Extract { expr, .. } => vec![expr],
@@ -165,24 +232,23 @@ impl Expr {
         }
     }
 
-    /// Applies `f` to every column index (re-mapping inputs after pushdown or joins).
-    pub fn map_columns(&self, f: &dyn Fn(usize) -> usize) -> Expr {
-        let boxed = |e: &Expr| Box::new(e.map_columns(f));
+    /// This node with every child replaced by `f(child)` (the order of `children`).
+    pub fn map_children(&self, f: &mut dyn FnMut(&Expr) -> Expr) -> Expr {
+        let mut boxed = |e: &Expr| Box::new(f(e));
         match self {
-            Expr::Column { index, data_type } => Expr::Column { index: f(*index), data_type: *data_type },
-            Expr::Literal { .. } => self.clone(),
+            Expr::Column { .. } | Expr::Literal { .. } | Expr::Param { .. } => self.clone(),
             Expr::Binary { op, left, right, data_type } => {
-                Expr::Binary { op: *op, left: boxed(left), right: boxed(right), data_type: *data_type }
+                let left = boxed(left);
+                Expr::Binary { op: *op, left, right: boxed(right), data_type: *data_type }
             }
             Expr::Not(e) => Expr::Not(boxed(e)),
             Expr::Negate(e) => Expr::Negate(boxed(e)),
             Expr::IsNull { expr, negated } => Expr::IsNull { expr: boxed(expr), negated: *negated },
             Expr::Cast { expr, to } => Expr::Cast { expr: boxed(expr), to: *to },
-            Expr::Case { branches, otherwise, data_type } => Expr::Case {
-                branches: branches.iter().map(|(c, r)| (c.map_columns(f), r.map_columns(f))).collect(),
-                otherwise: boxed(otherwise),
-                data_type: *data_type,
-            },
+            Expr::Case { branches, otherwise, data_type } => {
+                let branches = branches.iter().map(|(c, r)| (*boxed(c), *boxed(r))).collect();
+                Expr::Case { branches, otherwise: boxed(otherwise), data_type: *data_type }
+            }
             Expr::InList { expr, list, negated } => {
                 Expr::InList { expr: boxed(expr), list: list.clone(), negated: *negated }
             }
@@ -194,7 +260,34 @@ impl Expr {
                 Expr::Substring { expr: boxed(expr), start: *start, length: *length }
             }
             Expr::AddMonths { expr, months } => Expr::AddMonths { expr: boxed(expr), months: *months },
+            Expr::Subquery(subquery) => {
+                let params = subquery.params.iter().map(|p| *boxed(p)).collect();
+                let lhs = subquery.lhs.as_ref().map(|l| *boxed(l));
+                Expr::Subquery(Box::new(subquery.with_children(params, lhs)))
+            }
         }
+    }
+
+    /// Rewrites the tree top-down: where `f` returns a replacement the node is replaced (and
+    /// not descended into), elsewhere the children are rewritten.
+    pub fn transform(&self, f: &dyn Fn(&Expr) -> Option<Expr>) -> Expr {
+        match f(self) {
+            Some(replacement) => replacement,
+            None => self.map_children(&mut |child| child.transform(f)),
+        }
+    }
+
+    /// Applies `f` to every column index (re-mapping inputs after pushdown or joins).
+    pub fn map_columns(&self, f: &dyn Fn(usize) -> usize) -> Expr {
+        self.transform(&|e| match e {
+            Expr::Column { index, data_type } => Some(Expr::Column { index: f(*index), data_type: *data_type }),
+            _ => None,
+        })
+    }
+
+    /// Whether a subquery occurs in the tree (outside nested subqueries' plans).
+    pub fn contains_subquery(&self) -> bool {
+        matches!(self, Expr::Subquery(_)) || self.children().iter().any(|c| c.contains_subquery())
     }
 
     /// Column indexes this expression reads, ascending and distinct.
@@ -215,8 +308,11 @@ impl Expr {
         }
     }
 
+    /// Whether the value can be computed now (no columns, parameters or subqueries), so the
+    /// binder folds it into a literal.
     pub fn is_constant(&self) -> bool {
-        !matches!(self, Expr::Column { .. }) && self.children().iter().all(|c| c.is_constant())
+        !matches!(self, Expr::Column { .. } | Expr::Param { .. } | Expr::Subquery(_))
+            && self.children().iter().all(|c| c.is_constant())
     }
 }
 
@@ -249,6 +345,12 @@ impl std::fmt::Display for Expr {
             Expr::Extract { field, expr } => write!(f, "EXTRACT({field:?} FROM {expr})"),
             Expr::Substring { expr, start, length } => write!(f, "SUBSTRING({expr}, {start}, {length:?})"),
             Expr::AddMonths { expr, months } => write!(f, "({expr} + {months} months)"),
+            Expr::Param { index, .. } => write!(f, "${}", index + 1),
+            Expr::Subquery(subquery) => {
+                let params: Vec<String> = subquery.params.iter().map(ToString::to_string).collect();
+                let lhs = subquery.lhs.as_ref().map_or(String::new(), |l| format!("{l} "));
+                write!(f, "{lhs}{:?}(subquery({}))", subquery.kind, params.join(", "))
+            }
         }
     }
 }
@@ -317,6 +419,10 @@ pub fn evaluate(expr: &Expr, batch: &Batch) -> Result<Vector> {
         }
         Expr::Extract { field, expr } => extract(*field, evaluate(expr, batch)?),
         Expr::Substring { expr, start, length } => substring(&evaluate(expr, batch)?, *start, *length),
+        Expr::Param { index, .. } => {
+            Err(EngineError::Runtime(format!("parameter ${} of a subquery was not substituted", index + 1)))
+        }
+        Expr::Subquery(subquery) => crate::exec::subquery::evaluate(subquery, batch),
         Expr::AddMonths { expr, months } => {
             let mut vector = evaluate(expr, batch)?;
             if let Data::I32(days) = &mut vector.data {

@@ -126,10 +126,10 @@ pub fn plan_relation(index: usize, input: JoinInput, used: &[bool], filters: &[E
             Planned { plan: Plan::Scan { table, columns, filter: None }, layout, relations: 1 << index, rows, distinct }
         }
         RelationSource::Derived(plan) => Planned {
+            rows: estimate_rows(&plan),
             plan,
             layout: (offset..offset + width).collect(),
             relations: 1 << index,
-            rows: 1000.0,
             distinct: HashMap::new(),
         },
     };
@@ -143,6 +143,52 @@ pub fn plan_relation(index: usize, input: JoinInput, used: &[bool], filters: &[E
         planned.rows = (unfiltered_rows * selectivity).max(1.0);
     }
     Ok(planned)
+}
+
+/// Rough output rows of a plan: table sizes, sampled scan filters, 1/3 per other filter,
+/// foreign-key joins, group counts from the tables' distinct counts.
+pub fn estimate_rows(plan: &Plan) -> f64 {
+    match plan {
+        Plan::Scan { table, columns, filter } => {
+            let rows = table.rows() as f64;
+            match filter {
+                Some(predicate) if !predicate.contains_subquery() => {
+                    (rows * sampled_selectivity(table, columns, predicate)).max(1.0)
+                }
+                Some(_) => (rows / 3.0).max(1.0),
+                None => rows,
+            }
+        }
+        Plan::SingleRow => 1.0,
+        Plan::Filter { input, .. } => (estimate_rows(input) / 3.0).max(1.0),
+        Plan::Project { input, .. } => estimate_rows(input),
+        Plan::HashJoin { kind, probe, build, .. } => match kind {
+            JoinKind::Inner | JoinKind::Left => estimate_rows(probe).max(estimate_rows(build)),
+            _ => (estimate_rows(probe) / 2.0).max(1.0),
+        },
+        Plan::Aggregate { input, groups, .. } => {
+            let rows = estimate_rows(input);
+            if groups.is_empty() {
+                return 1.0;
+            }
+            let distinct: Option<f64> = groups.iter().map(|g| distinct_values(input, g)).product();
+            distinct.unwrap_or(rows / 10.0).min(rows).max(1.0)
+        }
+        Plan::Sort { input, limit, .. } => limit.map_or(estimate_rows(input), |l| estimate_rows(input).min(l as f64)),
+        Plan::Limit { input, limit, .. } => limit.map_or(estimate_rows(input), |l| estimate_rows(input).min(l as f64)),
+    }
+}
+
+/// Distinct values of a column expression, when it is a table column (through filters and
+/// projections).
+fn distinct_values(plan: &Plan, expr: &Expr) -> Option<f64> {
+    let Expr::Column { index, .. } = expr else { return None };
+    match plan {
+        Plan::Scan { table, columns, .. } => Some(table.distinct_count(columns[*index]) as f64),
+        Plan::Filter { input, .. } => distinct_values(input, expr),
+        Plan::Project { input, exprs } => distinct_values(input, &exprs[*index]),
+        _ => None,
+    }
 }
 
 /// Fraction of sampled rows passing a table scan's whole filter (None when the input is not a

@@ -33,6 +33,10 @@ pub struct AggregateCall {
     pub function: AggregateFunction,
     pub argument: Option<Expr>,
     pub data_type: DataType,
+    /// `agg(DISTINCT x)`: each distinct non-null value once per group.
+    pub distinct: bool,
+    /// `agg(…) FILTER (WHERE condition)`: only rows where the condition is true.
+    pub filter: Option<Expr>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -111,8 +115,84 @@ impl Plan {
         }
     }
 
-    /// Estimated output rows (planner statistics; tables know their sizes, filters are sampled).
+    /// Number of output columns.
     pub fn width(&self) -> usize {
         self.output_types().len()
+    }
+
+    /// Every expression of the plan tree, each once (not those inside subqueries' plans).
+    pub fn visit_exprs(&self, f: &mut dyn FnMut(&Expr)) {
+        match self {
+            Plan::Scan { filter, .. } => filter.iter().for_each(&mut *f),
+            Plan::SingleRow => {}
+            Plan::Filter { input, predicate } => {
+                f(predicate);
+                input.visit_exprs(f);
+            }
+            Plan::Project { input, exprs } => {
+                exprs.iter().for_each(&mut *f);
+                input.visit_exprs(f);
+            }
+            Plan::HashJoin { probe, build, probe_keys, build_keys, residual, .. } => {
+                probe_keys.iter().chain(build_keys).chain(residual).for_each(&mut *f);
+                probe.visit_exprs(f);
+                build.visit_exprs(f);
+            }
+            Plan::Aggregate { input, groups, aggregates } => {
+                let calls = aggregates.iter().flat_map(|a| a.argument.iter().chain(&a.filter));
+                groups.iter().chain(calls).for_each(&mut *f);
+                input.visit_exprs(f);
+            }
+            Plan::Sort { input, keys, .. } => {
+                keys.iter().for_each(|k| f(&k.expr));
+                input.visit_exprs(f);
+            }
+            Plan::Limit { input, .. } => input.visit_exprs(f),
+        }
+    }
+
+    /// The same plan with every expression replaced by `f(expression)`.
+    pub fn map_exprs(&self, f: &dyn Fn(&Expr) -> Expr) -> Plan {
+        let map_all = |exprs: &[Expr]| exprs.iter().map(f).collect::<Vec<_>>();
+        match self {
+            Plan::Scan { table, columns, filter } => {
+                Plan::Scan { table: Arc::clone(table), columns: columns.clone(), filter: filter.as_ref().map(f) }
+            }
+            Plan::SingleRow => Plan::SingleRow,
+            Plan::Filter { input, predicate } => {
+                Plan::Filter { input: Box::new(input.map_exprs(f)), predicate: f(predicate) }
+            }
+            Plan::Project { input, exprs } => {
+                Plan::Project { input: Box::new(input.map_exprs(f)), exprs: map_all(exprs) }
+            }
+            Plan::HashJoin { kind, probe, build, probe_keys, build_keys, residual } => Plan::HashJoin {
+                kind: *kind,
+                probe: Box::new(probe.map_exprs(f)),
+                build: Box::new(build.map_exprs(f)),
+                probe_keys: map_all(probe_keys),
+                build_keys: map_all(build_keys),
+                residual: residual.as_ref().map(f),
+            },
+            Plan::Aggregate { input, groups, aggregates } => Plan::Aggregate {
+                input: Box::new(input.map_exprs(f)),
+                groups: map_all(groups),
+                aggregates: aggregates
+                    .iter()
+                    .map(|a| AggregateCall {
+                        argument: a.argument.as_ref().map(f),
+                        filter: a.filter.as_ref().map(f),
+                        ..a.clone()
+                    })
+                    .collect(),
+            },
+            Plan::Sort { input, keys, limit } => Plan::Sort {
+                input: Box::new(input.map_exprs(f)),
+                keys: keys.iter().map(|k| SortKey { expr: f(&k.expr), ..k.clone() }).collect(),
+                limit: *limit,
+            },
+            Plan::Limit { input, limit, offset } => {
+                Plan::Limit { input: Box::new(input.map_exprs(f)), limit: *limit, offset: *offset }
+            }
+        }
     }
 }

@@ -122,6 +122,57 @@ impl fmt::Display for Value {
     }
 }
 
+/// A value as a hash key: equal SQL values (1.5 and 1.50, 0.0 and -0.0, NaN and NaN) have
+/// equal keys.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum ValueKey {
+    Null,
+    Bool(bool),
+    Int(i64),
+    Float(u64),
+    Text(String),
+    Numeric(Numeric),
+}
+
+impl Value {
+    pub fn key(&self) -> ValueKey {
+        match self {
+            Value::Null => ValueKey::Null,
+            Value::Bool(b) => ValueKey::Bool(*b),
+            Value::Int32(v) | Value::Date(v) => ValueKey::Int(i64::from(*v)),
+            Value::Int64(v) => ValueKey::Int(*v),
+            Value::Float64(v) if v.is_nan() => ValueKey::Float(f64::NAN.to_bits()),
+            Value::Float64(v) => ValueKey::Float((v + 0.0).to_bits()),
+            Value::Decimal { value, scale } => ValueKey::Numeric(Numeric::new(i128::from(*value), *scale).normalized()),
+            Value::Numeric(n) => ValueKey::Numeric(n.normalized()),
+            Value::Text(s) => ValueKey::Text(s.clone()),
+        }
+    }
+}
+
+/// Orders two non-null values of one type as SQL does (NaN above every float, as in
+/// PostgreSQL); values of different types compare as numbers.
+pub fn compare_values(a: &Value, b: &Value) -> std::cmp::Ordering {
+    use std::cmp::Ordering;
+    match (a, b) {
+        (Value::Bool(x), Value::Bool(y)) => x.cmp(y),
+        (Value::Int32(x), Value::Int32(y)) | (Value::Date(x), Value::Date(y)) => x.cmp(y),
+        (Value::Int64(x), Value::Int64(y)) => x.cmp(y),
+        (Value::Text(x), Value::Text(y)) => x.cmp(y),
+        (Value::Numeric(x), Value::Numeric(y)) => x.cmp(y),
+        (Value::Decimal { value: x, scale: sx }, Value::Decimal { value: y, scale: sy }) => {
+            Numeric::new(i128::from(*x), *sx).cmp(&Numeric::new(i128::from(*y), *sy))
+        }
+        (Value::Float64(x), Value::Float64(y)) => match (x.is_nan(), y.is_nan()) {
+            (true, true) => Ordering::Equal,
+            (true, false) => Ordering::Greater,
+            (false, true) => Ordering::Less,
+            (false, false) => x.partial_cmp(y).unwrap_or(Ordering::Equal),
+        },
+        _ => a.as_f64().partial_cmp(&b.as_f64()).unwrap_or(Ordering::Equal),
+    }
+}
+
 /// Floats the way PostgreSQL prints float8: the shortest text that reads back exactly, in
 /// fixed notation when the decimal exponent is in -4..15, else as `1.5e+20` (two exponent
 /// digits at least), like printf's `%g`.

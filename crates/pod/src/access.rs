@@ -185,6 +185,9 @@ impl TxnState {
 /// What workloads call. Values are whole rows of the table's fixed size.
 pub trait TxnOps {
     fn host(&self) -> usize;
+    /// This attempt's transaction id: unique across hosts and restarts (what `record_acked`
+    /// records), so a workload may key a row by it.
+    fn id(&self) -> u64;
     /// Acquires every listed tuple now, as one phase (Tigon's `process_requests`): this host's
     /// rows first, then the other hosts' with one flush and one wait. Later reads and writes of
     /// them find them in the transaction; an absent key is simply not there.

@@ -113,10 +113,16 @@ impl Host {
         let layout = layout_for(&config);
         region.verify_header(&layout)?;
         let workload = config.workload.build(config.hosts);
+        let mut counters = Counters::default();
         let partition = if config.recover {
             let dir = config.log_dir.as_deref().expect("validated: recover needs a log dir");
             let durable = region.header().recovered_epoch.load(Ordering::Acquire);
-            crate::recovery::rebuild(dir, config.hosts, me, workload.as_ref(), durable)?.0
+            let (partition, _) = crate::recovery::rebuild(dir, config.hosts, me, workload.as_ref(), durable)?;
+            let (checked, missing) =
+                crate::recovery::check_receipts(dir, config.hosts, me, workload.as_ref(), &partition)?;
+            counters.receipts_checked = checked;
+            counters.receipts_missing = missing;
+            partition
         } else {
             let mut partition = Partition::new(&workload.tables());
             workload.load(me, &mut partition);
@@ -150,7 +156,7 @@ impl Host {
             workload,
             region,
             layout,
-            counters: Counters::default(),
+            counters,
             log: LogWriter::disabled(),
             last_tid: 0,
             rng: SplitMix64::new(seed),

@@ -194,6 +194,29 @@ pub fn rebuild(
     Ok((partition, stats))
 }
 
+/// After a rebuild: for every acknowledged transaction any host recorded whose receipt (a row
+/// the workload keys by the transaction's id) lives here, whether it is there. (checked, missing).
+pub fn check_receipts(
+    dir: &Path,
+    hosts: usize,
+    me: usize,
+    workload: &dyn Workload,
+    partition: &Partition,
+) -> Result<(u64, u64)> {
+    let (mut checked, mut missing) = (0, 0);
+    for host in 0..hosts {
+        for acked in read_acked(dir, host)? {
+            let Some((table, key)) = workload.receipt(acked.gid) else { continue };
+            if workload.owner(table, key) != me {
+                continue;
+            }
+            checked += 1;
+            missing += u64::from(partition.table(table).find(key).is_none());
+        }
+    }
+    Ok((checked, missing))
+}
+
 fn apply(partition: &mut Partition, latest: LatestWrites) -> ReplayStats {
     let mut stats = ReplayStats::default();
     for ((table, key), (tid, value)) in latest {

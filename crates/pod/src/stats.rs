@@ -206,6 +206,10 @@ counters! {
     /// Logger: fdatasync calls and bytes written.
     fsyncs,
     log_file_bytes,
+    /// Gauges of a recovering start: acknowledged transactions (recorded by any host) whose
+    /// receipt row this host owns, and how many of those rows are missing after recovery.
+    receipts_checked,
+    receipts_missing,
     /// Log bytes deleted because checkpoints covered them, and checkpoints completed (usable).
     log_bytes_deleted,
     checkpoints,
@@ -216,8 +220,10 @@ counters! {
 }
 
 impl Counters {
-    const GAUGES: [&'static str; 10] = [
+    const GAUGES: [&'static str; 12] = [
         "malformed_messages",
+        "receipts_checked",
+        "receipts_missing",
         "ack_drain_ms",
         "unacked_at_end",
         "committed_all",

@@ -80,6 +80,10 @@ impl TxnOps for ActiveTxn<'_> {
         self.host.me
     }
 
+    fn id(&self) -> u64 {
+        self.txn.gid
+    }
+
     fn fetch(&mut self, wanted: &[Fetch]) -> TxnResult<()> {
         let policy = self.protocol.read_policy();
         let mut remote = Vec::new();

@@ -99,6 +99,11 @@ fn recover_and_check(mut config: PodConfig, acked: &[u64], acked_observed: u64) 
     assert_eq!(plan.acked_lost, 0, "acknowledged transactions lost: {plan:?}");
     assert!(plan.acked_recorded as u64 >= acked_observed, "every acknowledgement is recorded: {plan:?}");
     assert_eq!(plan.acked_in_logs + plan.acked_in_checkpoints, plan.acked_recorded);
+    // And in the data: every acknowledged transfer's receipt row is in the recovered partitions.
+    let checked: u64 = report.per_host.iter().map(|host| host.receipts_checked).sum();
+    let missing: u64 = report.per_host.iter().map(|host| host.receipts_missing).sum();
+    assert_eq!(checked, plan.acked_recorded as u64, "every recorded acknowledgement has its receipt checked");
+    assert_eq!(missing, 0, "receipts of acknowledged transfers missing after recovery");
 }
 
 fn crash_at(point: CrashPoint, host: usize, after: u64, protocol: Protocol) {

@@ -5,9 +5,11 @@ use hashbrown::HashTable;
 use super::keys::{hash_words, KeyCache, KeyEncoder};
 use crate::error::{EngineError, Result};
 use crate::expr::{evaluate, Expr};
+use std::collections::HashMap;
+
 use crate::numeric::Numeric;
 use crate::plan::{AggregateCall, AggregateFunction};
-use crate::types::{DataType, Value};
+use crate::types::{DataType, Value, ValueKey};
 use crate::vector::{Batch, Data, Vector};
 
 /// Groups one aggregation may create (a bound, not a tuning knob).
@@ -75,10 +77,16 @@ pub enum AggregateState {
         values: Vec<Value>,
         is_min: bool,
     },
+    /// `agg(DISTINCT x)`: the distinct non-null values per group; the aggregate runs over
+    /// them at the end (partial states merge by union).
+    Distinct(Vec<HashMap<ValueKey, Value>>),
 }
 
 impl AggregateState {
     pub fn new(call: &AggregateCall) -> AggregateState {
+        if call.distinct {
+            return AggregateState::Distinct(Vec::new());
+        }
         let input = call.argument.as_ref().map(Expr::data_type);
         match (call.function, input) {
             (AggregateFunction::Count | AggregateFunction::CountStar, _) => AggregateState::Count(Vec::new()),
@@ -106,6 +114,7 @@ impl AggregateState {
                 counts.resize(groups, 0);
             }
             AggregateState::MinMax { values, .. } => values.resize(groups, Value::Null),
+            AggregateState::Distinct(seen) => seen.resize_with(groups, HashMap::new),
         }
     }
 
@@ -150,6 +159,15 @@ impl AggregateState {
                     }
                 }
             }
+            (AggregateState::Distinct(seen), Some(_)) => {
+                let argument = argument.expect("distinct aggregates have an argument");
+                for (r, &g) in groups.iter().enumerate() {
+                    if valid(r) {
+                        let value = argument.value(r);
+                        seen[g as usize].entry(value.key()).or_insert(value);
+                    }
+                }
+            }
             (AggregateState::MinMax { values, is_min }, Some(_)) => {
                 let argument = argument.expect("min/max have an argument");
                 for (r, &g) in groups.iter().enumerate() {
@@ -182,6 +200,11 @@ impl AggregateState {
             (AggregateState::SumFloat { sums, counts }, AggregateState::SumFloat { sums: s, counts: c }) => {
                 sums[to] += s[from];
                 counts[to] += c[from];
+            }
+            (AggregateState::Distinct(seen), AggregateState::Distinct(other)) => {
+                for (key, value) in &other[from] {
+                    seen[to].entry(key.clone()).or_insert_with(|| value.clone());
+                }
             }
             (AggregateState::MinMax { values, is_min }, AggregateState::MinMax { values: v, .. }) => {
                 if !v[from].is_null() && (values[to].is_null() || better(&v[from], &values[to], *is_min)) {
@@ -224,9 +247,28 @@ impl AggregateState {
                 (Data::F64(values), present(counts))
             }
             AggregateState::MinMax { values, .. } => return Ok(Vector::from_values(values, data_type)),
+            AggregateState::Distinct(seen) => return finish_distinct(seen, call),
         };
         Ok(Vector { data_type, data, validity })
     }
+}
+
+/// A DISTINCT aggregate: the plain aggregate over each group's distinct values.
+fn finish_distinct(seen: &[HashMap<ValueKey, Value>], call: &AggregateCall) -> Result<Vector> {
+    let plain = AggregateCall { distinct: false, filter: None, ..call.clone() };
+    let argument_type = call.argument.as_ref().map_or(DataType::Int64, Expr::data_type);
+    let mut groups = Vec::new();
+    let mut values = Vec::new();
+    for (group, distinct) in seen.iter().enumerate() {
+        for value in distinct.values() {
+            groups.push(group as u32);
+            values.push(value.clone());
+        }
+    }
+    let mut state = AggregateState::new(&plain);
+    state.resize(seen.len());
+    state.update(&groups, Some(&Vector::from_values(&values, argument_type)))?;
+    state.finish(&plain)
 }
 
 /// Sums as they are, or averages: sum / count with PostgreSQL's numeric division scale.
@@ -298,7 +340,14 @@ impl PartialAggregate {
         let groups = self.assign_groups(encoder, &keys, batch.rows)?;
         for (state, call) in self.states.iter_mut().zip(aggregates) {
             let argument = call.argument.as_ref().map(|a| evaluate(a, batch)).transpose()?;
-            state.update(&groups, argument.as_ref())?;
+            match &call.filter {
+                None => state.update(&groups, argument.as_ref())?,
+                Some(filter) => {
+                    let rows = crate::exec::selected_rows(&evaluate(filter, batch)?)?;
+                    let groups: Vec<u32> = rows.iter().map(|&r| groups[r as usize]).collect();
+                    state.update(&groups, argument.map(|a| a.gather(&rows)).as_ref())?;
+                }
+            }
         }
         Ok(())
     }

@@ -10,6 +10,7 @@ pub mod aggregate;
 pub mod join;
 pub mod keys;
 pub mod sort;
+pub mod subquery;
 
 use std::sync::{Arc, Mutex};
 
@@ -19,7 +20,7 @@ use crate::expr::{evaluate, Expr};
 use crate::plan::{AggregateCall, Plan};
 use crate::runtime::Runtime;
 use crate::storage::Table;
-use crate::vector::{scan_chunk, Batch, Data, VECTOR_ROWS};
+use crate::vector::{scan_chunk, Batch, Data, Vector, VECTOR_ROWS};
 
 use aggregate::PartialAggregate;
 use join::JoinTable;
@@ -192,16 +193,20 @@ pub fn for_each_vector(source: &Source, morsel: usize, mut f: impl FnMut(Batch) 
     }
 }
 
+/// The rows where a boolean vector is true (not false, not NULL).
+pub fn selected_rows(condition: &Vector) -> Result<Vec<u32>> {
+    let Data::Bool(values) = &condition.data else {
+        return Err(EngineError::Type("condition is not boolean".into()));
+    };
+    Ok(match &condition.validity {
+        None => (0..values.len() as u32).filter(|&r| values[r as usize]).collect(),
+        Some(valid) => (0..values.len() as u32).filter(|&r| values[r as usize] && valid[r as usize]).collect(),
+    })
+}
+
 /// Keeps the rows where `predicate` is true: builds a selection vector, then gathers.
 pub fn apply_filter(predicate: &Expr, batch: Batch) -> Result<Batch> {
-    let result = evaluate(predicate, &batch)?;
-    let Data::Bool(values) = &result.data else {
-        return Err(EngineError::Type("WHERE condition is not boolean".into()));
-    };
-    let selection: Vec<u32> = match &result.validity {
-        None => (0..batch.rows as u32).filter(|&r| values[r as usize]).collect(),
-        Some(valid) => (0..batch.rows as u32).filter(|&r| values[r as usize] && valid[r as usize]).collect(),
-    };
+    let selection = selected_rows(&evaluate(predicate, &batch)?)?;
     if selection.len() == batch.rows {
         return Ok(batch);
     }

@@ -18,6 +18,11 @@ pub trait Workload: Send + Sync {
     fn driver(&self, host: usize, seed: u64, id_base: u64) -> Box<dyn Driver>;
     /// Tables other hosts access (Tigon pre-migrates their rows when asked).
     fn shareable_tables(&self) -> Vec<TableId>;
+    /// Where a committed transaction with id `gid` left a row of its own (a receipt), if the
+    /// workload leaves one: recovery then checks every acknowledged id against the data.
+    fn receipt(&self, _gid: u64) -> Option<(TableId, u64)> {
+        None
+    }
     /// Invariants on `host`'s partition after a run (all CATs moved back out).
     fn check(&self, host: usize, partition: &Partition) -> Check;
 }

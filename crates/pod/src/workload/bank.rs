@@ -1,7 +1,9 @@
 //! The bank-transfer variant of YCSB: accounts hash-partitioned over hosts, each transaction
 //! moves an amount between two accounts (the second one on another host with the cross
-//! probability) and counts itself in its host's ledger row. The total balance never changes, and
-//! a host's ledger counts exactly its committed transfers — the invariants crash tests check.
+//! probability), counts itself in its host's ledger row and inserts a receipt keyed by its
+//! transaction id. The total balance never changes, a host's ledger counts exactly its committed
+//! transfers and its receipts — the invariants crash tests check, and after a crash every
+//! acknowledged transaction's receipt must be there.
 
 use serde::Serialize;
 
@@ -12,7 +14,10 @@ use crate::rng::SplitMix64;
 
 pub const ACCOUNTS: TableId = 0;
 pub const LEDGER: TableId = 1;
+/// One row per committed transfer, keyed by its transaction id (owned by the host that ran it).
+pub const RECEIPTS: TableId = 2;
 const ROW_BYTES: usize = 64;
+const RECEIPT_BYTES: usize = 16;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct BankConfig {
@@ -64,11 +69,13 @@ impl Workload for Bank {
         vec![
             TableSpec { id: ACCOUNTS, name: "accounts", row_bytes: ROW_BYTES, ordered: false },
             TableSpec { id: LEDGER, name: "ledger", row_bytes: ROW_BYTES, ordered: false },
+            TableSpec { id: RECEIPTS, name: "receipts", row_bytes: RECEIPT_BYTES, ordered: false },
         ]
     }
     fn owner(&self, table: TableId, key: u64) -> usize {
         match table {
             ACCOUNTS => (key / self.config.accounts_per_host) as usize,
+            RECEIPTS => (key >> 56) as usize,
             _ => key as usize,
         }
     }
@@ -93,13 +100,21 @@ impl Workload for Bank {
     fn shareable_tables(&self) -> Vec<TableId> {
         vec![ACCOUNTS]
     }
+    fn receipt(&self, gid: u64) -> Option<(TableId, u64)> {
+        Some((RECEIPTS, gid))
+    }
     fn check(&self, host: usize, partition: &Partition) -> Check {
         let balance: i64 = partition.table(ACCOUNTS).live_rows().map(|(_, row)| field::i64_at(&row.data, 0)).sum();
         let ledger = partition
             .table(LEDGER)
             .find(host as u64)
             .map_or(0, |row| field::u64_at(&partition.table(LEDGER).row(row).data, 0));
-        Check { failures: Vec::new(), value_a: balance as u64, value_b: ledger }
+        let receipts = partition.table(RECEIPTS).live_rows().count() as u64;
+        let mut failures = Vec::new();
+        if receipts != ledger {
+            failures.push(format!("host {host}: {receipts} receipts for {ledger} transfers in the ledger"));
+        }
+        Check { failures, value_a: balance as u64, value_b: ledger }
     }
 }
 
@@ -135,6 +150,9 @@ impl Driver for BankDriver {
         update(txn, ACCOUNTS, from, |row| field::set_i64(row, 0, field::i64_at(row, 0) - amount))?;
         update(txn, ACCOUNTS, to, |row| field::set_i64(row, 0, field::i64_at(row, 0) + amount))?;
         update(txn, LEDGER, self.host as u64, |row| field::set_u64(row, 0, field::u64_at(row, 0) + 1))?;
-        Ok(())
+        let mut receipt = [0u8; RECEIPT_BYTES];
+        field::set_i64(&mut receipt, 0, amount);
+        field::set_u64(&mut receipt, 8, from);
+        txn.insert(RECEIPTS, txn.id(), &receipt)
     }
 }

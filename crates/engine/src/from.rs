@@ -1,0 +1,270 @@
+//! The FROM clause: relations (tables, derived tables, CTEs), joins and their ON conditions
+//! bound over one "wide row"; then the join tree: single-relation conditions pushed into
+//! scans, inner joins ordered greedily (`joins`), LEFT JOINs applied after the inner ones.
+
+use std::sync::Arc;
+
+use sqlparser::ast;
+
+use crate::bind::{identifier, object_name, Correlation, ExprBinder, Scope};
+use crate::error::{EngineError, Result};
+use crate::expr::{conjunction, BinaryOp, Expr};
+use crate::joins::{
+    derive_single_relation_filters, join_all, plan_relation, relation_set, split_conjuncts, Conjunct, JoinInput,
+    Planned, RelationSource, RELATIONS_MAX,
+};
+use crate::plan::{JoinKind, Plan};
+use crate::query::QueryBinder;
+use crate::types::DataType;
+
+/// A LEFT JOIN waiting to be applied after the inner joins.
+pub(crate) struct LeftJoin {
+    pub relation: usize,
+    pub on: Vec<Expr>,
+}
+
+/// The FROM clause, bound.
+pub(crate) struct From {
+    pub scope: Scope,
+    pub inputs: Vec<JoinInput>,
+    pub on_conjuncts: Vec<Expr>,
+    pub left_joins: Vec<LeftJoin>,
+}
+
+impl<'c> QueryBinder<'c> {
+    /// Binds FROM; ON conditions see `outer` (the enclosing query's row), whose columns become
+    /// the block's parameters through `correlation`.
+    pub(crate) fn bind_from(
+        &self,
+        from: &[ast::TableWithJoins],
+        outer: Option<&Scope>,
+        correlation: Option<&Correlation>,
+    ) -> Result<From> {
+        let mut bound =
+            From { scope: Scope::default(), inputs: Vec::new(), on_conjuncts: Vec::new(), left_joins: Vec::new() };
+        for item in from {
+            self.add_relation(&mut bound, &item.relation)?;
+            for join in &item.joins {
+                let relation = self.add_relation(&mut bound, &join.relation)?;
+                let (left, constraint) = match &join.join_operator {
+                    ast::JoinOperator::Join(c) | ast::JoinOperator::Inner(c) => (false, c),
+                    ast::JoinOperator::Left(c) | ast::JoinOperator::LeftOuter(c) => (true, c),
+                    ast::JoinOperator::CrossJoin(c) => (false, c),
+                    other => {
+                        return Err(EngineError::unsupported(
+                            format!("join type {other:?}").chars().take(60).collect::<String>(),
+                        ))
+                    }
+                };
+                let on = match constraint {
+                    ast::JoinConstraint::On(expr) => {
+                        let scope = with_outer(&bound.scope, outer);
+                        let mut conjuncts = Vec::new();
+                        let binder = ExprBinder { scope: &scope, queries: Some(self), correlation };
+                        split_conjuncts(binder.bind(expr)?, &mut conjuncts);
+                        conjuncts
+                    }
+                    ast::JoinConstraint::None => Vec::new(),
+                    _ => return Err(EngineError::unsupported("JOIN USING or NATURAL JOIN")),
+                };
+                if left {
+                    bound.left_joins.push(LeftJoin { relation, on });
+                } else {
+                    bound.on_conjuncts.extend(on);
+                }
+            }
+        }
+        if bound.inputs.len() > RELATIONS_MAX {
+            return Err(EngineError::LimitExceeded(format!("more than {RELATIONS_MAX} relations in one query block")));
+        }
+        Ok(bound)
+    }
+
+    fn add_relation(&self, from: &mut From, factor: &ast::TableFactor) -> Result<usize> {
+        let (name, alias, columns, source) = match factor {
+            ast::TableFactor::Table {
+                name,
+                alias,
+                args,
+                with_hints,
+                version,
+                with_ordinality,
+                partitions,
+                json_path,
+                sample,
+                index_hints,
+            } => {
+                let plain = args.is_none()
+                    && with_hints.is_empty()
+                    && version.is_none()
+                    && !with_ordinality
+                    && partitions.is_empty()
+                    && json_path.is_none()
+                    && sample.is_none()
+                    && index_hints.is_empty();
+                if !plain {
+                    return Err(EngineError::unsupported(format!("FROM item {factor}")));
+                }
+                let (name, columns, source) = match self.cte(name) {
+                    Some(cte) => {
+                        let columns = cte.names.iter().cloned().zip(cte.plan.output_types()).collect();
+                        (cte.name.clone(), columns, RelationSource::Derived(cte.plan.clone()))
+                    }
+                    None => {
+                        let table = self.catalog.get(&object_name(name)?)?;
+                        let columns = table.schema.iter().map(|c| (c.name.clone(), c.data_type)).collect();
+                        (table.name.clone(), columns, RelationSource::Table(Arc::clone(&table)))
+                    }
+                };
+                (name, alias.as_ref(), columns, source)
+            }
+            ast::TableFactor::Derived { subquery, alias, lateral: false, sample: None } => {
+                let alias =
+                    alias.as_ref().ok_or_else(|| EngineError::Syntax("subquery in FROM must have an alias".into()))?;
+                let bound = self.bind_query(subquery)?;
+                let columns = bound.names.into_iter().zip(bound.plan.output_types()).collect();
+                (identifier(&alias.name), Some(alias), columns, RelationSource::Derived(bound.plan))
+            }
+            other => return Err(EngineError::unsupported(format!("FROM item {other}"))),
+        };
+        let (alias, columns) = apply_alias(name, alias, columns)?;
+        let width = columns.len();
+        let index = from.scope.add(&alias, columns);
+        from.inputs.push(JoinInput { source, offset: from.scope.relations[index].offset, width });
+        Ok(index)
+    }
+
+    pub(crate) fn plan_joins(&self, from: From, conjuncts: Vec<Expr>, used: &[bool]) -> Result<Planned> {
+        let From { inputs, left_joins, .. } = from;
+        if inputs.is_empty() {
+            let mut planned = Planned::with_layout(Plan::SingleRow, Vec::new(), 1.0);
+            planned.add_filters(&conjuncts, 1.0);
+            return Ok(planned);
+        }
+        let left_relations: u64 = left_joins.iter().fold(0, |set, l| set | (1 << l.relation));
+        let mut per_relation: Vec<Vec<Expr>> = vec![Vec::new(); inputs.len()];
+        let mut multi = Vec::new();
+        for conjunct in conjuncts {
+            let relations = relation_set(&conjunct, &inputs);
+            for derived in derive_single_relation_filters(&conjunct, &inputs) {
+                let relation = relation_set(&derived, &inputs).trailing_zeros() as usize;
+                per_relation[relation].push(derived);
+            }
+            if relations.count_ones() <= 1 && relations & left_relations == 0 {
+                per_relation[relations.trailing_zeros().min(inputs.len() as u32 - 1) as usize].push(conjunct);
+            } else {
+                multi.push(Conjunct { expr: conjunct, relations });
+            }
+        }
+        let mut left_on: Vec<(usize, Vec<Expr>)> = Vec::new();
+        for left in left_joins {
+            let (own, rest): (Vec<Expr>, Vec<Expr>) =
+                left.on.into_iter().partition(|c| relation_set(c, &inputs) == 1 << left.relation);
+            per_relation[left.relation].extend(own);
+            left_on.push((left.relation, rest));
+        }
+        let widths: Vec<usize> = inputs.iter().map(|i| i.offset).collect();
+        let mut inner = Vec::new();
+        let mut outer_items = Vec::new();
+        for (index, (input, filters)) in inputs.into_iter().zip(per_relation).enumerate() {
+            let planned = plan_relation(index, input, used, &filters)?;
+            if left_relations & (1 << index) != 0 {
+                outer_items.push(planned);
+            } else {
+                inner.push(planned);
+            }
+        }
+        let (now, later): (Vec<Conjunct>, Vec<Conjunct>) =
+            multi.into_iter().partition(|c| c.relations & left_relations == 0);
+        let offsets_only: Vec<JoinInput> = widths
+            .iter()
+            .map(|&offset| JoinInput { source: RelationSource::Derived(Plan::SingleRow), offset, width: 0 })
+            .collect();
+        let mut planned = join_all(inner, now, &offsets_only)?;
+        for ((_, on), build) in left_on.into_iter().zip(outer_items) {
+            planned = left_join(planned, build, on, &offsets_only)?;
+        }
+        planned.add_filters(&later.into_iter().map(|c| c.expr).collect::<Vec<_>>(), 1.0 / 3.0);
+        Ok(planned)
+    }
+}
+
+/// A relation's name and columns under its alias: `t AS u (a, b)` renames the first columns.
+fn apply_alias(
+    name: String,
+    alias: Option<&ast::TableAlias>,
+    mut columns: Vec<(String, DataType)>,
+) -> Result<(String, Vec<(String, DataType)>)> {
+    let Some(alias) = alias else { return Ok((name, columns)) };
+    let name = identifier(&alias.name);
+    if alias.columns.len() > columns.len() {
+        return Err(EngineError::Syntax(format!(
+            "table \"{name}\" has {} columns available but {} columns specified",
+            columns.len(),
+            alias.columns.len()
+        )));
+    }
+    for (column, renamed) in columns.iter_mut().zip(&alias.columns) {
+        column.0 = identifier(&renamed.name);
+    }
+    Ok((name, columns))
+}
+
+pub(crate) fn with_outer(scope: &Scope, outer: Option<&Scope>) -> Scope {
+    let mut combined = scope.clone();
+    if let Some(outer) = outer {
+        combined.outer_start = Some(combined.relations.len());
+        for relation in &outer.relations {
+            combined.add(&relation.alias, relation.columns.clone());
+        }
+    }
+    combined
+}
+
+fn left_join(probe: Planned, build: Planned, on: Vec<Expr>, inputs: &[JoinInput]) -> Result<Planned> {
+    let mut probe_keys = Vec::new();
+    let mut build_keys = Vec::new();
+    let mut residual = Vec::new();
+    for conjunct in on {
+        if let Expr::Binary { op: BinaryOp::Eq, left, right, .. } = &conjunct {
+            let (ls, rs) = (relation_set(left, inputs), relation_set(right, inputs));
+            if ls & !probe.relations == 0 && rs & !build.relations == 0 && ls != 0 && rs != 0 {
+                probe_keys.push(probe.localize(left));
+                build_keys.push(build.localize(right));
+                continue;
+            }
+            if rs & !probe.relations == 0 && ls & !build.relations == 0 && ls != 0 && rs != 0 {
+                probe_keys.push(probe.localize(right));
+                build_keys.push(build.localize(left));
+                continue;
+            }
+        }
+        residual.push(conjunct);
+    }
+    if probe_keys.is_empty() {
+        return Err(EngineError::unsupported("LEFT JOIN without an equality condition"));
+    }
+    let mut layout = probe.layout.clone();
+    layout.extend(&build.layout);
+    let width = probe.layout.len();
+    let residual = conjunction(residual).map(|r| {
+        r.map_columns(&|c| {
+            probe.layout.iter().position(|&w| w == c).unwrap_or_else(|| {
+                width + build.layout.iter().position(|&w| w == c).expect("ON columns come from the two sides")
+            })
+        })
+    });
+    let rows = probe.rows;
+    let relations = probe.relations | build.relations;
+    let plan = Plan::HashJoin {
+        kind: JoinKind::Left,
+        probe: Box::new(probe.plan),
+        build: Box::new(build.plan),
+        probe_keys,
+        build_keys,
+        residual,
+    };
+    let mut planned = Planned::with_layout(plan, layout, rows);
+    planned.relations = relations;
+    Ok(planned)
+}
