@@ -228,6 +228,11 @@ impl KernelPool {
         }
     }
 
+    /// Where the kernel moved this pool's bytes (summed over CPUs: one map read).
+    pub fn counters(&self) -> bypass_fastpath::PoolCounters {
+        self.fast.pool_counters(self.index)
+    }
+
     pub fn set_waiters(&self, waiters: usize) {
         self.fast.set_waiters(self.index, u32::try_from(waiters).unwrap_or(u32::MAX));
     }

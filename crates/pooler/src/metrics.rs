@@ -142,6 +142,7 @@ pub fn render(shared: &Shared) -> String {
     render_histograms(&mut text, &pools);
     if let Some(fast) = &shared.fastpath {
         render_kernel(&mut text, fast);
+        render_kernel_pools(&mut text, &pools);
     }
     crate::mirror::render_metrics(&mut text, &shared.mirror, shared.fastpath.as_ref());
     let _ = writeln!(text, "# HELP bypass_errors_total Client sessions ended by an error, by kind.");
@@ -325,6 +326,37 @@ fn render_kernel(text: &mut String, fast: &bypass_fastpath::FastPath) {
     for program in &programs {
         let _ =
             writeln!(text, "bypass_kernel_program_runs_total{{program=\"{}\"}} {}", program.name, program.run_count);
+    }
+}
+
+/// Per pool that runs in the kernel: bytes and messages by direction (request: client to
+/// server, answer: server to client) and by path (`kernel`: forwarded socket to socket in the
+/// kernel; `passed`: handed up to user space, which read and relayed them).
+fn render_kernel_pools(text: &mut String, pools: &[Arc<Pool>]) {
+    let counted: Vec<(String, bypass_fastpath::PoolCounters)> =
+        pools.iter().filter_map(|pool| pool.kernel().map(|kernel| (pool_labels(pool), kernel.counters()))).collect();
+    let families = [
+        ("bypass_kernel_pool_bytes_total", "Bytes of a kernel pool by direction and path."),
+        ("bypass_kernel_pool_messages_total", "Messages of a kernel pool by direction and path."),
+    ];
+    for (index, (name, help)) in families.iter().enumerate() {
+        let _ = writeln!(text, "# HELP {name} {help}\n# TYPE {name} counter");
+        for (labels, c) in &counted {
+            let values = if index == 0 {
+                [c.request_bytes_forwarded, c.request_bytes_passed, c.answer_bytes_forwarded, c.answer_bytes_passed]
+            } else {
+                [
+                    c.request_messages_forwarded,
+                    c.request_messages_passed,
+                    c.answer_messages_forwarded,
+                    c.answer_messages_passed,
+                ]
+            };
+            let keys = [("request", "kernel"), ("request", "passed"), ("answer", "kernel"), ("answer", "passed")];
+            for ((direction, path), value) in keys.iter().zip(values) {
+                let _ = writeln!(text, "{name}{{{labels},direction=\"{direction}\",path=\"{path}\"}} {value}");
+            }
+        }
     }
 }
 

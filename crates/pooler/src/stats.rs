@@ -118,6 +118,8 @@ pub struct PoolTotals {
     pub binds: u64,
     pub server_parses: u64,
     pub assignments: u64,
+    /// Where the kernel fast path moved this pool's bytes (pools that run there).
+    pub kernel: Option<bypass_fastpath::PoolCounters>,
 }
 
 impl PoolTotals {
@@ -134,6 +136,9 @@ impl PoolTotals {
         self.binds += other.binds;
         self.server_parses += other.server_parses;
         self.assignments += other.assignments;
+        if let Some(kernel) = &other.kernel {
+            self.kernel.get_or_insert_with(Default::default).add(kernel);
+        }
     }
 }
 

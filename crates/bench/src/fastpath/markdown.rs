@@ -184,6 +184,9 @@ mod tests {
             kernel_counters: Default::default(),
             kernel_transaction_share: Some(0.99),
             passes_per_txn: Some(0.01),
+            pool_counters: Default::default(),
+            request_bytes_in_kernel: Some(0.5),
+            answer_bytes_in_kernel: Some(0.999),
         });
         let runs = vec![
             with_mean(Workload::YcsbB, 10_000, Contender::Pgbouncer, 17_400.0, 575.0),

@@ -386,6 +386,12 @@ pub fn averages(new: &PoolTotals, old: &PoolTotals, seconds: f64) -> [u64; 11] {
     ]
 }
 
+/// PgBouncer's columns, then where the kernel fast path moved the bytes: `kernel_*` were
+/// forwarded socket to socket inside the kernel, `passed_*` were handed up to user space (which
+/// read and relayed them); request bytes and messages run client to server, answer bytes and
+/// messages server to client; `*_requests` count Query, Sync and FunctionCall messages (each
+/// asks for a ReadyForQuery), `*_answers` the ReadyForQuery messages. Pools that do not run in
+/// the kernel show zeros there.
 pub fn stats(shared: &Shared) -> Table {
     let averages = shared.averages();
     let rows = totals_by_database(shared)
@@ -395,6 +401,7 @@ pub fn stats(shared: &Shared) -> Table {
             let mut row = vec![database];
             row.extend(counters(&totals).iter().map(u64::to_string));
             row.extend(average.iter().map(u64::to_string));
+            row.extend(kernel_counters(&totals.kernel.unwrap_or_default()).map(|value| value.to_string()));
             row
         })
         .collect();
@@ -422,8 +429,38 @@ pub fn stats(shared: &Shared) -> Table {
         "avg_client_parse_count",
         "avg_server_parse_count",
         "avg_bind_count",
+        "kernel_request_bytes",
+        "kernel_request_msgs",
+        "kernel_requests",
+        "passed_request_bytes",
+        "passed_request_msgs",
+        "passed_requests",
+        "kernel_answer_bytes",
+        "kernel_answer_msgs",
+        "kernel_answers",
+        "passed_answer_bytes",
+        "passed_answer_msgs",
+        "passed_answers",
     ];
     Table::new(columns, rows)
+}
+
+/// The kernel columns of STATS, in their order.
+fn kernel_counters(k: &bypass_fastpath::PoolCounters) -> [u64; 12] {
+    [
+        k.request_bytes_forwarded,
+        k.request_messages_forwarded,
+        k.requests_forwarded,
+        k.request_bytes_passed,
+        k.request_messages_passed,
+        k.requests_passed,
+        k.answer_bytes_forwarded,
+        k.answer_messages_forwarded,
+        k.answers_forwarded,
+        k.answer_bytes_passed,
+        k.answer_messages_passed,
+        k.answers_passed,
+    ]
 }
 
 const STATS_COLUMNS: [&str; 12] = [

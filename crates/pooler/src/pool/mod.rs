@@ -549,16 +549,17 @@ impl Pool {
     }
 
     /// The pool's statistics; a transaction the kernel released counts as one transaction and
-    /// one query (the kernel counts transactions only).
+    /// one query (the kernel counts transactions only), and the bytes it forwarded count as
+    /// received and sent (bytes it passed up are counted by the user-space path that relays them).
     pub fn totals(&self) -> crate::stats::PoolTotals {
         let mut totals = self.stats.totals();
         if let Some(kernel) = self.kernel.get() {
-            let entry = kernel.fast.pool(kernel.index);
-            let transactions = entry.transactions.load(Ordering::Relaxed);
-            totals.transactions += transactions;
-            totals.queries += transactions;
-            totals.bytes_received += entry.bytes_from_clients.load(Ordering::Relaxed);
-            totals.bytes_sent += entry.bytes_to_clients.load(Ordering::Relaxed);
+            let counters = kernel.counters();
+            totals.transactions += counters.transactions;
+            totals.queries += counters.transactions;
+            totals.bytes_received += counters.request_bytes_forwarded;
+            totals.bytes_sent += counters.answer_bytes_forwarded;
+            totals.kernel = Some(counters);
         }
         totals
     }
