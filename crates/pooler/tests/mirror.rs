@@ -91,8 +91,9 @@ async fn run_write_workload(port: u16) {
 
 const DUMP: &str = "SELECT id, owner, value, version FROM items ORDER BY id";
 
-/// Waits until the shadow's rows equal the primary's (the shadow runs behind, by design).
-fn assert_shadow_catches_up(postgres: &Postgres) {
+/// Waits until the shadow's rows equal the primary's (the shadow runs behind, by design); a
+/// failure shows the mirror's counters (a cut-off or a kernel desync says why rows are missing).
+fn assert_shadow_catches_up(postgres: &Postgres, pooler: &Pooler) {
     let primary = sql(postgres, "app", DUMP);
     assert_eq!(primary.lines().count(), (CLIENTS * 40) as usize, "the primary lacks the workload's rows");
     let deadline = Instant::now() + CATCH_UP;
@@ -101,14 +102,26 @@ fn assert_shadow_catches_up(postgres: &Postgres) {
         std::thread::sleep(Duration::from_millis(100));
         shadow = sql(postgres, "shadow", DUMP);
     }
-    assert_eq!(shadow, primary, "the shadow's rows differ from the primary's");
+    assert_eq!(shadow, primary, "the shadow's rows differ from the primary's; {}", mirror_state(pooler));
+}
+
+fn mirror_state(pooler: &Pooler) -> String {
+    let counters = &pooler.shared.mirror.counters;
+    let kernel = pooler.shared.fastpath.as_ref().map(|fast| fast.mirror_counters());
+    format!(
+        "clients mirrored in the kernel {}, in user space {}, failures {}, cut off {}; kernel counters {kernel:?}",
+        counters.kernel_clients.load(Ordering::Relaxed),
+        counters.user_clients.load(Ordering::Relaxed),
+        counters.failures.load(Ordering::Relaxed),
+        counters.cut_offs.load(Ordering::Relaxed),
+    )
 }
 
 fn write_workload_is_mirrored(fast_path: FastPathMode) -> Pooler {
     let postgres = two_databases(true);
     let pooler = Pooler::start(mirror_config(&postgres, postgres.port(), fast_path));
     runtime().block_on(run_write_workload(pooler.port));
-    assert_shadow_catches_up(&postgres);
+    assert_shadow_catches_up(&postgres, &pooler);
     let counters = &pooler.shared.mirror.counters;
     let mirrored = counters.kernel_clients.load(Ordering::Relaxed) + counters.user_clients.load(Ordering::Relaxed);
     assert_eq!(mirrored, CLIENTS as u64, "every client is mirrored once");
