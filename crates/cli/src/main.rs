@@ -81,6 +81,9 @@ enum BenchCommand {
     Fastpath(bypass_bench::fastpath::FastpathBenchArgs),
     /// The engine against DuckDB, DataFusion and Polars, and the runtime experiments.
     Engine(bypass_cli::engine::BenchArgs),
+    /// The engine as a server: first-row latency of a large scan, `select 1` while another
+    /// client streams, resident memory against DuckDB, memory after DROP TABLE.
+    EngineServing(bypass_bench::engine::serving::ServingArgs),
     /// The pod store against 2PL+2PC and OCC on TPC-C and YCSB.
     Pod(bypass_cli::pod::BenchArgs),
     /// The dispatcher (relay, hand-over, hybrid) against HAProxy in the lab.
@@ -122,6 +125,7 @@ fn run() -> Result<()> {
             bypass_bench::fastpath::run(args, &std::env::current_exe()?)
         }
         Command::Bench { which: BenchCommand::Engine(args) } => bypass_cli::engine::bench(args),
+        Command::Bench { which: BenchCommand::EngineServing(args) } => bypass_cli::engine::bench_serving(&args),
         Command::Bench { which: BenchCommand::Pod(args) } => bypass_cli::pod::bench(args),
         Command::Engine(command) => bypass_cli::engine::run(command),
         Command::Pod(command) => bypass_cli::pod::run(command),
