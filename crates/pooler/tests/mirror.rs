@@ -16,6 +16,8 @@ const SCHEMA: &str =
     "CREATE TABLE items (id int PRIMARY KEY, owner int NOT NULL, value text NOT NULL, version int NOT NULL DEFAULT 0)";
 /// Clients of the write workload, each on its own id range.
 const CLIENTS: i32 = 4;
+/// Bound on a shadow's login in these tests (see `mirror_config`).
+const SHADOW_LOGIN_TIMEOUT_MS: u64 = 30_000;
 /// How long a shadow may take to catch up with its primary after the clients left.
 const CATCH_UP: Duration = Duration::from_secs(30);
 
@@ -42,6 +44,10 @@ fn sql(postgres: &Postgres, database: &str, text: &str) -> String {
 fn mirror_config(postgres: &Postgres, shadow_port: u16, fast_path: FastPathMode) -> Config {
     let mut config = common::config(postgres, PoolMode::Transaction, 4);
     config.pooler.fast_path = fast_path;
+    // The tests want every client mirrored; the 1 s default gives a shadow login up (the client
+    // is then served unmirrored, by design), and a loaded CI machine forks PostgreSQL backends
+    // slower than that now and then. A shadow that is down still fails at once (refused).
+    config.pooler.mirror_connect_timeout_ms = SHADOW_LOGIN_TIMEOUT_MS;
     let app = DatabaseEntry { port: postgres.port(), mirror: Some("shadow".into()), ..DatabaseEntry::default() };
     let shadow = DatabaseEntry { port: shadow_port, ..DatabaseEntry::default() };
     config.databases = [("app".to_owned(), app), ("shadow".to_owned(), shadow)].into();
