@@ -37,6 +37,8 @@ enum Command {
         /// Path to bypass.toml.
         file: PathBuf,
     },
+    /// Translate a pgbouncer.ini into an equivalent bypass.toml and list what has no equivalent.
+    ImportPgbouncer(bypass_cli::pooler::ImportArgs),
     /// Start a private PostgreSQL 15 under ./.bypass and the pooler in front of it on port 6432.
     Up(up::UpArgs),
     /// Run a benchmark and write its results under bench/results/.
@@ -88,12 +90,25 @@ enum BenchCommand {
     Dispatch(bypass_cli::dispatch::BenchArgs),
 }
 
-fn main() -> Result<()> {
+/// Errors end the process with their message and exit code 1, never a Rust backtrace: they are
+/// the operator's to read (a configuration problem, a port in use), not a crash.
+fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("bypass: {error:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> Result<()> {
     let cli = Cli::parse();
     logging::init(cli.log_format);
     match cli.command {
         Command::Proxy { config } => run_proxy(load(&config)?, config),
-        Command::CheckConfig { file } => check_config(&file),
+        Command::CheckConfig { file } => bypass_cli::pooler::check_config(&file),
+        Command::ImportPgbouncer(args) => bypass_cli::pooler::import(args),
         Command::ConfigReference => {
             print!("{}", bypass_pooler::config_doc::reference());
             Ok(())
@@ -122,19 +137,7 @@ fn main() -> Result<()> {
 }
 
 fn load(path: &std::path::Path) -> Result<ValidConfig> {
-    Config::load(path).with_context(|| format!("configuration {}", path.display()))
-}
-
-fn check_config(path: &std::path::Path) -> Result<()> {
-    let valid = load(path)?;
-    println!(
-        "{}: valid ({} database entries, {} users, listening on {})",
-        path.display(),
-        valid.config.databases.len(),
-        valid.auth.len(),
-        valid.listen_addr
-    );
-    Ok(())
+    Config::load(path).map_err(|error| anyhow::anyhow!("{}", bypass_cli::pooler::describe(path, &error)))
 }
 
 /// A single-threaded runtime for the main thread's own waiting (signals, status line); the pooler
