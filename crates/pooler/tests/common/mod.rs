@@ -84,6 +84,7 @@ pub fn config(postgres: &Postgres, mode: PoolMode, pool_size: u32) -> Config {
             ..PoolerSettings::default()
         },
         databases: [("*".to_owned(), DatabaseEntry { port: postgres.port(), ..DatabaseEntry::default() })].into(),
+        users: Default::default(),
     }
 }
 
