@@ -9,6 +9,7 @@ use sqlparser::ast;
 use crate::error::{EngineError, Result};
 use crate::expr::{disjunction, evaluate_constant, BinaryOp, DateField, Expr};
 use crate::expr::{SubqueryExpr, SubqueryKind};
+use crate::functions::{self, ScalarFunction, TrimSide};
 use crate::numeric::Numeric;
 use crate::plan::{AggregateCall, AggregateFunction, Plan};
 use crate::query::QueryBinder;
@@ -279,6 +280,28 @@ impl<'s> ExprBinder<'s> {
                 Ok(Expr::Substring { expr: Box::new(value), start, length })
             }
             E::Function(function) => self.function(function, context),
+            E::Floor { expr: value, field: ast::CeilFloorKind::DateTimeField(ast::DateTimeField::NoDateTime) } => {
+                functions::call(ScalarFunction::Floor, vec![self.bind_in(value, context)?])
+            }
+            E::Ceil { expr: value, field: ast::CeilFloorKind::DateTimeField(ast::DateTimeField::NoDateTime) } => {
+                functions::call(ScalarFunction::Ceil, vec![self.bind_in(value, context)?])
+            }
+            E::Position { expr: sub, r#in } => {
+                let args = vec![self.bind_in(r#in, context)?, self.bind_in(sub, context)?];
+                functions::call(ScalarFunction::Position, args)
+            }
+            E::Trim { trim_where, trim_what, expr: value, trim_characters: None } => {
+                let side = match trim_where {
+                    None | Some(ast::TrimWhereField::Both) => TrimSide::Both,
+                    Some(ast::TrimWhereField::Leading) => TrimSide::Leading,
+                    Some(ast::TrimWhereField::Trailing) => TrimSide::Trailing,
+                };
+                let mut args = vec![self.bind_in(value, context)?];
+                if let Some(characters) = trim_what {
+                    args.push(self.bind_in(characters, context)?);
+                }
+                functions::call(ScalarFunction::Trim(side), args)
+            }
             E::Interval(_) => Err(EngineError::unsupported("an interval outside date arithmetic")),
             E::Subquery(query) => self.subquery(query, SubqueryKind::Scalar, None, context),
             E::Exists { subquery, negated } => {
@@ -406,7 +429,7 @@ impl<'s> ExprBinder<'s> {
             B::LtEq => BinaryOp::LtEq,
             B::Gt => BinaryOp::Gt,
             B::GtEq => BinaryOp::GtEq,
-            B::StringConcat => return Err(EngineError::unsupported("operator ||")),
+            B::StringConcat => return functions::call(ScalarFunction::Concat, vec![l, r]),
             other => return Err(EngineError::unsupported(format!("operator {other}"))),
         };
         if op.is_comparison() {
@@ -555,7 +578,13 @@ impl<'s> ExprBinder<'s> {
                 let branches = vec![(negative, Expr::Negate(Box::new(value.clone())))];
                 Ok(Expr::Case { branches, otherwise: Box::new(value), data_type })
             }
-            _ => Err(EngineError::unsupported(format!("function {name}"))),
+            (name, args) => match ScalarFunction::named(name) {
+                Some(function) => {
+                    let args = args.iter().map(|a| self.bind_in(a, context)).collect::<Result<Vec<_>>>()?;
+                    functions::call(function, args)
+                }
+                None => Err(EngineError::unsupported(format!("function {name}"))),
+            },
         }
     }
 
