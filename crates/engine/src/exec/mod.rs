@@ -9,6 +9,7 @@
 pub mod aggregate;
 pub mod join;
 pub mod keys;
+pub mod set_ops;
 pub mod sort;
 pub mod subquery;
 
@@ -79,6 +80,12 @@ impl Executor<'_> {
                 let types = input.output_types();
                 let batch = sort::concat(self.execute(input)?, &types);
                 Ok(vec![sort::sort_batch(&batch, keys, *limit)?])
+            }
+            Plan::SetOperation { op, all, left, right } => {
+                let types = left.output_types();
+                let left = sort::concat(self.execute(left)?, &types);
+                let right = sort::concat(self.execute(right)?, &types);
+                Ok(vec![set_ops::combine(*op, *all, left, right, &types)?])
             }
             Plan::Limit { input, limit, offset } => {
                 let types = input.output_types();
