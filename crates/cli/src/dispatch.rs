@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 
-use bypass_bench::dispatch::{self as bench, BenchOptions, Contender, DEFAULT_SIZES};
+use bypass_bench::dispatch::{self as bench, BenchOptions, Contender, Tuning, DEFAULT_SIZES};
 use bypass_dispatch::config::{AgentConfig, DispatcherConfig};
 use bypass_lab::lab::{Lab, LabSpec};
 
@@ -105,6 +105,15 @@ pub struct BenchArgs {
     /// latency-bound and vary run to run on a shared 2-core machine).
     #[arg(long, default_value_t = 3)]
     pub rounds: u32,
+    /// The Bypass dispatchers' `busy_poll_us` (default: the configuration default).
+    #[arg(long)]
+    pub busy_poll_us: Option<u64>,
+    /// The Bypass dispatchers' `workers` (default: the configuration default).
+    #[arg(long)]
+    pub dispatcher_workers: Option<usize>,
+    /// HAProxy's `nbthread`.
+    #[arg(long, default_value_t = 2)]
+    pub haproxy_threads: usize,
 }
 
 pub fn run(command: Command) -> anyhow::Result<()> {
@@ -186,6 +195,11 @@ pub fn bench(args: BenchArgs) -> anyhow::Result<()> {
         command: std::env::args().collect::<Vec<_>>().join(" "),
         write: !args.dry_run,
         rounds: args.rounds,
+        tuning: Tuning {
+            busy_poll_us: args.busy_poll_us,
+            dispatcher_workers: args.dispatcher_workers,
+            haproxy_threads: args.haproxy_threads,
+        },
     };
     let results = bench::run(&options)?;
     println!("{}", results.markdown());

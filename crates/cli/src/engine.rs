@@ -21,6 +21,8 @@ pub enum Command {
         tpch_sf: f64,
         #[command(flatten)]
         engine: EngineArgs,
+        #[command(flatten)]
+        access: AccessArgs,
     },
     /// Generate a data set in memory and report table sizes and the time it took.
     Load {
@@ -40,6 +42,88 @@ pub enum Command {
         #[command(flatten)]
         engine: EngineArgs,
     },
+}
+
+/// Who may connect to `bypass engine serve` and how.
+#[derive(clap::Args, Clone)]
+pub struct AccessArgs {
+    /// Users and passwords, PgBouncer's userlist format (`"user" "password"`, the password in
+    /// plaintext, `md5…` or `SCRAM-SHA-256$…` form). Required unless --no-auth.
+    #[arg(long, required_unless_present = "no_auth")]
+    pub auth_file: Option<std::path::PathBuf>,
+    /// How clients prove their password: `scram-sha-256` or `md5` (a user whose secret is a
+    /// SCRAM verifier always gets SCRAM).
+    #[arg(long, value_enum, default_value_t = AuthMethod::ScramSha256)]
+    pub auth_method: AuthMethod,
+    /// Accept every client without a password (only for trusted, local networks).
+    #[arg(long, conflicts_with = "auth_file")]
+    pub no_auth: bool,
+    /// TLS certificate (PEM). Without --tls-cert/--tls-key a self-signed certificate is made at
+    /// start, so TLS is offered by default.
+    #[arg(long, requires = "tls_key")]
+    pub tls_cert: Option<std::path::PathBuf>,
+    /// TLS private key (PEM) of --tls-cert.
+    #[arg(long, requires = "tls_cert")]
+    pub tls_key: Option<std::path::PathBuf>,
+    /// Refuse clients that do not use TLS.
+    #[arg(long, conflicts_with = "no_tls")]
+    pub tls_required: bool,
+    /// Do not offer TLS (SSLRequest is answered 'N').
+    #[arg(long)]
+    pub no_tls: bool,
+}
+
+/// Password methods of `--auth-method`.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum AuthMethod {
+    #[value(name = "scram-sha-256")]
+    ScramSha256,
+    Md5,
+}
+
+impl AccessArgs {
+    /// The front door these flags describe; `scratch` holds a generated certificate.
+    pub fn front_door(&self, scratch: &std::path::Path) -> anyhow::Result<bypass_frontdoor::FrontDoorConfig> {
+        use bypass_frontdoor::{FrontDoorConfig, ServerTls, TlsFiles};
+        use bypass_wire::auth::Method;
+        use bypass_wire::auth_file::AuthFile;
+        let users = match &self.auth_file {
+            Some(path) => AuthFile::load(path).map_err(anyhow::Error::msg)?,
+            None => AuthFile::default(),
+        };
+        let method = match (self.no_auth, self.auth_method) {
+            (true, _) => Method::Trust,
+            (false, AuthMethod::ScramSha256) => Method::ScramSha256,
+            (false, AuthMethod::Md5) => Method::Md5,
+        };
+        let tls = if self.no_tls {
+            None
+        } else {
+            let (certificate, key) = match (&self.tls_cert, &self.tls_key) {
+                (Some(certificate), Some(key)) => (certificate.clone(), key.clone()),
+                _ => self_signed_certificate(scratch)?,
+            };
+            let files = TlsFiles {
+                certificate,
+                key,
+                client_ca: None,
+                client_certificate_required: false,
+                plaintext_refused: self.tls_required,
+            };
+            Some(ServerTls::from_files(&files).map_err(|e| anyhow::anyhow!("{}: {}", e.path, e.message))?)
+        };
+        Ok(FrontDoorConfig { tls, method, ..FrontDoorConfig::scram(users) })
+    }
+}
+
+/// A self-signed certificate for `localhost` written to `folder` (certificate, key).
+fn self_signed_certificate(folder: &std::path::Path) -> anyhow::Result<(std::path::PathBuf, std::path::PathBuf)> {
+    let certified = rcgen::generate_simple_self_signed(vec!["localhost".to_string()])?;
+    let certificate = folder.join("engine-server.crt");
+    let key = folder.join("engine-server.key");
+    std::fs::write(&certificate, certified.cert.pem())?;
+    std::fs::write(&key, certified.key_pair.serialize_pem())?;
+    Ok((certificate, key))
 }
 
 /// Settings shared by the engine subcommands.
@@ -199,19 +283,23 @@ impl BenchArgs {
 
 pub fn run(command: Command) -> anyhow::Result<()> {
     match command {
-        Command::Serve { listen, tpch_sf, engine } => {
+        Command::Serve { listen, tpch_sf, engine, access } => {
+            let scratch = tempfile::tempdir()?;
+            let front_door = access.front_door(scratch.path())?;
             let engine = std::sync::Arc::new(Engine::new(engine.settings())?);
             if tpch_sf > 0.0 {
                 let started = Instant::now();
                 tpch::load(&engine, tpch_sf)?;
                 println!("generated TPC-H SF {tpch_sf} in {:.1} s", started.elapsed().as_secs_f64());
             }
-            let server = bypass_engine::server::start(engine, listen)?;
+            let settings = bypass_engine::server::ServerSettings::with_front_door(listen, front_door);
+            let server = bypass_engine::server::start(engine, settings)?;
             println!(
-                "bypass engine listening on {} (psql -h {} -p {})",
+                "bypass engine listening on {} (psql -h {} -p {} -d {})",
                 server.address,
                 server.address.ip(),
-                server.address.port()
+                server.address.port(),
+                bypass_engine::server::DATABASE_NAME
             );
             loop {
                 // The network thread serves; this thread only keeps the server alive until the

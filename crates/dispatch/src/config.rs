@@ -10,6 +10,7 @@
 //!
 //! [backends.be1]
 //! agent = "10.0.0.3:7432"
+//! postgres = "10.0.0.3:5432"     # relayed answers come straight from the server
 //! mac = "02:00:0a:00:00:03"
 //!
 //! [databases."*"]
@@ -111,6 +112,14 @@ pub struct DispatcherSettings {
     /// Worker threads, each with its own single-threaded runtime; a client connection stays on
     /// the thread that takes it. Default 2.
     pub workers: usize,
+    /// Password for roles the backends' PostgreSQL servers do not trust, used by links straight
+    /// to a server (`backends.NAME.postgres`); the same for every role. Default none.
+    pub postgres_password: Option<String>,
+    /// While a session waits for a backend's answer or for its client's next request, its
+    /// worker polls for up to this long (µs) before it sleeps. Each wake-up of a sleeping worker
+    /// costs a context switch (and on a VM an interrupt) — more than relaying a small answer —
+    /// while polling costs CPU time other work could use. Default 0 (sleep at once).
+    pub busy_poll_us: u64,
     /// `scram-sha-256`, `md5` or `trust`: how clients log in when `auth_hba_file` is unset.
     /// Default `scram-sha-256`.
     pub auth_type: AuthType,
@@ -156,6 +165,8 @@ impl Default for DispatcherSettings {
             settle_wait_ms: 50,
             size_history_max: 4096,
             workers: 2,
+            postgres_password: None,
+            busy_poll_us: 0,
             auth_type: AuthType::ScramSha256,
             auth_file: None,
             auth_hba_file: None,
@@ -175,6 +186,11 @@ impl Default for DispatcherSettings {
 pub struct BackendEntry {
     /// The agent's `host:port`.
     pub agent: String,
+    /// The PostgreSQL server's own `host:port`. When set, requests whose answers are relayed go
+    /// straight to the server, and only answers that may be handed over pass through the agent
+    /// (one hop less per relayed query). Default none: everything through the agent.
+    #[serde(default)]
+    pub postgres: Option<String>,
     /// MAC of the backend host's interface, for steering handed-over flows (`aa:bb:…`).
     pub mac: Option<String>,
 }
@@ -207,6 +223,7 @@ pub struct DispatcherConfig {
 pub struct BackendSpec {
     pub name: String,
     pub agent: SocketAddr,
+    pub postgres: Option<SocketAddr>,
     pub mac: Option<[u8; 6]>,
 }
 
@@ -360,6 +377,10 @@ fn load_key(
 
 fn backend_spec(name: &str, entry: &BackendEntry, policy: Policy, problems: &mut Vec<String>) -> Option<BackendSpec> {
     let agent = parse_address(&entry.agent, &format!("backends.{name}.agent"), problems)?;
+    let postgres = match &entry.postgres {
+        Some(text) => Some(parse_address(text, &format!("backends.{name}.postgres"), problems)?),
+        None => None,
+    };
     let mac = match &entry.mac {
         Some(text) => match parse_mac(text) {
             Some(mac) => Some(mac),
@@ -374,7 +395,7 @@ fn backend_spec(name: &str, entry: &BackendEntry, policy: Policy, problems: &mut
         }
         None => None,
     };
-    Some(BackendSpec { name: name.to_string(), agent, mac })
+    Some(BackendSpec { name: name.to_string(), agent, postgres, mac })
 }
 
 fn parse_address(text: &str, field: &str, problems: &mut Vec<String>) -> Option<SocketAddr> {
@@ -542,7 +563,9 @@ mod tests {
     #[test]
     fn authentication_is_required_by_default() {
         let mut config = DispatcherConfig::default();
-        config.backends.insert("be1".into(), BackendEntry { agent: "127.0.0.1:7432".into(), mac: None });
+        config
+            .backends
+            .insert("be1".into(), BackendEntry { agent: "127.0.0.1:7432".into(), postgres: None, mac: None });
         config.databases.insert("*".into(), DatabaseEntry { primary: "be1".into(), replicas: Vec::new() });
         let Err(DispatchError::Config(problems)) = config.validate() else { panic!("must fail") };
         let joined = problems.join("\n");

@@ -4,6 +4,7 @@
 //!   SQL ─► bypass_wire::sql lexer (strings, quoted names, comments; `route=` hints) ─► Statement
 //!   Statement + session (transaction? SET bypass.route?) ─► Primary | Replica
 //!   Replica ─► healthy, lag ≤ replica_lag_max_ms, least outstanding requests ─► backend id
+//!   statement shape's last answers (hybrid) ─► Small | Large | Unknown ─► relay | hand over
 //! ```
 //! Invariants:
 //! - Anything not provably read-only goes to the primary: several statements, writes, locking
@@ -405,9 +406,68 @@ pub fn pick_replica(candidates: &[Candidate], turn: usize, preferred: Option<usi
     }
 }
 
+/// Small answers in a row after which a statement shape counts as small.
+pub const SMALL_STREAK_MIN: u32 = 8;
+
+/// What the hybrid policy remembers of a statement shape's answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct AnswerSizes {
+    /// Bytes of the last answer.
+    pub last: u64,
+    /// Answers below the threshold in a row, up to the last one.
+    pub small_streak: u32,
+}
+
+impl AnswerSizes {
+    /// The history after one more answer of `bytes`.
+    pub fn after(self, bytes: u64, threshold: u64) -> AnswerSizes {
+        let small_streak = if bytes < threshold { self.small_streak.saturating_add(1) } else { 0 };
+        AnswerSizes { last: bytes, small_streak }
+    }
+}
+
+/// What a statement's answer is expected to be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Prediction {
+    /// The last [`SMALL_STREAK_MIN`] answers stayed below the threshold: relay it, and the
+    /// dispatcher can take it straight from the server (no agent that could ask for the
+    /// connection on the way).
+    Small,
+    /// The last answer reached the threshold: hand the connection over before the answer.
+    Large,
+    /// Never seen, or small but not yet for long (sizes that alternate never count as small):
+    /// relay through the agent, which asks for the connection if the answer passes the threshold.
+    Unknown,
+}
+
+/// The hybrid policy's guess for an answer from the shape's history: a few small answers are
+/// not yet a pattern, one large answer is.
+pub fn predict_answer(sizes: Option<AnswerSizes>, threshold: u64) -> Prediction {
+    match sizes {
+        None => Prediction::Unknown,
+        Some(sizes) if sizes.last >= threshold => Prediction::Large,
+        Some(sizes) if sizes.small_streak >= SMALL_STREAK_MIN => Prediction::Small,
+        Some(_) => Prediction::Unknown,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // Goal: a shape counts as small only after SMALL_STREAK_MIN small answers in a row, as large
+    // after one large answer, and alternating sizes never count as small; method: feed answers.
+    #[test]
+    fn answers_are_predicted_from_their_history() {
+        let feed = |sizes: &[u64]| sizes.iter().fold(AnswerSizes::default(), |h, &bytes| h.after(bytes, 100));
+        assert_eq!(predict_answer(None, 100), Prediction::Unknown);
+        let almost = feed(&vec![10; SMALL_STREAK_MIN as usize - 1]);
+        assert_eq!(predict_answer(Some(almost), 100), Prediction::Unknown, "not yet a streak");
+        assert_eq!(predict_answer(Some(almost.after(10, 100)), 100), Prediction::Small);
+        assert_eq!(predict_answer(Some(almost.after(100, 100)), 100), Prediction::Large);
+        let alternating: Vec<u64> = (0..40).map(|i| if i % 2 == 0 { 10 } else { 1000 }).collect();
+        assert_eq!(predict_answer(Some(feed(&alternating).after(10, 100)), 100), Prediction::Unknown);
+    }
 
     fn kind(sql: &str) -> Kind {
         classify(sql).kind

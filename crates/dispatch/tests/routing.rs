@@ -1,4 +1,6 @@
 //! Routing through the dispatcher with real agents and real PostgreSQL servers on loopback.
+//! Relayed answers come straight from the servers, except in the lag test, which relays through
+//! the agents (the path of a deployment that names no server addresses).
 
 mod common;
 
@@ -33,7 +35,12 @@ impl Setup {
             servers.push(postgres);
         }
         let addresses: Vec<SocketAddr> = agents.iter().map(|a| a.ready).collect();
-        let dispatcher = dispatcher::start(dispatcher_config(&addresses, 0, &[1, 2])?, None)?;
+        let mut config = dispatcher_config(&addresses, 0, &[1, 2])?;
+        // Relayed answers come straight from the servers, as in a deployment that names them.
+        for (backend, server) in config.backends.iter_mut().zip(&servers) {
+            backend.postgres = Some(SocketAddr::from(([127, 0, 0, 1], server.port())));
+        }
+        let dispatcher = dispatcher::start(config, None)?;
         Ok(Setup { servers, _agents: agents, dispatcher })
     }
 

@@ -40,7 +40,7 @@ fn sqlstate(result: Result<PgConnection, DispatchError>) -> String {
 
 /// Opens a link to `agent` with `key` the way a dispatcher does.
 fn link_with_key(agent: SocketAddr, key: &str) -> Result<(), DispatchError> {
-    let spec = BackendSpec { name: "b".into(), agent, mac: None };
+    let spec = BackendSpec { name: "b".into(), agent, postgres: None, mac: None };
     let backend = BackendState::new(0, spec, 1, None, LinkKey::from_text(key).expect("test key"));
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
     runtime.block_on(backend.connect(LoginRequest::trust("postgres", "postgres"))).map(drop)

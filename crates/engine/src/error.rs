@@ -54,6 +54,66 @@ pub enum EngineError {
     /// A worker thread panicked or failed to start.
     #[error("runtime failure: {0}")]
     Runtime(String),
+    /// The statement was canceled (CancelRequest, statement_timeout, client gone).
+    #[error("{0}")]
+    QueryCanceled(String),
+    /// The statement needed more memory than `memory_limit` allows.
+    #[error("out of memory: {0}")]
+    OutOfMemory(String),
+    /// A statement in a transaction that already failed.
+    #[error("current transaction is aborted, commands ignored until end of transaction block")]
+    InFailedTransaction,
+    /// A statement that may not run in (or outside) a transaction block, or at this point of one.
+    #[error("{0}")]
+    TransactionState(String),
+    /// A NULL in a NOT NULL column.
+    #[error("null value in column \"{column}\" of relation \"{table}\" violates not-null constraint")]
+    NotNullViolation { table: String, column: String },
+    /// A duplicate key in a PRIMARY KEY or UNIQUE constraint.
+    #[error("duplicate key value violates unique constraint \"{constraint}\"")]
+    UniqueViolation { constraint: String },
+    /// A concurrent transaction changed what this one read or wants to write; retry.
+    #[error("could not serialize access due to concurrent update")]
+    SerializationFailure,
+    /// Two transactions wait for each other's locks; this one was chosen to fail.
+    #[error("deadlock detected: {0}")]
+    DeadlockDetected(String),
+    /// A lock was not granted within lock_timeout.
+    #[error("canceling statement due to lock timeout")]
+    LockTimeout,
+    /// An unknown configuration parameter (SET, SHOW).
+    #[error("unrecognized configuration parameter \"{0}\"")]
+    UnknownSetting(String),
+    /// A setting or option given a value it cannot take.
+    #[error("{0}")]
+    InvalidParameterValue(String),
+    /// A prepared statement that does not exist (or already exists, see the message).
+    #[error("{0}")]
+    PreparedStatement(String),
+    /// A portal that does not exist.
+    #[error("portal \"{0}\" does not exist")]
+    UnknownPortal(String),
+    /// An object others depend on (an index a constraint needs).
+    #[error("{0}")]
+    DependentObjects(String),
+    /// A statement that needs a transaction block outside one.
+    #[error("{0}")]
+    NoTransaction(String),
+    /// A savepoint that does not exist.
+    #[error("{0}")]
+    NoSavepoint(String),
+    /// A named object (a type, a schema) that does not exist.
+    #[error("{0}")]
+    UnknownObject(String),
+    /// A database other than the server's one.
+    #[error("database \"{0}\" does not exist")]
+    UnknownDatabase(String),
+    /// Text that is not valid UTF-8.
+    #[error("{0}")]
+    CharacterNotInRepertoire(String),
+    /// A message that breaks the protocol's rules.
+    #[error("{0}")]
+    Protocol(String),
     /// A cast between types that have none (PostgreSQL's cannot_coerce).
     #[error("{0}")]
     CannotCast(String),
@@ -98,6 +158,27 @@ impl EngineError {
             EngineError::LimitExceeded(_) => "54000",
             EngineError::Io { .. } => "58030",
             EngineError::Runtime(_) => "XX000",
+            EngineError::QueryCanceled(_) => "57014",
+            EngineError::OutOfMemory(_) => "53200",
+            EngineError::InFailedTransaction => "25P02",
+            EngineError::TransactionState(_) => "25001",
+            EngineError::NotNullViolation { .. } => "23502",
+            EngineError::UniqueViolation { .. } => "23505",
+            EngineError::SerializationFailure => "40001",
+            EngineError::DeadlockDetected(_) => "40P01",
+            EngineError::LockTimeout => "55P03",
+            EngineError::UnknownSetting(_) => "42704",
+            EngineError::InvalidParameterValue(_) => "22023",
+            EngineError::PreparedStatement(message) if message.contains("already exists") => "42P05",
+            EngineError::PreparedStatement(_) => "26000",
+            EngineError::UnknownPortal(_) => "34000",
+            EngineError::CharacterNotInRepertoire(_) => "22021",
+            EngineError::UnknownDatabase(_) => "3D000",
+            EngineError::UnknownObject(_) => "42704",
+            EngineError::NoTransaction(_) => "25P01",
+            EngineError::DependentObjects(_) => "2BP01",
+            EngineError::NoSavepoint(_) => "3B001",
+            EngineError::Protocol(_) => "08P01",
             EngineError::CannotCast(_) => "42846",
             EngineError::StackDepth(_) => "54001",
             EngineError::NegativeRowCount { offset: false } => "2201W",

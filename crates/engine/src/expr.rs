@@ -780,7 +780,7 @@ fn text_predicate(vector: &Vector, predicate: impl Fn(&str) -> bool) -> Result<V
         return Err(EngineError::Type(format!("string predicate on {}", vector.data_type.sql_name())));
     };
     let values = if dictionary.len() <= codes.len() {
-        let per_code: Vec<bool> = dictionary.values().iter().map(|s| predicate(s)).collect();
+        let per_code: Vec<bool> = dictionary.values().iter().map(&predicate).collect();
         codes.iter().map(|&c| per_code[c as usize]).collect()
     } else {
         codes.iter().map(|&c| predicate(dictionary.get(c))).collect()

@@ -26,14 +26,19 @@
 
 #[cfg(feature = "global-mimalloc")]
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: control::TrackingAllocator<mimalloc::MiMalloc> = control::TrackingAllocator(mimalloc::MiMalloc);
 
 pub mod arena;
 pub mod bind;
 pub mod cast;
+pub mod catalog;
 pub mod compiled;
+pub mod control;
+pub mod copy;
+pub mod ddl;
 pub mod decorrelate;
 pub mod depth;
+pub mod dml;
 pub mod engine;
 pub mod error;
 pub mod exec;
@@ -44,12 +49,16 @@ pub mod functions;
 pub mod joins;
 pub mod numeric;
 pub mod parquet_file;
+pub mod pg_catalog;
 pub mod plan;
 pub mod pool;
 pub mod query;
 pub mod runtime;
 pub mod server;
+pub mod session;
+pub mod settings;
 pub mod storage;
+pub mod stream;
 pub mod tpch;
 pub mod types;
 pub mod vector;

@@ -59,6 +59,9 @@ pub enum PoolMode {
 
 struct PoolState {
     free_lists: [Vec<usize>; SIZE_CLASSES],
+    /// Free blocks whose pages were given back to the kernel by `trim` (they fault in again,
+    /// zeroed, when reused); used after `free_lists`.
+    trimmed_lists: [Vec<usize>; SIZE_CLASSES],
     /// Size of the next slab of each class (0: the class has no slab yet).
     next_slab_bytes: [usize; SIZE_CLASSES],
     slabs: Vec<(usize, usize)>,
@@ -83,6 +86,7 @@ impl ChunkPool {
     pub fn new(mode: PoolMode, bytes_max: usize) -> Arc<ChunkPool> {
         let state = PoolState {
             free_lists: std::array::from_fn(|_| Vec::new()),
+            trimmed_lists: std::array::from_fn(|_| Vec::new()),
             next_slab_bytes: [0; SIZE_CLASSES],
             slabs: Vec::new(),
             mapped_bytes: 0,
@@ -144,7 +148,7 @@ impl ChunkPool {
 
     fn take_block(&self, class: usize) -> Result<usize> {
         let mut state = self.lock();
-        if let Some(address) = state.free_lists[class].pop() {
+        if let Some(address) = state.free_lists[class].pop().or_else(|| state.trimmed_lists[class].pop()) {
             return Ok(address);
         }
         let block_bytes = 1usize << (class as u32 + SIZE_CLASS_MIN_LOG2);
@@ -166,6 +170,31 @@ impl ChunkPool {
         // Blocks are handed out from the end so the first one is at the slab start.
         state.free_lists[class].extend((1..slab_bytes / block_bytes).rev().map(|i| slab + i * block_bytes));
         Ok(slab)
+    }
+
+    /// Gives the pages of free blocks back to the kernel (after DROP TABLE), so resident memory
+    /// follows the data held. Blocks smaller than a page and hugetlb pages (which cannot be
+    /// given back in part) stay. Returns the bytes released.
+    pub fn trim(&self) -> usize {
+        const PAGE_BYTES: usize = 4096;
+        let mut state = self.lock();
+        if state.backing == Some(PageBacking::HugeTlb) {
+            return 0;
+        }
+        let mut released = 0;
+        let first_class = size_class(PAGE_BYTES);
+        for class in first_class..SIZE_CLASSES {
+            let block_bytes = 1usize << (class as u32 + SIZE_CLASS_MIN_LOG2);
+            let blocks = std::mem::take(&mut state.free_lists[class]);
+            for &address in &blocks {
+                // SAFETY: the block is free (on a free list, owned by no buffer) and lies inside one
+                // of our slabs; MADV_DONTNEED on private anonymous memory only drops its pages.
+                unsafe { libc::madvise(address as *mut libc::c_void, block_bytes, libc::MADV_DONTNEED) };
+                released += block_bytes;
+            }
+            state.trimmed_lists[class].extend(blocks);
+        }
+        released
     }
 
     fn give_back(&self, class: usize, address: usize) {

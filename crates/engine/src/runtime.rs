@@ -114,8 +114,13 @@ impl Runtime {
     {
         let workers = self.settings.workers.min(morsels.max(1));
         if workers <= 1 {
-            return (0..morsels).try_for_each(|m| task(0, m));
+            return (0..morsels).try_for_each(|m| {
+                crate::control::check()?;
+                task(0, m)
+            });
         }
+        // Workers work for the caller's statement: its cancel, timeout and memory budget.
+        let control = crate::control::current().unwrap_or_else(crate::control::QueryControl::unlimited);
         let queues: Vec<Worker<usize>> = (0..workers).map(|_| Worker::new_fifo()).collect();
         for morsel in 0..morsels {
             queues[morsel % workers].push(morsel);
@@ -128,21 +133,24 @@ impl Runtime {
         std::thread::scope(|scope| {
             for (index, queue) in queues.into_iter().enumerate() {
                 let (stealers, task, failed, first_error) = (&stealers, &task, &failed, &first_error);
+                let control = Arc::clone(&control);
                 scope.spawn(move || {
-                    if pin {
-                        pin_to_core(index);
-                    }
-                    if fifo {
-                        // Best effort: without root the worker stays time-shared.
-                        let _ = set_sched_fifo();
-                    }
-                    while !failed.load(Ordering::Relaxed) {
-                        let Some(morsel) = next_morsel(&queue, stealers, index) else { break };
-                        if let Err(error) = task(index, morsel) {
-                            failed.store(true, Ordering::Relaxed);
-                            first_error.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(error);
+                    crate::control::enter(&control, || {
+                        if pin {
+                            pin_to_core(index);
                         }
-                    }
+                        if fifo {
+                            // Best effort: without root the worker stays time-shared.
+                            let _ = set_sched_fifo();
+                        }
+                        while !failed.load(Ordering::Relaxed) {
+                            let Some(morsel) = next_morsel(&queue, stealers, index) else { break };
+                            if let Err(error) = crate::control::check().and_then(|()| task(index, morsel)) {
+                                failed.store(true, Ordering::Relaxed);
+                                first_error.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(error);
+                            }
+                        }
+                    })
                 });
             }
         });

@@ -1,19 +1,25 @@
 //! Tables: columns split into fixed-size chunks at common row boundaries (table chunk = morsel).
 //!
 //! ```text
-//!   Table ── schema [ColumnDef]
+//!   Table (one immutable version) ── schema [ColumnDef], constraints, unique indexes
 //!     ├─ dictionaries (one per text column, shared by all its chunks)
-//!     └─ chunks: [TableChunk] ── columns: [ColumnChunk] (PoolBuffer, 64-byte aligned)
-//!                 every TableChunk has the same row count for every column; all but the last
-//!                 are full (`chunk_rows`)
+//!     └─ chunks: [Arc<TableChunk>] ── columns: [ColumnChunk] (PoolBuffer, 64-byte aligned)
+//!   TableBuilder: next version = shared chunks + copies of the chunks a write changes
 //! ```
+//!
+//! Invariants: every TableChunk has the same row count for every column; a chunk holds at most
+//! `chunk_rows` rows (UPDATE and DELETE may leave chunks partly filled); a version never
+//! changes once finished (readers share it through `Arc`, writers copy what they change:
+//! the last chunk on append, a rewritten chunk on UPDATE/DELETE, a dictionary or unique index
+//! only when a reader still holds it); every row of a version satisfies its constraints.
 
-use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 
 use crate::error::{EngineError, Result};
 use crate::pool::{ChunkPool, PoolBuffer};
 use crate::types::{DataType, Value};
+
+pub use crate::catalog::Catalog;
 
 /// Default rows per chunk (2^16, one morsel).
 pub const CHUNK_ROWS_DEFAULT: usize = 1 << 16;
@@ -25,13 +31,37 @@ pub struct ColumnDef {
     pub data_type: DataType,
 }
 
-/// Distinct strings of one text column; codes are indexes into `values`.
-#[derive(Debug, Default, Clone)]
+/// Distinct strings of one text column; codes are indexes into the string heap.
+///
+/// Strings live back to back in one byte heap with an end offset per code, and the index
+/// holds codes only: a string costs its bytes plus about 14 bytes, where one allocation per
+/// string (plus a second copy as the index key) cost about 100 (issue 19: 2.4 GiB resident at
+/// SF 1, most of it TPC-H's comment columns).
+#[derive(Default, Clone)]
 pub struct Dictionary {
-    values: Vec<Box<str>>,
+    heap: Vec<u8>,
+    /// `ends[code]` is where string `code` ends in `heap`; it starts where the previous ends.
+    ends: Vec<usize>,
     // hashbrown's default hasher (foldhash), not std's SipHash: interning is on the load path
     // and the hot path of text join/group keys, and the input is not adversarial.
-    index: hashbrown::HashMap<Box<str>, u32>,
+    index: hashbrown::HashTable<u32>,
+    hasher: hashbrown::DefaultHashBuilder,
+}
+
+impl std::fmt::Debug for Dictionary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dictionary").field("len", &self.len()).field("heap_bytes", &self.heap.len()).finish()
+    }
+}
+
+/// The strings of a dictionary in code order.
+pub struct DictionaryValues<'d>(&'d Dictionary);
+
+impl<'d> DictionaryValues<'d> {
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = &'d str> + 'd {
+        let dictionary = self.0;
+        (0..dictionary.ends.len()).map(move |code| dictionary.string(code))
+    }
 }
 
 impl Dictionary {
@@ -39,42 +69,62 @@ impl Dictionary {
         Dictionary::default()
     }
 
+    fn string(&self, code: usize) -> &str {
+        let start = if code == 0 { 0 } else { self.ends[code - 1] };
+        let bytes = &self.heap[start..self.ends[code]];
+        // SAFETY: the heap only ever receives whole `&str`s, appended at these boundaries.
+        unsafe { std::str::from_utf8_unchecked(bytes) }
+    }
+
+    fn hash(&self, value: &str) -> u64 {
+        use std::hash::BuildHasher;
+        self.hasher.hash_one(value)
+    }
+
     /// The code of `value`, adding it when new.
     pub fn intern(&mut self, value: &str) -> u32 {
-        if let Some(&code) = self.index.get(value) {
+        let hash = self.hash(value);
+        if let Some(&code) = self.index.find(hash, |&c| self.string(c as usize) == value) {
             return code;
         }
-        let code = u32::try_from(self.values.len()).expect("fewer than 2^32 distinct strings per column");
-        self.values.push(value.into());
-        self.index.insert(value.into(), code);
+        let code = u32::try_from(self.ends.len()).expect("fewer than 2^32 distinct strings per column");
+        self.heap.extend_from_slice(value.as_bytes());
+        self.ends.push(self.heap.len());
+        let Dictionary { heap, ends, index, hasher } = self;
+        let rehash = |&c: &u32| {
+            use std::hash::BuildHasher;
+            let c = c as usize;
+            let start = if c == 0 { 0 } else { ends[c - 1] };
+            // SAFETY: as in `string`: whole strings at these boundaries.
+            hasher.hash_one(unsafe { std::str::from_utf8_unchecked(&heap[start..ends[c]]) })
+        };
+        index.insert_unique(hash, code, rehash);
         code
     }
 
     pub fn code_of(&self, value: &str) -> Option<u32> {
-        self.index.get(value).copied()
+        self.index.find(self.hash(value), |&c| self.string(c as usize) == value).copied()
     }
 
     pub fn get(&self, code: u32) -> &str {
-        &self.values[code as usize]
+        self.string(code as usize)
     }
 
     pub fn len(&self) -> usize {
-        self.values.len()
+        self.ends.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.values.is_empty()
+        self.ends.is_empty()
     }
 
-    pub fn values(&self) -> &[Box<str>] {
-        &self.values
+    pub fn values(&self) -> DictionaryValues<'_> {
+        DictionaryValues(self)
     }
 
-    /// Forgets the strings interned after the first `len` (undoing a failed append).
-    fn truncate(&mut self, len: usize) {
-        for value in self.values.drain(len.min(self.values.len())..) {
-            self.index.remove(&value);
-        }
+    /// Bytes held (heap, offsets and index), for memory accounting.
+    pub fn bytes(&self) -> usize {
+        self.heap.capacity() + self.ends.capacity() * std::mem::size_of::<usize>() + self.index.capacity() * 5
     }
 }
 
@@ -155,19 +205,176 @@ fn narrow_copy<T: Copy + Into<i64>>(pool: &Arc<ChunkPool>, values: &[T], lo: i64
     }
 }
 
-/// One morsel: a column chunk per column, all with `rows` rows.
+impl ChunkData {
+    fn empty_like(&self, pool: &Arc<ChunkPool>, rows: usize) -> Result<ChunkData> {
+        Ok(match self {
+            ChunkData::Bool(_) => ChunkData::Bool(pool.buffer(rows)?),
+            ChunkData::I32(_) => ChunkData::I32(pool.buffer(rows)?),
+            ChunkData::I64(_) => ChunkData::I64(pool.buffer(rows)?),
+            ChunkData::F64(_) => ChunkData::F64(pool.buffer(rows)?),
+            ChunkData::Text(_) => ChunkData::Text(pool.buffer(rows)?),
+        })
+    }
+
+    fn copy_into(&self, pool: &Arc<ChunkPool>, capacity: usize) -> Result<ChunkData> {
+        fn copy<T: crate::pool::Pod>(
+            pool: &Arc<ChunkPool>,
+            values: &PoolBuffer<T>,
+            capacity: usize,
+        ) -> Result<PoolBuffer<T>> {
+            let mut buffer = pool.buffer::<T>(capacity)?;
+            buffer.extend_from_slice(values);
+            Ok(buffer)
+        }
+        Ok(match self {
+            ChunkData::Bool(v) => ChunkData::Bool(copy(pool, v, capacity)?),
+            ChunkData::I32(v) => ChunkData::I32(copy(pool, v, capacity)?),
+            ChunkData::I64(v) => ChunkData::I64(copy(pool, v, capacity)?),
+            ChunkData::F64(v) => ChunkData::F64(copy(pool, v, capacity)?),
+            ChunkData::Text(v) => ChunkData::Text(copy(pool, v, capacity)?),
+        })
+    }
+}
+
+/// One morsel: a column chunk per column, all with `rows` rows. Table versions share chunks
+/// (`Arc`): a write copies only the chunks it changes.
 pub struct TableChunk {
     pub rows: usize,
     pub columns: Vec<ColumnChunk>,
+    /// Zone maps and narrow copies are computed (the chunk is sealed until rows are appended).
+    sealed: bool,
 }
 
-/// An in-memory table.
+impl TableChunk {
+    /// A private, appendable copy with room for `capacity` rows (the last chunk of a table
+    /// version that readers still see).
+    fn copy_for_append(&self, pool: &Arc<ChunkPool>, capacity: usize) -> Result<TableChunk> {
+        let mut columns = Vec::with_capacity(self.columns.len());
+        for column in &self.columns {
+            let validity = match &column.validity {
+                Some(validity) => {
+                    let mut copy = pool.buffer::<u8>(capacity)?;
+                    copy.extend_from_slice(validity);
+                    Some(copy)
+                }
+                None => None,
+            };
+            columns.push(ColumnChunk {
+                data: column.data.copy_into(pool, capacity)?,
+                validity,
+                min_max: None,
+                narrow: None,
+            });
+        }
+        Ok(TableChunk { rows: self.rows, columns, sealed: false })
+    }
+
+    fn seal(&mut self, pool: &Arc<ChunkPool>) {
+        if !self.sealed {
+            self.columns.iter_mut().for_each(|c| c.compute_zone_map(pool));
+            self.sealed = true;
+        }
+    }
+}
+
+/// Declared constraints of a table, enforced on every write.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Constraints {
+    /// Per column: NULL is refused (NOT NULL, or part of the primary key).
+    pub not_null: Vec<bool>,
+    /// Per column: the value an INSERT that omits the column stores (a constant).
+    pub defaults: Vec<Option<Value>>,
+    /// PRIMARY KEY and UNIQUE constraints, and unique indexes: enforced.
+    pub unique: Vec<UniqueConstraint>,
+    /// Indexes that are not unique: catalog entries only (every query scans the columns; an
+    /// index would not change a result, only a row store's speed).
+    pub indexes: Vec<IndexDefinition>,
+}
+
+/// A non-unique index (CREATE INDEX).
+#[derive(Debug, Clone, PartialEq)]
+pub struct IndexDefinition {
+    pub name: String,
+    pub columns: Vec<usize>,
+}
+
+impl Constraints {
+    /// No constraints on `width` columns.
+    pub fn none(width: usize) -> Constraints {
+        Constraints {
+            not_null: vec![false; width],
+            defaults: vec![None; width],
+            unique: Vec::new(),
+            indexes: Vec::new(),
+        }
+    }
+}
+
+/// A PRIMARY KEY or UNIQUE constraint over some columns.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UniqueConstraint {
+    /// PostgreSQL's default name, e.g. `t_pkey`, `t_a_key`.
+    pub name: String,
+    pub columns: Vec<usize>,
+    pub primary: bool,
+    /// Declared as a constraint (PRIMARY KEY, UNIQUE), not only as a unique index.
+    pub constraint: bool,
+}
+
+/// The keys present under one unique constraint (rows with a NULL key part are not entered:
+/// NULLs are distinct, as PostgreSQL's default).
+#[derive(Debug, Clone, Default)]
+pub struct UniqueIndex {
+    keys: hashbrown::HashSet<Box<[u8]>>,
+}
+
+/// The key of `row` under `columns` as bytes; `None` when a part is NULL.
+fn unique_key(row: &[Value], columns: &[usize]) -> Option<Box<[u8]>> {
+    let mut key = Vec::with_capacity(columns.len() * 9);
+    for &column in columns {
+        match &row[column] {
+            Value::Null => return None,
+            Value::Bool(v) => key.push(u8::from(*v)),
+            Value::Int32(v) | Value::Date(v) => key.extend_from_slice(&i64::from(*v).to_le_bytes()),
+            Value::Int64(v) | Value::Decimal { value: v, .. } => key.extend_from_slice(&v.to_le_bytes()),
+            Value::Float64(v) => {
+                // PostgreSQL: -0 = 0 and NaN = NaN for equality.
+                let canonical = if *v == 0.0 {
+                    0.0
+                } else if v.is_nan() {
+                    f64::NAN
+                } else {
+                    *v
+                };
+                key.extend_from_slice(&canonical.to_bits().to_le_bytes());
+            }
+            Value::Text(text) => {
+                key.extend_from_slice(&(text.len() as u64).to_le_bytes());
+                key.extend_from_slice(text.as_bytes());
+            }
+            Value::Numeric(number) => {
+                let number = number.normalized();
+                key.extend_from_slice(&number.mantissa.to_le_bytes());
+                key.push(number.scale);
+            }
+        }
+    }
+    Some(key.into_boxed_slice())
+}
+
+/// An in-memory table: one immutable version of it. Writers build the next version with a
+/// [`TableBuilder`]; readers keep the version they started with.
 pub struct Table {
     pub name: String,
+    /// Stable identifier shown in pg_catalog (pg_class.oid).
+    pub oid: u32,
     pub schema: Vec<ColumnDef>,
+    pub constraints: Arc<Constraints>,
     pub dictionaries: Vec<Option<Arc<Dictionary>>>,
-    pub chunks: Vec<TableChunk>,
+    pub chunks: Vec<Arc<TableChunk>>,
     pub chunk_rows: usize,
+    /// One per unique constraint, in the same order.
+    indexes: Vec<Arc<UniqueIndex>>,
     distinct_counts: Vec<OnceLock<usize>>,
 }
 
@@ -232,65 +439,112 @@ impl Table {
             }
         }
     }
-}
 
-/// Where a table ended before an append (INSERT, COPY), so that a failed append can be undone
-/// and leaves the table as it was (PostgreSQL's statement atomicity).
-#[derive(Debug, Clone)]
-pub struct AppendMark {
-    chunks: usize,
-    last_chunk_rows: usize,
-    last_chunk_validity: Vec<bool>,
-    dictionary_lengths: Vec<usize>,
+    /// Bytes of column data, validity masks and dictionaries (pg_class statistics, memory
+    /// reports); shared chunks count in every version that holds them.
+    pub fn bytes(&self) -> usize {
+        let chunk_bytes: usize = self
+            .chunks
+            .iter()
+            .flat_map(|c| c.columns.iter())
+            .map(|c| c.data.bytes() + c.validity.as_ref().map_or(0, |v| v.capacity()))
+            .sum();
+        chunk_bytes + self.dictionaries.iter().flatten().map(|d| d.bytes()).sum::<usize>()
+    }
 }
 
 impl ChunkData {
-    fn truncate(&mut self, rows: usize) {
+    fn capacity(&self) -> usize {
         match self {
-            ChunkData::Bool(b) => b.truncate(rows),
-            ChunkData::I32(b) => b.truncate(rows),
-            ChunkData::I64(b) => b.truncate(rows),
-            ChunkData::F64(b) => b.truncate(rows),
-            ChunkData::Text(b) => b.truncate(rows),
+            ChunkData::Bool(v) => v.capacity(),
+            ChunkData::I32(v) => v.capacity(),
+            ChunkData::I64(v) => v.capacity(),
+            ChunkData::F64(v) => v.capacity(),
+            ChunkData::Text(v) => v.capacity(),
+        }
+    }
+
+    fn bytes(&self) -> usize {
+        match self {
+            ChunkData::Bool(v) => v.capacity(),
+            ChunkData::I32(v) => v.capacity() * 4,
+            ChunkData::I64(v) => v.capacity() * 8,
+            ChunkData::F64(v) => v.capacity() * 8,
+            ChunkData::Text(v) => v.capacity() * 4,
         }
     }
 }
 
-/// Appends rows column by column into pool chunks; `finish` yields the table.
+/// Builds the next version of a table: appends rows, rewrites chunks, enforces constraints.
+/// Chunks, dictionaries and indexes of the previous version are shared until changed.
 pub struct TableBuilder {
     pool: Arc<ChunkPool>,
     name: String,
+    oid: u32,
     schema: Vec<ColumnDef>,
-    dictionaries: Vec<Option<Dictionary>>,
-    chunks: Vec<TableChunk>,
+    constraints: Arc<Constraints>,
+    dictionaries: Vec<Option<Arc<Dictionary>>>,
+    chunks: Vec<Arc<TableChunk>>,
+    indexes: Vec<Arc<UniqueIndex>>,
     chunk_rows: usize,
 }
 
 impl TableBuilder {
     pub fn new(pool: Arc<ChunkPool>, name: &str, schema: Vec<ColumnDef>, chunk_rows: usize) -> TableBuilder {
-        assert!(chunk_rows > 0, "chunks hold at least one row");
-        let dictionaries =
-            schema.iter().map(|c| (c.data_type == DataType::Text).then(Dictionary::new)).collect::<Vec<_>>();
-        TableBuilder { pool, name: name.to_string(), schema, dictionaries, chunks: Vec::new(), chunk_rows }
+        let constraints = Constraints::none(schema.len());
+        TableBuilder::with_constraints(pool, name, 0, schema, constraints, chunk_rows)
     }
 
-    /// Continues an existing table (INSERT, COPY): its chunks and dictionaries move in.
-    pub fn from_table(pool: Arc<ChunkPool>, table: Table) -> TableBuilder {
-        let dictionaries = table.dictionaries.into_iter().map(|d| d.map(Arc::unwrap_or_clone)).collect();
-        let mut chunks = table.chunks;
-        // Only the last chunk can grow; its zone map and narrow copy are redone by `finish`.
-        if let Some(last) = chunks.last_mut() {
-            for column in &mut last.columns {
-                column.min_max = None;
-                column.narrow = None;
-            }
+    /// An empty table with declared constraints and a catalog oid.
+    pub fn with_constraints(
+        pool: Arc<ChunkPool>,
+        name: &str,
+        oid: u32,
+        schema: Vec<ColumnDef>,
+        constraints: Constraints,
+        chunk_rows: usize,
+    ) -> TableBuilder {
+        assert!(chunk_rows > 0, "chunks hold at least one row");
+        assert_eq!(constraints.not_null.len(), schema.len(), "one NOT NULL flag per column");
+        let dictionaries =
+            schema.iter().map(|c| (c.data_type == DataType::Text).then(|| Arc::new(Dictionary::new()))).collect();
+        let indexes = constraints.unique.iter().map(|_| Arc::new(UniqueIndex::default())).collect();
+        TableBuilder {
+            pool,
+            name: name.to_string(),
+            oid,
+            schema,
+            constraints: Arc::new(constraints),
+            dictionaries,
+            chunks: Vec::new(),
+            indexes,
+            chunk_rows,
         }
+    }
+
+    /// Continues a table version (INSERT, COPY, UPDATE, DELETE). Takes its parts over when no
+    /// one else holds the version, shares them otherwise.
+    pub fn from_version(pool: Arc<ChunkPool>, table: Arc<Table>) -> TableBuilder {
+        let table = Arc::try_unwrap(table).unwrap_or_else(|shared| Table {
+            name: shared.name.clone(),
+            oid: shared.oid,
+            schema: shared.schema.clone(),
+            constraints: Arc::clone(&shared.constraints),
+            dictionaries: shared.dictionaries.clone(),
+            chunks: shared.chunks.clone(),
+            chunk_rows: shared.chunk_rows,
+            indexes: shared.indexes.clone(),
+            distinct_counts: Vec::new(),
+        });
         TableBuilder {
             pool,
             name: table.name,
+            oid: table.oid,
             schema: table.schema,
-            dictionaries,
-            chunks,
+            constraints: table.constraints,
+            dictionaries: table.dictionaries,
+            chunks: table.chunks,
+            indexes: table.indexes,
             chunk_rows: table.chunk_rows,
         }
     }
@@ -299,43 +553,15 @@ impl TableBuilder {
         &self.schema
     }
 
-    /// Remembers where the table ends now; see [`TableBuilder::roll_back`].
-    pub fn mark(&self) -> AppendMark {
-        let last = self.chunks.last();
-        AppendMark {
-            chunks: self.chunks.len(),
-            last_chunk_rows: last.map_or(0, |c| c.rows),
-            last_chunk_validity: last
-                .map_or_else(Vec::new, |c| c.columns.iter().map(|c| c.validity.is_some()).collect()),
-            dictionary_lengths: self.dictionaries.iter().map(|d| d.as_ref().map_or(0, Dictionary::len)).collect(),
-        }
+    pub fn constraints(&self) -> &Constraints {
+        &self.constraints
     }
 
-    /// Undoes every row pushed since `mark`: new chunks go back to the pool, the last old chunk
-    /// is cut back to its old length and strings interned since are forgotten.
-    pub fn roll_back(&mut self, mark: &AppendMark) {
-        assert!(mark.chunks <= self.chunks.len(), "a mark only moves forward");
-        self.chunks.truncate(mark.chunks);
-        if let Some(chunk) = self.chunks.last_mut() {
-            chunk.rows = mark.last_chunk_rows;
-            for (column, had_validity) in chunk.columns.iter_mut().zip(&mark.last_chunk_validity) {
-                column.data.truncate(mark.last_chunk_rows);
-                match (&mut column.validity, had_validity) {
-                    (Some(validity), true) => validity.truncate(mark.last_chunk_rows),
-                    (validity, _) => *validity = None,
-                }
-            }
-        }
-        for (dictionary, &len) in self.dictionaries.iter_mut().zip(&mark.dictionary_lengths) {
-            if let Some(dictionary) = dictionary {
-                dictionary.truncate(len);
-            }
-        }
-    }
-
-    /// The chunk rows are appended to, opening a new one when the last is full.
+    /// The chunk rows are appended to: the last one if it has room (copied first when a
+    /// reader still shares it), else a new one.
     fn open_chunk(&mut self) -> Result<&mut TableChunk> {
-        if self.chunks.last().is_none_or(|c| c.rows == self.chunk_rows) {
+        let full = self.chunks.last().is_none_or(|c| c.rows >= self.chunk_rows);
+        if full {
             let mut columns = Vec::with_capacity(self.schema.len());
             for column in &self.schema {
                 columns.push(ColumnChunk {
@@ -345,61 +571,239 @@ impl TableBuilder {
                     narrow: None,
                 });
             }
-            self.chunks.push(TableChunk { rows: 0, columns });
+            self.chunks.push(Arc::new(TableChunk { rows: 0, columns, sealed: false }));
         }
-        Ok(self.chunks.last_mut().expect("a chunk was just ensured"))
+        let last = self.chunks.last_mut().expect("a chunk was just ensured");
+        let appendable =
+            Arc::get_mut(last).is_some_and(|c| c.columns.iter().all(|c| c.data.capacity() >= self.chunk_rows));
+        if !appendable {
+            *last = Arc::new(last.copy_for_append(&self.pool, self.chunk_rows)?);
+        }
+        let chunk = Arc::get_mut(last).expect("the last chunk is private now");
+        if chunk.sealed {
+            // Rows are about to change the chunk's range: drop its zone map and narrow copy.
+            chunk.sealed = false;
+            for column in &mut chunk.columns {
+                column.min_max = None;
+                column.narrow = None;
+            }
+        }
+        Ok(chunk)
     }
 
-    /// Appends one row; values must already have the column types (see `coerce_value`).
-    pub fn push_row(&mut self, row: &[Value]) -> Result<()> {
-        assert_eq!(row.len(), self.schema.len(), "row width equals schema width");
-        let pool = Arc::clone(&self.pool);
-        let chunk_rows = self.chunk_rows;
-        let codes: Vec<u32> = row
-            .iter()
-            .zip(&mut self.dictionaries)
-            .map(|(value, dictionary)| match (value, dictionary) {
-                (Value::Text(text), Some(dictionary)) => dictionary.intern(text),
-                _ => 0,
-            })
-            .collect();
-        let chunk = self.open_chunk()?;
-        let position = chunk.rows;
-        for ((value, column), code) in row.iter().zip(&mut chunk.columns).zip(codes) {
-            if value.is_null() && column.validity.is_none() {
-                let mut validity = pool.buffer::<u8>(chunk_rows)?;
-                validity.set_len_zeroed(position);
-                validity.as_mut_slice().fill(1);
-                column.validity = Some(validity);
+    /// Checks NOT NULL and the unique constraints for a new row and enters its keys.
+    fn admit(&mut self, row: &[Value]) -> Result<()> {
+        for (column, value) in row.iter().enumerate() {
+            if value.is_null() && self.constraints.not_null[column] {
+                return Err(EngineError::NotNullViolation {
+                    table: self.name.clone(),
+                    column: self.schema[column].name.clone(),
+                });
             }
-            if let Some(validity) = &mut column.validity {
-                validity.push(u8::from(!value.is_null()));
-            }
-            push_value(&mut column.data, value, code)?;
         }
-        chunk.rows += 1;
+        let keys: Vec<Option<Box<[u8]>>> =
+            self.constraints.unique.iter().map(|constraint| unique_key(row, &constraint.columns)).collect();
+        for ((key, index), constraint) in keys.iter().zip(&self.indexes).zip(&self.constraints.unique) {
+            if key.as_ref().is_some_and(|key| index.keys.contains(key)) {
+                return Err(EngineError::UniqueViolation { constraint: constraint.name.clone() });
+            }
+        }
+        for (key, index) in keys.into_iter().zip(&mut self.indexes) {
+            if let Some(key) = key {
+                // Two keys of one row cannot collide with each other: they are in different indexes.
+                Arc::make_mut(index).keys.insert(key);
+            }
+        }
         Ok(())
     }
 
-    /// Freezes the dictionaries, computes the zone maps of new chunks and yields the table.
+    /// Appends one row after checking the table's constraints; values must already have the
+    /// column types (see `coerce_value`).
+    pub fn push_row(&mut self, row: &[Value]) -> Result<()> {
+        assert_eq!(row.len(), self.schema.len(), "row width equals schema width");
+        self.admit(row)?;
+        self.append_unchecked(row)
+    }
+
+    fn append_unchecked(&mut self, row: &[Value]) -> Result<()> {
+        let codes = intern_row(&mut self.dictionaries, row);
+        let (pool, capacity) = (Arc::clone(&self.pool), self.chunk_rows);
+        write_row(&pool, capacity, self.open_chunk()?, row, &codes)
+    }
+
+    /// Number of chunks (UPDATE and DELETE visit them one by one).
+    pub fn chunk_count(&self) -> usize {
+        self.chunks.len()
+    }
+
+    /// Rows of chunk `index` as values.
+    pub fn chunk_values(&self, index: usize) -> Vec<Vec<Value>> {
+        let table = self.peek();
+        (0..self.chunks[index].rows).map(|row| table.row_values(index, row)).collect()
+    }
+
+    /// Replaces chunk `index` with `rows` (UPDATE, DELETE); an empty list removes it. Checks
+    /// NOT NULL; unique indexes are rebuilt by [`TableBuilder::rebuild_indexes`] once all
+    /// chunks are rewritten.
+    pub fn rewrite_chunk(&mut self, index: usize, rows: &[Vec<Value>]) -> Result<()> {
+        if rows.is_empty() {
+            self.chunks.remove(index);
+            return Ok(());
+        }
+        let capacity = rows.len();
+        let mut columns = Vec::with_capacity(self.schema.len());
+        for column in &self.chunks[index].columns {
+            columns.push(ColumnChunk {
+                data: column.data.empty_like(&self.pool, capacity)?,
+                validity: None,
+                min_max: None,
+                narrow: None,
+            });
+        }
+        let mut chunk = TableChunk { rows: 0, columns, sealed: false };
+        for row in rows {
+            if let Some(column) = (0..row.len()).find(|&c| row[c].is_null() && self.constraints.not_null[c]) {
+                return Err(EngineError::NotNullViolation {
+                    table: self.name.clone(),
+                    column: self.schema[column].name.clone(),
+                });
+            }
+            let codes = intern_row(&mut self.dictionaries, row);
+            write_row(&self.pool, capacity, &mut chunk, row, &codes)?;
+        }
+        self.chunks[index] = Arc::new(chunk);
+        Ok(())
+    }
+
+    /// Adds a unique constraint or index, checking the rows already there (23505).
+    pub fn add_unique(&mut self, unique: UniqueConstraint) -> Result<()> {
+        Arc::make_mut(&mut self.constraints).unique.push(unique);
+        self.indexes.push(Arc::new(UniqueIndex::default()));
+        self.rebuild_indexes()
+    }
+
+    /// Adds a non-unique index (a catalog entry).
+    pub fn add_index(&mut self, index: IndexDefinition) {
+        Arc::make_mut(&mut self.constraints).indexes.push(index);
+    }
+
+    /// Drops the index called `name` (unique or not); false when there is none.
+    pub fn drop_index(&mut self, name: &str) -> bool {
+        let constraints = Arc::make_mut(&mut self.constraints);
+        if let Some(position) = constraints.indexes.iter().position(|i| i.name == name) {
+            constraints.indexes.remove(position);
+            return true;
+        }
+        match constraints.unique.iter().position(|u| u.name == name) {
+            Some(position) => {
+                constraints.unique.remove(position);
+                self.indexes.remove(position);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Recomputes every unique index from the rows (after UPDATE or DELETE); fails on a
+    /// duplicate key.
+    pub fn rebuild_indexes(&mut self) -> Result<()> {
+        if self.constraints.unique.is_empty() {
+            return Ok(());
+        }
+        let table = self.peek();
+        let mut indexes: Vec<UniqueIndex> = self.constraints.unique.iter().map(|_| UniqueIndex::default()).collect();
+        for chunk in 0..table.chunks.len() {
+            crate::control::check()?;
+            for row in 0..table.chunks[chunk].rows {
+                let values = table.row_values(chunk, row);
+                for (index, constraint) in indexes.iter_mut().zip(&self.constraints.unique) {
+                    if let Some(key) = unique_key(&values, &constraint.columns) {
+                        if !index.keys.insert(key) {
+                            return Err(EngineError::UniqueViolation { constraint: constraint.name.clone() });
+                        }
+                    }
+                }
+            }
+        }
+        self.indexes = indexes.into_iter().map(Arc::new).collect();
+        Ok(())
+    }
+
+    /// A read-only view of the rows so far (shares everything; no zone maps needed).
+    fn peek(&self) -> Table {
+        Table {
+            name: self.name.clone(),
+            oid: self.oid,
+            schema: self.schema.clone(),
+            constraints: Arc::clone(&self.constraints),
+            dictionaries: self.dictionaries.clone(),
+            chunks: self.chunks.clone(),
+            chunk_rows: self.chunk_rows,
+            indexes: Vec::new(),
+            distinct_counts: self.schema.iter().map(|_| OnceLock::new()).collect(),
+        }
+    }
+
+    /// Computes the zone maps of changed chunks and yields the table version.
     pub fn finish(mut self) -> Table {
         for chunk in &mut self.chunks {
-            for column in &mut chunk.columns {
-                if column.min_max.is_none() {
-                    column.compute_zone_map(&self.pool);
-                }
+            if let Some(chunk) = Arc::get_mut(chunk) {
+                chunk.seal(&self.pool);
             }
         }
         let distinct_counts = self.schema.iter().map(|_| OnceLock::new()).collect();
         Table {
             name: self.name,
-            dictionaries: self.dictionaries.into_iter().map(|d| d.map(Arc::new)).collect(),
+            oid: self.oid,
             schema: self.schema,
+            constraints: self.constraints,
+            dictionaries: self.dictionaries,
             chunks: self.chunks,
             chunk_rows: self.chunk_rows,
+            indexes: self.indexes,
             distinct_counts,
         }
     }
+}
+
+/// Dictionary codes of a row's text values (0 elsewhere), interning new strings.
+fn intern_row(dictionaries: &mut [Option<Arc<Dictionary>>], row: &[Value]) -> Vec<u32> {
+    row.iter()
+        .zip(dictionaries)
+        .map(|(value, dictionary)| match (value, dictionary) {
+            (Value::Text(text), Some(dictionary)) => match dictionary.code_of(text) {
+                Some(code) => code,
+                // Copies the dictionary only when a reader shares it and the string is new.
+                None => Arc::make_mut(dictionary).intern(text),
+            },
+            _ => 0,
+        })
+        .collect()
+}
+
+/// Appends one row to a chunk with room for it (`capacity` rows in all).
+fn write_row(
+    pool: &Arc<ChunkPool>,
+    capacity: usize,
+    chunk: &mut TableChunk,
+    row: &[Value],
+    codes: &[u32],
+) -> Result<()> {
+    let position = chunk.rows;
+    for ((value, column), &code) in row.iter().zip(&mut chunk.columns).zip(codes) {
+        if value.is_null() && column.validity.is_none() {
+            let mut validity = pool.buffer::<u8>(capacity)?;
+            validity.set_len_zeroed(position);
+            validity.as_mut_slice().fill(1);
+            column.validity = Some(validity);
+        }
+        if let Some(validity) = &mut column.validity {
+            validity.push(u8::from(!value.is_null()));
+        }
+        push_value(&mut column.data, value, code)?;
+    }
+    chunk.rows += 1;
+    Ok(())
 }
 
 fn new_chunk_data(pool: &Arc<ChunkPool>, data_type: DataType, rows: usize) -> Result<ChunkData> {
@@ -428,97 +832,4 @@ fn push_value(data: &mut ChunkData, value: &Value, code: u32) -> Result<()> {
         (_, other) => return Err(EngineError::Type(format!("value {other:?} does not match the column type"))),
     }
     Ok(())
-}
-
-/// All tables by name.
-#[derive(Default)]
-pub struct Catalog {
-    tables: HashMap<String, Arc<Table>>,
-}
-
-impl Catalog {
-    pub fn get(&self, name: &str) -> Result<Arc<Table>> {
-        self.tables.get(name).cloned().ok_or_else(|| EngineError::UnknownTable(name.to_string()))
-    }
-
-    pub fn contains(&self, name: &str) -> bool {
-        self.tables.contains_key(name)
-    }
-
-    pub fn insert(&mut self, table: Table) {
-        self.tables.insert(table.name.clone(), Arc::new(table));
-    }
-
-    pub fn insert_shared(&mut self, table: Arc<Table>) {
-        self.tables.insert(table.name.clone(), table);
-    }
-
-    pub fn remove(&mut self, name: &str) -> Option<Arc<Table>> {
-        self.tables.remove(name)
-    }
-
-    pub fn names(&self) -> Vec<String> {
-        let mut names: Vec<String> = self.tables.keys().cloned().collect();
-        names.sort();
-        names
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::pool::PoolMode;
-
-    // Goal: rows land in fixed chunks at common boundaries, text is dictionary-coded and NULLs
-    // are tracked; method: build a small table with chunk_rows 3 and read it back.
-    #[test]
-    fn builder_chunks_rows_and_reads_them_back() {
-        let pool = ChunkPool::new(PoolMode::Specialized, 1 << 30);
-        let schema = vec![
-            ColumnDef { name: "id".into(), data_type: DataType::Int64 },
-            ColumnDef { name: "name".into(), data_type: DataType::Text },
-        ];
-        let mut builder = TableBuilder::new(pool, "t", schema, 3);
-        for i in 0..7 {
-            let name = if i == 4 { Value::Null } else { Value::Text(format!("n{}", i % 2)) };
-            builder.push_row(&[Value::Int64(i), name]).expect("types match");
-        }
-        let table = builder.finish();
-        assert_eq!(table.chunks.iter().map(|c| c.rows).collect::<Vec<_>>(), vec![3, 3, 1]);
-        assert_eq!(table.rows(), 7);
-        assert_eq!(table.dictionaries[1].as_ref().expect("text").len(), 2);
-        assert_eq!(table.row_values(1, 1), vec![Value::Int64(4), Value::Null]);
-        assert_eq!(table.row_values(2, 0), vec![Value::Int64(6), Value::Text("n0".into())]);
-        assert_eq!(table.distinct_count(0), 7);
-    }
-
-    // Goal: roll_back undoes an append exactly (chunks, row counts, validity masks, interned
-    // strings), so a failed COPY leaves no trace; method: append across two chunk boundaries
-    // with NULLs and new strings, roll back, then append again and read everything back.
-    #[test]
-    fn roll_back_restores_chunks_validity_and_dictionaries() {
-        let pool = ChunkPool::new(PoolMode::Specialized, 1 << 30);
-        let schema = vec![
-            ColumnDef { name: "id".into(), data_type: DataType::Int32 },
-            ColumnDef { name: "name".into(), data_type: DataType::Text },
-        ];
-        let mut builder = TableBuilder::new(pool, "t", schema, 3);
-        for i in 0..4 {
-            builder.push_row(&[Value::Int32(i), Value::Text("old".into())]).expect("types match");
-        }
-        let mark = builder.mark();
-        for i in 4..10 {
-            let name = if i % 2 == 0 { Value::Null } else { Value::Text(format!("new{i}")) };
-            builder.push_row(&[Value::Null, name]).expect("types match");
-        }
-        builder.roll_back(&mark);
-        builder.push_row(&[Value::Int32(40), Value::Text("new5".into())]).expect("types match");
-        let table = builder.finish();
-        assert_eq!(table.chunks.iter().map(|c| c.rows).collect::<Vec<_>>(), vec![3, 2]);
-        assert!(table.chunks[1].columns.iter().all(|c| c.validity.is_none()), "masks made by the undone rows are gone");
-        let names = table.dictionaries[1].as_ref().expect("text");
-        assert_eq!(names.values(), &["old".into(), "new5".into()] as &[Box<str>], "undone strings are forgotten");
-        assert_eq!(table.row_values(1, 1), vec![Value::Int32(40), Value::Text("new5".into())]);
-        assert_eq!(table.chunks[1].columns[0].min_max, Some((3, 40)));
-    }
 }

@@ -6,6 +6,8 @@ use std::net::SocketAddr;
 use std::process::Command;
 use std::sync::Arc;
 
+mod common;
+
 use bypass_engine::{server, Engine, EngineSettings};
 use bypass_testkit::{pg_bin, Postgres};
 
@@ -48,10 +50,11 @@ const BAD_ROWS: [(&str, &str); 7] = [
 ];
 
 /// Runs SQL through psql with verbose errors; returns (success, stdout, SQLSTATE of the error).
-fn psql(address: SocketAddr, user: &str, sql: &str) -> anyhow::Result<(bool, String, Option<String>)> {
+fn psql(address: SocketAddr, user: &str, database: &str, sql: &str) -> anyhow::Result<(bool, String, Option<String>)> {
     let output = Command::new(pg_bin("psql"))
+        .env("PGPASSWORD", common::ENGINE_PASSWORD)
         .args(["-X", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-v", "VERBOSITY=verbose"])
-        .args(["-h", &address.ip().to_string(), "-p", &address.port().to_string(), "-U", user, "-d", "postgres"])
+        .args(["-h", &address.ip().to_string(), "-p", &address.port().to_string(), "-U", user, "-d", database])
         .args(["-c", sql])
         .env("PGCONNECT_TIMEOUT", "10")
         .env("LC_ALL", "C")
@@ -79,8 +82,8 @@ impl Pair {
 
     /// The same statement in both systems; the outcomes (success, rows, SQLSTATE) must agree.
     fn both(&self, engine_sql: &str, postgres_sql: &str) -> anyhow::Result<(bool, String, Option<String>)> {
-        let ours = psql(self.engine_address, "anyone", engine_sql)?;
-        let theirs = psql(self.postgres_address()?, "postgres", postgres_sql)?;
+        let ours = psql(self.engine_address, common::ENGINE_USER, common::ENGINE_DATABASE, engine_sql)?;
+        let theirs = psql(self.postgres_address()?, "postgres", "postgres", postgres_sql)?;
         assert_eq!(ours, theirs, "engine vs PostgreSQL for {engine_sql}");
         Ok(ours)
     }
@@ -98,7 +101,7 @@ impl Pair {
 fn start() -> anyhow::Result<Pair> {
     let postgres = Postgres::start()?;
     let engine = Arc::new(Engine::new(EngineSettings { chunk_rows: CHUNK_ROWS, ..EngineSettings::default() })?);
-    let server = server::start(engine, "127.0.0.1:0".parse()?)?;
+    let server = common::start_server(engine)?;
     Ok(Pair { postgres, engine_address: server.address, _server: server })
 }
 

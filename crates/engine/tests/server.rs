@@ -5,23 +5,19 @@ use std::net::SocketAddr;
 use std::process::Command;
 use std::sync::Arc;
 
+mod common;
+
 use bypass_engine::{server, tpch, Engine, EngineSettings};
-use bypass_testkit::pg_bin;
+use common::{engine_conninfo, engine_psql, start_server};
 
 fn start() -> anyhow::Result<(server::Server, Arc<Engine>)> {
     let engine = Arc::new(Engine::new(EngineSettings::default())?);
     tpch::load(&engine, 0.01)?;
-    let address: SocketAddr = "127.0.0.1:0".parse()?;
-    Ok((server::start(Arc::clone(&engine), address)?, engine))
+    Ok((start_server(Arc::clone(&engine))?, engine))
 }
 
 fn psql(address: SocketAddr, sql: &str) -> anyhow::Result<(bool, String, String)> {
-    let output = Command::new(pg_bin("psql"))
-        .args(["-X", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-h", &address.ip().to_string()])
-        .args(["-p", &address.port().to_string(), "-U", "anyone", "-d", "bypass", "-c", sql])
-        .env("PGCONNECT_TIMEOUT", "10")
-        .output()?;
-    Ok((output.status.success(), String::from_utf8(output.stdout)?, String::from_utf8(output.stderr)?))
+    engine_psql(address, &["-A", "-t", "-v", "ON_ERROR_STOP=1", "-c", sql])
 }
 
 // Goal: psql works over the simple query protocol, DDL/DML/queries included, and an
@@ -42,13 +38,12 @@ fn psql_simple_query() -> anyhow::Result<()> {
     let (ok, _, err) = psql(server.address, "select a from t union select a from t")?;
     assert!(!ok, "UNION is not supported");
     assert!(err.contains("not supported") && err.contains("UNION"), "names the feature: {err}");
-    let output = Command::new(pg_bin("psql"))
-        .args(["-X", "-h", "127.0.0.1", "-p", &server.address.port().to_string(), "-U", "a", "-d", "b"])
-        .args(["-v", "VERBOSITY=verbose", "-c", "select 1 union select 2", "-c", "select 41 + 1"])
-        .output()?;
-    let stderr = String::from_utf8(output.stderr)?;
+    let (_, stdout, stderr) = engine_psql(
+        server.address,
+        &["-v", "VERBOSITY=verbose", "-c", "select 1 union select 2", "-c", "select 41 + 1"],
+    )?;
     assert!(stderr.contains("0A000"), "SQLSTATE 0A000: {stderr}");
-    assert!(String::from_utf8(output.stdout)?.contains("42"), "the session survives the error");
+    assert!(stdout.contains("42"), "the session survives the error");
     Ok(())
 }
 
@@ -59,8 +54,8 @@ fn tokio_postgres_extended_query() -> anyhow::Result<()> {
     let (server, _engine) = start()?;
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     runtime.block_on(async {
-        let config = format!("host=127.0.0.1 port={} user=u dbname=d", server.address.port());
-        let (client, connection) = tokio_postgres::connect(&config, tokio_postgres::NoTls).await?;
+        let (client, connection) =
+            tokio_postgres::connect(&engine_conninfo(server.address), tokio_postgres::NoTls).await?;
         tokio::spawn(async move {
             if let Err(e) = connection.await {
                 eprintln!("connection: {e}");
@@ -117,13 +112,13 @@ fn psycopg_parameters() -> anyhow::Result<()> {
     let (server, _engine) = start()?;
     let script = format!(
         "import psycopg\n\
-         with psycopg.connect('host=127.0.0.1 port={} user=u dbname=d') as conn:\n\
+         with psycopg.connect('{}') as conn:\n\
          \x20   rows = conn.execute('select r_name from region where r_regionkey >= %s order by r_regionkey', (3,)).fetchall()\n\
          \x20   assert rows == [('EUROPE',), ('MIDDLE EAST',)], rows\n\
          \x20   (n,) = conn.execute('select count(*) from orders where o_orderpriority = %s', ('1-URGENT',)).fetchone()\n\
          \x20   assert n > 0, n\n\
          print('ok')\n",
-        server.address.port()
+        engine_conninfo(server.address)
     );
     let output = Command::new(python).args(["-c", &script]).output()?;
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));

@@ -43,8 +43,11 @@ pub enum Contender {
     Direct,
     /// HAProxy in TCP mode on the dispatcher host, least connections.
     Haproxy,
-    /// Bypass, every byte relayed.
+    /// Bypass, every byte relayed (straight from the servers).
     Relay,
+    /// Bypass, every byte relayed through the backends' agents (the path before the agent left
+    /// the relay path; not in the default set).
+    RelayViaAgent,
     /// Bypass, every answer handed over.
     Handover,
     /// Bypass, relay by default, hand-over for large answers.
@@ -60,6 +63,7 @@ impl Contender {
             Contender::Direct => "direct",
             Contender::Haproxy => "HAProxy",
             Contender::Relay => "Bypass relay",
+            Contender::RelayViaAgent => "Bypass relay via agent",
             Contender::Handover => "Bypass hand-over",
             Contender::Hybrid => "Bypass hybrid",
         }
@@ -85,6 +89,18 @@ pub struct BenchOptions {
     pub write: bool,
     /// Passes over all contenders; each point reports the median pass.
     pub rounds: u32,
+    pub tuning: Tuning,
+}
+
+/// Settings of the contenders that the run may change.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Tuning {
+    /// The Bypass dispatchers' `busy_poll_us`; `None`: the configuration default.
+    pub busy_poll_us: Option<u64>,
+    /// The Bypass dispatchers' `workers`; `None`: the configuration default.
+    pub dispatcher_workers: Option<usize>,
+    /// HAProxy's `nbthread`.
+    pub haproxy_threads: usize,
 }
 
 /// One measured point.
@@ -170,7 +186,7 @@ fn run_contender(
     options: &BenchOptions,
     runs: &mut Runs,
 ) -> Result<()> {
-    let service = Service::start(lab, contender, threshold)?;
+    let service = Service::start(lab, contender, threshold, &options.tuning)?;
     let before = lab_resets(lab)?;
     for &size in &options.sizes {
         let report = loadgen::run(&spec(lab, &service, size, options, false))?;
@@ -330,13 +346,15 @@ enum Service {
 }
 
 impl Service {
-    fn start(lab: &Lab, contender: Contender, threshold: u64) -> Result<Service> {
+    fn start(lab: &Lab, contender: Contender, threshold: u64, tuning: &Tuning) -> Result<Service> {
+        let bypass = |policy, relays| start_bypass(lab, policy, threshold, relays, tuning);
         match contender {
             Contender::Direct => Ok(Service::Direct),
-            Contender::Haproxy => start_haproxy(lab),
-            Contender::Relay => start_bypass(lab, Policy::Relay, threshold),
-            Contender::Handover => start_bypass(lab, Policy::Handover, threshold),
-            Contender::Hybrid => start_bypass(lab, Policy::Hybrid, threshold),
+            Contender::Haproxy => start_haproxy(lab, tuning.haproxy_threads),
+            Contender::Relay => bypass(Policy::Relay, Relays::StraightFromServer),
+            Contender::RelayViaAgent => bypass(Policy::Relay, Relays::ThroughAgent),
+            Contender::Handover => bypass(Policy::Handover, Relays::StraightFromServer),
+            Contender::Hybrid => bypass(Policy::Hybrid, Relays::StraightFromServer),
         }
     }
 
@@ -371,15 +389,24 @@ impl Drop for Service {
     }
 }
 
+/// Where a Bypass contender's relayed answers come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Relays {
+    StraightFromServer,
+    ThroughAgent,
+}
+
 /// The key this run's dispatcher proves to its agents (random per process).
 fn agent_key() -> &'static str {
     static KEY: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     KEY.get_or_init(bypass_dispatch::agent::key::LinkKey::random_text)
 }
 
-fn start_bypass(lab: &Lab, policy: Policy, threshold: u64) -> Result<Service> {
+fn start_bypass(lab: &Lab, policy: Policy, threshold: u64, relays: Relays, tuning: &Tuning) -> Result<Service> {
     let mut config = DispatcherConfig::default();
     let settings = &mut config.dispatcher;
+    settings.busy_poll_us = tuning.busy_poll_us.unwrap_or(settings.busy_poll_us);
+    settings.workers = tuning.dispatcher_workers.unwrap_or(settings.workers);
     settings.agent_key = Some(agent_key().to_string());
     // Logins are not what this benchmark measures (every connection is persistent), and the
     // baselines (HAProxy, direct) authenticate nobody: trust, as the pooler benchmark does.
@@ -392,21 +419,23 @@ fn start_bypass(lab: &Lab, policy: Policy, threshold: u64) -> Result<Service> {
     settings.steer_ports = lab.clients().iter().map(|c| c.switch_port.clone()).collect();
     for backend in lab.backends() {
         let agent = format!("{}:{AGENT_PORT}", backend.address);
-        config.backends.insert(backend.short.clone(), BackendEntry { agent, mac: Some(lab::format_mac(backend.mac)) });
+        let postgres = (relays == Relays::StraightFromServer).then(|| format!("{}:{POSTGRES_PORT}", backend.address));
+        let mac = Some(lab::format_mac(backend.mac));
+        config.backends.insert(backend.short.clone(), BackendEntry { agent, postgres, mac });
     }
     let replicas = lab.backends().iter().map(|b| b.short.clone()).collect();
     config.databases.insert("*".into(), DatabaseEntry { primary: "be1".into(), replicas });
     Ok(Service::Bypass(dispatcher::start(config.validate()?, Some(lab.dispatcher().namespace))?))
 }
 
-fn start_haproxy(lab: &Lab) -> Result<Service> {
+fn start_haproxy(lab: &Lab, threads: usize) -> Result<Service> {
     let dir = lab.spec.state_dir();
     std::fs::create_dir_all(&dir).map_err(|e| DispatchError::io(format!("creating {}", dir.display()), e))?;
     let path = dir.join("haproxy.cfg");
     let servers: String =
         lab.backends().iter().map(|b| format!("  server {} {}:{POSTGRES_PORT}\n", b.short, b.address)).collect();
     let config = format!(
-        "global\n  nbthread 2\n  maxconn 1000\ndefaults\n  mode tcp\n  timeout connect 5s\n  timeout client 1h\n  \
+        "global\n  nbthread {threads}\n  maxconn 1000\ndefaults\n  mode tcp\n  timeout connect 5s\n  timeout client 1h\n  \
          timeout server 1h\n  option tcpka\nfrontend pg\n  bind {VIP}:{HAPROXY_PORT}\n  default_backend pgs\n\
          backend pgs\n  balance leastconn\n{servers}"
     );

@@ -1,5 +1,6 @@
 //! Backends as the dispatcher sees them: health, replay lag, outstanding requests, and pools of
-//! links (one logged-in PostgreSQL session at the agent per link).
+//! links. A link is one logged-in PostgreSQL session, either through the backend's agent (its
+//! answers can be handed over) or straight to the server (relayed answers: one hop less).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -16,7 +17,7 @@ use crate::buffer::{Buffer, BufferIo};
 use crate::config::BackendSpec;
 use crate::error::{DispatchError, Result};
 use crate::link::Delivery;
-use crate::pglogin::{LoginRequest, LoginStep, Welcome};
+use crate::pglogin::{Login, LoginRequest, LoginStep, Welcome};
 
 /// Bytes of a link's read buffer; answers stream through it.
 pub const LINK_BUFFER_BYTES: usize = 256 * 1024;
@@ -38,12 +39,24 @@ pub struct BackendState {
     idle: Mutex<HashMap<PoolKey, Vec<Link>>>,
     idle_max: usize,
     source_addr: Option<std::net::Ipv4Addr>,
+    /// For servers that do not trust the dispatcher's links straight to them.
+    postgres_password: Option<String>,
     /// What every link proves to the agent.
     key: LinkKey,
 }
 
-/// A logged-in link to an agent.
+/// Where a link goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LinkKind {
+    /// Through the backend's agent: answers may be handed over, control frames travel.
+    Agent,
+    /// Straight to the PostgreSQL server: relayed answers only, no control frames.
+    Postgres,
+}
+
+/// A logged-in link to an agent or to a server.
 pub struct Link {
+    pub kind: LinkKind,
     pub stream: TcpStream,
     pub buffer: Buffer,
     pub scanner: Scanner,
@@ -57,10 +70,24 @@ pub struct Link {
     key: PoolKey,
 }
 
-/// Which idle links may serve a request: same thread, user and database.
-type PoolKey = (std::thread::ThreadId, String, String);
+/// Which idle links may serve a request: same thread, kind, user and database.
+type PoolKey = (std::thread::ThreadId, LinkKind, String, String);
 
 impl Link {
+    fn new(kind: LinkKind, backend: usize, stream: TcpStream, request: &LoginRequest) -> Link {
+        Link {
+            kind,
+            stream,
+            buffer: Buffer::with_capacity(LINK_BUFFER_BYTES),
+            scanner: Scanner::new(),
+            backend,
+            welcome: Welcome::default(),
+            settings_applied: 0,
+            standing: (Delivery::Relay, u64::MAX),
+            key: (std::thread::current().id(), kind, request.user.clone(), request.database.clone()),
+        }
+    }
+
     /// An idle link must have nothing to read: EOF or stray bytes mean it is unusable.
     pub fn is_alive(&self) -> bool {
         let mut probe = [0u8; 1];
@@ -86,8 +113,14 @@ impl BackendState {
             idle: Mutex::new(HashMap::new()),
             idle_max,
             source_addr,
+            postgres_password: None,
             key,
         }
+    }
+
+    /// The password links straight to the server log in with.
+    pub fn with_postgres_password(self, postgres_password: Option<String>) -> Self {
+        BackendState { postgres_password, ..self }
     }
 
     pub fn is_healthy(&self) -> bool {
@@ -108,17 +141,34 @@ impl BackendState {
         }
     }
 
-    /// An idle link for (user, database), or a new one.
-    pub async fn acquire(&self, user: &str, database: &str) -> Result<Link> {
-        let key = (std::thread::current().id(), user.to_string(), database.to_string());
+    /// The kind of link that relays answers: straight to the server when its address is known.
+    pub fn relay_kind(&self) -> LinkKind {
+        if self.spec.postgres.is_some() {
+            LinkKind::Postgres
+        } else {
+            LinkKind::Agent
+        }
+    }
+
+    /// An idle link of `kind` for (user, database), or a new one.
+    pub async fn acquire(&self, kind: LinkKind, user: &str, database: &str) -> Result<Link> {
+        let key = (std::thread::current().id(), kind, user.to_string(), database.to_string());
         loop {
             let idle = self.idle.lock().unwrap_or_else(|p| p.into_inner()).get_mut(&key).and_then(Vec::pop);
             match idle {
                 Some(link) if link.is_alive() => return Ok(link),
                 // Its agent or server went away while it was idle: drop it and look again.
                 Some(_) => continue,
-                None => return self.connect(LoginRequest::trust(user, database)).await,
+                None => return self.connect_kind(kind, LoginRequest::trust(user, database)).await,
             }
+        }
+    }
+
+    /// Opens a link of `kind`.
+    pub async fn connect_kind(&self, kind: LinkKind, request: LoginRequest) -> Result<Link> {
+        match kind {
+            LinkKind::Agent => self.connect(request).await,
+            LinkKind::Postgres => self.connect_postgres(request).await,
         }
     }
 
@@ -132,20 +182,36 @@ impl BackendState {
         }
     }
 
+    /// Opens a link straight to the server and logs in (with `postgres_password` when the
+    /// server asks for one).
+    async fn connect_postgres(&self, request: LoginRequest) -> Result<Link> {
+        let address = self.spec.postgres.expect("Postgres links are made only for backends with a server address");
+        let stream = connect_from(self.source_addr, address).await?;
+        let mut link = Link::new(LinkKind::Postgres, self.id, stream, &request);
+        let request = LoginRequest { password: self.postgres_password.clone(), ..request };
+        let (mut login, startup) = Login::start(request);
+        link.stream.write_all(&startup).await.map_err(|e| DispatchError::io("sending a startup packet", e))?;
+        loop {
+            let header = link.buffer.read_message(&mut link.stream, "PostgreSQL").await?;
+            let step = login.on_message(BackendMessage::decode(header.tag, link.buffer.body(header))?)?;
+            link.buffer.consume(header.frame_len());
+            match step {
+                LoginStep::Done(welcome) => {
+                    link.welcome = welcome;
+                    return Ok(link);
+                }
+                LoginStep::Continue => {}
+                LoginStep::Send(bytes) => {
+                    link.stream.write_all(&bytes).await.map_err(|e| DispatchError::io("sending credentials", e))?
+                }
+            }
+        }
+    }
+
     /// Opens a link, proves the agent key and logs in through the agent.
     pub async fn connect(&self, request: LoginRequest) -> Result<Link> {
         let stream = connect_from(self.source_addr, self.spec.agent).await?;
-        let key = (std::thread::current().id(), request.user.clone(), request.database.clone());
-        let mut link = Link {
-            stream,
-            buffer: Buffer::with_capacity(LINK_BUFFER_BYTES),
-            scanner: Scanner::new(),
-            backend: self.id,
-            welcome: Welcome::default(),
-            settings_applied: 0,
-            standing: (Delivery::Relay, u64::MAX),
-            key,
-        };
+        let mut link = Link::new(LinkKind::Agent, self.id, stream, &request);
         let (mut login, startup) = LinkLogin::start(self.key.clone(), request);
         link.stream.write_all(&startup).await.map_err(|e| DispatchError::io("sending a link's startup", e))?;
         loop {
@@ -174,7 +240,7 @@ pub async fn connect_from(source: Option<std::net::Ipv4Addr>, peer: SocketAddr) 
             .bind(SocketAddr::from((source, 0)))
             .map_err(|e| DispatchError::io(format!("binding a link to {source}"), e))?;
     }
-    let stream = socket.connect(peer).await.map_err(|e| DispatchError::io(format!("connecting to agent {peer}"), e))?;
+    let stream = socket.connect(peer).await.map_err(|e| DispatchError::io(format!("connecting to {peer}"), e))?;
     stream.set_nodelay(true).map_err(|e| DispatchError::io("TCP_NODELAY on a link", e))?;
     Ok(stream)
 }

@@ -10,8 +10,9 @@ use bypass_wire::BackendMessage;
 use tokio::io::AsyncWriteExt;
 use tokio::sync::watch;
 
-use super::{Link, Shared};
+use super::{Link, LinkKind, Shared};
 use crate::buffer::BufferIo;
+use crate::config::Policy;
 use crate::error::{DispatchError, Result};
 use crate::pglogin::{server_error, LoginRequest};
 
@@ -55,7 +56,11 @@ async fn check(shared: &Shared, id: usize, link: &mut Option<Link>) -> Result<u6
     let settings = &shared.config.settings;
     if link.is_none() {
         let request = LoginRequest::trust(&settings.health_user, &settings.health_database);
-        *link = Some(shared.backends[id].connect(request).await?);
+        // Checked the way most answers come: relay-only asks the server itself, the hand-over
+        // policies ask through the agent (which needs its server too).
+        let backend = &shared.backends[id];
+        let kind = if settings.policy == Policy::Relay { backend.relay_kind() } else { LinkKind::Agent };
+        *link = Some(backend.connect_kind(kind, request).await?);
     }
     let link = link.as_mut().expect("connected above");
     let value = query_single_value(link, LAG_QUERY).await?;
@@ -74,7 +79,7 @@ pub async fn query_single_value(link: &mut Link, sql: &str) -> Result<String> {
     let mut value = None;
     let mut failure = None;
     loop {
-        let header = link.buffer.read_message(&mut link.stream, "the agent").await?;
+        let header = link.buffer.read_message(&mut link.stream, "the backend").await?;
         match BackendMessage::decode(header.tag, link.buffer.body(header))? {
             BackendMessage::DataRow(values) if value.is_none() => {
                 value = values.iter().next().flatten().map(|v| String::from_utf8_lossy(v).into_owned());

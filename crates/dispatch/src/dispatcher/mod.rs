@@ -34,11 +34,11 @@ use bypass_frontdoor::{FrontDoor, FrontDoorConfig, GuardSettings};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 
-pub use backend::{BackendState, Link};
+pub use backend::{BackendState, Link, LinkKind};
 
 use crate::config::{Policy, ValidDispatcherConfig};
 use crate::error::{DispatchError, Result};
-use crate::routing::{pick_replica, Candidate};
+use crate::routing::{self, pick_replica, AnswerSizes, Candidate, Prediction};
 use crate::runtime::{self, Running};
 use crate::steer::Switch;
 
@@ -56,8 +56,8 @@ pub struct Shared {
     clients: Arc<Semaphore>,
     /// The switch's steering table (hand-over policies only).
     pub switch: Option<Switch>,
-    /// Statement fingerprint → bytes of its last answer (hybrid policy).
-    history: Mutex<HashMap<u64, u64>>,
+    /// Statement fingerprint → sizes of its last answers (hybrid policy).
+    history: Mutex<HashMap<u64, AnswerSizes>>,
     pub stats: Stats,
     /// Client authentication: the front door shared with the pooler and the engine.
     pub door: Arc<FrontDoor>,
@@ -106,6 +106,7 @@ impl Shared {
                     settings.source_addr,
                     config.agent_key.clone(),
                 )
+                .with_postgres_password(settings.postgres_password.clone())
             })
             .collect();
         let clients = Arc::new(Semaphore::new(settings.clients_max));
@@ -123,9 +124,10 @@ impl Shared {
         }
     }
 
-    /// Bytes the last answer of a statement with this fingerprint had.
-    fn predicted_bytes(&self, fingerprint: u64) -> Option<u64> {
-        self.history.lock().unwrap_or_else(|p| p.into_inner()).get(&fingerprint).copied()
+    /// What the answers of a statement with this fingerprint are expected to be.
+    fn predict(&self, fingerprint: u64) -> Prediction {
+        let sizes = self.history.lock().unwrap_or_else(|p| p.into_inner()).get(&fingerprint).copied();
+        routing::predict_answer(sizes, self.config.settings.handover_min_bytes)
     }
 
     fn remember_bytes(&self, fingerprint: u64, bytes: u64) {
@@ -133,7 +135,8 @@ impl Shared {
         if history.len() >= self.config.settings.size_history_max {
             history.clear();
         }
-        history.insert(fingerprint, bytes);
+        let sizes = history.get(&fingerprint).copied().unwrap_or_default();
+        history.insert(fingerprint, sizes.after(bytes, self.config.settings.handover_min_bytes));
     }
 
     /// The replica for a read: healthy, fresh enough, fewest outstanding requests; a tie goes to

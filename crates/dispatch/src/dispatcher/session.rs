@@ -12,6 +12,7 @@
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use bypass_frontdoor::{Admission, Admitted, CancelKey, Refusal};
 use bypass_wire::backend::build;
@@ -25,7 +26,7 @@ use tokio::sync::OwnedSemaphorePermit;
 
 use super::health::query_single_value;
 use super::transfer::{self, Moved};
-use super::{Link, Shared};
+use super::{Link, LinkKind, Prediction, Shared};
 use crate::buffer::{closed, Buffer, BufferIo};
 use crate::config::Policy;
 use crate::error::{DispatchError, Result};
@@ -272,7 +273,7 @@ async fn first_link(
         if !backend.is_healthy() && id != primary {
             continue;
         }
-        match backend.acquire(user, database).await {
+        match backend.acquire(backend.relay_kind(), user, database).await {
             Ok(link) => return Ok((id, link)),
             Err(DispatchError::Server { code, message }) if !is_connection_error_code(&code) => {
                 let code = SqlState::from_code(&code).unwrap_or(SqlState::CONNECTION_FAILURE);
@@ -312,6 +313,10 @@ impl Session {
             if let Some(request) = parse_request(self.client.buffer.pending())? {
                 return Ok(request);
             }
+            let stream = self.client.stream.as_ref().expect("requests are read while the connection is home");
+            wait_readable(stream, self.busy_poll())
+                .await
+                .map_err(|e| DispatchError::io("reading from the client", e))?;
             self.client.fill().await?;
         }
     }
@@ -319,7 +324,9 @@ impl Session {
     async fn handle(&mut self, mut request: Request) -> Result<()> {
         if self.pinned.is_some() {
             let link = self.pinned.take().expect("checked above");
-            return self.run_on(link, &request, None, false).await.map(|_| ());
+            let plan = self.plan(&request, link.backend, true);
+            assert_eq!(plan.delivery, Delivery::Relay, "a pinned link's answers are relayed");
+            return self.run_on(link, &request, None, false, &plan).await.map(|_| ());
         }
         match &request.kind {
             RequestKind::Simple(sql) => {
@@ -391,7 +398,7 @@ impl Session {
 
     async fn lookup_volatility(&mut self, name: &str) -> Result<bool> {
         let backend = &self.shared.backends[self.primary];
-        let mut link = backend.acquire(&self.user, &self.database).await?;
+        let mut link = backend.acquire(backend.relay_kind(), &self.user, &self.database).await?;
         let literal = name.replace('\'', "''");
         let sql =
             format!("select coalesce(bool_or(provolatile = 'v'), false) from pg_proc where proname = '{literal}'");
@@ -408,8 +415,10 @@ impl Session {
                 Route::Replica => self.shared.pick_replica(&self.replicas, self.last_replica).unwrap_or(self.primary),
                 Route::Primary => self.primary,
             };
+            let plan = self.plan(&request, backend, setting.is_none());
             let retry_allowed = route == Route::Replica && attempt < READ_ATTEMPTS_MAX;
-            let link = match self.shared.backends[backend].acquire(&self.user, &self.database).await {
+            let state = &self.shared.backends[backend];
+            let link = match state.acquire(plan.link_kind(state), &self.user, &self.database).await {
                 Ok(link) => link,
                 Err(error) if retry_allowed && is_connection_error(&error) => {
                     self.shared.backends[backend].ban(&error);
@@ -417,7 +426,9 @@ impl Session {
                 }
                 Err(error) => return self.fail_request(request.len, error).await,
             };
-            match self.run_on(link, &request, setting.clone(), retry_allowed).await? {
+            // A request whose answer is handed over cannot be retried once it was sent.
+            let retry_sent = retry_allowed && plan.delivery != Delivery::Direct;
+            match self.run_on(link, &request, setting.clone(), retry_sent, &plan).await? {
                 Ran::Done => {
                     if route == Route::Replica {
                         self.last_replica = Some(backend);
@@ -452,6 +463,7 @@ impl Session {
         request: &Request,
         setting: Option<(String, String)>,
         retry_allowed: bool,
+        plan: &Plan,
     ) -> Result<Ran> {
         let backend_id = link.backend;
         if link.settings_applied != self.settings.hash {
@@ -468,10 +480,8 @@ impl Session {
         let backend = &shared.backends[backend_id];
         backend.outstanding.fetch_add(1, Ordering::Relaxed);
         backend.requests.fetch_add(1, Ordering::Relaxed);
-        let plan = self.plan(request, backend_id, setting.is_none());
-        let retry_allowed = retry_allowed && plan.delivery != Delivery::Direct;
         let written_before = self.client.written;
-        let outcome = self.send_and_relay(&mut link, request, retry_allowed, &plan).await;
+        let outcome = self.send_and_relay(&mut link, request, retry_allowed, plan).await;
         backend.outstanding.fetch_sub(1, Ordering::Relaxed);
         let answer = match outcome {
             Ok(answer) => answer,
@@ -517,14 +527,19 @@ impl Session {
         }
         let threshold = settings.handover_min_bytes;
         let fingerprint = request.fingerprint.unwrap_or_else(|| routing::fingerprint(sql));
+        let straight_to_server = self.shared.backends[backend_id].relay_kind() == LinkKind::Postgres;
         let delivery = match settings.policy {
             Policy::Relay => return relay,
             Policy::Handover => Delivery::Direct,
-            Policy::Hybrid if self.shared.predicted_bytes(fingerprint).is_some_and(|b| b >= threshold) => {
-                Delivery::Direct
-            }
-            Policy::Hybrid => Delivery::OnDemand,
+            Policy::Hybrid => match self.shared.predict(fingerprint) {
+                Prediction::Large => Delivery::Direct,
+                // Known small: relayed by the dispatcher alone when it can reach the server (an
+                // answer that turns out large after all is relayed whole, and remembered).
+                Prediction::Small if straight_to_server => Delivery::Relay,
+                Prediction::Small | Prediction::Unknown => Delivery::OnDemand,
+            },
         };
+        let threshold = if delivery == Delivery::Relay { u64::MAX } else { threshold };
         Plan { delivery, threshold, fingerprint: Some(fingerprint), mac }
     }
 
@@ -539,18 +554,19 @@ impl Session {
     ) -> Result<Answer> {
         let mut out = Vec::with_capacity(request.len + 16);
         if let Some(control) = request_frame(&mut link.standing, plan.delivery, plan.threshold) {
+            assert_eq!(link.kind, LinkKind::Agent, "control frames go to agents only");
             control.encode(&mut out);
         }
         out.extend_from_slice(&self.client.buffer.pending()[..request.len]);
-        link.stream.write_all(&out).await.map_err(|e| DispatchError::io("sending a request to the agent", e))?;
+        link.stream.write_all(&out).await.map_err(|e| DispatchError::io("sending a request to the backend", e))?;
         if retry_allowed {
             let count = link
                 .buffer
                 .read_from(&mut link.stream)
                 .await
-                .map_err(|e| DispatchError::io("reading from the agent", e))?;
+                .map_err(|e| DispatchError::io("reading from the backend", e))?;
             if count == 0 {
-                return Err(DispatchError::io("reading from the agent", std::io::ErrorKind::UnexpectedEof.into()));
+                return Err(DispatchError::io("reading from the backend", std::io::ErrorKind::UnexpectedEof.into()));
             }
         }
         self.client.buffer.consume(request.len);
@@ -586,7 +602,8 @@ impl Session {
                     Moved::Refused => {}
                 }
             }
-            match relay_answer(link, &mut self.client, request.answers).await? {
+            let busy_poll = self.busy_poll();
+            match relay_answer(link, &mut self.client, request.answers, busy_poll).await? {
                 Relayed::Done(answer) => {
                     self.remember(plan, self.client.written - written_before);
                     return Ok(answer);
@@ -602,6 +619,10 @@ impl Session {
                 }
             }
         }
+    }
+
+    fn busy_poll(&self) -> Duration {
+        Duration::from_micros(self.shared.config.settings.busy_poll_us)
     }
 
     fn remember(&self, plan: &Plan, answer_bytes: u64) {
@@ -640,6 +661,17 @@ struct Plan {
     mac: Option<[u8; 6]>,
 }
 
+impl Plan {
+    /// Relayed answers come over the backend's relay link (straight from the server when it
+    /// can); only an answer that may be handed over needs the agent.
+    fn link_kind(&self, backend: &super::BackendState) -> LinkKind {
+        match self.delivery {
+            Delivery::Relay => backend.relay_kind(),
+            Delivery::OnDemand | Delivery::Direct => LinkKind::Agent,
+        }
+    }
+}
+
 /// Where relaying stopped.
 enum Relayed {
     Done(Answer),
@@ -656,7 +688,7 @@ struct Answer {
 
 /// Relays the link's answer to the client until `answers` ReadyForQuery messages passed, or
 /// until the agent asks for the connection.
-async fn relay_answer(link: &mut Link, client: &mut Client, answers: u32) -> Result<Relayed> {
+async fn relay_answer(link: &mut Link, client: &mut Client, answers: u32, busy_poll: Duration) -> Result<Relayed> {
     let mut remaining = answers;
     let mut answer = Answer { status: TransactionStatus::Idle, failed: false };
     loop {
@@ -709,12 +741,36 @@ async fn relay_answer(link: &mut Link, client: &mut Client, answers: u32) -> Res
             pump_copy_in(link, client).await?;
             continue;
         }
-        if link.buffer.read_from(&mut link.stream).await.map_err(|e| DispatchError::io("reading from the agent", e))?
+        wait_readable(&link.stream, busy_poll).await.map_err(|e| DispatchError::io("reading from the backend", e))?;
+        if link
+            .buffer
+            .read_from(&mut link.stream)
+            .await
+            .map_err(|e| DispatchError::io("reading from the backend", e))?
             == 0
         {
-            return Err(closed("the agent"));
+            return Err(closed("the backend"));
         }
     }
+}
+
+/// Waits until `stream` is readable, polling instead of sleeping for up to `busy_poll`: the task
+/// yields to its runtime, which looks for I/O without blocking, so the thread's other sessions
+/// keep running. A small answer (or a busy client's next request) arrives within tens of µs,
+/// and sleeping for it costs a wake-up — a context switch and, on a VM, an interrupt to the
+/// vCPU — which is more than the dispatcher's whole work for a small answer.
+async fn wait_readable(stream: &TcpStream, busy_poll: Duration) -> std::io::Result<()> {
+    if !busy_poll.is_zero() {
+        let deadline = Instant::now() + busy_poll;
+        while Instant::now() < deadline {
+            tokio::select! {
+                biased;
+                ready = stream.readable() => return ready,
+                () = tokio::task::yield_now() => {}
+            }
+        }
+    }
+    stream.readable().await
 }
 
 /// COPY FROM STDIN: forwards the client's CopyData until CopyDone or CopyFail.
@@ -737,7 +793,7 @@ async fn pump_copy_in(link: &mut Link, client: &mut Client) -> Result<()> {
             link.stream
                 .write_all(&client.buffer.pending()[..forward])
                 .await
-                .map_err(|e| DispatchError::io("sending COPY data to the agent", e))?;
+                .map_err(|e| DispatchError::io("sending COPY data to the backend", e))?;
             client.buffer.consume(forward);
         }
         if done {

@@ -77,7 +77,7 @@ pub fn dispatcher_config(
     config.dispatcher.health_timeout_ms = 1000;
     secure(&mut config.dispatcher);
     for (i, agent) in agents.iter().enumerate() {
-        config.backends.insert(format!("b{i}"), BackendEntry { agent: agent.to_string(), mac: None });
+        config.backends.insert(format!("b{i}"), BackendEntry { agent: agent.to_string(), postgres: None, mac: None });
     }
     let replicas = replicas.iter().map(|r| format!("b{r}")).collect();
     config.databases.insert("*".into(), DatabaseEntry { primary: format!("b{primary}"), replicas });
@@ -161,6 +161,7 @@ impl LabCluster {
         for backend in lab.backends() {
             let entry = BackendEntry {
                 agent: format!("{}:{AGENT_PORT}", backend.address),
+                postgres: Some(format!("{}:{}", backend.address, bypass_lab::lab::POSTGRES_PORT)),
                 mac: Some(bypass_lab::lab::format_mac(backend.mac)),
             };
             config.backends.insert(backend.short.clone(), entry);

@@ -14,6 +14,8 @@ pub const JOIN_OUTPUT_ROWS_MAX: usize = 8192;
 /// Rows a build side may hold.
 pub const BUILD_ROWS_MAX: usize = 1 << 30;
 const NO_ROW: u32 = u32::MAX;
+/// Candidate pairs between two cancel/memory checks.
+const CHECK_EVERY_PAIRS: usize = 1 << 16;
 
 /// Matching (probe row, build row) pairs of one probe batch, and which probe rows had a NULL key.
 struct Candidates {
@@ -107,6 +109,10 @@ impl JoinTable {
             while build_row != NO_ROW {
                 probe_rows.push(row as u32);
                 build_rows.push(build_row);
+                if probe_rows.len() % CHECK_EVERY_PAIRS == 0 {
+                    // A low-cardinality key can make one probe vector produce billions of pairs.
+                    crate::control::check()?;
+                }
                 if stop_at_first {
                     break;
                 }

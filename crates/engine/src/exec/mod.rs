@@ -37,7 +37,7 @@ pub enum Tier {
 }
 
 /// A streaming operator inside a pipeline.
-enum Operator {
+pub(crate) enum Operator {
     Filter(Expr),
     Project(Vec<Expr>),
     Probe(Arc<JoinTable>),
@@ -102,7 +102,7 @@ impl Executor<'_> {
     }
 
     /// Splits off the streaming operators above the plan's source; builds join tables.
-    fn pipeline(&self, plan: &Plan) -> Result<(Source, Vec<Operator>)> {
+    pub(crate) fn pipeline(&self, plan: &Plan) -> Result<(Source, Vec<Operator>)> {
         let mut operators = Vec::new();
         let mut node = plan;
         let source = loop {
@@ -184,6 +184,7 @@ pub fn for_each_vector(source: &Source, morsel: usize, mut f: impl FnMut(Batch) 
         Source::Scan { table, columns, filter } => {
             let rows = table.chunks[morsel].rows;
             for start in (0..rows).step_by(VECTOR_ROWS) {
+                crate::control::check()?;
                 let end = (start + VECTOR_ROWS).min(rows);
                 let batch = scan_chunk(table, morsel, columns, start, end);
                 let batch = match filter {
@@ -220,7 +221,7 @@ pub fn apply_filter(predicate: &Expr, batch: Batch) -> Result<Batch> {
     Ok(batch.gather(&selection))
 }
 
-fn run_operators(
+pub(crate) fn run_operators(
     operators: &[Operator],
     caches: &mut Vec<KeyCache>,
     batch: Batch,

@@ -1,227 +1,159 @@
-//! `bypass engine serve`: the PostgreSQL protocol (simple and extended query) over the engine,
-//! a thin adapter around the `pgwire` crate.
+//! `bypass engine serve`: the PostgreSQL protocol (simple and extended query, COPY, cancel)
+//! over the engine, on the `bypass-wire` codec.
 //!
 //! ```text
-//!   client ─TCP─► network thread (current-thread Tokio runtime, pgwire state machine)
-//!                    └─ spawn_blocking(engine.execute) ─► morsel workers (pinned) ─► rows
-//!                 ◄─ RowDescription / DataRow (text or binary) / CommandComplete / ErrorResponse
+//!   client ─TCP─► network thread (current-thread Tokio runtime: only socket I/O)
+//!     startup ─► session loop ─► one statement at a time on a blocking thread:
+//!        Session::execute ─► morsel workers encode DataRows ─► bounded channel ─► socket
+//!     while a statement runs the loop also reads the socket: EOF stops the statement
+//!   CancelRequest (new connection) ─► registry (pid, secret) ─► that statement's control
 //! ```
 //!
-//! Invariants: compute never runs on the network thread; every engine error becomes an
-//! ErrorResponse with its SQLSTATE (0A000 names the unsupported feature) and the connection
-//! stays usable; parameters ($1 …) are substituted as SQL literals before parsing.
+//! Why our own loop instead of the `pgwire` crate: results must stream as the pipeline
+//! produces them (pgwire wants a whole response), a statement must notice its client leaving,
+//! CancelRequest must reach the running statement, COPY FROM STDIN needs the raw message loop,
+//! and sessions carry transaction state. Owning the loop makes each of these a few lines.
+//!
+//! Invariants: compute and encoding never run on the network thread; every engine error
+//! becomes an ErrorResponse with its SQLSTATE and the connection stays usable; a client's
+//! buffered input is bounded by `message_size_max`; a statement's pending output by the
+//! channel's capacity.
 
-mod cell;
-mod params;
+mod connection;
+pub mod encode;
+pub mod params;
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
-use async_trait::async_trait;
-use futures::stream;
-use pgwire::api::auth::noop::NoopStartupHandler;
-use pgwire::api::portal::{Format, Portal};
-use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
-use pgwire::api::results::{
-    DataRowEncoder, DescribePortalResponse, DescribeStatementResponse, FieldInfo, QueryResponse, Response, Tag,
-};
-use pgwire::api::stmt::{NoopQueryParser, StoredStatement};
-use pgwire::api::{ClientInfo, PgWireServerHandlers, Type};
-use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
+use bypass_frontdoor::{CancelKey, FrontDoor, FrontDoorConfig};
+use bypass_wire::auth::Method;
+use bypass_wire::auth_file::AuthFile;
 use tokio::net::TcpListener;
 
-use crate::engine::{Engine, QueryResult};
+use crate::control::{QueryControl, StopReason};
+use crate::engine::Engine;
 use crate::error::EngineError;
-use crate::types::DataType;
-use cell::Cell;
 
 /// Connections served at once; further ones wait in the listen backlog.
 pub const CONNECTIONS_MAX: usize = 256;
+/// Largest message a client may send (bytes).
+pub const MESSAGE_SIZE_MAX: usize = 64 << 20;
+/// The database name clients connect to.
+pub const DATABASE_NAME: &str = "bypass";
 
-/// The pgwire handlers: one per server, shared by all connections.
-pub struct Handler {
+/// How the server runs.
+#[derive(Debug)]
+pub struct ServerSettings {
+    pub listen: SocketAddr,
+    pub database: String,
+    pub connections_max: usize,
+    pub message_size_max: usize,
+    /// Who may connect and how they prove it (auth file, method, TLS): the shared front door.
+    pub front_door: FrontDoorConfig,
+}
+
+impl ServerSettings {
+    /// A server whose clients prove a password from `users` (SCRAM-SHA-256, or MD5 for users
+    /// whose secret is an MD5 hash), without TLS.
+    pub fn new(listen: SocketAddr, users: AuthFile) -> ServerSettings {
+        ServerSettings::with_front_door(listen, FrontDoorConfig::scram(users))
+    }
+
+    pub fn with_front_door(listen: SocketAddr, front_door: FrontDoorConfig) -> ServerSettings {
+        ServerSettings {
+            listen,
+            database: DATABASE_NAME.into(),
+            connections_max: CONNECTIONS_MAX,
+            message_size_max: MESSAGE_SIZE_MAX,
+            front_door,
+        }
+    }
+
+    /// One user with a password (tests, `make run`).
+    pub fn with_password(listen: SocketAddr, user: &str, password: &str) -> ServerSettings {
+        let mut users = AuthFile::default();
+        users.insert(user, password);
+        ServerSettings::new(listen, users)
+    }
+
+    /// No authentication: anyone who can reach the port is in (`--no-auth`, only when asked).
+    pub fn trust(listen: SocketAddr) -> ServerSettings {
+        let front_door = FrontDoorConfig { method: Method::Trust, ..FrontDoorConfig::scram(AuthFile::default()) };
+        ServerSettings::with_front_door(listen, front_door)
+    }
+}
+
+/// The running statement of one connection, for CancelRequest.
+#[derive(Default)]
+pub(crate) struct CancelSlot {
+    control: Mutex<Option<Arc<QueryControl>>>,
+}
+
+impl CancelSlot {
+    fn set(&self, control: Option<Arc<QueryControl>>) {
+        *self.control.lock().unwrap_or_else(|p| p.into_inner()) = control;
+    }
+
+    fn cancel(&self) {
+        if let Some(control) = self.current() {
+            control.stop(StopReason::Canceled);
+        }
+    }
+
+    fn current(&self) -> Option<Arc<QueryControl>> {
+        self.control.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+/// A cancel key as the registry holds it: (process id, secret).
+type CancelId = (i32, [u8; 4]);
+
+/// State shared by all connections of one server.
+pub(crate) struct Shared {
     engine: Arc<Engine>,
-    parser: Arc<NoopQueryParser>,
+    settings: ServerSettings,
+    door: Arc<FrontDoor>,
+    cancels: Mutex<HashMap<CancelId, Arc<CancelSlot>>>,
+    /// Statements running now (tests and monitoring watch it).
+    running: std::sync::atomic::AtomicUsize,
 }
 
-impl NoopStartupHandler for Handler {}
-
-struct Handlers(Arc<Handler>);
-
-impl PgWireServerHandlers for Handlers {
-    fn simple_query_handler(&self) -> Arc<impl SimpleQueryHandler> {
-        Arc::clone(&self.0)
+impl Shared {
+    /// Registers a connection's cancel key.
+    fn register(&self, key: &CancelKey, slot: &Arc<CancelSlot>) {
+        self.cancels.lock().unwrap_or_else(|p| p.into_inner()).insert((key.process_id, key.secret), Arc::clone(slot));
     }
 
-    fn extended_query_handler(&self) -> Arc<impl ExtendedQueryHandler> {
-        Arc::clone(&self.0)
+    fn unregister(&self, key: &CancelKey) {
+        self.cancels.lock().unwrap_or_else(|p| p.into_inner()).remove(&(key.process_id, key.secret));
     }
 
-    fn startup_handler(&self) -> Arc<impl pgwire::api::auth::StartupHandler> {
-        Arc::clone(&self.0)
-    }
-}
-
-fn error_info(error: &EngineError) -> ErrorInfo {
-    // Protocol fields are NUL-terminated: a NUL inside the text would corrupt the message.
-    let message = error.to_string().replace('\0', "\\0");
-    ErrorInfo::new("ERROR".to_string(), error.sqlstate().to_string(), message)
-}
-
-fn pg_type(data_type: DataType) -> Type {
-    match data_type {
-        DataType::Bool => Type::BOOL,
-        DataType::Int32 => Type::INT4,
-        DataType::Int64 => Type::INT8,
-        DataType::Float64 => Type::FLOAT8,
-        DataType::Date => Type::DATE,
-        DataType::Decimal { .. } | DataType::Numeric => Type::NUMERIC,
-        DataType::Text => Type::TEXT,
-    }
-}
-
-fn fields(names: &[String], types: &[DataType], format: &Format) -> Vec<FieldInfo> {
-    names
-        .iter()
-        .zip(types)
-        .enumerate()
-        .map(|(i, (name, t))| FieldInfo::new(name.clone(), None, None, pg_type(*t), format.format_for(i)))
-        .collect()
-}
-
-/// Turns a statement result into a pgwire response with rows encoded in `format`.
-fn response(result: QueryResult, format: &Format) -> PgWireResult<Response> {
-    if !result.returns_rows {
-        let mut parts = result.tag.rsplitn(2, ' ');
-        let last = parts.next().unwrap_or_default();
-        return Ok(Response::Execution(match (last.parse::<usize>(), parts.next()) {
-            (Ok(rows), Some(command)) => Tag::new(command).with_rows(rows),
-            _ => Tag::new(&result.tag),
-        }));
-    }
-    let schema = Arc::new(fields(&result.names, &result.types, format));
-    let mut encoder = DataRowEncoder::new(Arc::clone(&schema));
-    let mut rows = Vec::with_capacity(result.row_count());
-    for batch in &result.batches {
-        for row in 0..batch.rows {
-            for column in &batch.columns {
-                encoder.encode_field(&Cell(column.value(row)))?;
-            }
-            rows.push(Ok(encoder.take_row()));
+    /// Cancels the running statement of the connection with this key; a wrong key does nothing
+    /// (and says nothing, as PostgreSQL).
+    fn cancel(&self, process_id: i32, secret: &[u8]) {
+        let Ok(secret) = <[u8; 4]>::try_from(secret) else { return };
+        let slot = self.cancels.lock().unwrap_or_else(|p| p.into_inner()).get(&(process_id, secret)).cloned();
+        if let Some(slot) = slot {
+            slot.cancel();
         }
     }
-    let mut response = QueryResponse::new(schema, stream::iter(rows));
-    response.set_command_tag("SELECT");
-    Ok(Response::Query(response))
-}
-
-impl Handler {
-    /// The portal's SQL with its parameters as literals (types the client left open are
-    /// inferred by describing the statement).
-    fn bind_parameters(&self, portal: &Portal<String>) -> PgWireResult<String> {
-        let sql = &portal.statement.statement;
-        let inferred = if portal.parameter_len() > 0 {
-            self.engine.describe_with_parameters(&params::with_sentinels(sql)).map(|(_, t)| t).unwrap_or_default()
-        } else {
-            Default::default()
-        };
-        params::substitute(sql, portal, &|n| inferred.get(&n).map(|t| pg_type(*t))).map_err(user_error)
-    }
-
-    async fn run(&self, sql: String) -> Result<Vec<QueryResult>, EngineError> {
-        let engine = Arc::clone(&self.engine);
-        tokio::task::spawn_blocking(move || engine.execute(&sql))
-            .await
-            .map_err(|e| EngineError::Runtime(format!("query task failed: {e}")))?
-    }
-}
-
-#[async_trait]
-impl SimpleQueryHandler for Handler {
-    async fn do_query<C>(&self, _client: &mut C, query: &str) -> PgWireResult<Vec<Response>>
-    where
-        C: ClientInfo + Unpin + Send + Sync,
-    {
-        if query.trim().trim_end_matches(';').trim().is_empty() {
-            return Ok(vec![Response::EmptyQuery]);
-        }
-        match self.run(query.to_string()).await {
-            Ok(results) => results.into_iter().map(|r| response(r, &Format::UnifiedText)).collect(),
-            Err(error) => Ok(vec![Response::Error(Box::new(error_info(&error)))]),
-        }
-    }
-}
-
-#[async_trait]
-impl ExtendedQueryHandler for Handler {
-    type Statement = String;
-    type QueryParser = NoopQueryParser;
-
-    fn query_parser(&self) -> Arc<Self::QueryParser> {
-        Arc::clone(&self.parser)
-    }
-
-    async fn do_query<C>(&self, _client: &mut C, portal: &Portal<String>, _max_rows: usize) -> PgWireResult<Response>
-    where
-        C: ClientInfo + Unpin + Send + Sync,
-    {
-        let sql = self.bind_parameters(portal)?;
-        if sql.trim().is_empty() {
-            return Ok(Response::EmptyQuery);
-        }
-        let mut results = self.run(sql).await.map_err(user_error)?;
-        match results.pop() {
-            Some(result) => response(result, &portal.result_column_format),
-            None => Ok(Response::EmptyQuery),
-        }
-    }
-
-    async fn do_describe_statement<C>(
-        &self,
-        _client: &mut C,
-        statement: &StoredStatement<String>,
-    ) -> PgWireResult<DescribeStatementResponse>
-    where
-        C: ClientInfo + Unpin + Send + Sync,
-    {
-        let count = params::placeholder_count(&statement.statement);
-        let sql = params::with_sentinels(&statement.statement);
-        let (described, inferred) = self.engine.describe_with_parameters(&sql).map_err(user_error)?;
-        let parameter_types = (0..count)
-            .map(|i| {
-                let declared = statement.parameter_types.get(i).cloned().flatten();
-                declared.unwrap_or_else(|| inferred.get(&(i + 1)).map_or(Type::TEXT, |t| pg_type(*t)))
-            })
-            .collect();
-        let fields = described.map_or_else(Vec::new, |(names, types)| fields(&names, &types, &Format::UnifiedBinary));
-        Ok(DescribeStatementResponse::new(parameter_types, fields))
-    }
-
-    async fn do_describe_portal<C>(
-        &self,
-        _client: &mut C,
-        portal: &Portal<String>,
-    ) -> PgWireResult<DescribePortalResponse>
-    where
-        C: ClientInfo + Unpin + Send + Sync,
-    {
-        let sql = self.bind_parameters(portal)?;
-        let described = self.engine.describe(&sql).map_err(user_error)?;
-        let fields =
-            described.map_or_else(Vec::new, |(names, types)| fields(&names, &types, &portal.result_column_format));
-        Ok(DescribePortalResponse::new(fields))
-    }
-}
-
-fn user_error(error: EngineError) -> PgWireError {
-    PgWireError::UserError(Box::new(error_info(&error)))
 }
 
 /// A running server: its address, and a handle that stops it when dropped.
 pub struct Server {
     pub address: SocketAddr,
+    shared: Arc<Shared>,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Server {
+    /// Statements running now on all connections.
+    pub fn statements_running(&self) -> usize {
+        self.shared.running.load(std::sync::atomic::Ordering::Relaxed)
+    }
 }
 
 impl Drop for Server {
@@ -236,30 +168,40 @@ impl Drop for Server {
     }
 }
 
-/// Starts serving on `address` (port 0 = any free port) on a separate network thread.
-pub fn start(engine: Arc<Engine>, address: SocketAddr) -> Result<Server, EngineError> {
+/// Starts serving on a separate network thread (`settings.listen` port 0 = any free port).
+pub fn start(engine: Arc<Engine>, mut settings: ServerSettings) -> Result<Server, EngineError> {
+    let address = settings.listen;
     let listener =
         std::net::TcpListener::bind(address).map_err(|e| EngineError::io(format!("binding {address}"), e))?;
     listener.set_nonblocking(true).map_err(|e| EngineError::io("configuring the listener", e))?;
     let address = listener.local_addr().map_err(|e| EngineError::io("reading the listen address", e))?;
+    settings.listen = address;
     let (shutdown, stopped) = tokio::sync::oneshot::channel();
-    let handler = Arc::new(Handler { engine, parser: Arc::new(NoopQueryParser::new()) });
+    let front_door = std::mem::replace(&mut settings.front_door, FrontDoorConfig::scram(AuthFile::default()));
+    let shared = Arc::new(Shared {
+        engine,
+        settings,
+        door: FrontDoor::new(front_door),
+        cancels: Mutex::new(HashMap::new()),
+        running: Default::default(),
+    });
+    let accepting = Arc::clone(&shared);
     let thread = std::thread::Builder::new()
         .name("engine-network".into())
         .spawn(move || {
             let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build();
             match runtime {
-                Ok(runtime) => runtime.block_on(accept_loop(listener, handler, stopped)),
+                Ok(runtime) => runtime.block_on(accept_loop(listener, accepting, stopped)),
                 Err(error) => eprintln!("engine server: cannot start the network runtime: {error}"),
             }
         })
         .map_err(|e| EngineError::io("spawning the network thread", e))?;
-    Ok(Server { address, shutdown: Some(shutdown), thread: Some(thread) })
+    Ok(Server { address, shared, shutdown: Some(shutdown), thread: Some(thread) })
 }
 
 async fn accept_loop(
     listener: std::net::TcpListener,
-    handler: Arc<Handler>,
+    shared: Arc<Shared>,
     mut stopped: tokio::sync::oneshot::Receiver<()>,
 ) {
     let listener = match TcpListener::from_std(listener) {
@@ -269,18 +211,19 @@ async fn accept_loop(
             return;
         }
     };
-    let slots = Arc::new(tokio::sync::Semaphore::new(CONNECTIONS_MAX));
+    let slots = Arc::new(tokio::sync::Semaphore::new(shared.settings.connections_max));
     loop {
         let accepted = tokio::select! {
             _ = &mut stopped => return,
             accepted = listener.accept() => accepted,
         };
         let Ok((socket, _)) = accepted else { continue };
+        let _ = socket.set_nodelay(true);
         let Ok(permit) = Arc::clone(&slots).acquire_owned().await else { return };
-        let handlers = Handlers(Arc::clone(&handler));
+        let shared = Arc::clone(&shared);
         tokio::spawn(async move {
-            // A client that disconnects mid-message is that client's problem, not the server's.
-            let _ = pgwire::tokio::process_socket(socket, None, handlers).await;
+            // A client that misbehaves or disconnects ends only its own connection.
+            connection::serve(shared, socket).await;
             drop(permit);
         });
     }

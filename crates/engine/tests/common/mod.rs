@@ -127,3 +127,39 @@ pub fn load_tpch_both(engine: &Engine, postgres: &Postgres, scale_factor: f64) -
     postgres.psql("analyze")?;
     Ok(())
 }
+
+/// The user and password the engine's test servers accept (SCRAM-SHA-256).
+pub const ENGINE_USER: &str = "engine_test";
+pub const ENGINE_PASSWORD: &str = "engine-test-secret";
+/// The engine's one database.
+pub const ENGINE_DATABASE: &str = bypass_engine::server::DATABASE_NAME;
+
+/// Starts the engine's server on a free port; clients log in as ENGINE_USER.
+pub fn start_server(engine: std::sync::Arc<Engine>) -> anyhow::Result<bypass_engine::server::Server> {
+    let settings =
+        bypass_engine::server::ServerSettings::with_password("127.0.0.1:0".parse()?, ENGINE_USER, ENGINE_PASSWORD);
+    Ok(bypass_engine::server::start(engine, settings)?)
+}
+
+/// psql against the engine's server, logged in, unaligned tuples-only output; returns
+/// (success, stdout, stderr).
+pub fn engine_psql(address: std::net::SocketAddr, args: &[&str]) -> anyhow::Result<(bool, String, String)> {
+    let output = Command::new(pg_bin("psql"))
+        .args(["-X", "-h", &address.ip().to_string(), "-p", &address.port().to_string()])
+        .args(["-U", ENGINE_USER, "-d", ENGINE_DATABASE])
+        .args(args)
+        .env("PGPASSWORD", ENGINE_PASSWORD)
+        .env("PGCONNECT_TIMEOUT", "10")
+        .env("LC_ALL", "C")
+        .output()?;
+    Ok((output.status.success(), String::from_utf8(output.stdout)?, String::from_utf8(output.stderr)?))
+}
+
+/// A libpq connection string for the engine's server.
+pub fn engine_conninfo(address: std::net::SocketAddr) -> String {
+    format!(
+        "host={} port={} user={ENGINE_USER} password={ENGINE_PASSWORD} dbname={ENGINE_DATABASE}",
+        address.ip(),
+        address.port()
+    )
+}

@@ -1,0 +1,328 @@
+//! Query control: cancellation, statement timeout and the memory budget of running statements.
+//!
+//! ```text
+//!   server / session ── QueryControl::new(deadline, memory_limit) ──► enter(control, || run)
+//!        │ CancelRequest, client gone ──► control.cancel(reason)
+//!        ▼
+//!   query thread + its morsel workers (runtime::run_morsels re-enters the same control)
+//!        └─ check() per morsel and per vector: Err(QueryCanceled | OutOfMemory) ends the query
+//!   TrackingAllocator (the binary's global allocator): every allocation on a thread inside
+//!   `enter` is charged to that control; past memory_limit the control trips (53200)
+//! ```
+//!
+//! Why a thread-local "current control" and an allocator instead of passing a context through
+//! every operator: the checks are needed deep inside operators owned by other modules (scans,
+//! joins, aggregation), and only the allocator sees every byte a query takes, including a join
+//! whose output explodes inside one probe step. The allocator never fails an allocation (that
+//! would abort the process): it trips the control, and the next `check()` stops the query.
+//!
+//! Invariants: a control's state only moves from `Running` to one terminal reason, once; the
+//! allocator never allocates, locks or panics; memory freed by a thread outside any control is
+//! not credited to any query (a query can only over-count what it frees of others' memory).
+
+use std::alloc::{GlobalAlloc, Layout};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicIsize, AtomicU8, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::error::{EngineError, Result};
+
+/// Bytes a thread charges locally before it adds them to its control (keeps the shared counter
+/// off the allocation fast path).
+const CHARGE_BATCH_BYTES: isize = 256 << 10;
+
+/// Why a statement stopped early.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum StopReason {
+    /// A CancelRequest from the client (or an administrator).
+    Canceled = 1,
+    /// `statement_timeout` elapsed.
+    Timeout = 2,
+    /// The client disconnected.
+    ClientGone = 3,
+    /// The statement needed more than `memory_limit`.
+    OutOfMemory = 4,
+    /// The statement finished; later checks are a caller's bug, not a reason to stop.
+    Finished = 5,
+}
+
+impl StopReason {
+    fn from_u8(value: u8) -> Option<StopReason> {
+        Some(match value {
+            1 => StopReason::Canceled,
+            2 => StopReason::Timeout,
+            3 => StopReason::ClientGone,
+            4 => StopReason::OutOfMemory,
+            5 => StopReason::Finished,
+            _ => return None,
+        })
+    }
+}
+
+/// The control block of one running statement; share it with `Arc`.
+#[derive(Debug)]
+pub struct QueryControl {
+    state: AtomicU8,
+    deadline: Option<Instant>,
+    memory_limit: usize,
+    memory_used: AtomicIsize,
+    memory_peak: AtomicIsize,
+}
+
+impl QueryControl {
+    /// A control for a statement starting now; `timeout` of `None` or zero means none.
+    pub fn new(timeout: Option<Duration>, memory_limit: usize) -> Arc<QueryControl> {
+        let deadline = timeout.filter(|t| !t.is_zero()).map(|t| Instant::now() + t);
+        Arc::new(QueryControl {
+            state: AtomicU8::new(0),
+            deadline,
+            memory_limit,
+            memory_used: AtomicIsize::new(0),
+            memory_peak: AtomicIsize::new(0),
+        })
+    }
+
+    /// A control that never stops on its own (loaders, tests).
+    pub fn unlimited() -> Arc<QueryControl> {
+        QueryControl::new(None, usize::MAX)
+    }
+
+    /// Asks the statement to stop; the first reason wins.
+    pub fn stop(&self, reason: StopReason) {
+        let _ = self.state.compare_exchange(0, reason as u8, Ordering::AcqRel, Ordering::Acquire);
+    }
+
+    /// Why the statement was asked to stop, if it was.
+    pub fn stopped(&self) -> Option<StopReason> {
+        StopReason::from_u8(self.state.load(Ordering::Acquire))
+    }
+
+    pub fn deadline(&self) -> Option<Instant> {
+        self.deadline
+    }
+
+    /// Most bytes the statement held at once (as far as the allocator saw).
+    pub fn memory_peak(&self) -> usize {
+        usize::try_from(self.memory_peak.load(Ordering::Relaxed)).unwrap_or(0)
+    }
+
+    /// Ok while the statement may go on; the error to end it with otherwise.
+    pub fn check(&self) -> Result<()> {
+        if let Some(reason) = self.stopped() {
+            return Err(self.error(reason));
+        }
+        if self.deadline.is_some_and(|d| Instant::now() >= d) {
+            self.stop(StopReason::Timeout);
+            return Err(self.error(self.stopped().unwrap_or(StopReason::Timeout)));
+        }
+        Ok(())
+    }
+
+    fn error(&self, reason: StopReason) -> EngineError {
+        match reason {
+            StopReason::Canceled => EngineError::QueryCanceled("canceling statement due to user request".into()),
+            StopReason::Timeout => EngineError::QueryCanceled("canceling statement due to statement timeout".into()),
+            StopReason::ClientGone => EngineError::QueryCanceled("canceling statement: the client disconnected".into()),
+            StopReason::OutOfMemory => EngineError::OutOfMemory(format!(
+                "the statement needed more than memory_limit = {} bytes",
+                self.memory_limit
+            )),
+            StopReason::Finished => EngineError::Runtime("statement checked after it finished".into()),
+        }
+    }
+
+    fn charge(&self, bytes: isize) {
+        let used = self.memory_used.fetch_add(bytes, Ordering::Relaxed) + bytes;
+        if used > self.memory_peak.load(Ordering::Relaxed) {
+            self.memory_peak.store(used, Ordering::Relaxed);
+        }
+        if used > 0 && used as usize > self.memory_limit {
+            self.stop(StopReason::OutOfMemory);
+        }
+    }
+}
+
+thread_local! {
+    /// The control of the statement this thread works for (null outside statements). A raw
+    /// pointer in a const thread-local: the allocator reads it, so it must not allocate or
+    /// register a destructor. `enter` keeps the pointee alive while it is set.
+    static CURRENT: Cell<*const QueryControl> = const { Cell::new(std::ptr::null()) };
+    /// Bytes allocated (positive) or freed (negative) since the last charge to CURRENT.
+    static PENDING: Cell<isize> = const { Cell::new(0) };
+}
+
+/// Runs `f` with `control` as this thread's current control, then restores the previous one.
+pub fn enter<R>(control: &Arc<QueryControl>, f: impl FnOnce() -> R) -> R {
+    let previous = CURRENT.with(|c| c.get());
+    flush_pending();
+    CURRENT.with(|c| c.set(Arc::as_ptr(control)));
+    struct Restore(*const QueryControl);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            flush_pending();
+            CURRENT.with(|c| c.set(self.0));
+        }
+    }
+    let _restore = Restore(previous);
+    f()
+}
+
+/// The current thread's control, for handing to worker threads.
+pub fn current() -> Option<Arc<QueryControl>> {
+    let pointer = CURRENT.with(|c| c.get());
+    if pointer.is_null() {
+        return None;
+    }
+    // SAFETY: `enter` set the pointer from a live Arc it keeps borrowed until it resets it; we
+    // add one strong count for the new Arc we hand out.
+    unsafe {
+        Arc::increment_strong_count(pointer);
+        Some(Arc::from_raw(pointer))
+    }
+}
+
+/// Ok unless the current statement was asked to stop (cancel, timeout, memory, client gone).
+/// Cheap: one thread-local read and one atomic load, plus a clock read when a deadline is set.
+pub fn check() -> Result<()> {
+    let pointer = CURRENT.with(|c| c.get());
+    if pointer.is_null() {
+        return Ok(());
+    }
+    // SAFETY: see `current`; the reference does not outlive this call.
+    unsafe { &*pointer }.check()
+}
+
+fn flush_pending() {
+    let pending = PENDING.with(|p| p.replace(0));
+    let pointer = CURRENT.with(|c| c.get());
+    if pending != 0 && !pointer.is_null() {
+        // SAFETY: see `current`.
+        unsafe { &*pointer }.charge(pending);
+    }
+}
+
+fn account(bytes: isize) {
+    // `try_with`: during thread teardown the thread-locals may be gone; then nothing is charged.
+    let _ = PENDING.try_with(|pending| {
+        let total = pending.get() + bytes;
+        if total.abs() < CHARGE_BATCH_BYTES {
+            pending.set(total);
+            return;
+        }
+        pending.set(0);
+        let pointer = CURRENT.try_with(|c| c.get()).unwrap_or(std::ptr::null());
+        if !pointer.is_null() {
+            // SAFETY: see `current`.
+            unsafe { &*pointer }.charge(total);
+        }
+    });
+}
+
+/// A global allocator that charges every allocation to the current statement's control.
+/// The `bypass` binary installs it around mimalloc; test binaries that check the memory budget
+/// install it around the system allocator.
+pub struct TrackingAllocator<A>(pub A);
+
+// SAFETY: every call is forwarded unchanged to the inner allocator; the accounting only reads
+// and writes thread-locals and atomics, never allocates and never unwinds.
+unsafe impl<A: GlobalAlloc> GlobalAlloc for TrackingAllocator<A> {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: forwarded with the caller's guarantees.
+        let pointer = unsafe { self.0.alloc(layout) };
+        if !pointer.is_null() {
+            account(layout.size() as isize);
+        }
+        pointer
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: forwarded with the caller's guarantees.
+        let pointer = unsafe { self.0.alloc_zeroed(layout) };
+        if !pointer.is_null() {
+            account(layout.size() as isize);
+        }
+        pointer
+    }
+
+    unsafe fn dealloc(&self, pointer: *mut u8, layout: Layout) {
+        // SAFETY: forwarded with the caller's guarantees.
+        unsafe { self.0.dealloc(pointer, layout) };
+        account(-(layout.size() as isize));
+    }
+
+    unsafe fn realloc(&self, pointer: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        // SAFETY: forwarded with the caller's guarantees.
+        let moved = unsafe { self.0.realloc(pointer, layout, new_size) };
+        if !moved.is_null() {
+            account(new_size as isize - layout.size() as isize);
+        }
+        moved
+    }
+}
+
+/// Physical memory of the machine in bytes (0 if unknown).
+pub fn physical_memory_bytes() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let (pages, page_size) = unsafe { (libc::sysconf(libc::_SC_PHYS_PAGES), libc::sysconf(libc::_SC_PAGESIZE)) };
+    usize::try_from(pages).unwrap_or(0).saturating_mul(usize::try_from(page_size).unwrap_or(0))
+}
+
+/// Default `memory_limit`: 80% of physical memory, as DuckDB's default.
+pub fn default_memory_limit() -> usize {
+    match physical_memory_bytes() {
+        0 => usize::MAX,
+        bytes => bytes / 5 * 4,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Goal: the first stop reason wins and check() reports it; a deadline trips by itself;
+    // method: stop twice, and a zero-length timeout.
+    #[test]
+    fn first_reason_wins_and_deadlines_trip() {
+        let control = QueryControl::new(None, usize::MAX);
+        assert!(control.check().is_ok());
+        control.stop(StopReason::Canceled);
+        control.stop(StopReason::Timeout);
+        let error = control.check().expect_err("stopped");
+        assert_eq!(error.sqlstate(), "57014");
+        assert!(error.to_string().contains("user request"), "{error}");
+        let control = QueryControl::new(Some(Duration::from_nanos(1)), usize::MAX);
+        std::thread::sleep(Duration::from_millis(1));
+        assert!(control.check().expect_err("timed out").to_string().contains("statement timeout"));
+    }
+
+    // Goal: charges past the limit trip the control with 53200; method: charge directly.
+    #[test]
+    fn memory_limit_trips() {
+        let control = QueryControl::new(None, 1000);
+        control.charge(600);
+        assert!(control.check().is_ok());
+        control.charge(600);
+        assert_eq!(control.check().expect_err("over budget").sqlstate(), "53200");
+        assert_eq!(control.memory_peak(), 1200);
+    }
+
+    // Goal: enter sets the thread's control and restores the previous one; current() hands out
+    // a live Arc; method: nest two controls.
+    #[test]
+    fn enter_nests_and_restores() {
+        let outer = QueryControl::unlimited();
+        let inner = QueryControl::unlimited();
+        assert!(current().is_none());
+        enter(&outer, || {
+            assert!(Arc::ptr_eq(&current().expect("set"), &outer));
+            enter(&inner, || {
+                inner.stop(StopReason::Canceled);
+                assert!(check().is_err());
+            });
+            assert!(check().is_ok(), "the outer control is current again");
+        });
+        assert!(current().is_none());
+    }
+}

@@ -1,0 +1,401 @@
+//! INSERT, UPDATE and DELETE (with WHERE and RETURNING) as new table versions in the session's
+//! transaction.
+//!
+//! ```text
+//!   INSERT: rows from VALUES (constants, DEFAULT) or a query ─► lock ─► builder.push_row
+//!   UPDATE/DELETE: lock ─► per chunk: WHERE over scanned vectors ─► untouched chunks shared,
+//!                  touched chunks rewritten ─► unique indexes rebuilt ─► new version
+//!   RETURNING: the affected rows as a one-table catalog, then `SELECT <items> FROM <table>`
+//!              through the ordinary binder and the streaming executor
+//! ```
+//!
+//! A failed statement leaves nothing behind: its version never reaches the transaction, and
+//! the transaction fails (PostgreSQL's semantics), so no partial write can be seen.
+
+use std::sync::Arc;
+
+use sqlparser::ast;
+
+use crate::bind::{cast_expr, identifier, object_name, ExprBinder, Scope};
+use crate::catalog::Catalog;
+use crate::ddl::user_table_name;
+use crate::engine::{Description, Engine};
+use crate::error::{EngineError, Result};
+use crate::expr::{evaluate, evaluate_constant, Expr};
+use crate::session::Session;
+use crate::storage::{ColumnDef, Constraints, Table, TableBuilder};
+use crate::stream::{ResultShape, ResultSink};
+use crate::types::{DataType, Value};
+use crate::vector::{scan_chunk, Data, VECTOR_ROWS};
+
+/// INSERT INTO t [(columns)] VALUES … | query | DEFAULT VALUES [RETURNING …].
+pub fn insert(session: &mut Session, engine: &Engine, insert: &ast::Insert, sink: &dyn ResultSink) -> Result<String> {
+    if insert.on.is_some() {
+        return Err(EngineError::unsupported("INSERT … ON CONFLICT"));
+    }
+    if insert.table_alias.is_some() || insert.output.is_some() || !insert.assignments.is_empty() {
+        return Err(EngineError::unsupported("this form of INSERT"));
+    }
+    let ast::TableObject::TableName(table_name) = &insert.table else {
+        return Err(EngineError::unsupported("INSERT into a table function"));
+    };
+    let name = user_table_name(table_name)?;
+    let catalog = session.catalog(engine);
+    let target = catalog.get(&name)?;
+    let targets = target_columns(&target.schema, &insert.columns)?;
+    let rows = match insert.source.as_deref() {
+        None => vec![vec![None; 0]],
+        Some(source) => match source.body.as_ref() {
+            ast::SetExpr::Values(values) => values_rows(&values.rows, &targets, &target.schema)?,
+            _ => engine
+                .collect_query(&catalog, source)?
+                .rows()
+                .into_iter()
+                .map(|row| row.into_iter().map(Some).collect())
+                .collect(),
+        },
+    };
+    drop((catalog, target));
+    let base = session.take_for_write(engine, &name)?.ok_or_else(|| EngineError::UnknownTable(name.clone()))?;
+    let mut builder = TableBuilder::from_version(Arc::clone(engine.runtime().pool()), base);
+    let count = rows.len();
+    let mut inserted = Vec::new();
+    for (number, row) in rows.into_iter().enumerate() {
+        if number % VECTOR_ROWS == 0 {
+            crate::control::check()?;
+        }
+        let full = full_row(builder.schema(), builder.constraints(), &targets, row)?;
+        builder.push_row(&full)?;
+        if insert.returning.is_some() {
+            inserted.push(full);
+        }
+    }
+    let table = builder.finish();
+    if let Some(items) = &insert.returning {
+        returning(engine, &table, &name, items, inserted, sink)?;
+    }
+    session.write(&name, Some(table));
+    Ok(format!("INSERT 0 {count}"))
+}
+
+/// A row in table order: given values converted to the column types, defaults elsewhere.
+fn full_row(
+    schema: &[ColumnDef],
+    constraints: &Constraints,
+    targets: &[usize],
+    row: Vec<Option<Value>>,
+) -> Result<Vec<Value>> {
+    let mut full: Vec<Value> = constraints.defaults.iter().map(|d| d.clone().unwrap_or(Value::Null)).collect();
+    for (value, &column) in row.into_iter().zip(targets) {
+        // `None` is the DEFAULT keyword: the default stays.
+        if let Some(value) = value {
+            full[column] = crate::copy::coerce_value(value, schema[column].data_type)?;
+        }
+    }
+    Ok(full)
+}
+
+fn target_columns(schema: &[ColumnDef], columns: &[ast::ObjectName]) -> Result<Vec<usize>> {
+    if columns.is_empty() {
+        return Ok((0..schema.len()).collect());
+    }
+    let mut targets = Vec::with_capacity(columns.len());
+    for column in columns {
+        let name = object_name(column)?;
+        let index = schema
+            .iter()
+            .position(|d| d.name == name)
+            .ok_or_else(|| EngineError::UnknownColumn(format!("\"{name}\" does not exist")))?;
+        if targets.contains(&index) {
+            return Err(EngineError::Syntax(format!("column \"{name}\" specified more than once")));
+        }
+        targets.push(index);
+    }
+    Ok(targets)
+}
+
+/// VALUES rows as constants; `None` marks DEFAULT.
+fn values_rows(
+    rows: &[ast::Parens<Vec<ast::Expr>>],
+    targets: &[usize],
+    schema: &[ColumnDef],
+) -> Result<Vec<Vec<Option<Value>>>> {
+    let scope = Scope::default();
+    let binder = ExprBinder::new(&scope);
+    rows.iter()
+        .map(|row| {
+            if row.content.len() > targets.len() {
+                return Err(EngineError::Syntax("INSERT has more expressions than target columns".into()));
+            }
+            if row.content.len() < targets.len() {
+                return Err(EngineError::Syntax("INSERT has more target columns than expressions".into()));
+            }
+            row.content
+                .iter()
+                .zip(targets)
+                .map(|(expr, &column)| {
+                    if is_default_keyword(expr) {
+                        return Ok(None);
+                    }
+                    evaluate_constant(&cast_expr(binder.bind(expr)?, schema[column].data_type)?).map(Some)
+                })
+                .collect()
+        })
+        .collect()
+}
+
+fn is_default_keyword(expr: &ast::Expr) -> bool {
+    matches!(expr, ast::Expr::Identifier(ident) if ident.quote_style.is_none() && ident.value.eq_ignore_ascii_case("default"))
+}
+
+/// The one table an UPDATE or DELETE names, and the alias its expressions use.
+fn single_table(relation: &ast::TableFactor) -> Result<(String, String)> {
+    let ast::TableFactor::Table { name, alias, args: None, with_hints, .. } = relation else {
+        return Err(EngineError::unsupported("UPDATE/DELETE of anything but a plain table"));
+    };
+    if !with_hints.is_empty() {
+        return Err(EngineError::unsupported("table hints"));
+    }
+    let table = user_table_name(name)?;
+    let alias = alias.as_ref().map_or_else(|| table.clone(), |a| identifier(&a.name));
+    Ok((table, alias))
+}
+
+fn table_scope(alias: &str, schema: &[ColumnDef]) -> Scope {
+    let mut scope = Scope::default();
+    scope.add(alias, schema.iter().map(|c| (c.name.clone(), c.data_type)).collect());
+    scope
+}
+
+/// UPDATE t [AS a] SET c = expr, … [WHERE …] [RETURNING …].
+pub fn update(session: &mut Session, engine: &Engine, update: &ast::Update, sink: &dyn ResultSink) -> Result<String> {
+    if update.from.is_some() || !update.table.joins.is_empty() || update.limit.is_some() || !update.order_by.is_empty()
+    {
+        return Err(EngineError::unsupported("UPDATE … FROM, joins, ORDER BY or LIMIT"));
+    }
+    let (name, alias) = single_table(&update.table.relation)?;
+    let base = session.take_for_write(engine, &name)?.ok_or_else(|| EngineError::UnknownTable(name.clone()))?;
+    let scope = table_scope(&alias, &base.schema);
+    let binder = ExprBinder::new(&scope);
+    let predicate = update.selection.as_ref().map(|e| binder.bind(e)).transpose()?;
+    let mut assignments: Vec<(usize, Expr)> = Vec::new();
+    for assignment in &update.assignments {
+        let ast::AssignmentTarget::ColumnName(column) = &assignment.target else {
+            return Err(EngineError::unsupported("UPDATE of a column tuple"));
+        };
+        let column_name = object_name(column)?;
+        let index = base.column_index(&column_name).ok_or_else(|| {
+            EngineError::UnknownColumn(format!("\"{column_name}\" of relation \"{name}\" does not exist"))
+        })?;
+        if assignments.iter().any(|(c, _)| *c == index) {
+            return Err(EngineError::Syntax(format!("multiple assignments to same column \"{column_name}\"")));
+        }
+        let value = if is_default_keyword(&assignment.value) {
+            Expr::literal(base.constraints.defaults[index].clone().unwrap_or(Value::Null), base.schema[index].data_type)
+        } else {
+            cast_expr(binder.bind(&assignment.value)?, base.schema[index].data_type)?
+        };
+        assignments.push((index, value));
+    }
+    let rewrite = |table: &Table, chunk: usize| -> Result<Rewritten> {
+        let mut kept = Vec::new();
+        let mut changed = Vec::new();
+        let mut any = false;
+        for_each_slice(table, chunk, |batch| {
+            let matched = matching_rows(predicate.as_ref(), &batch)?;
+            let new_values = assignments.iter().map(|(_, e)| evaluate(e, &batch)).collect::<Result<Vec<_>>>()?;
+            for (row, &hit) in matched.iter().enumerate() {
+                let mut values = batch.row(row);
+                if hit {
+                    any = true;
+                    for ((column, _), vector) in assignments.iter().zip(&new_values) {
+                        values[*column] = vector.value(row);
+                    }
+                    changed.push(values.clone());
+                }
+                kept.push(values);
+            }
+            Ok(())
+        })?;
+        Ok(any.then_some((kept, changed)))
+    };
+    let (table, affected) = rewrite_table(engine, base, &rewrite)?;
+    if let Some(items) = &update.returning {
+        returning(engine, &table, &alias, items, affected.clone(), sink)?;
+    }
+    let count = affected.len();
+    session.write(&name, Some(table));
+    Ok(format!("UPDATE {count}"))
+}
+
+/// DELETE FROM t [AS a] [WHERE …] [RETURNING …].
+pub fn delete(session: &mut Session, engine: &Engine, delete: &ast::Delete, sink: &dyn ResultSink) -> Result<String> {
+    let (ast::FromTable::WithFromKeyword(from) | ast::FromTable::WithoutKeyword(from)) = &delete.from;
+    if from.len() != 1 || !from[0].joins.is_empty() || delete.using.is_some() || !delete.tables.is_empty() {
+        return Err(EngineError::unsupported("DELETE … USING or of several tables"));
+    }
+    if delete.limit.is_some() || !delete.order_by.is_empty() {
+        return Err(EngineError::unsupported("DELETE … ORDER BY or LIMIT"));
+    }
+    let (name, alias) = single_table(&from[0].relation)?;
+    let base = session.take_for_write(engine, &name)?.ok_or_else(|| EngineError::UnknownTable(name.clone()))?;
+    let scope = table_scope(&alias, &base.schema);
+    let predicate = delete.selection.as_ref().map(|e| ExprBinder::new(&scope).bind(e)).transpose()?;
+    let rewrite = |table: &Table, chunk: usize| -> Result<Rewritten> {
+        let mut kept = Vec::new();
+        let mut removed = Vec::new();
+        for_each_slice(table, chunk, |batch| {
+            for (row, hit) in matching_rows(predicate.as_ref(), &batch)?.into_iter().enumerate() {
+                if hit {
+                    removed.push(batch.row(row));
+                } else {
+                    kept.push(batch.row(row));
+                }
+            }
+            Ok(())
+        })?;
+        Ok((!removed.is_empty()).then_some((kept, removed)))
+    };
+    let (table, affected) = rewrite_table(engine, base, &rewrite)?;
+    if let Some(items) = &delete.returning {
+        returning(engine, &table, &alias, items, affected.clone(), sink)?;
+    }
+    let count = affected.len();
+    session.write(&name, Some(table));
+    Ok(format!("DELETE {count}"))
+}
+
+/// Chunk rewrite: `None` leaves the chunk as it is, `Some((rows to keep, rows affected))`
+/// replaces it.
+type ChunkRewrite<'a> = dyn Fn(&Table, usize) -> Result<Rewritten> + 'a;
+/// What a chunk rewrite found: `None` (nothing to change) or (rows to keep, rows affected).
+type Rewritten = Option<(Vec<Vec<Value>>, Vec<Vec<Value>>)>;
+
+/// Applies `rewrite` to every chunk and returns the new version and the affected rows.
+fn rewrite_table(engine: &Engine, base: Arc<Table>, rewrite: &ChunkRewrite<'_>) -> Result<(Table, Vec<Vec<Value>>)> {
+    let mut replacements = Vec::new();
+    let mut affected = Vec::new();
+    for chunk in 0..base.chunks.len() {
+        if let Some((kept, changed)) = rewrite(&base, chunk)? {
+            affected.extend(changed);
+            replacements.push((chunk, kept));
+        }
+    }
+    let mut builder = TableBuilder::from_version(Arc::clone(engine.runtime().pool()), base);
+    // Back to front, so removing an emptied chunk does not shift the ones still to rewrite.
+    for (chunk, kept) in replacements.iter().rev() {
+        builder.rewrite_chunk(*chunk, kept)?;
+    }
+    if !replacements.is_empty() {
+        builder.rebuild_indexes()?;
+    }
+    Ok((builder.finish(), affected))
+}
+
+fn for_each_slice(table: &Table, chunk: usize, mut f: impl FnMut(crate::vector::Batch) -> Result<()>) -> Result<()> {
+    let columns: Vec<usize> = (0..table.schema.len()).collect();
+    let rows = table.chunks[chunk].rows;
+    for start in (0..rows).step_by(VECTOR_ROWS) {
+        crate::control::check()?;
+        f(scan_chunk(table, chunk, &columns, start, (start + VECTOR_ROWS).min(rows)))?;
+    }
+    Ok(())
+}
+
+/// Which rows of `batch` satisfy `predicate` (all when there is none; NULL is false).
+fn matching_rows(predicate: Option<&Expr>, batch: &crate::vector::Batch) -> Result<Vec<bool>> {
+    let Some(predicate) = predicate else { return Ok(vec![true; batch.rows]) };
+    let result = evaluate(predicate, batch)?;
+    let Data::Bool(values) = &result.data else {
+        return Err(EngineError::Type("argument of WHERE must be type boolean".into()));
+    };
+    Ok((0..batch.rows).map(|row| values[row] && result.is_valid(row)).collect())
+}
+
+/// `SELECT <items> FROM <alias>` over `rows` shaped like `table`, streamed to `sink`.
+fn returning(
+    engine: &Engine,
+    table: &Table,
+    alias: &str,
+    items: &[ast::SelectItem],
+    rows: Vec<Vec<Value>>,
+    sink: &dyn ResultSink,
+) -> Result<()> {
+    let (catalog, query) = returning_query(engine, table, alias, items, rows)?;
+    let bound = engine.bind(&catalog, &query)?;
+    let types = bound.plan.output_types();
+    sink.start(ResultShape::Rows { names: &bound.names, types: &types })?;
+    crate::stream::stream_plan(&engine.executor(), &bound.plan, sink)?;
+    Ok(())
+}
+
+fn returning_query(
+    engine: &Engine,
+    table: &Table,
+    alias: &str,
+    items: &[ast::SelectItem],
+    rows: Vec<Vec<Value>>,
+) -> Result<(Catalog, ast::Query)> {
+    let pool = Arc::clone(engine.runtime().pool());
+    let width = table.schema.len();
+    let mut builder = TableBuilder::with_constraints(
+        pool,
+        alias,
+        0,
+        table.schema.clone(),
+        Constraints::none(width),
+        engine.chunk_rows(),
+    );
+    for row in rows {
+        builder.push_row(&row)?;
+    }
+    let mut changes = crate::catalog::Changes::new();
+    changes.insert(alias.to_string(), Some(Arc::new(builder.finish())));
+    let catalog = Catalog::new(Arc::new(Default::default()), changes);
+    let items: Vec<String> = items.iter().map(ToString::to_string).collect();
+    let sql = format!("SELECT {} FROM \"{}\"", items.join(", "), alias.replace('"', "\"\""));
+    let mut statements = Engine::parse(&sql)?;
+    match statements.pop() {
+        Some(ast::Statement::Query(query)) if statements.is_empty() => Ok((catalog, *query)),
+        _ => Err(EngineError::Syntax("RETURNING list".into())),
+    }
+}
+
+/// Output names and types of INSERT/UPDATE/DELETE … RETURNING (`None` without RETURNING).
+pub fn describe_returning(
+    session: &mut Session,
+    engine: &Engine,
+    statement: &ast::Statement,
+) -> Result<Option<Description>> {
+    let (name, alias, items) = match statement {
+        ast::Statement::Insert(insert) => match (&insert.table, &insert.returning) {
+            (ast::TableObject::TableName(name), Some(items)) => {
+                let name = user_table_name(name)?;
+                (name.clone(), name, items)
+            }
+            _ => return Ok(None),
+        },
+        ast::Statement::Update(update) => match &update.returning {
+            Some(items) => {
+                let (name, alias) = single_table(&update.table.relation)?;
+                (name, alias, items)
+            }
+            None => return Ok(None),
+        },
+        ast::Statement::Delete(delete) => match (&delete.from, &delete.returning) {
+            (ast::FromTable::WithFromKeyword(from) | ast::FromTable::WithoutKeyword(from), Some(items))
+                if from.len() == 1 =>
+            {
+                let (name, alias) = single_table(&from[0].relation)?;
+                (name, alias, items)
+            }
+            _ => return Ok(None),
+        },
+        _ => return Ok(None),
+    };
+    let table = session.catalog(engine).get(&name)?;
+    let (catalog, query) = returning_query(engine, &table, &alias, items, Vec::new())?;
+    let bound = engine.bind(&catalog, &query)?;
+    let types: Vec<DataType> = bound.plan.output_types();
+    Ok(Some(crate::engine::describe_columns(bound.names, &types)))
+}

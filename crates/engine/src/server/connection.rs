@@ -1,0 +1,996 @@
+//! One client connection: the front door logs it in, then the message loop runs.
+//!
+//! ```text
+//!   loop: Query ─► one script task: parse, statements in order (implicit block when several)
+//!         Parse/Bind/Describe/Execute/Close/Flush … Sync (an error skips to Sync)
+//!   a task runs on a blocking thread (a statement thread with a large stack for long SQL,
+//!   `depth`) with the session; everything it says comes back through a bounded channel as
+//!   wire bytes, written here in order; meanwhile the socket is read: EOF stops the statement,
+//!   and during COPY FROM STDIN the CopyData messages are handed to the task
+//! ```
+//!
+//! The network thread never parses SQL nor holds a syntax tree: a deep tree needs a deep stack
+//! to build and to drop, which only statement threads have. Prepared statements and portals
+//! keep SQL text and are parsed again on the task that uses them.
+
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock};
+
+use bypass_frontdoor::{Admission, CancelKey, Stream};
+use bypass_wire::auth::Refusal;
+use bypass_wire::frame::read_header;
+use bypass_wire::frontend::{Bind, DescribeKind, FrontendMessage, Parse};
+use bypass_wire::{SqlState, StartupRequest};
+use sqlparser::ast;
+use tokio::net::TcpStream;
+use tokio::sync::mpsc;
+
+use super::encode::{self, Format};
+use super::params;
+use super::{CancelSlot, Shared};
+use crate::control::StopReason;
+use crate::copy::{CopyFormat, CopyIn};
+use crate::engine::{ColumnType, Description, Engine};
+use crate::error::EngineError;
+use crate::session::{Outcome, Session, Status};
+use crate::stream::{Piece, ResultShape, ResultSink};
+use crate::vector::Batch;
+
+/// Messages (or encoded pieces of up to 2,048 rows) a task may have in flight to the socket.
+const OUTPUT_PIECES_MAX: usize = 4;
+/// COPY messages waiting for the loader.
+const COPY_MESSAGES_MAX: usize = 16;
+/// Bytes read from the socket at a time.
+const READ_BYTES: usize = 64 << 10;
+/// Pipelined input read ahead while a statement runs; beyond it the socket is left unread.
+const READ_AHEAD_BYTES_MAX: usize = 1 << 20;
+/// COPY data handed to the loader at a time.
+const COPY_BATCH_BYTES: usize = 1 << 20;
+
+/// Why a connection ends.
+enum End {
+    /// Terminate, EOF or a write failure.
+    Closed,
+    /// A protocol error: FATAL sent.
+    Fatal,
+}
+
+/// What a task sends to the network side.
+enum Outgoing {
+    Bytes(Vec<u8>),
+    /// CopyInResponse was sent: forward the client's COPY messages from now on.
+    CopyIn,
+}
+
+/// A client's COPY message, forwarded to the task loading it.
+enum CopyMessage {
+    Data(Vec<u8>),
+    Done,
+    Fail(String),
+}
+
+/// The channels of one running task, seen from the task.
+struct TaskIo {
+    output: mpsc::Sender<Outgoing>,
+    copy: mpsc::Receiver<CopyMessage>,
+    slot: Arc<CancelSlot>,
+    shared: Arc<Shared>,
+}
+
+impl TaskIo {
+    fn send(&self, bytes: Vec<u8>) -> crate::error::Result<()> {
+        self.output
+            .blocking_send(Outgoing::Bytes(bytes))
+            .map_err(|_| EngineError::QueryCanceled("canceling statement: the client disconnected".into()))
+    }
+}
+
+/// How one extended-protocol statement ended.
+enum StatementEnd {
+    Done(String),
+    Failed(EngineError),
+}
+
+/// A prepared statement (extended protocol): text only, see the module docs.
+struct Prepared {
+    sql: String,
+    empty: bool,
+    declared: Vec<u32>,
+    parameters: usize,
+    /// Parameter types after inference (declared ones kept), computed once.
+    inferred: Option<Vec<u32>>,
+}
+
+/// Rows of a portal executed with a row limit, waiting for the next Execute.
+struct PendingRows {
+    bytes: Vec<u8>,
+    offset: usize,
+    tag: String,
+}
+
+/// A bound statement: its SQL with the parameters as literals (`None`: the empty query).
+struct Portal {
+    sql: Option<String>,
+    result_formats: Vec<i16>,
+    executed: bool,
+    pending: Option<PendingRows>,
+}
+
+struct Connection {
+    shared: Arc<Shared>,
+    engine: Arc<Engine>,
+    stream: Stream,
+    /// Reads land here first (a fixed scratch buffer), then move to `input`.
+    scratch: Box<[u8]>,
+    input: Vec<u8>,
+    output: Vec<u8>,
+    session: Option<Session>,
+    statements: HashMap<String, Prepared>,
+    portals: HashMap<String, Portal>,
+    skip_until_sync: bool,
+    /// An extended-protocol implicit block is open (since the first Execute after Sync).
+    in_block: bool,
+    slot: Arc<CancelSlot>,
+}
+
+/// Serves one client until it leaves: the front door authenticates it, then the session runs.
+pub(super) async fn serve(shared: Arc<Shared>, tcp: TcpStream) {
+    let mut client = match shared.door.accept(tcp, READ_BYTES).await {
+        Ok(Admission::Client(client)) => client,
+        Ok(Admission::Cancel(request)) => {
+            shared.cancel(request.process_id, &request.secret);
+            return;
+        }
+        // Refused: the front door answered (FATAL), logged and delayed already.
+        Err(_) => return,
+    };
+    let session = match open_session(&shared, &client.request) {
+        Ok(session) => session,
+        Err(error) => {
+            let refusal = Refusal::new(SqlState(error.sqlstate()), error.to_string());
+            shared.door.refuse(&mut client, refusal).await;
+            return;
+        }
+    };
+    let slot = Arc::new(CancelSlot::default());
+    let key = CancelKey::random();
+    shared.register(&key, &slot);
+    let parameters: Vec<(String, String)> =
+        session.settings.reported(&client.request.user).into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+    if client.welcome(&parameters, key).await.is_ok() {
+        let client = *client;
+        let mut connection = Connection {
+            engine: Arc::clone(&shared.engine),
+            shared: Arc::clone(&shared),
+            stream: client.stream,
+            scratch: vec![0; READ_BYTES].into_boxed_slice(),
+            input: client.buffer.pending().to_vec(),
+            output: Vec::new(),
+            session: Some(session),
+            statements: HashMap::new(),
+            portals: HashMap::new(),
+            skip_until_sync: false,
+            in_block: false,
+            slot,
+        };
+        let _ = connection.run().await;
+        let _ = connection.flush().await;
+        if let Some(mut session) = connection.session.take() {
+            session.close(&connection.engine);
+        }
+    }
+    shared.unregister(&key);
+}
+
+/// Checks the database and applies the startup parameters (settings, `options`).
+fn open_session(shared: &Shared, request: &StartupRequest) -> Result<Session, EngineError> {
+    if request.database != shared.settings.database {
+        return Err(EngineError::UnknownDatabase(request.database.clone()));
+    }
+    let mut session = shared.engine.session();
+    session.user.clone_from(&request.user);
+    session.database.clone_from(&request.database);
+    for (name, value) in &request.parameters {
+        match name.as_str() {
+            "replication" => return Err(EngineError::unsupported("replication connections")),
+            "options" => apply_options(&mut session, value)?,
+            _ => session.settings.set(name, Some(value))?,
+        }
+    }
+    Ok(session)
+}
+
+impl Connection {
+    fn session(&mut self) -> &mut Session {
+        self.session.as_mut().expect("the session is home between tasks")
+    }
+
+    async fn flush(&mut self) -> Result<(), End> {
+        if self.output.is_empty() {
+            return Ok(());
+        }
+        let result = self.stream.write_all(&self.output).await;
+        self.output.clear();
+        result.map_err(|_| End::Closed)
+    }
+
+    async fn fatal(&mut self, code: &str, message: &str) -> End {
+        encode::error_or_notice(&mut self.output, b'E', "FATAL", code, message);
+        let _ = self.flush().await;
+        End::Fatal
+    }
+
+    fn message_size_max(&self) -> u32 {
+        u32::try_from(self.shared.settings.message_size_max).unwrap_or(u32::MAX)
+    }
+
+    /// A whole message at the start of `input`, taken out of it.
+    fn take_message(&mut self) -> Result<Option<(u8, Vec<u8>)>, String> {
+        match read_header(&self.input, self.message_size_max()) {
+            Err(error) => Err(format!("invalid message: {error}")),
+            Ok(Some(header)) if self.input.len() >= header.frame_len() => {
+                let body = self.input[bypass_wire::HEADER_LEN..header.frame_len()].to_vec();
+                self.input.drain(..header.frame_len());
+                Ok(Some((header.tag, body)))
+            }
+            Ok(_) => Ok(None),
+        }
+    }
+
+    /// The next whole message (tag, body); EOF ends the connection.
+    async fn read_message(&mut self) -> Result<(u8, Vec<u8>), End> {
+        loop {
+            match self.take_message() {
+                Err(problem) => return Err(self.fatal("08P01", &problem).await),
+                Ok(Some(message)) => return Ok(message),
+                Ok(None) => match self.stream.read(&mut self.scratch).await {
+                    Ok(0) | Err(_) => return Err(End::Closed),
+                    Ok(read) => self.input.extend_from_slice(&self.scratch[..read]),
+                },
+            }
+        }
+    }
+
+    async fn run(&mut self) -> Result<(), End> {
+        loop {
+            let complete =
+                read_header(&self.input, u32::MAX).ok().flatten().is_some_and(|h| self.input.len() >= h.frame_len());
+            if !complete {
+                self.flush().await?;
+            }
+            let (tag, body) = self.next_message_or_idle_timeout().await?;
+            let message = match FrontendMessage::decode(tag, &body) {
+                Ok(message) => message,
+                Err(error) => return Err(self.fatal("08P01", &format!("invalid message: {error}")).await),
+            };
+            self.handle(message).await?;
+        }
+    }
+
+    async fn next_message_or_idle_timeout(&mut self) -> Result<(u8, Vec<u8>), End> {
+        let idle_limit = self.session().settings.idle_in_transaction_session_timeout;
+        let in_transaction = self.session().status() != Status::Idle;
+        match idle_limit.filter(|_| in_transaction) {
+            None => self.read_message().await,
+            Some(limit) => match tokio::time::timeout(limit, self.read_message()).await {
+                Ok(message) => message,
+                Err(_) => Err(self.fatal("25P03", "terminating connection due to idle-in-transaction timeout").await),
+            },
+        }
+    }
+
+    async fn handle(&mut self, message: FrontendMessage<'_>) -> Result<(), End> {
+        match message {
+            FrontendMessage::Terminate => return Err(End::Closed),
+            FrontendMessage::Sync => return self.sync().await,
+            FrontendMessage::Flush => return self.flush().await,
+            // Left over from a COPY that failed: PostgreSQL drops them too.
+            FrontendMessage::CopyData(_) | FrontendMessage::CopyDone | FrontendMessage::CopyFail(_) => return Ok(()),
+            _ if self.skip_until_sync => return Ok(()),
+            FrontendMessage::Query(sql) => return self.simple_query(sql).await,
+            FrontendMessage::PasswordLike(_) => {
+                return Err(self.fatal("08P01", "unexpected password message after startup").await);
+            }
+            FrontendMessage::FunctionCall(_) => {
+                encode::error(&mut self.output, &EngineError::unsupported("the function call protocol"));
+                let status = self.status_byte();
+                encode::ready_for_query(&mut self.output, status);
+                return Ok(());
+            }
+            _ => {}
+        }
+        let outcome = match message {
+            FrontendMessage::Parse(parse) => self.parse(&parse).await,
+            FrontendMessage::Bind(bind) => self.bind(&bind).await,
+            FrontendMessage::Describe { kind, name } => self.describe(kind, &String::from_utf8_lossy(name)).await,
+            FrontendMessage::Execute { portal, max_rows } => {
+                self.execute(&String::from_utf8_lossy(portal), usize::try_from(max_rows).unwrap_or(0)).await?
+            }
+            FrontendMessage::Close { kind, name } => {
+                let name = String::from_utf8_lossy(name).into_owned();
+                match kind {
+                    DescribeKind::Statement => self.statements.remove(&name).map(|_| ()),
+                    DescribeKind::Portal => self.portals.remove(&name).map(|_| ()),
+                };
+                encode::empty_message(&mut self.output, b'3');
+                Ok(())
+            }
+            _ => unreachable!("handled above"),
+        };
+        if let Err(error) = outcome {
+            self.extended_error(&error);
+        }
+        Ok(())
+    }
+
+    /// An error in the extended protocol: reported, the transaction fails, the rest of the
+    /// batch is skipped until Sync.
+    fn extended_error(&mut self, error: &EngineError) {
+        encode::error(&mut self.output, error);
+        self.skip_until_sync = true;
+        let engine = Arc::clone(&self.engine);
+        self.session().abort(&engine);
+    }
+
+    fn status_byte(&mut self) -> u8 {
+        match self.session().status() {
+            Status::Idle => b'I',
+            Status::InTransaction => b'T',
+            Status::Failed => b'E',
+        }
+    }
+
+    async fn sync(&mut self) -> Result<(), End> {
+        self.skip_until_sync = false;
+        if std::mem::take(&mut self.in_block) {
+            if let Err(error) = self.with_session(|session, engine| session.end_implicit_block(engine)).await {
+                encode::error(&mut self.output, &error);
+            }
+        }
+        if self.session().status() == Status::Idle {
+            // Portals live as long as their transaction.
+            self.portals.clear();
+        }
+        let status = self.status_byte();
+        encode::ready_for_query(&mut self.output, status);
+        self.flush().await
+    }
+
+    /// Runs `f` with the session on a blocking thread (binding and committing are work).
+    async fn with_session<T: Send + 'static>(
+        &mut self,
+        f: impl FnOnce(&mut Session, &Engine) -> T + Send + 'static,
+    ) -> T {
+        let mut session = self.session.take().expect("the session is home between tasks");
+        let engine = Arc::clone(&self.engine);
+        let joined = tokio::task::spawn_blocking(move || {
+            let result = f(&mut session, &engine);
+            (session, result)
+        })
+        .await;
+        let (session, result) = joined.expect("session tasks do not panic");
+        self.session = Some(session);
+        result
+    }
+
+    async fn simple_query(&mut self, sql: &[u8]) -> Result<(), End> {
+        match std::str::from_utf8(sql) {
+            Err(_) => encode::error(
+                &mut self.output,
+                &EngineError::CharacterNotInRepertoire("invalid byte sequence for encoding \"UTF8\"".into()),
+            ),
+            Ok(text) => {
+                let text = text.to_string();
+                self.run_task(None, move |session, engine, io| run_script(session, engine, io, &text)).await?;
+            }
+        }
+        let status = self.status_byte();
+        encode::ready_for_query(&mut self.output, status);
+        self.flush().await
+    }
+
+    /// Runs `work` on a blocking thread with the session, writing what it sends as it comes
+    /// (or into `collect`) and feeding it COPY data; the socket is watched meanwhile, and a
+    /// client that leaves stops the running statement.
+    async fn run_task<T: Send + 'static>(
+        &mut self,
+        collect: Option<&mut Vec<u8>>,
+        work: impl FnOnce(&mut Session, &Engine, &mut TaskIo) -> T + Send + 'static,
+    ) -> Result<T, End> {
+        let mut session = self.session.take().expect("the session is home between tasks");
+        let (output, receiver) = mpsc::channel(OUTPUT_PIECES_MAX);
+        let (copy_sender, copy) = mpsc::channel(COPY_MESSAGES_MAX);
+        let mut io = TaskIo { output, copy, slot: Arc::clone(&self.slot), shared: Arc::clone(&self.shared) };
+        let engine = Arc::clone(&self.engine);
+        let task = tokio::task::spawn_blocking(move || {
+            let result =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(&mut session, &engine, &mut io)));
+            if result.is_err() {
+                // The statement's transaction cannot be trusted after a panic: roll it back.
+                session.close(&engine);
+            }
+            drop(io);
+            (session, result)
+        });
+        let ((mut session, result), gone) = self.drive(receiver, copy_sender, task, collect).await;
+        self.slot.set(None);
+        for deallocated in session.take_deallocations() {
+            match deallocated {
+                Some(name) => self.statements.remove(&name),
+                None => {
+                    self.statements.clear();
+                    None
+                }
+            };
+        }
+        self.session = Some(session);
+        match result {
+            _ if gone => Err(End::Closed),
+            Ok(value) => Ok(value),
+            Err(_) => Err(self.fatal("XX000", "internal error: a statement failed unexpectedly").await),
+        }
+    }
+
+    /// Pumps a task's output to the socket (or `collect`) until the task is done, reading the
+    /// socket meanwhile; returns the task's result and whether the client left.
+    async fn drive<T: Send + 'static>(
+        &mut self,
+        mut receiver: mpsc::Receiver<Outgoing>,
+        copy_sender: mpsc::Sender<CopyMessage>,
+        mut task: tokio::task::JoinHandle<T>,
+        mut collect: Option<&mut Vec<u8>>,
+    ) -> (T, bool) {
+        enum Event<T> {
+            Output(Option<Outgoing>),
+            Finished(T),
+            Read(std::io::Result<usize>),
+        }
+        let mut copy_sender = Some(copy_sender);
+        let (mut gone, mut open, mut copying) = (false, true, false);
+        let mut result = None;
+        while result.is_none() || open {
+            let room = !gone && self.input.len() < READ_AHEAD_BYTES_MAX;
+            let event = tokio::select! {
+                biased;
+                output = receiver.recv(), if open => Event::Output(output),
+                joined = &mut task, if result.is_none() => {
+                    Event::Finished(joined.expect("tasks catch their panics"))
+                }
+                read = self.stream.read(&mut self.scratch), if room => Event::Read(read),
+            };
+            let failed = match event {
+                Event::Output(None) => {
+                    open = false;
+                    false
+                }
+                Event::Output(Some(_)) if gone => false,
+                Event::Output(Some(Outgoing::CopyIn)) => {
+                    copying = true;
+                    self.flush().await.is_err() || !self.forward_copy(&mut copy_sender, &mut copying).await
+                }
+                Event::Output(Some(Outgoing::Bytes(bytes))) => match collect.as_deref_mut() {
+                    Some(buffer) => {
+                        buffer.extend_from_slice(&bytes);
+                        false
+                    }
+                    None => {
+                        self.output.extend_from_slice(&bytes);
+                        self.flush().await.is_err()
+                    }
+                },
+                Event::Finished(value) => {
+                    result = Some(value);
+                    false
+                }
+                Event::Read(Ok(0) | Err(_)) => true,
+                Event::Read(Ok(read)) => {
+                    // Pipelined messages wait for this task to end, COPY messages go to it.
+                    self.input.extend_from_slice(&self.scratch[..read]);
+                    copying && !self.forward_copy(&mut copy_sender, &mut copying).await
+                }
+            };
+            if failed && !gone {
+                gone = true;
+                if let Some(control) = self.slot.current() {
+                    control.stop(StopReason::ClientGone);
+                }
+                receiver.close();
+                copy_sender = None;
+            }
+        }
+        (result.expect("the loop ends once the task is done"), gone)
+    }
+
+    /// Hands the buffered COPY messages to the task; stops copying at CopyDone, CopyFail or a
+    /// message that does not belong to COPY (which stays for the message loop). False when the
+    /// input is not a valid message stream.
+    async fn forward_copy(&mut self, sender: &mut Option<mpsc::Sender<CopyMessage>>, copying: &mut bool) -> bool {
+        while *copying {
+            let (tag, body) = match self.take_message() {
+                Err(problem) => {
+                    encode::error_or_notice(&mut self.output, b'E', "FATAL", "08P01", &problem);
+                    return false;
+                }
+                Ok(None) => return true,
+                Ok(Some(message)) => message,
+            };
+            let message = match tag {
+                b'd' => CopyMessage::Data(body),
+                b'c' => CopyMessage::Done,
+                b'f' => {
+                    CopyMessage::Fail(String::from_utf8_lossy(body.strip_suffix(&[0]).unwrap_or(&body)).into_owned())
+                }
+                // Flush and Sync mean nothing during COPY FROM STDIN.
+                b'H' | b'S' => continue,
+                other => {
+                    let mut frame = vec![other];
+                    frame.extend_from_slice(&((body.len() + 4) as u32).to_be_bytes());
+                    frame.extend_from_slice(&body);
+                    self.input.splice(0..0, frame);
+                    CopyMessage::Fail(format!("unexpected message type 0x{other:02x} during COPY from stdin"))
+                }
+            };
+            if !matches!(message, CopyMessage::Data(_)) {
+                *copying = false;
+            }
+            // The task may have stopped reading (a bad row): later COPY messages are dropped.
+            if let Some(channel) = sender.as_ref() {
+                if channel.send(message).await.is_err() {
+                    *sender = None;
+                }
+            }
+        }
+        true
+    }
+
+    async fn parse(&mut self, parse: &Parse<'_>) -> Result<(), EngineError> {
+        let name = String::from_utf8_lossy(parse.name).into_owned();
+        if !name.is_empty() && self.statements.contains_key(&name) {
+            return Err(EngineError::PreparedStatement(format!("prepared statement \"{name}\" already exists")));
+        }
+        let sql = std::str::from_utf8(parse.query)
+            .map_err(|_| EngineError::CharacterNotInRepertoire("invalid byte sequence for encoding \"UTF8\"".into()))?
+            .to_string();
+        let sentinels = params::with_sentinels(&sql);
+        let count = self
+            .with_session(move |_, _| {
+                crate::depth::with_statement_stack(&sentinels, || Engine::parse(&sentinels).map(|s| s.len()))?
+            })
+            .await?;
+        if count > 1 {
+            return Err(EngineError::Syntax("cannot insert multiple commands into a prepared statement".into()));
+        }
+        let parameters = params::placeholder_count(&sql);
+        let declared: Vec<u32> = parse.param_types().collect();
+        self.statements.insert(name, Prepared { sql, empty: count == 0, declared, parameters, inferred: None });
+        encode::empty_message(&mut self.output, b'1');
+        Ok(())
+    }
+
+    fn prepared(&self, name: &str) -> Result<&Prepared, EngineError> {
+        self.statements
+            .get(name)
+            .ok_or_else(|| EngineError::PreparedStatement(format!("prepared statement \"{name}\" does not exist")))
+    }
+
+    /// The statement's parameter types: declared, else inferred from their use, else text.
+    async fn parameter_types(&mut self, name: &str) -> Result<Vec<u32>, EngineError> {
+        let prepared = self.prepared(name)?;
+        if let Some(types) = &prepared.inferred {
+            return Ok(types.clone());
+        }
+        let declared = prepared.declared.clone();
+        let count = prepared.parameters;
+        let open = (0..count).any(|i| declared.get(i).is_none_or(|&t| t == params::oid::UNSPECIFIED));
+        let inferred = if open && !prepared.empty {
+            let sentinels = params::with_sentinels(&prepared.sql);
+            self.with_session(move |session, engine| {
+                crate::depth::with_statement_stack(&sentinels, || match Engine::parse(&sentinels) {
+                    Ok(mut statements) => match statements.pop() {
+                        Some(statement) => session.describe_parameters(engine, &statement).1,
+                        None => Default::default(),
+                    },
+                    Err(_) => Default::default(),
+                })
+                .unwrap_or_default()
+            })
+            .await
+        } else {
+            Default::default()
+        };
+        let types: Vec<u32> = (0..count)
+            .map(|i| match declared.get(i) {
+                Some(&oid) if oid != params::oid::UNSPECIFIED => oid,
+                _ => inferred.get(&(i + 1)).map_or(params::oid::TEXT, |t| params::oid_of(*t)),
+            })
+            .collect();
+        if let Some(prepared) = self.statements.get_mut(name) {
+            prepared.inferred = Some(types.clone());
+        }
+        Ok(types)
+    }
+
+    async fn bind(&mut self, bind: &Bind<'_>) -> Result<(), EngineError> {
+        let portal_name = String::from_utf8_lossy(bind.portal).into_owned();
+        let statement_name = String::from_utf8_lossy(bind.statement).into_owned();
+        let prepared = self.prepared(&statement_name)?;
+        let values: Vec<Option<&[u8]>> = bind.params.iter().collect();
+        if values.len() != prepared.parameters {
+            return Err(EngineError::Protocol(format!(
+                "bind message supplies {} parameters, but prepared statement \"{statement_name}\" requires {}",
+                values.len(),
+                prepared.parameters
+            )));
+        }
+        if !portal_name.is_empty() && self.portals.contains_key(&portal_name) {
+            return Err(EngineError::InvalidParameterValue(format!("portal \"{portal_name}\" already exists")));
+        }
+        let (empty, sql) = (prepared.empty, prepared.sql.clone());
+        let types = self.parameter_types(&statement_name).await?;
+        let formats: Vec<i16> = bind.param_formats.iter().collect();
+        let sql = if empty { None } else { Some(params::substitute(&sql, &types, &formats, &values)?) };
+        let result_formats = bind.result_formats.iter().collect();
+        self.portals.insert(portal_name, Portal { sql, result_formats, executed: false, pending: None });
+        encode::empty_message(&mut self.output, b'2');
+        Ok(())
+    }
+
+    async fn describe(&mut self, kind: DescribeKind, name: &str) -> Result<(), EngineError> {
+        let (sql, formats) = match kind {
+            DescribeKind::Statement => {
+                let types = self.parameter_types(name).await?;
+                encode::parameter_description(&mut self.output, &types);
+                let prepared = self.prepared(name)?;
+                ((!prepared.empty).then(|| params::with_sentinels(&prepared.sql)), Vec::new())
+            }
+            DescribeKind::Portal => {
+                let portal = self.portals.get(name).ok_or_else(|| EngineError::UnknownPortal(name.to_string()))?;
+                (portal.sql.clone(), portal.result_formats.clone())
+            }
+        };
+        let described: Option<Description> = match sql {
+            None => None,
+            Some(sql) => {
+                self.with_session(move |session, engine| {
+                    crate::depth::with_statement_stack(&sql, || match Engine::parse(&sql)?.pop() {
+                        Some(statement) => session.describe(engine, &statement),
+                        None => Ok(None),
+                    })?
+                })
+                .await?
+            }
+        };
+        match described {
+            None => encode::empty_message(&mut self.output, b'n'),
+            Some((names, types)) => {
+                let formats = Format::expand(&formats, names.len())?;
+                encode::row_description(&mut self.output, &names, &types, &formats);
+            }
+        }
+        Ok(())
+    }
+
+    async fn execute(&mut self, name: &str, max_rows: usize) -> Result<Result<(), EngineError>, End> {
+        let Some(portal) = self.portals.get_mut(name) else {
+            return Ok(Err(EngineError::UnknownPortal(name.to_string())));
+        };
+        if portal.pending.is_some() {
+            self.send_pending(name, max_rows);
+            return Ok(Ok(()));
+        }
+        let Some(sql) = portal.sql.clone() else {
+            encode::empty_message(&mut self.output, b'I');
+            return Ok(Ok(()));
+        };
+        if std::mem::replace(&mut portal.executed, true) {
+            // A finished portal has no rows left (PostgreSQL answers the same way).
+            encode::command_complete(&mut self.output, "SELECT 0");
+            return Ok(Ok(()));
+        }
+        let formats = portal.result_formats.clone();
+        if !self.in_block {
+            self.in_block = true;
+            self.session().begin_implicit_block();
+        }
+        let mut rows = Vec::new();
+        let collect = (max_rows > 0).then_some(&mut rows);
+        let limited = collect.is_some();
+        let end =
+            self.run_task(collect, move |session, engine, io| run_portal(session, engine, io, &sql, formats)).await?;
+        self.drain_notices().await;
+        match end {
+            StatementEnd::Done(tag) if limited && !rows.is_empty() => {
+                if let Some(portal) = self.portals.get_mut(name) {
+                    portal.pending = Some(PendingRows { bytes: rows, offset: 0, tag });
+                }
+                self.send_pending(name, max_rows);
+                Ok(Ok(()))
+            }
+            StatementEnd::Done(tag) => {
+                encode::command_complete(&mut self.output, &tag);
+                Ok(Ok(()))
+            }
+            StatementEnd::Failed(error) => Ok(Err(error)),
+        }
+    }
+
+    async fn drain_notices(&mut self) {
+        for notice in self.session().take_notices() {
+            encode::error_or_notice(&mut self.output, b'N', notice.severity, notice.code, &notice.message);
+        }
+    }
+
+    /// Sends up to `max_rows` rows of a portal's pending result (0 = all), then PortalSuspended
+    /// or CommandComplete.
+    fn send_pending(&mut self, name: &str, max_rows: usize) {
+        let Some(portal) = self.portals.get_mut(name) else { return };
+        let Some(pending) = portal.pending.as_mut() else { return };
+        let mut end = pending.offset;
+        let mut rows = 0;
+        while end + 5 <= pending.bytes.len() && (max_rows == 0 || rows < max_rows) {
+            let length = u32::from_be_bytes([
+                pending.bytes[end + 1],
+                pending.bytes[end + 2],
+                pending.bytes[end + 3],
+                pending.bytes[end + 4],
+            ]);
+            end += 1 + length as usize;
+            rows += 1;
+        }
+        self.output.extend_from_slice(&pending.bytes[pending.offset..end]);
+        pending.offset = end;
+        if end < pending.bytes.len() {
+            encode::empty_message(&mut self.output, b's');
+        } else {
+            let tag = pending.tag.clone();
+            portal.pending = None;
+            encode::command_complete(&mut self.output, &tag);
+        }
+    }
+}
+
+/// One Query message on its task: parse, then each statement in order (an implicit block when
+/// there are several); every answer goes through `io`. Stops at the first error.
+fn run_script(session: &mut Session, engine: &Engine, io: &mut TaskIo, sql: &str) {
+    let outcome = crate::depth::with_statement_stack(sql, || script(session, engine, io, sql));
+    if let Err(error) = outcome {
+        let mut out = Vec::new();
+        encode::error(&mut out, &error);
+        let _ = io.send(out);
+    }
+}
+
+fn script(session: &mut Session, engine: &Engine, io: &mut TaskIo, sql: &str) {
+    let statements = match Engine::parse(sql) {
+        Ok(statements) => statements,
+        Err(error) => return send_error(io, &error),
+    };
+    if statements.is_empty() {
+        let mut out = Vec::new();
+        encode::empty_message(&mut out, b'I');
+        let _ = io.send(out);
+        return;
+    }
+    let block = statements.len() > 1;
+    if block {
+        session.begin_implicit_block();
+    }
+    for statement in &statements {
+        let result = run_statement(session, engine, io, statement, true, Vec::new());
+        let mut out = Vec::new();
+        notices(session, &mut out);
+        let failed = result.is_err();
+        match result {
+            Ok(tag) => encode::command_complete(&mut out, &tag),
+            Err(error) => encode::error(&mut out, &error),
+        }
+        // PostgreSQL runs nothing after a failed statement of a Query message.
+        if io.send(out).is_err() || failed {
+            break;
+        }
+    }
+    if block {
+        if let Err(error) = session.end_implicit_block(engine) {
+            send_error(io, &error);
+        }
+    }
+}
+
+fn send_error(io: &TaskIo, error: &EngineError) {
+    let mut out = Vec::new();
+    encode::error(&mut out, error);
+    let _ = io.send(out);
+}
+
+fn notices(session: &mut Session, out: &mut Vec<u8>) {
+    for notice in session.take_notices() {
+        encode::error_or_notice(out, b'N', notice.severity, notice.code, &notice.message);
+    }
+}
+
+/// A portal's statement on its task (extended protocol: no RowDescription, the portal's
+/// result formats); CommandComplete is the caller's.
+fn run_portal(session: &mut Session, engine: &Engine, io: &mut TaskIo, sql: &str, formats: Vec<i16>) -> StatementEnd {
+    let outcome = crate::depth::with_statement_stack(sql, || {
+        let statement = Engine::parse(sql)?.pop().ok_or_else(|| EngineError::Syntax("empty portal".into()))?;
+        run_statement(session, engine, io, &statement, false, formats)
+    });
+    match outcome.and_then(|inner| inner) {
+        Ok(tag) => StatementEnd::Done(tag),
+        Err(error) => StatementEnd::Failed(error),
+    }
+}
+
+/// One statement under its own control (cancel slot, timeout, memory budget), including the
+/// data phase of COPY FROM STDIN.
+fn run_statement(
+    session: &mut Session,
+    engine: &Engine,
+    io: &mut TaskIo,
+    statement: &ast::Statement,
+    describe: bool,
+    result_formats: Vec<i16>,
+) -> crate::error::Result<String> {
+    let control = session.new_control();
+    io.slot.set(Some(Arc::clone(&control)));
+    // Counted once a CancelRequest can reach it (tests wait for this).
+    io.shared.running.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let sink = WireSink { output: io.output.clone(), describe, result_formats, encoding: OnceLock::new() };
+    let outcome = crate::control::enter(&control, || session.execute(engine, statement, &sink));
+    drop(sink);
+    let outcome = match outcome {
+        Ok(Outcome::Done(tag)) => Ok(tag),
+        Ok(Outcome::CopyIn(copy)) => crate::control::enter(&control, || copy_in(session, engine, io, copy)),
+        Err(error) => Err(error),
+    };
+    io.slot.set(None);
+    io.shared.running.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    outcome
+}
+
+/// COPY FROM STDIN on the task: CopyInResponse, then the client's COPY messages as the
+/// network side forwards them.
+fn copy_in(
+    session: &mut Session,
+    engine: &Engine,
+    io: &mut TaskIo,
+    mut copy: Box<CopyIn>,
+) -> crate::error::Result<String> {
+    let mut out = Vec::new();
+    encode::copy_response(&mut out, b'G', copy.columns());
+    if io.send(out).is_err() || io.output.blocking_send(Outgoing::CopyIn).is_err() {
+        return Err(session.copy_in_fail(engine, copy, "the client disconnected"));
+    }
+    let mut batch = Vec::new();
+    loop {
+        match io.copy.blocking_recv() {
+            Some(CopyMessage::Data(data)) => {
+                batch.extend_from_slice(&data);
+                if batch.len() >= COPY_BATCH_BYTES {
+                    session.copy_in_data(engine, &mut copy, &std::mem::take(&mut batch))?;
+                }
+            }
+            Some(CopyMessage::Done) => {
+                session.copy_in_data(engine, &mut copy, &batch)?;
+                return session.copy_in_done(engine, copy);
+            }
+            Some(CopyMessage::Fail(reason)) => return Err(session.copy_in_fail(engine, copy, &reason)),
+            None => return Err(session.copy_in_fail(engine, copy, "the client disconnected")),
+        }
+    }
+}
+
+/// The `options` startup parameter: `-c name=value` and `--name=value` pairs.
+fn apply_options(session: &mut Session, options: &str) -> Result<(), EngineError> {
+    let mut words = options.split_whitespace();
+    while let Some(word) = words.next() {
+        let assignment = match word {
+            "-c" => words.next().unwrap_or_default().to_string(),
+            other if other.starts_with("--") => other[2..].to_string(),
+            other if other.starts_with("-c") => other[2..].to_string(),
+            other => return Err(EngineError::unsupported(format!("command-line option {other}"))),
+        };
+        let (name, value) = assignment
+            .split_once('=')
+            .ok_or_else(|| EngineError::InvalidParameterValue(format!("invalid option \"{assignment}\"")))?;
+        session.settings.set(&name.replace('-', "_"), Some(value))?;
+    }
+    Ok(())
+}
+
+/// What a statement's rows are encoded as, fixed by `start`.
+enum Encoding {
+    Rows(Vec<Format>),
+    Copy(CopyFormat),
+}
+
+/// The sink of one statement: encodes on the engine's workers, sends through the channel.
+struct WireSink {
+    output: mpsc::Sender<Outgoing>,
+    /// Send RowDescription (simple query; the extended protocol sends it on Describe).
+    describe: bool,
+    result_formats: Vec<i16>,
+    encoding: OnceLock<Encoding>,
+}
+
+impl WireSink {
+    fn send(&self, bytes: Vec<u8>) -> crate::error::Result<()> {
+        self.output
+            .blocking_send(Outgoing::Bytes(bytes))
+            .map_err(|_| EngineError::QueryCanceled("canceling statement: the client disconnected".into()))
+    }
+
+    fn encode_batch(&self, batch: &Batch) -> crate::error::Result<Vec<u8>> {
+        let mut out = Vec::new();
+        match self.encoding.get() {
+            Some(Encoding::Rows(formats)) => encode::data_rows(&mut out, batch, formats),
+            Some(Encoding::Copy(format)) => {
+                crate::copy::encode_rows(batch, format, |line| encode::copy_data(&mut out, line))
+            }
+            None => return Err(EngineError::Runtime("rows before the result's shape".into())),
+        }
+        Ok(out)
+    }
+}
+
+impl ResultSink for WireSink {
+    fn start(&self, shape: ResultShape<'_>) -> crate::error::Result<()> {
+        let mut out = Vec::new();
+        let encoding = match shape {
+            ResultShape::Rows { names, types } => {
+                let formats = Format::expand(&self.result_formats, names.len())?;
+                if self.describe {
+                    let column_types: Vec<ColumnType> = types.iter().map(|t| ColumnType::Engine(*t)).collect();
+                    encode::row_description(&mut out, names, &column_types, &formats);
+                }
+                Encoding::Rows(formats)
+            }
+            ResultShape::CopyOut { names, format } => {
+                encode::copy_response(&mut out, b'H', names.len());
+                if format.header {
+                    encode::copy_data(&mut out, &crate::copy::header_line(names, format));
+                }
+                Encoding::Copy(format.clone())
+            }
+        };
+        if self.encoding.set(encoding).is_err() {
+            return Err(EngineError::Runtime("a statement described its result twice".into()));
+        }
+        if out.is_empty() {
+            Ok(())
+        } else {
+            self.send(out)
+        }
+    }
+
+    fn values(
+        &self,
+        columns: &[(String, crate::pg_catalog::PgType)],
+        rows: &[Vec<crate::pg_catalog::Datum>],
+    ) -> crate::error::Result<()> {
+        let formats = Format::expand(&self.result_formats, columns.len())?;
+        let (names, types): (Vec<String>, Vec<crate::pg_catalog::PgType>) = columns.iter().cloned().unzip();
+        let mut out = Vec::new();
+        if self.describe {
+            let column_types: Vec<ColumnType> = types.iter().map(|t| ColumnType::Catalog(*t)).collect();
+            encode::row_description(&mut out, &names, &column_types, &formats);
+        }
+        encode::catalog_rows(&mut out, &types, rows, &formats)?;
+        self.send(out)
+    }
+
+    fn encode(&self, batch: Batch) -> crate::error::Result<Piece> {
+        let rows = batch.rows;
+        Ok(Piece::Encoded { bytes: self.encode_batch(&batch)?, rows })
+    }
+
+    fn emit(&self, piece: Piece) -> crate::error::Result<()> {
+        match piece {
+            Piece::Encoded { bytes, .. } => self.send(bytes),
+            Piece::Rows(batch) => {
+                let bytes = self.encode_batch(&batch)?;
+                self.send(bytes)
+            }
+        }
+    }
+}
