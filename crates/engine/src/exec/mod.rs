@@ -27,6 +27,10 @@ use aggregate::PartialAggregate;
 use join::JoinTable;
 use keys::{KeyCache, KeyEncoder};
 
+/// Rows a long single-threaded loop (sort, join build, aggregate merge, set operation) handles
+/// between two checks of the statement's control (cancel, timeout, memory, client gone).
+pub const CHECK_EVERY_ROWS: usize = 1 << 16;
+
 /// Which tier runs pipelines.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub enum Tier {

@@ -17,15 +17,26 @@ pub fn combine(op: SetOperator, all: bool, left: Batch, right: Batch, types: &[D
         (SetOperator::Union, true) => (0..(left.rows + right.rows) as u32).collect(),
         (SetOperator::Union, false) => {
             let mut seen = std::collections::HashSet::new();
-            let keys = (0..left.rows).map(|r| row_key(&left, r)).chain(right_keys());
-            keys.enumerate().filter(|(_, key)| seen.insert(key.clone())).map(|(i, _)| i as u32).collect()
+            let mut keep = Vec::new();
+            for (row, key) in (0..left.rows).map(|r| row_key(&left, r)).chain(right_keys()).enumerate() {
+                if row % super::CHECK_EVERY_ROWS == 0 {
+                    crate::control::check()?;
+                }
+                if seen.insert(key) {
+                    keep.push(row as u32);
+                }
+            }
+            keep
         }
         (SetOperator::Intersect | SetOperator::Except, _) => {
             let mut counts: HashMap<Vec<ValueKey>, usize> = HashMap::new();
-            for key in right_keys() {
+            for (row, key) in right_keys().enumerate() {
+                if row % super::CHECK_EVERY_ROWS == 0 {
+                    crate::control::check()?;
+                }
                 *counts.entry(key).or_default() += 1;
             }
-            matching_rows(op, all, &left, &mut counts)
+            matching_rows(op, all, &left, &mut counts)?
         }
     };
     let both = super::sort::concat(vec![left, right], types);
@@ -40,10 +51,18 @@ pub fn combine(op: SetOperator, all: bool, left: Batch, right: Batch, types: &[D
 /// Left rows of INTERSECT / EXCEPT given the right side's row counts: INTERSECT ALL keeps
 /// min(m, n) copies of a row found m times left and n times right, EXCEPT ALL max(m - n, 0);
 /// without ALL each qualifying row once.
-fn matching_rows(op: SetOperator, all: bool, left: &Batch, counts: &mut HashMap<Vec<ValueKey>, usize>) -> Vec<u32> {
+fn matching_rows(
+    op: SetOperator,
+    all: bool,
+    left: &Batch,
+    counts: &mut HashMap<Vec<ValueKey>, usize>,
+) -> Result<Vec<u32>> {
     let mut emitted = std::collections::HashSet::new();
     let mut keep = Vec::new();
     for row in 0..left.rows {
+        if row % super::CHECK_EVERY_ROWS == 0 {
+            crate::control::check()?;
+        }
         let key = row_key(left, row);
         let remaining = counts.get_mut(&key);
         let found = remaining.as_ref().is_some_and(|n| **n > 0);
@@ -60,7 +79,7 @@ fn matching_rows(op: SetOperator, all: bool, left: &Batch, counts: &mut HashMap<
             keep.push(row as u32);
         }
     }
-    keep
+    Ok(keep)
 }
 
 fn row_key(batch: &Batch, row: usize) -> Vec<ValueKey> {
