@@ -246,14 +246,10 @@ impl<'s> ExprBinder<'s> {
             E::IsNull(inner) => Ok(Expr::IsNull { expr: Box::new(self.bind_in(inner, context)?), negated: false }),
             E::IsNotNull(inner) => Ok(Expr::IsNull { expr: Box::new(self.bind_in(inner, context)?), negated: true }),
             E::Like { negated, expr, pattern, escape_char: None, any: false } => {
-                let value = self.bind_in(expr, context)?;
-                expect_type(&value, DataType::Text, "LIKE")?;
-                let ast::Expr::Value(ast::ValueWithSpan { value: ast::Value::SingleQuotedString(pattern), .. }) =
-                    pattern.as_ref()
-                else {
-                    return Err(EngineError::unsupported("LIKE with a non-constant pattern"));
-                };
-                Ok(Expr::Like { expr: Box::new(value), pattern: pattern.clone(), negated: *negated })
+                self.like(expr, pattern, *negated, false, context)
+            }
+            E::ILike { negated, expr, pattern, escape_char: None, any: false } => {
+                self.like(expr, pattern, *negated, true, context)
             }
             E::Case { operand, conditions, else_result, .. } => self.case(operand, conditions, else_result, context),
             E::Cast { expr, data_type, .. } => {
@@ -322,6 +318,30 @@ impl<'s> ExprBinder<'s> {
             }
             other => Err(EngineError::unsupported(format!("expression {other}"))),
         }
+    }
+
+    /// `value [NOT] LIKE 'pattern'`; ILIKE compares lower-cased value and pattern (ASCII
+    /// letters, the engine's C collation).
+    fn like(
+        &self,
+        value: &ast::Expr,
+        pattern: &ast::Expr,
+        negated: bool,
+        case_insensitive: bool,
+        context: &mut Option<&mut AggregateContext<'_>>,
+    ) -> Result<Expr> {
+        let mut value = self.bind_in(value, context)?;
+        expect_type(&value, DataType::Text, "LIKE")?;
+        let ast::Expr::Value(ast::ValueWithSpan { value: ast::Value::SingleQuotedString(pattern), .. }) = pattern
+        else {
+            return Err(EngineError::unsupported("LIKE with a non-constant pattern"));
+        };
+        let mut pattern = pattern.clone();
+        if case_insensitive {
+            value = functions::call(ScalarFunction::Lower, vec![value])?;
+            pattern.make_ascii_lowercase();
+        }
+        Ok(Expr::Like { expr: Box::new(value), pattern, negated })
     }
 
     fn column(&self, qualifier: Option<&str>, ident: &ast::Ident) -> Result<Expr> {
@@ -559,6 +579,18 @@ impl<'s> ExprBinder<'s> {
         if aggregate_function(&name).is_some() {
             return Err(EngineError::Grouping(format!(
                 "aggregate function {name} is not allowed here (WHERE, GROUP BY or nested)"
+            )));
+        }
+        if function.over.is_some() {
+            return Err(EngineError::unsupported("window functions (OVER)"));
+        }
+        let modified = match &function.args {
+            ast::FunctionArguments::List(list) => !list.clauses.is_empty() || list.duplicate_treatment.is_some(),
+            _ => false,
+        };
+        if modified || function.filter.is_some() || !function.within_group.is_empty() {
+            return Err(EngineError::unsupported(format!(
+                "DISTINCT, ORDER BY, FILTER or WITHIN GROUP in a call of {name}"
             )));
         }
         let args = function_args(function)?;
