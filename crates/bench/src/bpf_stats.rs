@@ -36,6 +36,9 @@ pub const PROGRAM_NAMES: [&str; 2] = ["fp_client", "fp_server"];
 /// The fast path's per-CPU counter map.
 const COUNTERS_MAP: &str = "fp_counters";
 
+/// The fast path's per-pool, per-CPU map of where bytes went (summed over pools here).
+const POOL_COUNTERS_MAP: &str = "fp_pool_counts";
+
 const BPFTOOL: &str = "bpftool";
 
 /// The `fp_counters` field counting transactions whose server the kernel released.
@@ -90,6 +93,8 @@ pub struct ProgramCounters {
 pub struct Sample {
     pub programs: Vec<ProgramCounters>,
     pub kernel_counters: BTreeMap<String, u64>,
+    /// `fp_pool_counts` fields summed over pools and CPUs.
+    pub pool_counters: BTreeMap<String, u64>,
 }
 
 /// The BPF programs and maps some processes hold descriptors to, by id (two id spaces).
@@ -103,11 +108,14 @@ pub struct Owned {
 pub fn sample(owner_pids: &[u32]) -> Result<Sample> {
     let owned = owned_ids(owner_pids);
     let programs = parse_programs(&bpftool(&["prog", "show"])?, &owned)?;
-    let kernel_counters = match parse_map_id(&bpftool(&["map", "show"])?, COUNTERS_MAP, &owned)? {
-        Some(id) => parse_percpu_sum(&bpftool(&["map", "dump", "id", &id.to_string()])?)?,
-        None => BTreeMap::new(),
+    let maps = bpftool(&["map", "show"])?;
+    let summed = |name: &str| -> Result<BTreeMap<String, u64>> {
+        match parse_map_id(&maps, name, &owned)? {
+            Some(id) => parse_percpu_sum(&bpftool(&["map", "dump", "id", &id.to_string()])?),
+            None => Ok(BTreeMap::new()),
+        }
     };
-    Ok(Sample { programs, kernel_counters })
+    Ok(Sample { programs, kernel_counters: summed(COUNTERS_MAP)?, pool_counters: summed(POOL_COUNTERS_MAP)? })
 }
 
 fn bpftool(args: &[&str]) -> Result<String> {
@@ -215,11 +223,19 @@ pub struct BpfCost {
     pub verdicts_per_txn: f64,
     /// Differences of the `fp_counters` fields over the run (empty when the map was not found).
     pub kernel_counters: BTreeMap<String, u64>,
-    /// Transactions the kernel released a server for ÷ transactions pgbench completed: the share
-    /// that never climbed to user space.
+    /// Transactions whose server the kernel released ÷ transactions completed. A release in the
+    /// kernel says nothing about the request: it may have waited in user space and been written
+    /// from there (see the byte shares).
     pub kernel_transaction_share: Option<f64>,
     /// Passes to user space (Σ `passes_*` fields) per transaction.
     pub passes_per_txn: Option<f64>,
+    /// Differences of the `fp_pool_counts` fields over the run, summed over pools.
+    pub pool_counters: BTreeMap<String, u64>,
+    /// Request bytes forwarded in the kernel ÷ all request bytes the fast path saw (the rest
+    /// were passed to user space, which read them and wrote them to a server).
+    pub request_bytes_in_kernel: Option<f64>,
+    /// The same for answer bytes.
+    pub answer_bytes_in_kernel: Option<f64>,
 }
 
 /// The cost between two samples over `transactions`; `None` when no program was seen or
@@ -242,14 +258,13 @@ pub fn cost(before: &Sample, after: &Sample, transactions: u64) -> Option<BpfCos
     }
     let total_ns: u64 = programs.iter().map(|program| program.run_time_ns).sum();
     let total_runs: u64 = programs.iter().map(|program| program.runs).sum();
-    let kernel_counters: BTreeMap<String, u64> = after
-        .kernel_counters
-        .iter()
-        .map(|(field, &end)| {
-            let start = before.kernel_counters.get(field).copied().unwrap_or(0);
-            (field.clone(), end.saturating_sub(start))
-        })
-        .collect();
+    let kernel_counters = differences(&before.kernel_counters, &after.kernel_counters);
+    let pool_counters = differences(&before.pool_counters, &after.pool_counters);
+    let bytes_share = |direction: &str| {
+        let field = |path: &str| pool_counters.get(&format!("{direction}_bytes_{path}")).copied();
+        let (forwarded, passed) = (field("forwarded")?, field("passed")?);
+        (forwarded + passed > 0).then(|| forwarded as f64 / (forwarded + passed) as f64)
+    };
     let per_txn = |count: u64| count as f64 / transactions as f64;
     let kernel_transaction_share = kernel_counters.get(KERNEL_TRANSACTIONS_FIELD).map(|&count| per_txn(count));
     let passes: Vec<u64> =
@@ -262,7 +277,18 @@ pub fn cost(before: &Sample, after: &Sample, transactions: u64) -> Option<BpfCos
         kernel_counters,
         kernel_transaction_share,
         passes_per_txn,
+        request_bytes_in_kernel: bytes_share("request"),
+        answer_bytes_in_kernel: bytes_share("answer"),
+        pool_counters,
     })
+}
+
+/// `after - before`, field by field (a field new in `after` counts from 0).
+fn differences(before: &BTreeMap<String, u64>, after: &BTreeMap<String, u64>) -> BTreeMap<String, u64> {
+    after
+        .iter()
+        .map(|(field, &end)| (field.clone(), end.saturating_sub(before.get(field).copied().unwrap_or(0))))
+        .collect()
 }
 
 #[cfg(test)]
@@ -352,13 +378,23 @@ mod tests {
             run_time_ns,
             run_count,
         };
+        let bytes = |requests: [u64; 2], answers: [u64; 2]| {
+            BTreeMap::from([
+                ("request_bytes_forwarded".to_string(), requests[0]),
+                ("request_bytes_passed".to_string(), requests[1]),
+                ("answer_bytes_forwarded".to_string(), answers[0]),
+                ("answer_bytes_passed".to_string(), answers[1]),
+            ])
+        };
         let before = Sample {
             programs: vec![program("fp_client", 7, 1_000, 10)],
             kernel_counters: BTreeMap::from([("transactions".to_string(), 100)]),
+            pool_counters: bytes([100, 100], [0, 0]),
         };
         let after = Sample {
             programs: vec![program("fp_client", 7, 3_000, 20), program("fp_server", 8, 6_000, 30)],
             kernel_counters: BTreeMap::from([("transactions".to_string(), 150), ("passes_slow".to_string(), 2)]),
+            pool_counters: bytes([190, 110], [990, 10]),
         };
         let cost = cost(&before, &after, 10).expect("cost");
         assert_eq!(cost.programs[0].ns_per_run, Some(200.0));
@@ -367,6 +403,7 @@ mod tests {
         assert_eq!(cost.verdicts_per_txn, 4.0);
         assert_eq!(cost.kernel_counters.get("transactions"), Some(&50));
         assert_eq!((cost.kernel_transaction_share, cost.passes_per_txn), (Some(5.0), Some(0.2)));
+        assert_eq!((cost.request_bytes_in_kernel, cost.answer_bytes_in_kernel), (Some(0.9), Some(0.99)));
         assert_eq!(super::cost(&before, &after, 0), None);
         assert_eq!(super::cost(&before, &Sample::default(), 10), None);
     }

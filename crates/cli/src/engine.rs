@@ -232,6 +232,19 @@ pub struct BenchArgs {
     pub out_dir: std::path::PathBuf,
 }
 
+/// `bypass bench engine-serving`: the serving benchmark against a child `bypass engine serve`.
+pub fn bench_serving(args: &bypass_bench::engine::serving::ServingArgs) -> anyhow::Result<()> {
+    let python = if args.no_peers { None } else { args.python.clone().or_else(default_python) };
+    let report = bypass_bench::engine::serving::run(args, &std::env::current_exe()?, python)?;
+    println!(
+        "first row {:?} ms, select 1 while streaming {:?} ms (median); results in {}",
+        report.first_row.median_ms,
+        report.select1_while_streaming.median_ms,
+        args.out_dir.join("engine-serving.md").display()
+    );
+    Ok(())
+}
+
 fn default_python() -> Option<std::path::PathBuf> {
     let venv = std::env::var("BYPASS_ENGINE_VENV")
         .ok()

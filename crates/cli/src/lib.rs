@@ -2,7 +2,8 @@
 //! parsing (clap) and printing only; the logic lives in the part's crate.
 //!
 //! ```text
-//!   main.rs ── proxy, check-config, config-reference, up, fastpath, bench pooler|fastpath
+//!   main.rs ── proxy, config-reference, up, fastpath, bench pooler|fastpath
+//!     ├─ pooler    ── bypass check-config, import-pgbouncer             ─► bypass-pooler
 //!     ├─ engine    ── bypass engine serve|load|query, bench engine    ─► bypass-engine, bypass-bench
 //!     ├─ pod       ── bypass pod run|recover|layout, bench pod        ─► bypass-pod, bypass-bench
 //!     └─ dispatch  ── bypass dispatch serve|check-config, agent, lab,  ─► bypass-dispatch, bypass-lab,
@@ -12,3 +13,4 @@
 pub mod dispatch;
 pub mod engine;
 pub mod pod;
+pub mod pooler;

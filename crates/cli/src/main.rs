@@ -37,6 +37,8 @@ enum Command {
         /// Path to bypass.toml.
         file: PathBuf,
     },
+    /// Translate a pgbouncer.ini into an equivalent bypass.toml and list what has no equivalent.
+    ImportPgbouncer(bypass_cli::pooler::ImportArgs),
     /// Start a private PostgreSQL 15 under ./.bypass and the pooler in front of it on port 6432.
     Up(up::UpArgs),
     /// Run a benchmark and write its results under bench/results/.
@@ -79,18 +81,34 @@ enum BenchCommand {
     Fastpath(bypass_bench::fastpath::FastpathBenchArgs),
     /// The engine against DuckDB, DataFusion and Polars, and the runtime experiments.
     Engine(bypass_cli::engine::BenchArgs),
+    /// The engine as a server: first-row latency of a large scan, `select 1` while another
+    /// client streams, resident memory against DuckDB, memory after DROP TABLE.
+    EngineServing(bypass_bench::engine::serving::ServingArgs),
     /// The pod store against 2PL+2PC and OCC on TPC-C and YCSB.
     Pod(bypass_cli::pod::BenchArgs),
     /// The dispatcher (relay, hand-over, hybrid) against HAProxy in the lab.
     Dispatch(bypass_cli::dispatch::BenchArgs),
 }
 
-fn main() -> Result<()> {
+/// Errors end the process with their message and exit code 1, never a Rust backtrace: they are
+/// the operator's to read (a configuration problem, a port in use), not a crash.
+fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("bypass: {error:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> Result<()> {
     let cli = Cli::parse();
     logging::init(cli.log_format);
     match cli.command {
         Command::Proxy { config } => run_proxy(load(&config)?, config),
-        Command::CheckConfig { file } => check_config(&file),
+        Command::CheckConfig { file } => bypass_cli::pooler::check_config(&file),
+        Command::ImportPgbouncer(args) => bypass_cli::pooler::import(args),
         Command::ConfigReference => {
             print!("{}", bypass_pooler::config_doc::reference());
             Ok(())
@@ -107,6 +125,7 @@ fn main() -> Result<()> {
             bypass_bench::fastpath::run(args, &std::env::current_exe()?)
         }
         Command::Bench { which: BenchCommand::Engine(args) } => bypass_cli::engine::bench(args),
+        Command::Bench { which: BenchCommand::EngineServing(args) } => bypass_cli::engine::bench_serving(&args),
         Command::Bench { which: BenchCommand::Pod(args) } => bypass_cli::pod::bench(args),
         Command::Engine(command) => bypass_cli::engine::run(command),
         Command::Pod(command) => bypass_cli::pod::run(command),
@@ -118,19 +137,7 @@ fn main() -> Result<()> {
 }
 
 fn load(path: &std::path::Path) -> Result<ValidConfig> {
-    Config::load(path).with_context(|| format!("configuration {}", path.display()))
-}
-
-fn check_config(path: &std::path::Path) -> Result<()> {
-    let valid = load(path)?;
-    println!(
-        "{}: valid ({} database entries, {} users, listening on {})",
-        path.display(),
-        valid.config.databases.len(),
-        valid.auth.len(),
-        valid.listen_addr
-    );
-    Ok(())
+    Config::load(path).map_err(|error| anyhow::anyhow!("{}", bypass_cli::pooler::describe(path, &error)))
 }
 
 /// A single-threaded runtime for the main thread's own waiting (signals, status line); the pooler

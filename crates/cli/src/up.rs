@@ -121,7 +121,7 @@ fn embedded_config(args: &UpArgs, postgres_port: u16) -> Config {
         ..PoolerSettings::default()
     };
     let backend = DatabaseEntry { host: "127.0.0.1".into(), port: postgres_port, ..DatabaseEntry::default() };
-    Config { pooler, databases: [("*".to_owned(), backend)].into() }
+    Config { pooler, databases: [("*".to_owned(), backend)].into(), ..Config::default() }
 }
 
 fn serve(config: bypass_pooler::ValidConfig, postgres: &Postgres, port: u16) -> Result<()> {

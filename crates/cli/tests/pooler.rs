@@ -339,3 +339,114 @@ fn bypass_up_first_run_and_a_second_up_on_the_same_folder() {
         .expect("pg_ctl runs");
     assert!(stop.status.success(), "the orphan was still running: {}", text(&stop.stderr));
 }
+
+fn bypass(args: &[&str], folder: &Path) -> Output {
+    Command::new(BYPASS).args(args).current_dir(folder).env("RUST_BACKTRACE", "1").output().expect("bypass runs")
+}
+
+fn psql_as(port: u16, user: &str, password: &str, database: &str, sslmode: &str) -> Output {
+    Command::new(pg_bin("psql"))
+        .args(["-X", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-c", "select current_user || '@' || current_database()"])
+        .arg(format!("host=127.0.0.1 port={port} user={user} dbname={database} sslmode={sslmode} connect_timeout=20"))
+        .env("PGPASSWORD", password)
+        .output()
+        .expect("psql runs")
+}
+
+#[test]
+fn import_pgbouncer_then_psql_through_the_result() {
+    // Goal: a representative pgbouncer.ini (md5 and SCRAM secrets in its auth file, two
+    // databases, client TLS, timeouts) becomes a bypass.toml that serves the same clients, and
+    // what has no equivalent is listed. Method: write the ini, `bypass import-pgbouncer`,
+    // `bypass check-config`, `bypass proxy`, then psql with each user over TLS to each database.
+    let postgres = Postgres::start_with(bypass_testkit::PostgresOptions {
+        users: vec![
+            bypass_testkit::TestUser::md5("mdfive", "pw-one"),
+            bypass_testkit::TestUser::scram("scrammy", "pw-two"),
+        ],
+        ..Default::default()
+    })
+    .expect("PostgreSQL starts");
+    postgres.psql("create database reports").expect("second database");
+    let secret = |user: &str| {
+        postgres.psql(&format!("select rolpassword from pg_authid where rolname = '{user}'")).expect("secret")
+    };
+    let folder = tempfile::tempdir().expect("tempdir");
+    let dir = folder.path();
+    let userlist = format!("\"mdfive\" \"{}\"\n\"scrammy\" \"{}\"\n", secret("mdfive"), secret("scrammy"));
+    std::fs::write(dir.join("userlist.txt"), userlist).expect("userlist");
+    let certificate = Command::new("openssl")
+        .args(["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=localhost", "-days", "2"])
+        .args(["-keyout", "key.pem", "-out", "cert.pem"])
+        .current_dir(dir)
+        .output()
+        .expect("openssl runs");
+    assert!(certificate.status.success(), "{}", text(&certificate.stderr));
+    let port = free_port();
+    let ini = format!(
+        "[databases]\napp = host=127.0.0.1 port={pg} dbname=postgres\nreports = host=127.0.0.1 port={pg} dbname=reports pool_size=3\n\n\
+         [pgbouncer]\nlisten_addr = 127.0.0.1\nlisten_port = {port}\nunix_socket_dir =\nauth_type = md5\n\
+         auth_file = userlist.txt\npool_mode = transaction\nmax_client_conn = 200\ndefault_pool_size = 5\n\
+         client_tls_sslmode = require\nclient_tls_cert_file = cert.pem\nclient_tls_key_file = key.pem\n\
+         server_tls_sslmode = disable\nserver_idle_timeout = 30\nquery_wait_timeout = 5\nclient_login_timeout = 10\n\
+         logfile = /var/log/pgbouncer.log\npidfile = /run/pgbouncer.pid\n",
+        pg = postgres.port()
+    );
+    std::fs::write(dir.join("pgbouncer.ini"), ini).expect("ini");
+
+    let imported = bypass(&["import-pgbouncer", "pgbouncer.ini", "--output", "bypass.toml"], dir);
+    let report = text(&imported.stdout);
+    assert!(imported.status.success(), "{report}\n{}", text(&imported.stderr));
+    assert!(
+        report.contains("not translated (2)") && report.contains("logfile") && report.contains("pidfile"),
+        "{report}"
+    );
+    assert!(report.contains("bypass.toml: valid"), "{report}");
+    let checked = bypass(&["check-config", "bypass.toml"], dir);
+    assert!(checked.status.success(), "{}", text(&checked.stderr));
+    let toml = std::fs::read_to_string(dir.join("bypass.toml")).expect("written");
+    assert!(toml.contains("query_wait_timeout_ms = 5000") && toml.contains("server_idle_timeout_ms = 30000"), "{toml}");
+
+    let proxy = Bypass::proxy(&dir.join("bypass.toml"), &[]);
+    wait_listening(port);
+    for (user, password, database) in [("mdfive", "pw-one", "app"), ("scrammy", "pw-two", "reports")] {
+        let output = psql_as(port, user, password, database, "require");
+        assert!(output.status.success(), "{user}: {}\n{}", text(&output.stderr), proxy.log());
+        let expected = format!("{user}@{}", if database == "app" { "postgres" } else { "reports" });
+        assert_eq!(text(&output.stdout), expected);
+    }
+    let plaintext = psql_as(port, "mdfive", "pw-one", "app", "disable");
+    assert!(!plaintext.status.success(), "client_tls_sslmode = require carried over");
+    let wrong = psql_as(port, "mdfive", "not-it", "app", "require");
+    assert!(text(&wrong.stderr).contains("password authentication failed"), "{}", text(&wrong.stderr));
+    assert!(proxy.stop().success());
+}
+
+#[test]
+fn check_config_lists_every_problem_once_without_a_backtrace() {
+    // Goal: `bypass check-config` shows every problem of a file in one run, each once, says when
+    // the file is a pgbouncer.ini, and never prints a Rust backtrace. Method: a TOML file with
+    // four problems, then a pgbouncer.ini, both with RUST_BACKTRACE=1.
+    let folder = tempfile::tempdir().expect("tempdir");
+    let dir = folder.path();
+    std::fs::write(
+        dir.join("broken.toml"),
+        "[pooler]\npool_mdoe = \"session\"\ndefault_pool_size = \"ten\"\nauth_type = \"md5\"\n[databases.app]\nport = \"x\"\n",
+    )
+    .expect("write");
+    let checked = bypass(&["check-config", "broken.toml"], dir);
+    let message = text(&checked.stderr);
+    assert!(!checked.status.success());
+    for expected in ["pool_mdoe", "pooler.default_pool_size", "databases.app.port", "auth_file is required"] {
+        assert_eq!(message.matches(expected).count(), 1, "{expected} once in:\n{message}");
+    }
+    assert!(!message.contains("backtrace") && !message.contains("panicked"), "{message}");
+
+    std::fs::write(dir.join("pgbouncer.ini"), "[databases]\napp = host=127.0.0.1\n[pgbouncer]\nlisten_port = 6432\n")
+        .expect("write");
+    let checked = bypass(&["check-config", "pgbouncer.ini"], dir);
+    let message = text(&checked.stderr);
+    assert!(!checked.status.success());
+    assert!(message.contains("looks like a pgbouncer.ini") && message.contains("bypass import-pgbouncer"), "{message}");
+    assert!(!message.contains("backtrace") && !message.contains("panicked"), "{message}");
+}

@@ -165,6 +165,93 @@ fn a_dead_replica_is_skipped_and_readmitted() -> anyhow::Result<()> {
     Ok(())
 }
 
+// Goal: a read sent to a replica that turns out to be shutting down is answered elsewhere, the
+// session intact. This is the race a kill leaves open: a link sits idle, its server shuts down,
+// and the server's farewell (PostgreSQL sends "57P01 terminating connection due to immediate
+// shutdown command" as a WARNING, then closes) is still on its way when the next read goes out
+// on it (the kill test hits it only under load, when the agent or the loopback is slow to pass
+// it on). Method: replica b1 is a scripted server that logs in, answers health checks, and meets
+// every other query with exactly that farewell; the reads must all come from the primary.
+#[test]
+fn a_read_meeting_a_server_farewell_is_retried_elsewhere() -> anyhow::Result<()> {
+    let primary = Postgres::start()?;
+    primary.psql("create table whoami (name text); insert into whoami values ('b0')")?;
+    let agent = start_agent(primary.port())?;
+    let dying = DyingServer::start()?;
+    let mut config = dispatcher_config(&[agent.ready, dying.address], 0, &[1])?;
+    config.backends[0].postgres = Some(SocketAddr::from(([127, 0, 0, 1], primary.port())));
+    config.backends[1].postgres = Some(dying.address);
+    let dispatcher = dispatcher::start(config, None)?;
+    let mut connection = connect(dispatcher.ready.local_addr)?;
+    for read in 0..5 {
+        let shared = &dispatcher.ready.shared;
+        wait_until(Duration::from_secs(10), "b1 readmitted", || shared.backends[1].is_healthy())?;
+        let seen = who_answers(&mut connection, "select name from whoami", 1)?;
+        assert_eq!(seen, BTreeMap::from([("b0".to_string(), 1)]), "read {read}");
+    }
+    assert_eq!(dying.farewells.load(Ordering::Relaxed), 5, "every read met b1's farewell first");
+    Ok(())
+}
+
+/// A scripted PostgreSQL server that is always shutting down: trust login, health checks
+/// answered (lag 0), any other query met with PostgreSQL's immediate-shutdown farewell.
+struct DyingServer {
+    address: SocketAddr,
+    farewells: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl DyingServer {
+    fn start() -> anyhow::Result<DyingServer> {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+        let address = listener.local_addr()?;
+        let farewells = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counter = farewells.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let counter = counter.clone();
+                std::thread::spawn(move || DyingServer::serve(stream, &counter));
+            }
+        });
+        Ok(DyingServer { address, farewells })
+    }
+
+    fn serve(mut stream: std::net::TcpStream, farewells: &std::sync::atomic::AtomicUsize) -> std::io::Result<()> {
+        use bypass_wire::backend::build;
+        use bypass_wire::{Authentication, Severity, SqlState, TransactionStatus};
+        use std::io::{Read, Write};
+        let mut length = [0u8; 4];
+        stream.read_exact(&mut length)?;
+        let mut startup = vec![0u8; (u32::from_be_bytes(length) as usize).saturating_sub(4)];
+        stream.read_exact(&mut startup)?;
+        let mut out = Vec::new();
+        build::authentication(&mut out, &Authentication::Ok);
+        build::ready_for_query(&mut out, TransactionStatus::Idle);
+        stream.write_all(&out)?;
+        loop {
+            let mut header = [0u8; 5];
+            stream.read_exact(&mut header)?;
+            let mut body = vec![0u8; (u32::from_be_bytes(header[1..].try_into().expect("4 bytes")) as usize) - 4];
+            stream.read_exact(&mut body)?;
+            out.clear();
+            if header[0] != b'Q' {
+                return Ok(());
+            }
+            if String::from_utf8_lossy(&body).contains("pg_is_in_recovery") {
+                build::text_row_description(&mut out, &["lag"]);
+                build::data_row(&mut out, &[Some(b"0")]);
+                build::command_complete(&mut out, "SELECT 1");
+                build::ready_for_query(&mut out, TransactionStatus::Idle);
+                stream.write_all(&out)?;
+                continue;
+            }
+            let text = "terminating connection due to immediate shutdown command";
+            build::notice_with_severity(&mut out, Severity::Warning, SqlState::ADMIN_SHUTDOWN, text);
+            farewells.fetch_add(1, Ordering::Relaxed);
+            return stream.write_all(&out);
+        }
+    }
+}
+
 // Goal: a streaming replica whose replay lags more than replica_lag_max_ms gets no reads, and
 // gets them back once it catches up. Method: a real primary and pg_basebackup standby; pause
 // replay on the standby, write on the primary, watch where reads go.

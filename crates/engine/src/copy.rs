@@ -297,10 +297,8 @@ impl RecordParser {
             let raw: Vec<u8> = self.pending.drain(..end).collect();
             let line = self.line;
             self.line += lines;
-            let mut text = std::str::from_utf8(&raw).map_err(|_| EngineError::CopyLine {
-                line,
-                source: Box::new(EngineError::InvalidValue("invalid byte sequence for encoding \"UTF8\"".into())),
-            })?;
+            let mut text =
+                crate::error::utf8(&raw).map_err(|error| EngineError::CopyLine { line, source: Box::new(error) })?;
             text = text.strip_suffix('\n').unwrap_or(text);
             text = text.strip_suffix('\r').unwrap_or(text);
             if self.header_pending {

@@ -199,5 +199,25 @@ impl EngineError {
     }
 }
 
+/// `bytes` as text, or PostgreSQL's 22021 naming the first invalid sequence
+/// (`invalid byte sequence for encoding "UTF8": 0xc3 0x28`).
+pub fn utf8(bytes: &[u8]) -> Result<&str> {
+    std::str::from_utf8(bytes).map_err(|error| {
+        let rest = &bytes[error.valid_up_to()..];
+        // As PostgreSQL: as many bytes as the lead byte announces, at most those present.
+        let announced = match rest.first().copied().unwrap_or(0) {
+            0xc0..=0xdf => 2,
+            0xe0..=0xef => 3,
+            0xf0..=0xf7 => 4,
+            _ => 1,
+        };
+        let shown: Vec<String> = rest.iter().take(announced).map(|b| format!("0x{b:02x}")).collect();
+        EngineError::CharacterNotInRepertoire(format!(
+            "invalid byte sequence for encoding \"UTF8\": {}",
+            shown.join(" ")
+        ))
+    })
+}
+
 /// Result alias used throughout the crate.
 pub type Result<T, E = EngineError> = std::result::Result<T, E>;

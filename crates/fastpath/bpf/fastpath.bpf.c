@@ -67,6 +67,21 @@ struct {
 	__type(value, struct fp_counters);
 } fp_counters SEC(".maps");
 
+/* One zero the verifier cannot see through (see walk_init). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} fp_opaque_zero SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, FP_POOLS_MAX);
+	__type(key, __u32);
+	__type(value, struct fp_pool_counters);
+} fp_pool_counts SEC(".maps");
+
 #define CAS(ptr, old, new) __sync_val_compare_and_swap((ptr), (old), (new))
 /* Compare-and-swap retries against user space, which touches a word only on slow paths. */
 #define CAS_TRIES 16
@@ -104,6 +119,7 @@ struct walk {
 	__u8 flags;
 	__u8 unsafe;      /* client: a message only user space may handle */
 	__u32 skip;       /* bytes at the skb's start that finish a message begun in an earlier skb */
+	__u32 messages;   /* message headers read (a message counts in the skb its header ends in) */
 	__u32 requests;   /* client: Query, Sync and FunctionCall messages */
 	__u32 ready_count; /* server: ReadyForQuery messages */
 	__u8 last_status;  /* server: the status byte of the last one */
@@ -233,6 +249,7 @@ static __always_inline int walk_common(struct walk *w, __u8 *m, __u32 *have, __u
 		return STEP_STOP;
 	}
 	w->stash_len = 0;
+	w->messages += 1;
 	w->pos += 5 - stashed;
 	w->frame_left = *length - 4;
 	return STEP_HEADER;
@@ -303,14 +320,25 @@ static long walk_client_step(__u32 i, void *data)
 			(w)->skip = (w)->len;        \
 	} while (0)
 
-static __always_inline void walk_init(struct walk *w, struct __sk_buff *skb, struct fp_slot *s)
+/* Starts a walk from the slot's framing state. The counters start from a zero read from a map:
+ * a zero the verifier knows would keep apart, at every later instruction, the states where a
+ * counter was never incremented (its stack bytes known zero) from those where it was, and
+ * fp_client would run out of verifier instructions. -1: the map is missing (never happens). */
+static __always_inline int walk_init(struct walk *w, struct __sk_buff *skb, struct fp_slot *s)
 {
+	__u32 zero_key = 0;
+	__u32 *zero = bpf_map_lookup_elem(&fp_opaque_zero, &zero_key);
+	if (!zero)
+		return -1;
+	w->messages = *zero;
+	w->requests = *zero;
 	w->skb = skb;
 	w->len = skb->len;
 	w->frame_left = s->frame_left;
 	__builtin_memcpy(w->stash, s->stash, 4);
 	w->stash_len = s->stash_len;
 	w->flags = s->flags;
+	return 0;
 }
 
 static __always_inline void walk_commit(struct walk *w, struct fp_slot *s)
@@ -367,18 +395,44 @@ static __always_inline void server_give_back(struct fp_slot *s, __u32 index, str
 	bpf_ringbuf_output(&fp_handoffs, &index, sizeof(index), 0);
 }
 
-/* Per-pool totals (shared by every CPU, hence atomic adds). */
-static __always_inline void count_for_pool(__u32 pool_index, int transaction, __u64 from_clients, __u64 to_clients)
+/* Counts where a walked skb's bytes and requests (or answers) went, in its pool's per-CPU counters (atomic
+ * adds: a softirq verdict can interrupt a process-context one on the same CPU). */
+static __always_inline void count_walk(__u32 pool_index, struct walk *w, int answers, int forwarded)
 {
-	struct fp_pool *pool = bpf_map_lookup_elem(&fp_pools, &pool_index);
-	if (!pool)
+	struct fp_pool_counters *p = bpf_map_lookup_elem(&fp_pool_counts, &pool_index);
+	if (!p)
 		return;
-	if (transaction)
-		__sync_fetch_and_add(&pool->transactions, 1);
-	if (from_clients)
-		__sync_fetch_and_add(&pool->bytes_from_clients, from_clients);
-	if (to_clients)
-		__sync_fetch_and_add(&pool->bytes_to_clients, to_clients);
+	__u64 *bytes, *messages, *count;
+	if (answers) {
+		bytes = forwarded ? &p->answer_bytes_forwarded : &p->answer_bytes_passed;
+		messages = forwarded ? &p->answer_messages_forwarded : &p->answer_messages_passed;
+		count = forwarded ? &p->answers_forwarded : &p->answers_passed;
+	} else {
+		bytes = forwarded ? &p->request_bytes_forwarded : &p->request_bytes_passed;
+		messages = forwarded ? &p->request_messages_forwarded : &p->request_messages_passed;
+		count = forwarded ? &p->requests_forwarded : &p->requests_passed;
+	}
+	__sync_fetch_and_add(bytes, w->len);
+	__sync_fetch_and_add(count, answers ? w->ready_count : w->requests);
+	__sync_fetch_and_add(messages, w->messages);
+}
+
+static __always_inline void count_transaction(__u32 pool_index)
+{
+	struct fp_pool_counters *p = bpf_map_lookup_elem(&fp_pool_counts, &pool_index);
+	if (p)
+		__sync_fetch_and_add(&p->transactions, 1);
+}
+
+/* A server skb user space receives: an idle server's unprompted message, a server user space
+ * holds, or an answer whose client is gone. The walk keeps counting messages across skbs; the
+ * dirty flag belongs to kernel links only, so it is left as it was. */
+static __always_inline int server_pass(struct fp_slot *s, struct walk *w)
+{
+	w->flags = (w->flags & ~FP_FLAG_DIRTY) | (s->flags & FP_FLAG_DIRTY);
+	walk_commit(w, s);
+	count_walk(s->pool, w, 1, 0);
+	return SK_PASS;
 }
 
 SEC("sk_skb/stream_verdict")
@@ -390,16 +444,19 @@ int fp_server(struct __sk_buff *skb)
 	struct fp_slot *s = slot_of_skb(skb, &index);
 	if (n)
 		n->server_runs++;
-	if (!s || s->owner != FP_OWNER_KERNEL || s->peer == FP_NO_PEER) {
+	if (!s)
+		return SK_PASS;
+	if (walk_init(&w, skb, s) < 0)
+		return SK_PASS;
+	walk_all(&w, walk_server_step);
+	struct fp_slot *c = 0;
+	if (s->owner == FP_OWNER_KERNEL && s->peer != FP_NO_PEER)
+		c = slot_at(s->peer);
+	if (!c) {
 		if (n)
 			n->passes_idle_server++;
-		return SK_PASS;
+		return server_pass(s, &w);
 	}
-	struct fp_slot *c = slot_at(s->peer);
-	if (!c)
-		return SK_PASS;
-	walk_init(&w, skb, s);
-	walk_all(&w, walk_server_step);
 	walk_commit(&w, s);
 	int released = answer_requests(c, index - FP_CLIENT_SLOTS, &w);
 	__u64 cookie = c->cookie;
@@ -415,13 +472,16 @@ int fp_server(struct __sk_buff *skb)
 		s->peer = FP_NO_PEER;
 		s->owner = FP_OWNER_HANDOFF;
 		bpf_ringbuf_output(&fp_handoffs, &index, sizeof(index), 0);
+		count_walk(s->pool, &w, 1, 0);
 		return SK_PASS;
 	}
 	if (n)
 		n->bytes_to_clients += w.len;
-	count_for_pool(s->pool, released, 0, w.len);
-	if (released)
+	count_walk(s->pool, &w, 1, 1);
+	if (released) {
+		count_transaction(s->pool);
 		server_give_back(s, index, n);
+	}
 	return SK_PASS;
 }
 
@@ -557,6 +617,13 @@ static __always_inline int client_first_for_user_space(struct __sk_buff *skb, st
 	return 0;
 }
 
+/* Passes a client skb to user space, counting its bytes and messages there. */
+static __always_inline int client_pass_counted(struct fp_slot *c, struct __sk_buff *skb, struct walk *w)
+{
+	count_walk(c->pool, w, 0, 0);
+	return client_pass(c, skb, w->skip);
+}
+
 SEC("sk_skb/stream_verdict")
 int fp_client(struct __sk_buff *skb)
 {
@@ -568,35 +635,42 @@ int fp_client(struct __sk_buff *skb)
 		n->client_runs++;
 	if (!c)
 		return SK_PASS;
-	if (!(c->gate & FP_GATE_FAST)) {
+	int gate_open = c->gate & FP_GATE_FAST;
+	int first_for_user_space = gate_open && client_first_for_user_space(skb, c);
+	/* Walked whatever the verdict, so the counters see every message; the framing carries on
+	 * through a passed episode until user space re-arms (which resets it at a boundary). */
+	if (walk_init(&w, skb, c) < 0)
+		return SK_PASS;
+	walk_all(&w, walk_client_step);
+	walk_commit(&w, c);
+	if (!gate_open) {
 		if (n)
 			n->passes_slow++;
-		return client_pass(c, skb, 0);
+		w.skip = 0;
+		return client_pass_counted(c, skb, &w);
 	}
-	if (client_first_for_user_space(skb, c)) {
+	if (first_for_user_space) {
 		if (n)
 			n->passes_unsafe++;
-		return client_pass(c, skb, 0);
+		w.skip = 0;
+		return client_pass_counted(c, skb, &w);
 	}
-	walk_init(&w, skb, c);
-	walk_all(&w, walk_client_step);
 	if (w.unsafe || w.bad) {
 		if (n)
 			n->passes_unsafe++;
-		return client_pass(c, skb, w.skip);
+		return client_pass_counted(c, skb, &w);
 	}
 	if (add_requests(c, w.requests, &server) < 0) {
 		if (w.skip || take_server(c->pool, index, c->params, &server) < 0) {
 			if (n)
 				n->passes_no_server++;
-			return client_pass(c, skb, w.skip);
+			return client_pass_counted(c, skb, &w);
 		}
 		c->link = ((__u64)(server + 1) << 32) | w.requests;
 	}
 	struct fp_slot *s = slot_at(FP_CLIENT_SLOTS + server);
 	if (!s)
-		return client_pass(c, skb, w.skip);
-	walk_commit(&w, c);
+		return client_pass_counted(c, skb, &w);
 	__u64 cookie = s->cookie;
 	__sync_fetch_and_add(&s->redirected, w.len);
 	long verdict = bpf_sk_redirect_hash(skb, &fp_servers, &cookie, 0);
@@ -604,11 +678,11 @@ int fp_client(struct __sk_buff *skb)
 		__sync_fetch_and_add(&s->redirected, -(__u64)w.len);
 		if (n)
 			n->redirect_failures++;
-		return client_pass(c, skb, w.skip);
+		return client_pass_counted(c, skb, &w);
 	}
 	if (n)
 		n->bytes_to_servers += w.len;
-	count_for_pool(c->pool, 0, w.len, 0);
+	count_walk(c->pool, &w, 0, 1);
 	return SK_PASS;
 }
 

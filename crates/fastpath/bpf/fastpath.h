@@ -72,10 +72,29 @@ struct fp_slot {
 struct fp_pool {
 	__u32 waiters; /* clients queued in user space: the kernel leaves free servers to them */
 	__u32 servers; /* server slots in use in this pool's range (scan bound) */
-	/* What the kernel did for this pool; SHOW STATS and /metrics add it to user space's. */
-	__u64 transactions;     /* released in the kernel */
-	__u64 bytes_from_clients; /* client bytes redirected to servers */
-	__u64 bytes_to_clients;   /* server bytes redirected to clients */
+};
+
+/* Per pool and per CPU: where the bytes of the pool's pooled sockets went. "Forwarded": the
+ * kernel redirected them from socket to socket, user space never copied them. "Passed": the
+ * kernel handed them up to user space (SK_PASS), which read them and relayed (or refused) them.
+ * Requests run client to server, answers server to client (an idle server's unprompted
+ * messages count as passed answers). Messages count in the skb their header ends in; requests
+ * are the messages that ask for a ReadyForQuery (Query, Sync, FunctionCall), answers the
+ * ReadyForQuery messages. SHOW STATS, /metrics and `bypass fastpath status` sum the CPUs. */
+struct fp_pool_counters {
+	__u64 transactions; /* released in the kernel */
+	__u64 request_bytes_forwarded;
+	__u64 request_messages_forwarded;
+	__u64 requests_forwarded;
+	__u64 request_bytes_passed;
+	__u64 request_messages_passed;
+	__u64 requests_passed;
+	__u64 answer_bytes_forwarded;
+	__u64 answer_messages_forwarded;
+	__u64 answers_forwarded;
+	__u64 answer_bytes_passed;
+	__u64 answer_messages_passed;
+	__u64 answers_passed;
 };
 
 /* Per-CPU counters. */

@@ -4,7 +4,7 @@
 //! programs update the same words with compare-and-swap.
 
 use std::mem::{offset_of, size_of};
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8};
+use std::sync::atomic::{AtomicU16, AtomicU32, AtomicU64, AtomicU8};
 
 pub const CLIENT_SLOTS: u32 = 32_768;
 pub const POOLS_MAX: u32 = 64;
@@ -41,7 +41,7 @@ pub struct Slot {
     pub stash: [AtomicU8; 4],
     pub stash_len: AtomicU8,
     pub flags: AtomicU8,
-    pub params: std::sync::atomic::AtomicU16,
+    pub params: AtomicU16,
     pub pass_skip: AtomicU32,
     pub message_max: AtomicU32,
 }
@@ -51,9 +51,77 @@ pub struct Slot {
 pub struct PoolEntry {
     pub waiters: AtomicU32,
     pub servers: AtomicU32,
-    pub transactions: std::sync::atomic::AtomicU64,
-    pub bytes_from_clients: std::sync::atomic::AtomicU64,
-    pub bytes_to_clients: std::sync::atomic::AtomicU64,
+}
+
+/// Where one pool's bytes went (`struct fp_pool_counters`), per CPU in the kernel, summed by
+/// [`crate::FastPath::pool_counters`]. Forwarded: redirected socket to socket in the kernel, never
+/// copied to user space. Passed: handed up to user space, which read them. Requests run client to
+/// server, answers server to client. Messages count in the skb their header ends in; `requests`
+/// are the messages that ask for a ReadyForQuery (Query, Sync, FunctionCall), `answers` the
+/// ReadyForQuery messages.
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct PoolCounters {
+    /// Transactions whose server the kernel released.
+    pub transactions: u64,
+    pub request_bytes_forwarded: u64,
+    pub request_messages_forwarded: u64,
+    pub requests_forwarded: u64,
+    pub request_bytes_passed: u64,
+    pub request_messages_passed: u64,
+    pub requests_passed: u64,
+    pub answer_bytes_forwarded: u64,
+    pub answer_messages_forwarded: u64,
+    pub answers_forwarded: u64,
+    pub answer_bytes_passed: u64,
+    pub answer_messages_passed: u64,
+    pub answers_passed: u64,
+}
+
+// SAFETY: plain old data of u64 fields, any bit pattern is valid.
+unsafe impl aya::Pod for PoolCounters {}
+
+impl PoolCounters {
+    /// The fields in declaration order (for sums and differences).
+    fn fields_mut(&mut self) -> [&mut u64; 13] {
+        [
+            &mut self.transactions,
+            &mut self.request_bytes_forwarded,
+            &mut self.request_messages_forwarded,
+            &mut self.requests_forwarded,
+            &mut self.request_bytes_passed,
+            &mut self.request_messages_passed,
+            &mut self.requests_passed,
+            &mut self.answer_bytes_forwarded,
+            &mut self.answer_messages_forwarded,
+            &mut self.answers_forwarded,
+            &mut self.answer_bytes_passed,
+            &mut self.answer_messages_passed,
+            &mut self.answers_passed,
+        ]
+    }
+
+    pub fn add(&mut self, other: &PoolCounters) {
+        let mut other = *other;
+        for (mine, theirs) in self.fields_mut().into_iter().zip(other.fields_mut()) {
+            *mine += *theirs;
+        }
+    }
+
+    /// Share of request bytes the kernel forwarded, of all it saw (None before any).
+    pub fn request_bytes_share(&self) -> Option<f64> {
+        share(self.request_bytes_forwarded, self.request_bytes_passed)
+    }
+
+    /// Share of answer bytes the kernel forwarded, of all it saw (None before any).
+    pub fn answer_bytes_share(&self) -> Option<f64> {
+        share(self.answer_bytes_forwarded, self.answer_bytes_passed)
+    }
+}
+
+fn share(forwarded: u64, passed: u64) -> Option<f64> {
+    let total = forwarded + passed;
+    (total > 0).then(|| forwarded as f64 / total as f64)
 }
 
 /// Per-CPU counters (`struct fp_counters`).
@@ -83,7 +151,10 @@ const _: () = {
     assert!(offset_of!(Slot, stash) == 48);
     assert!(offset_of!(Slot, params) == 54);
     assert!(offset_of!(Slot, pass_skip) == 56);
-    assert!(size_of::<PoolEntry>() == 32);
+    assert!(size_of::<PoolEntry>() == 8);
+    assert!(size_of::<PoolCounters>() == 104);
+    assert!(offset_of!(PoolCounters, request_bytes_passed) == 32);
+    assert!(offset_of!(PoolCounters, answers_passed) == 96);
     assert!(size_of::<Counters>() == 88);
 };
 

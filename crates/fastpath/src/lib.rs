@@ -41,7 +41,7 @@ use aya::programs::SkSkb;
 use aya::Ebpf;
 
 use abi::*;
-pub use abi::{Counters, MirrorCounters, PoolEntry, Slot};
+pub use abi::{Counters, MirrorCounters, PoolCounters, PoolEntry, Slot};
 pub use mirror::MirrorHandle;
 
 /// The compiled programs, aligned for the ELF parser.
@@ -97,6 +97,7 @@ pub struct FastPath {
     slots: SharedArray<Slot>,
     pools: SharedArray<PoolEntry>,
     counters: PerCpuArray<MapData, Counters>,
+    pool_counters: PerCpuArray<MapData, PoolCounters>,
     handoffs: Mutex<Option<RingBuf<MapData>>>,
     free_clients: Mutex<Vec<u32>>,
     /// Free server slots per pool (relative indexes within the pool's range), and pool names.
@@ -124,6 +125,8 @@ impl FastPath {
         let slots = SharedArray::map(take_map(&mut ebpf, "fp_slots")?, SLOTS as usize, "fp_slots")?;
         let pools = SharedArray::map(take_map(&mut ebpf, "fp_pools")?, POOLS_MAX as usize, "fp_pools")?;
         let counters = PerCpuArray::try_from(take_map(&mut ebpf, "fp_counters")?).map_err(map_error("fp_counters"))?;
+        let pool_counters =
+            PerCpuArray::try_from(take_map(&mut ebpf, "fp_pool_counts")?).map_err(map_error("fp_pool_counts"))?;
         let handoffs = RingBuf::try_from(take_map(&mut ebpf, "fp_handoffs")?).map_err(map_error("fp_handoffs"))?;
         Ok(FastPath {
             _ebpf: ebpf,
@@ -133,6 +136,7 @@ impl FastPath {
             slots,
             pools,
             counters,
+            pool_counters,
             handoffs: Mutex::new(Some(handoffs)),
             free_clients: Mutex::new((0..CLIENT_SLOTS).rev().collect()),
             free_servers: Mutex::new((0..POOLS_MAX).map(|_| (0..POOL_SERVERS_MAX).rev().collect()).collect()),
@@ -257,6 +261,17 @@ impl FastPath {
         if let Ok(values) = self.counters.get(&0, 0) {
             for cpu in values.iter() {
                 add_counters(&mut total, cpu);
+            }
+        }
+        total
+    }
+
+    /// Where a pool's bytes went, summed over CPUs.
+    pub fn pool_counters(&self, pool: u32) -> PoolCounters {
+        let mut total = PoolCounters::default();
+        if let Ok(values) = self.pool_counters.get(&pool, 0) {
+            for cpu in values.iter() {
+                total.add(cpu);
             }
         }
         total

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 
 use aya::maps::{Map, MapData, PerCpuArray};
 
-use crate::abi::Counters;
+use crate::abi::{Counters, PoolCounters, POOLS_MAX};
 use crate::{add_counters, FastPathError, Result};
 
 /// Names of the objects `fastpath.bpf.c` creates (the kernel keeps 15 characters of a name).
@@ -38,6 +38,17 @@ pub struct Status {
     pub maps: Vec<LoadedMap>,
     /// Summed per-CPU counters of every `fp_counters` map found (one per loaded pooler).
     pub counters: Option<Counters>,
+    /// Every pool that moved bytes, in every `fp_pool_counts` map found (summed over CPUs).
+    pub pools: Vec<PoolReport>,
+}
+
+/// Where one pool's bytes went. Pools are numbered per pooler (`map` tells poolers apart); the
+/// pooler's own SHOW STATS and /metrics name them by database.
+#[derive(Debug, Clone)]
+pub struct PoolReport {
+    pub map: u32,
+    pub pool: u32,
+    pub counters: PoolCounters,
 }
 
 /// Reads the kernel's view of every loaded fast path.
@@ -58,6 +69,9 @@ pub fn status() -> Result<Status> {
             continue;
         }
         let kind = info.map_type().map(|kind| format!("{kind:?}")).unwrap_or_else(|_| "unknown".into());
+        if name == "fp_pool_counts" {
+            status.pools.extend(read_pool_counters(info.id())?);
+        }
         if name == "fp_counters" {
             let counters = read_counters(info.id())?;
             add_counters(status.counters.get_or_insert_with(Counters::default), &counters);
@@ -76,6 +90,37 @@ fn read_counters(id: u32) -> Result<Counters> {
         add_counters(&mut total, cpu);
     }
     Ok(total)
+}
+
+fn read_pool_counters(id: u32) -> Result<Vec<PoolReport>> {
+    let detail = |e: aya::maps::MapError| FastPathError::Map { map: "fp_pool_counts", detail: e.to_string() };
+    let array: PerCpuArray<MapData, PoolCounters> =
+        PerCpuArray::try_from(Map::PerCpuArray(MapData::from_id(id).map_err(detail)?)).map_err(detail)?;
+    let mut pools = Vec::new();
+    for pool in 0..POOLS_MAX {
+        let mut counters = PoolCounters::default();
+        for cpu in array.get(&pool, 0).map_err(detail)?.iter() {
+            counters.add(cpu);
+        }
+        if counters != PoolCounters::default() {
+            pools.push(PoolReport { map: id, pool, counters });
+        }
+    }
+    Ok(pools)
+}
+
+/// One direction of a pool: bytes, messages and requests (or answers) forwarded in the kernel
+/// and passed to user space, and the kernel's share of the bytes.
+pub fn describe_direction(forwarded: [u64; 3], passed: [u64; 3], unit: &str) -> String {
+    let total = forwarded[0] + passed[0];
+    let share = match total {
+        0 => "no bytes yet".to_owned(),
+        _ => format!("{:.1}% of bytes in the kernel", 100.0 * forwarded[0] as f64 / total as f64),
+    };
+    format!(
+        "forwarded in the kernel {} B / {} msgs / {} {unit}, passed to user space {} B / {} msgs / {} {unit} ({share})",
+        forwarded[0], forwarded[1], forwarded[2], passed[0], passed[1], passed[2]
+    )
 }
 
 impl Status {
@@ -105,6 +150,26 @@ impl Status {
                 c.passes_no_server, c.passes_unsafe, c.passes_slow, c.passes_idle_server
             );
             let _ = writeln!(text, "  handoffs {} redirect failures {}", c.handoffs, c.redirect_failures);
+        }
+        for p in &self.pools {
+            let c = &p.counters;
+            let _ = writeln!(
+                text,
+                "pool {} (map {}): {} transactions released in the kernel",
+                p.pool, p.map, c.transactions
+            );
+            let requests = describe_direction(
+                [c.request_bytes_forwarded, c.request_messages_forwarded, c.requests_forwarded],
+                [c.request_bytes_passed, c.request_messages_passed, c.requests_passed],
+                "requests",
+            );
+            let answers = describe_direction(
+                [c.answer_bytes_forwarded, c.answer_messages_forwarded, c.answers_forwarded],
+                [c.answer_bytes_passed, c.answer_messages_passed, c.answers_passed],
+                "ReadyForQuery",
+            );
+            let _ = writeln!(text, "  requests (client to server): {requests}");
+            let _ = writeln!(text, "  answers (server to client): {answers}");
         }
         text
     }

@@ -31,7 +31,7 @@ fn status_finds_the_loaded_programs_maps_and_counters() {
     for (name, id) in fast.program_stats().iter().map(|stats| (stats.name, stats.id)) {
         assert!(status.programs.iter().any(|p| p.name == name && p.id == id), "{name} {id} missing: {status:?}");
     }
-    for map in ["fp_clients", "fp_servers", "fp_slots", "fp_counters"] {
+    for map in ["fp_clients", "fp_servers", "fp_slots", "fp_counters", "fp_pool_counts"] {
         assert!(status.maps.iter().any(|m| m.name == map), "{map} missing: {status:?}");
     }
     assert!(status.counters.is_some(), "the counters map is read");

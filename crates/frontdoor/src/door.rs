@@ -144,7 +144,7 @@ impl FrontDoor {
             Err(error) => {
                 let request = state.request.as_ref();
                 let attempted = Attempted {
-                    peer,
+                    peer: Some(peer),
                     user: request.map(|r| r.user.as_str()),
                     database: request.map(|r| r.database.as_str()),
                 };
@@ -198,12 +198,12 @@ impl FrontDoor {
     /// FATAL. Authentication already succeeded, so nothing is counted or delayed.
     pub async fn refuse(&self, admitted: &mut Admitted, refusal: Refusal) {
         let attempted = Attempted {
-            peer: admitted.peer,
+            peer: Some(admitted.peer),
             user: Some(&admitted.request.user),
             database: Some(&admitted.request.database),
         };
         tracing::warn!(
-            client = %attempted.peer,
+            client = %admitted.peer,
             user = attempted.user,
             database = attempted.database,
             sqlstate = refusal.code.code(),

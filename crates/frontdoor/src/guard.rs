@@ -43,7 +43,8 @@ impl Default for GuardSettings {
 /// Who failed to log in, for the log line.
 #[derive(Debug, Clone, Copy)]
 pub struct Attempted<'a> {
-    pub peer: SocketAddr,
+    /// `None` for a client on a Unix-domain socket (logged as `unix`, not counted per address).
+    pub peer: Option<SocketAddr>,
     pub user: Option<&'a str>,
     pub database: Option<&'a str>,
 }
@@ -129,16 +130,19 @@ impl LoginGuard {
     /// are logged at debug level only: there was no login to fail.
     pub async fn on_failure(&self, attempted: Attempted<'_>, error: &LoginError) {
         let Attempted { peer, user, database } = attempted;
+        let client = peer.map_or_else(|| "unix".to_owned(), |peer| peer.to_string());
         let (code, reason) = match error {
             LoginError::Io(error) => {
-                return tracing::debug!(client = %peer, user, database, %error, "client left during login");
+                return tracing::debug!(client = %client, user, database, %error, "client left during login");
             }
             LoginError::Refused(refusal) => (refusal.code.code(), refusal.message.as_str()),
         };
-        tracing::warn!(client = %peer, user, database, sqlstate = code, reason, "login failed");
+        tracing::warn!(client = %client, user, database, sqlstate = code, reason, "login failed");
         let authentication = matches!(error, LoginError::Refused(refusal) if refusal.is_authentication_failure());
         if authentication {
-            self.record_failure(peer.ip(), Instant::now());
+            if let Some(peer) = peer {
+                self.record_failure(peer.ip(), Instant::now());
+            }
             let delay = self.settings().failure_delay;
             if !delay.is_zero() {
                 tokio::time::sleep(delay).await;

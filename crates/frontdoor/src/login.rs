@@ -21,8 +21,8 @@ use bypass_wire::hba::{Connection, Hba};
 use bypass_wire::startup::{decode_startup, STARTUP_PACKET_MAX};
 use bypass_wire::tag;
 use bypass_wire::{Authentication, Buffer, SqlState, StartupPacket, StartupRequest, TransactionStatus};
-use tokio::io::AsyncReadExt;
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
+use tokio::net::{TcpStream, UnixStream};
 
 use crate::cancel::CancelKey;
 use crate::stream::Stream;
@@ -79,20 +79,50 @@ pub enum First {
 /// `postgresql` required). Bytes of the startup packet already read stay in `buffer`. A
 /// refusal here is answered here, in plaintext, since no stream is handed back.
 pub async fn negotiate(tls: Option<&ServerTls>, mut tcp: TcpStream, buffer: &mut Buffer) -> Result<Stream, LoginError> {
-    match negotiate_on(tls, &mut tcp, buffer).await {
-        Ok(Negotiated::Plain) => Ok(Stream::Plain(tcp)),
-        Ok(Negotiated::Tls { direct }) => {
+    let negotiated = match direct_tls(tls, &tcp).await {
+        Ok(true) => Ok(Negotiated::Tls { direct: true }),
+        Ok(false) => negotiate_on(tls, &mut tcp, buffer).await,
+        Err(error) => Err(error),
+    };
+    match answer_refusal(negotiated, &mut tcp).await? {
+        Negotiated::Plain => Ok(Stream::Plain(tcp)),
+        Negotiated::Tls { direct } => {
             accept_tls(tls.expect("TLS is negotiated only when configured"), tcp, direct).await
         }
-        Err(error) => {
-            if let LoginError::Refused(refusal) = &error {
-                let mut out = Vec::new();
-                refusal.write_fatal(&mut out);
-                let _ = write_tcp(&mut tcp, &out).await;
-            }
-            Err(error)
-        }
     }
+}
+
+/// Negotiation on a Unix-domain socket: encryption requests are answered 'N' (PostgreSQL offers
+/// no TLS there either), so the client goes on in plaintext.
+pub async fn negotiate_unix(mut unix: UnixStream, buffer: &mut Buffer) -> Result<Stream, LoginError> {
+    let negotiated = negotiate_on(None, &mut unix, buffer).await;
+    answer_refusal(negotiated, &mut unix).await?;
+    Ok(Stream::Unix(unix))
+}
+
+/// Whether a client with `tls` configured opened with a TLS handshake (PostgreSQL 17 direct TLS).
+async fn direct_tls(tls: Option<&ServerTls>, tcp: &TcpStream) -> Result<bool, LoginError> {
+    if tls.is_none() {
+        return Ok(false);
+    }
+    let mut first = [0u8; 1];
+    if tcp.peek(&mut first).await.map_err(LoginError::Io)? == 0 {
+        return Err(closed());
+    }
+    Ok(first[0] == tag::encryption::TLS_HANDSHAKE)
+}
+
+/// A refusal during negotiation is answered here, in plaintext, since no stream is handed back.
+async fn answer_refusal<S: AsyncWrite + Unpin>(
+    negotiated: Result<Negotiated, LoginError>,
+    socket: &mut S,
+) -> Result<Negotiated, LoginError> {
+    if let Err(LoginError::Refused(refusal)) = &negotiated {
+        let mut out = Vec::new();
+        refusal.write_fatal(&mut out);
+        let _ = write_socket(socket, &out).await;
+    }
+    negotiated
 }
 
 enum Negotiated {
@@ -100,25 +130,16 @@ enum Negotiated {
     Tls { direct: bool },
 }
 
-async fn negotiate_on(
+async fn negotiate_on<S: AsyncRead + AsyncWrite + Unpin>(
     tls: Option<&ServerTls>,
-    tcp: &mut TcpStream,
+    socket: &mut S,
     buffer: &mut Buffer,
 ) -> Result<Negotiated, LoginError> {
     assert!(buffer.capacity() > STARTUP_PACKET_MAX as usize, "a login buffer holds a whole startup packet");
-    if tls.is_some() {
-        let mut first = [0u8; 1];
-        if tcp.peek(&mut first).await.map_err(LoginError::Io)? == 0 {
-            return Err(closed());
-        }
-        if first[0] == tag::encryption::TLS_HANDSHAKE {
-            return Ok(Negotiated::Tls { direct: true });
-        }
-    }
     let mut requests = 0;
     loop {
         let Some((packet, used)) = decode_startup(buffer.pending()).map_err(invalid_startup)? else {
-            read_tcp(tcp, buffer).await?;
+            read_socket(socket, buffer).await?;
             continue;
         };
         let answer_tls = match packet {
@@ -138,16 +159,16 @@ async fn negotiate_on(
                 if !buffer.is_empty() {
                     return Err(protocol_violation("received unencrypted data after SSL request"));
                 }
-                write_tcp(tcp, &[tag::encryption::ACCEPT]).await?;
+                write_socket(socket, &[tag::encryption::ACCEPT]).await?;
                 return Ok(Negotiated::Tls { direct: false });
             }
-            None => write_tcp(tcp, &[tag::encryption::REFUSE]).await?,
+            None => write_socket(socket, &[tag::encryption::REFUSE]).await?,
         }
     }
 }
 
-async fn read_tcp(tcp: &mut TcpStream, buffer: &mut Buffer) -> Result<(), LoginError> {
-    let count = tcp.read(buffer.spare()).await.map_err(LoginError::Io)?;
+async fn read_socket<S: AsyncRead + Unpin>(socket: &mut S, buffer: &mut Buffer) -> Result<(), LoginError> {
+    let count = socket.read(buffer.spare()).await.map_err(LoginError::Io)?;
     if count == 0 {
         return Err(closed());
     }
@@ -155,8 +176,8 @@ async fn read_tcp(tcp: &mut TcpStream, buffer: &mut Buffer) -> Result<(), LoginE
     Ok(())
 }
 
-async fn write_tcp(tcp: &mut TcpStream, bytes: &[u8]) -> Result<(), LoginError> {
-    tokio::io::AsyncWriteExt::write_all(tcp, bytes).await.map_err(LoginError::Io)
+async fn write_socket<S: AsyncWrite + Unpin>(socket: &mut S, bytes: &[u8]) -> Result<(), LoginError> {
+    tokio::io::AsyncWriteExt::write_all(socket, bytes).await.map_err(LoginError::Io)
 }
 
 async fn accept_tls(tls: &ServerTls, tcp: TcpStream, direct: bool) -> Result<Stream, LoginError> {

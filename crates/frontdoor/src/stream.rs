@@ -1,9 +1,10 @@
-//! One connection type for both sides of every server: plaintext TCP, or TLS over TCP.
+//! One connection type for both sides of every server: plaintext TCP, TLS over TCP, or (clients
+//! of the pooler's `unix_socket_dir` only) a Unix-domain socket.
 //!
 //! Plaintext stays as cheap as a bare `TcpStream`: a read or write is one `match` and then the
 //! socket's own call. TLS is boxed because a rustls session is about a kilobyte of state that
-//! plaintext connections should not carry. The TCP socket is always reachable ([`Stream::tcp`])
-//! for socket options and, later, for the kernel fast path (plaintext only).
+//! plaintext connections should not carry. The TCP socket is reachable ([`Stream::tcp`]) for
+//! socket options and the kernel fast path (plaintext only).
 
 use std::io;
 use std::os::fd::AsFd;
@@ -11,29 +12,46 @@ use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, ReadBuf};
-use tokio::net::TcpStream;
+use tokio::net::{TcpStream, UnixStream};
 use tokio_rustls::TlsStream;
 
 /// A client's or a server's connection.
 pub enum Stream {
     Plain(TcpStream),
     Tls(Box<TlsStream<TcpStream>>),
+    /// A local client on a Unix-domain socket (no TLS there, as PostgreSQL).
+    Unix(UnixStream),
 }
 
 impl Stream {
-    /// The TCP socket under the connection.
-    pub fn tcp(&self) -> &TcpStream {
+    /// The TCP socket under the connection; `None` for a Unix-domain socket.
+    pub fn tcp(&self) -> Option<&TcpStream> {
         match self {
-            Stream::Plain(stream) => stream,
-            Stream::Tls(tls) => tls.get_ref().0,
+            Stream::Plain(stream) => Some(stream),
+            Stream::Tls(tls) => Some(tls.get_ref().0),
+            Stream::Unix(_) => None,
         }
+    }
+
+    /// The peer's address; `None` for a Unix-domain socket (or a socket already closed).
+    pub fn peer_addr(&self) -> Option<std::net::SocketAddr> {
+        self.tcp()?.peer_addr().ok()
+    }
+
+    /// Our end's address; `None` for a Unix-domain socket.
+    pub fn local_addr(&self) -> Option<std::net::SocketAddr> {
+        self.tcp()?.local_addr().ok()
+    }
+
+    pub fn is_unix(&self) -> bool {
+        matches!(self, Stream::Unix(_))
     }
 
     pub fn is_tls(&self) -> bool {
         matches!(self, Stream::Tls(_))
     }
 
-    /// The bare socket of a plaintext connection; a TLS connection is given back unchanged.
+    /// The bare socket of a plaintext TCP connection; any other is given back unchanged.
     pub fn into_plain(self) -> Result<TcpStream, Stream> {
         match self {
             Stream::Plain(stream) => Ok(stream),
@@ -47,6 +65,7 @@ impl Stream {
         match self {
             Stream::Plain(stream) => stream.read(buffer).await,
             Stream::Tls(tls) => tls.read(buffer).await,
+            Stream::Unix(stream) => stream.read(buffer).await,
         }
     }
 
@@ -55,6 +74,7 @@ impl Stream {
     pub async fn write_all(&mut self, bytes: &[u8]) -> io::Result<()> {
         match self {
             Stream::Plain(stream) => stream.write_all(bytes).await,
+            Stream::Unix(stream) => stream.write_all(bytes).await,
             Stream::Tls(tls) => {
                 tls.write_all(bytes).await?;
                 tls.flush().await
@@ -68,6 +88,7 @@ impl Stream {
     pub fn try_read(&mut self, buffer: &mut [u8]) -> io::Result<usize> {
         match self {
             Stream::Plain(stream) => stream.try_read(buffer),
+            Stream::Unix(stream) => stream.try_read(buffer),
             Stream::Tls(tls) => {
                 let mut context = Context::from_waker(Waker::noop());
                 let mut read_buffer = ReadBuf::new(buffer);
@@ -100,6 +121,8 @@ impl Stream {
                 drop(std::mem::replace(tls_socket(&mut tls), local));
                 Ok(Stream::Tls(tls))
             }
+            // Only servers move between shards, and servers are reached over TCP.
+            Stream::Unix(_) => Err(io::Error::new(io::ErrorKind::Unsupported, "a Unix-socket client never moves")),
         }
     }
 
@@ -108,6 +131,17 @@ impl Stream {
         match self {
             Stream::Plain(stream) => stream.shutdown().await,
             Stream::Tls(tls) => tls.shutdown().await,
+            Stream::Unix(stream) => stream.shutdown().await,
+        }
+    }
+}
+
+impl std::os::fd::AsRawFd for Stream {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        match self {
+            Stream::Plain(stream) => stream.as_raw_fd(),
+            Stream::Tls(tls) => tls.get_ref().0.as_raw_fd(),
+            Stream::Unix(stream) => stream.as_raw_fd(),
         }
     }
 }

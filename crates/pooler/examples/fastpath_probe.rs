@@ -36,6 +36,7 @@ fn main() -> anyhow::Result<()> {
                 ..PoolerSettings::default()
             },
             databases: [("*".to_owned(), DatabaseEntry { port: postgres.port(), ..DatabaseEntry::default() })].into(),
+            users: Default::default(),
         };
         let running = Proxy::bind(config.validate()?)?.start()?;
         let pooler_port = running.local_addr().port().to_string();

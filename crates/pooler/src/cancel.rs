@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::SystemTime;
 
@@ -35,6 +36,10 @@ pub struct ClientInfo {
     /// The client's socket, shut down by `KILL`. Valid while the entry is registered: the entry
     /// is removed before the session's socket is closed.
     pub fd: RawFd,
+    /// The `application_name` the client gave at startup (SHOW CLIENTS).
+    pub application_name: String,
+    /// Whether the client's connection is TLS.
+    pub tls: bool,
 }
 
 /// One client's cancel key and its current route.
@@ -47,6 +52,8 @@ pub struct CancelEntry {
     /// The client's slot when its socket is in the kernel fast path: a server the kernel
     /// linked to it is found through the slot's link word, not `route`.
     pub kernel_slot: OnceLock<ClientSlot>,
+    /// True while the client waits in a pool's queue (SHOW CLIENTS `waiting`).
+    waiting: AtomicBool,
 }
 
 impl CancelEntry {
@@ -58,6 +65,14 @@ impl CancelEntry {
     /// Where the route lives, for a prefetch before the client's next transaction sets it.
     pub fn route_line(&self) -> *const u8 {
         std::ptr::from_ref(&self.route).cast()
+    }
+
+    pub fn set_waiting(&self, waiting: bool) {
+        self.waiting.store(waiting, Ordering::Relaxed);
+    }
+
+    pub fn is_waiting(&self) -> bool {
+        self.waiting.load(Ordering::Relaxed)
     }
 
     pub fn route(&self) -> Option<CancelRoute> {
@@ -102,7 +117,14 @@ impl CancelRegistry {
             }
         };
         let route = Mutex::new(None);
-        let entry = Arc::new(CancelEntry { process_id, secret: rng.gen(), info, route, kernel_slot: OnceLock::new() });
+        let entry = Arc::new(CancelEntry {
+            process_id,
+            secret: rng.gen(),
+            info,
+            route,
+            kernel_slot: OnceLock::new(),
+            waiting: AtomicBool::new(false),
+        });
         entries.insert(process_id, entry.clone());
         Some(Registration { registry: self.clone(), entry })
     }

@@ -109,6 +109,9 @@ pub struct Config {
     /// Client-visible database name → backend. The name `*` matches any database not listed.
     #[serde(default)]
     pub databases: BTreeMap<String, DatabaseEntry>,
+    /// Per-user settings (PgBouncer's `[users]`), by client user name.
+    #[serde(default)]
+    pub users: BTreeMap<String, UserEntry>,
 }
 
 settings! {
@@ -130,6 +133,14 @@ settings! {
         reload min_pool_size: u32 = 0,
         /// Most servers per database across all its pools; 0 = unlimited. Default 0.
         reload max_db_connections: u32 = 0,
+        /// Most servers per user across all its pools; 0 = unlimited. Default 0.
+        reload max_user_connections: u32 = 0,
+        /// Servers a pool may open beyond its size for a client that has waited
+        /// `reserve_pool_timeout_ms` (PgBouncer's reserve pool); they close again when nobody
+        /// waits. 0 = none. Default 0.
+        reload reserve_pool_size: u32 = 0,
+        /// How long a client waits before the reserve pool is used for it, ms. Default 5000.
+        reload reserve_pool_timeout_ms: u64 = 5_000,
         /// How long a client waits for a server before it is disconnected, ms; 0 = forever. Default 120000.
         reload query_wait_timeout_ms: u64 = 120_000,
         /// Idle servers older than this are closed, ms; 0 = never. Default 600000.
@@ -164,6 +175,21 @@ settings! {
         restart pin_workers: bool = true,
         /// `listen()` backlog. Default 4096.
         restart listen_backlog: u32 = 4096,
+        /// Folder of a Unix-domain socket clients may also use, `<folder>/.s.PGSQL.<port>` with the
+        /// port of `listen_addr`, as PostgreSQL names it (`psql -h /run/bypass`); a lock file beside
+        /// it refuses a second pooler. Unix-socket clients are served by the first shard, in user
+        /// space, without TLS (as PostgreSQL). Unset = TCP only. Default unset.
+        restart unix_socket_dir: Option<PathBuf> = None,
+        /// Startup parameters a client may send that the pooler drops instead of refusing (PgBouncer's
+        /// `ignore_startup_parameters`), e.g. `["extra_float_digits", "options"]`. Any other
+        /// parameter outside those PostgreSQL reports (and `options`, see `pass_options`) is
+        /// refused with 0A000 naming it. Default `["extra_float_digits"]`.
+        reload ignore_startup_parameters: Vec<String> = vec!["extra_float_digits".into()],
+        /// Passes a client's `options` startup parameter (e.g. `-c search_path=app`) to
+        /// PostgreSQL: clients with the same `options` share pools whose servers were started
+        /// with them, so the settings hold in both pool modes. Unless listed in
+        /// `ignore_startup_parameters`, `options` is refused when this is off. Default false.
+        reload pass_options: bool = false,
         /// Users allowed on the admin console (database `bypass`, alias `pgbouncer`): every command.
         /// They authenticate like everyone else. Default none.
         reload admin_users: Vec<String> = Vec::new(),
@@ -298,6 +324,8 @@ settings! {
         reload pool_mode: Option<PoolMode> = None,
         /// Overrides `max_db_connections`.
         reload max_db_connections: Option<u32> = None,
+        /// Overrides `reserve_pool_size`.
+        reload reserve_pool_size: Option<u32> = None,
         /// Another `[databases]` entry that receives a copy of every byte this database's clients
         /// send (workload mirroring, as Tigger's "replication"): each client gets its own session on
         /// that entry's backend (same user), whose replies are discarded; the client's own answers
@@ -305,6 +333,19 @@ settings! {
         /// mirrored itself. Default none.
         reload mirror: Option<String> = None,
 
+    }
+}
+
+settings! {
+    /// One `[users.NAME]` entry: limits and mode for every pool of that client user (PgBouncer's
+    /// `[users]`). Where set they win over the database entry and `[pooler]`.
+    pub struct UserEntry {
+        /// Servers per pool of this user; overrides the database's `pool_size`.
+        reload pool_size: Option<u32> = None,
+        /// Pool mode of this user's pools; overrides the database's `pool_mode`.
+        reload pool_mode: Option<PoolMode> = None,
+        /// Most servers of this user across all databases; overrides `max_user_connections`.
+        reload max_user_connections: Option<u32> = None,
     }
 }
 
@@ -394,6 +435,11 @@ impl Config {
         }
         for (name, entry) in &self.databases {
             entry.check(name, &self.pooler, &mut problems);
+        }
+        for (name, entry) in &self.users {
+            if entry.pool_size == Some(0) {
+                problems.push(format!("users.{name}.pool_size must be at least 1"));
+            }
         }
         self.check_mirrors(&mut problems);
         problems

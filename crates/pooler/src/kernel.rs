@@ -74,7 +74,7 @@ impl KernelPool {
         let mut polled: Vec<libc::pollfd> = lent
             .iter()
             .flatten()
-            .map(|server| libc::pollfd { fd: server.stream.tcp().as_raw_fd(), events: libc::POLLRDHUP, revents: 0 })
+            .map(|server| libc::pollfd { fd: server.stream.as_raw_fd(), events: libc::POLLRDHUP, revents: 0 })
             .collect();
         // SAFETY: `polled` is a valid array of that many pollfds; timeout 0 never blocks.
         let ready = unsafe { libc::poll(polled.as_mut_ptr(), polled.len() as libc::nfds_t, 0) };
@@ -90,7 +90,7 @@ impl KernelPool {
         for entry in lent.iter_mut() {
             let Some(server) = entry.as_ref() else { continue };
             let slot = server.kernel.as_ref().map(|socket| socket.slot);
-            if hung_up.contains(&server.stream.tcp().as_raw_fd()) && slot.is_some_and(|slot| self.take_hung_up(slot)) {
+            if hung_up.contains(&server.stream.as_raw_fd()) && slot.is_some_and(|slot| self.take_hung_up(slot)) {
                 taken.extend(entry.take());
             }
         }
@@ -169,7 +169,7 @@ impl KernelPool {
 
     /// The socket of a server in the lent table (linked in the kernel or free).
     pub fn fd_of(&self, slot: ServerSlot) -> Option<std::os::fd::RawFd> {
-        lock(&self.lent)[relative(slot)].as_ref().map(|server| server.stream.tcp().as_raw_fd())
+        lock(&self.lent)[relative(slot)].as_ref().map(|server| server.stream.as_raw_fd())
     }
 
     /// Takes back the free servers `expired` picks (past their lifetime or idle timeout, which
@@ -226,6 +226,11 @@ impl KernelPool {
             self.fast.set_params(self.fast.server(slot), self.params_id(&server.params));
             lock(&self.lent)[relative(slot)] = Some(server);
         }
+    }
+
+    /// Where the kernel moved this pool's bytes (summed over CPUs: one map read).
+    pub fn counters(&self) -> bypass_fastpath::PoolCounters {
+        self.fast.pool_counters(self.index)
     }
 
     pub fn set_waiters(&self, waiters: usize) {

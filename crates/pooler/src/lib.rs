@@ -45,6 +45,7 @@ pub mod config;
 pub mod config_doc;
 pub mod error;
 pub mod hba;
+pub mod import;
 pub mod io;
 pub mod kernel;
 pub mod lease;

@@ -3,9 +3,13 @@
 //! user share a port, so a second pooler started by mistake would silently take about half of
 //! the new connections; after binding, the listening sockets on the address are read from
 //! `/proc/net/tcp{,6}` and any that is not one of ours makes the start fail.
+//!
+//! With `unix_socket_dir`, one Unix-domain socket `.s.PGSQL.<port>` too, guarded as PostgreSQL
+//! guards its own: a lock file beside it names the process serving it.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
 
 use socket2::{Domain, Socket, Type};
 
@@ -123,9 +127,66 @@ fn process_with_socket(inode: u64) -> Option<(u32, String)> {
     None
 }
 
+/// The files of the Unix-domain socket, removed when dropped (the pooler stopped).
+#[derive(Debug)]
+pub struct UnixSocketFiles {
+    socket: PathBuf,
+    lock: PathBuf,
+}
+
+impl Drop for UnixSocketFiles {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.socket);
+        let _ = std::fs::remove_file(&self.lock);
+    }
+}
+
+/// Binds `<folder>/.s.PGSQL.<port>`, refusing when its lock file names a live process.
+pub fn bind_unix(folder: &Path, port: u16) -> std::io::Result<(std::os::unix::net::UnixListener, UnixSocketFiles)> {
+    let socket = folder.join(format!(".s.PGSQL.{port}"));
+    let lock = folder.join(format!(".s.PGSQL.{port}.lock"));
+    if let Some(pid) =
+        std::fs::read_to_string(&lock).ok().and_then(|text| text.lines().next()?.trim().parse::<i32>().ok())
+    {
+        // SAFETY: signal 0 only checks that the process exists; nothing is sent.
+        if pid > 0 && pid as u32 != std::process::id() && unsafe { libc::kill(pid, 0) } == 0 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::AddrInUse,
+                format!(
+                    "{} is already served by another process (pid {pid}, per {})",
+                    socket.display(),
+                    lock.display()
+                ),
+            ));
+        }
+    }
+    // A stale socket or lock (a process that was killed) is replaced.
+    let _ = std::fs::remove_file(&socket);
+    std::fs::write(&lock, format!("{}\n", std::process::id()))?;
+    let files = UnixSocketFiles { socket: socket.clone(), lock };
+    let listener = std::os::unix::net::UnixListener::bind(&socket)?;
+    // Any local user may connect, as to PostgreSQL's own socket; authentication decides the rest.
+    std::fs::set_permissions(&socket, std::os::unix::fs::PermissionsExt::from_mode(0o777))?;
+    listener.set_nonblocking(true)?;
+    Ok((listener, files))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_second_unix_socket_on_the_folder_is_refused_and_files_go_at_stop() {
+        let folder = tempfile::tempdir().expect("tempdir");
+        let (_listener, files) = bind_unix(folder.path(), 7001).expect("bind");
+        assert!(folder.path().join(".s.PGSQL.7001").exists());
+        // Another live process in the lock file: refused.
+        std::fs::write(folder.path().join(".s.PGSQL.7001.lock"), "1\n").expect("lock");
+        let error = bind_unix(folder.path(), 7001).expect_err("pid 1 holds it");
+        assert!(error.to_string().contains("pid 1"), "{error}");
+        drop(files);
+        assert!(!folder.path().join(".s.PGSQL.7001").exists(), "the socket is removed at stop");
+    }
 
     #[test]
     fn proc_lines_parse_to_addresses() {

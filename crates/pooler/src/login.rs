@@ -18,7 +18,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::net::TcpStream;
+use tokio::net::{TcpStream, UnixStream};
 
 use bypass_frontdoor::login::{self as door, Attempt, First, LoginError};
 use bypass_frontdoor::{Attempted, Proof, Refusal};
@@ -28,7 +28,7 @@ use bypass_wire::scram::ClientSecret;
 use bypass_wire::{Authentication, SqlState, StartupRequest, TransactionStatus};
 
 use crate::auth_file::Secret;
-use crate::config::{AuthType, PoolMode, SessionStatePolicy};
+use crate::config::{AuthType, PoolMode, PoolerSettings, SessionStatePolicy};
 use crate::error::{PoolerError, TimeoutKind};
 use crate::params::{tracked_index, ParamSet, TRACKED};
 use std::os::fd::AsRawFd;
@@ -40,14 +40,13 @@ use crate::server::{Credential, ServerConn};
 use crate::session::Session;
 use crate::shared::Shared;
 
-/// Startup parameters accepted and ignored, as PgBouncer's usual `ignore_startup_parameters`.
-const IGNORED_PARAMETERS: [&str; 1] = ["extra_float_digits"];
-
 /// What the startup packet asked for, with the parameters the pooler tracks.
 struct Startup {
     user: String,
     database: String,
     wanted: ParamSet,
+    /// `options`, passed on to servers (`pass_options`).
+    options: Option<String>,
 }
 
 /// How connection start ended.
@@ -69,7 +68,7 @@ pub async fn login(
     over_limit: bool,
     shard: usize,
 ) -> Result<LoginOutcome, PoolerError> {
-    let peer = client.stream.tcp().peer_addr().map_err(PoolerError::ClientIo)?;
+    let peer = client.stream.peer_addr();
     let timeout = Duration::from_millis(shared.live().settings.client_login_timeout_ms);
     let mut startup = None;
     let result = match tokio::time::timeout(timeout, start(shared, client, over_limit, shard, &mut startup)).await {
@@ -123,15 +122,22 @@ async fn start(
         }
         First::Startup(request) => request,
     };
-    let tracked = tracked_parameters(&request);
+    let live = shared.live();
+    let tracked = tracked_parameters(&request, &live.settings);
     let who = startup.insert(Startup {
         user: request.user.clone(),
         database: request.database.clone(),
         wanted: ParamSet::default(),
+        options: None,
     });
-    let address = client.stream.tcp().peer_addr().map_err(PoolerError::ClientIo)?.ip();
-    shared.guard.admit(address, Instant::now()).map_err(refused)?;
-    if shared.tls.client.as_ref().is_some_and(|tls| tls.acceptor.plaintext_refused) && !client.stream.is_tls() {
+    // A Unix-socket client is local: no address to count, and TLS is not offered there (as
+    // PostgreSQL).
+    let address = client.stream.peer_addr().map(|peer| peer.ip());
+    if let Some(address) = address {
+        shared.guard.admit(address, Instant::now()).map_err(refused)?;
+    }
+    let plaintext_refused = shared.tls.client.as_ref().is_some_and(|tls| tls.acceptor.plaintext_refused);
+    if plaintext_refused && !client.stream.is_tls() && !client.stream.is_unix() {
         return Err(PoolerError::refused(
             SqlState::INVALID_AUTHORIZATION_SPECIFICATION,
             "SSL required: this pooler accepts TLS connections only",
@@ -143,12 +149,9 @@ async fn start(
             "no more connections allowed (max_client_conn)",
         ));
     }
-    who.wanted = tracked?;
+    (who.wanted, who.options) = tracked?;
     request.write_negotiation(&mut client.out);
-    let live = shared.live();
-    let fallback = fallback_method(live.settings.auth_type);
-    let method =
-        door::choose_method(live.hba.as_ref(), fallback, address, client.stream.is_tls(), &request).map_err(refused)?;
+    let method = client_method(&live, address, client.stream.is_tls(), &request)?;
     let who: &Startup = who;
     if crate::admin::is_console(&who.database) {
         let secret = live.auth.get(&who.user).cloned();
@@ -166,6 +169,29 @@ async fn start(
         return Ok(LoginOutcome::Admin(crate::admin::Console::new(shared.clone(), access, registration)));
     }
     welcome_pooled(shared, client, who, method, shard).await
+}
+
+/// The method for a client: the hba file's, else `auth_type`'s. The hba file has host lines
+/// only, so a Unix-socket client under one is refused.
+fn client_method(
+    live: &crate::shared::Live,
+    address: Option<std::net::IpAddr>,
+    tls: bool,
+    request: &StartupRequest,
+) -> Result<Method, PoolerError> {
+    let fallback = fallback_method(live.settings.auth_type);
+    match address {
+        Some(address) => door::choose_method(live.hba.as_ref(), fallback, address, tls, request).map_err(refused),
+        None if live.hba.is_some() => Err(PoolerError::refused(
+            SqlState::INVALID_AUTHORIZATION_SPECIFICATION,
+            format!(
+                "no hba entry for a Unix-socket connection, user \"{}\", database \"{}\" (the hba file has host \
+                 lines only)",
+                request.user, request.database
+            ),
+        )),
+        None => Ok(fallback),
+    }
 }
 
 /// The method when no hba file decides.
@@ -199,7 +225,8 @@ async fn welcome_pooled(
             format!("no such database: {}", request.database),
         ));
     }
-    let mut pool = shared.pool_for(&request.database, &request.user)?;
+    shared.refuse_disabled(&request.database)?;
+    let mut pool = shared.pool_with_options(&request.database, &request.user, request.options.as_deref())?;
     pool.learn(&proof);
     let waiter = Waiter::new();
     let server = match first_server(&mut pool, &waiter, shard).await {
@@ -266,10 +293,15 @@ fn register(shared: &Shared, client: &ClientSide, request: &Startup) -> Result<R
     let info = ClientInfo {
         user: request.user.clone(),
         database: request.database.clone(),
-        peer: client.stream.tcp().peer_addr().ok(),
-        local: client.stream.tcp().local_addr().ok(),
+        peer: client.stream.peer_addr(),
+        local: client.stream.local_addr(),
         connected_at: std::time::SystemTime::now(),
-        fd: client.stream.tcp().as_raw_fd(),
+        fd: client.stream.as_raw_fd(),
+        application_name: tracked_index(b"application_name")
+            .and_then(|index| request.wanted.get(index))
+            .unwrap_or_default()
+            .to_owned(),
+        tls: client.stream.is_tls(),
     };
     shared.cancel.register(info).ok_or_else(|| PoolerError::refused(SqlState::TOO_MANY_CONNECTIONS, "too many clients"))
 }
@@ -305,20 +337,35 @@ fn wanted_params(server_defaults: &[(String, String)], from_client: &ParamSet) -
     wanted
 }
 
-/// The startup parameters the pooler tracks and replays; an unsupported one is refused with
-/// 0A000 (after authentication, as every refusal about the session itself).
-fn tracked_parameters(request: &StartupRequest) -> Result<ParamSet, PoolerError> {
+/// The startup parameters the pooler tracks and replays, and `options` when `pass_options`
+/// sends it on to servers. Names in `ignore_startup_parameters` are dropped; any other
+/// unsupported one is refused with 0A000 (after authentication, as every refusal about the
+/// session itself).
+fn tracked_parameters(
+    request: &StartupRequest,
+    settings: &PoolerSettings,
+) -> Result<(ParamSet, Option<String>), PoolerError> {
     let mut wanted = ParamSet::default();
+    let mut options = None;
     for (name, value) in &request.parameters {
-        let ignored = (name == "options" && value.is_empty()) || IGNORED_PARAMETERS.contains(&name.as_str());
-        if !ignored && !wanted.update(name.as_bytes(), value.as_bytes()) {
+        let ignored =
+            (name == "options" && value.is_empty()) || settings.ignore_startup_parameters.iter().any(|p| p == name);
+        if ignored {
+            continue;
+        }
+        if name == "options" && settings.pass_options {
+            options = Some(value.clone());
+        } else if !wanted.update(name.as_bytes(), value.as_bytes()) {
+            let hint = if name == "options" { ", or set pass_options" } else { "" };
             return Err(PoolerError::refused(
                 SqlState::FEATURE_NOT_SUPPORTED,
-                format!("unsupported startup parameter: {name}"),
+                format!(
+                    "unsupported startup parameter: {name} (list it in ignore_startup_parameters to drop it{hint})"
+                ),
             ));
         }
     }
-    Ok(wanted)
+    Ok((wanted, options))
 }
 
 impl Pool {
@@ -362,17 +409,31 @@ impl Pool {
 /// wraps it for login; `None` when the client left, was refused (the front door answered it) or
 /// the handshake failed.
 pub async fn accept_within_login_timeout(shared: &Shared, tcp: TcpStream) -> Option<ClientSide> {
-    let peer: Option<SocketAddr> = tcp.peer_addr().ok();
-    let timeout = Duration::from_millis(shared.live().settings.client_login_timeout_ms);
+    let peer = tcp.peer_addr().ok();
     let mut buffer = crate::buffer::Buffer::with_capacity(crate::buffer::CLIENT_BUFFER_BYTES);
     let tls = shared.tls.client.as_ref().map(|tls| &tls.acceptor);
-    let error = match tokio::time::timeout(timeout, door::negotiate(tls, tcp, &mut buffer)).await {
-        Ok(Ok(stream)) => return Some(ClientSide::with_buffer(stream, buffer)),
+    let stream = within_login_timeout(shared, peer, door::negotiate(tls, tcp, &mut buffer)).await?;
+    Some(ClientSide::with_buffer(stream, buffer))
+}
+
+/// [`accept_within_login_timeout`] for a client of the `unix_socket_dir` socket (no TLS there).
+pub async fn accept_unix_within_login_timeout(shared: &Shared, unix: UnixStream) -> Option<ClientSide> {
+    let mut buffer = crate::buffer::Buffer::with_capacity(crate::buffer::CLIENT_BUFFER_BYTES);
+    let stream = within_login_timeout(shared, None, door::negotiate_unix(unix, &mut buffer)).await?;
+    Some(ClientSide::with_buffer(stream, buffer))
+}
+
+async fn within_login_timeout(
+    shared: &Shared,
+    peer: Option<SocketAddr>,
+    negotiation: impl std::future::Future<Output = Result<crate::stream::Stream, LoginError>>,
+) -> Option<crate::stream::Stream> {
+    let timeout = Duration::from_millis(shared.live().settings.client_login_timeout_ms);
+    let error = match tokio::time::timeout(timeout, negotiation).await {
+        Ok(Ok(stream)) => return Some(stream),
         Ok(Err(error)) => error,
         Err(_) => LoginError::Io(std::io::Error::new(std::io::ErrorKind::TimedOut, "encryption negotiation timed out")),
     };
-    if let Some(peer) = peer {
-        shared.guard.on_failure(Attempted { peer, user: None, database: None }, &error).await;
-    }
+    shared.guard.on_failure(Attempted { peer, user: None, database: None }, &error).await;
     None
 }

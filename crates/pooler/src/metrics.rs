@@ -1,7 +1,7 @@
 //! The Prometheus endpoint: `GET /metrics` on `metrics_addr`, in the text exposition format.
 //!
 //! A deliberately small HTTP/1.0-style server: one request per connection, the request head
-//! bounded and timed out, anything but `GET /metrics` answered 404. It runs on shard 0 and reads
+//! bounded and timed out; `GET` and `HEAD /metrics` answered, other paths 404, other methods 405. It runs on shard 0 and reads
 //! the same counters as `SHOW STATS`.
 
 use std::fmt::Write as _;
@@ -53,14 +53,23 @@ async fn answer(mut stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
     let request_line = head.lines().next().unwrap_or_default();
     let mut parts = request_line.split_whitespace();
     let (method, path) = (parts.next().unwrap_or_default(), parts.next().unwrap_or_default());
-    let response = if method == "GET" && (path == "/metrics" || path.starts_with("/metrics?")) {
-        let body = render(shared);
-        format!(
-            "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-            body.len()
-        )
-    } else {
-        "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".to_owned()
+    let metrics = path == "/metrics" || path.starts_with("/metrics?");
+    let response = match method {
+        "GET" | "HEAD" if metrics => {
+            let body = render(shared);
+            let head = format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                body.len()
+            );
+            if method == "HEAD" {
+                head
+            } else {
+                head + &body
+            }
+        }
+        "GET" | "HEAD" => "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".to_owned(),
+        _ => "HTTP/1.1 405 Method Not Allowed\r\nAllow: GET, HEAD\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            .to_owned(),
     };
     stream.write_all(response.as_bytes()).await?;
     stream.shutdown().await
@@ -133,6 +142,7 @@ pub fn render(shared: &Shared) -> String {
     render_histograms(&mut text, &pools);
     if let Some(fast) = &shared.fastpath {
         render_kernel(&mut text, fast);
+        render_kernel_pools(&mut text, &pools);
     }
     crate::mirror::render_metrics(&mut text, &shared.mirror, shared.fastpath.as_ref());
     let _ = writeln!(text, "# HELP bypass_errors_total Client sessions ended by an error, by kind.");
@@ -143,7 +153,112 @@ pub fn render(shared: &Shared) -> String {
     let _ = writeln!(text, "# HELP bypass_clients_connected Client connections open.");
     let _ = writeln!(text, "# TYPE bypass_clients_connected gauge");
     let _ = writeln!(text, "bypass_clients_connected {}", shared.client_connections.load(Ordering::Relaxed));
+    render_limits(&mut text, shared, &pools);
+    render_build_and_process(&mut text);
     text
+}
+
+/// The configured limits, as gauges: global ones, and each pool's size and reserve.
+fn render_limits(text: &mut String, shared: &Shared, pools: &[Arc<Pool>]) {
+    let live = shared.live();
+    let settings = &live.settings;
+    let globals = [
+        ("bypass_config_max_client_connections", "max_client_conn.", u64::from(settings.max_client_conn)),
+        ("bypass_config_default_pool_size", "default_pool_size.", u64::from(settings.default_pool_size)),
+        (
+            "bypass_config_max_db_connections",
+            "max_db_connections (0 = unlimited).",
+            u64::from(settings.max_db_connections),
+        ),
+        (
+            "bypass_config_max_user_connections",
+            "max_user_connections (0 = unlimited).",
+            u64::from(settings.max_user_connections),
+        ),
+        ("bypass_config_reserve_pool_size", "reserve_pool_size.", u64::from(settings.reserve_pool_size)),
+        (
+            "bypass_config_query_wait_timeout_seconds",
+            "query_wait_timeout_ms in seconds.",
+            settings.query_wait_timeout_ms,
+        ),
+    ];
+    for (name, help, value) in globals {
+        let _ = writeln!(text, "# HELP {name} Configured {help}\n# TYPE {name} gauge");
+        let value = if name.ends_with("_seconds") { value as f64 / 1000.0 } else { value as f64 };
+        let _ = writeln!(text, "{name} {value}");
+    }
+    let per_pool = [
+        ("bypass_pool_size", "Servers the pool may open (its pool_size)."),
+        ("bypass_pool_reserve_size", "Servers the pool may open beyond its size for clients that waited."),
+        ("bypass_pool_min_size", "Servers the pool keeps open (min_pool_size)."),
+    ];
+    for (index, (name, help)) in per_pool.iter().enumerate() {
+        let _ = writeln!(text, "# HELP {name} {help}\n# TYPE {name} gauge");
+        for pool in pools {
+            let limits = pool.limits();
+            let value = [limits.size, limits.reserve_size, limits.min_size][index];
+            let _ = writeln!(text, "{name}{{{}}} {value}", pool_labels(pool));
+        }
+    }
+}
+
+/// `bypass_build_info` and the standard `process_*` series (from /proc/self).
+fn render_build_and_process(text: &mut String) {
+    let _ = writeln!(text, "# HELP bypass_build_info The running build; the value is always 1.");
+    let _ = writeln!(text, "# TYPE bypass_build_info gauge");
+    let _ = writeln!(text, "bypass_build_info{{version=\"{}\"}} 1", env!("CARGO_PKG_VERSION"));
+    let Some(process) = ProcessStats::read() else { return };
+    let series = [
+        ("process_cpu_seconds_total", "counter", "User and system CPU time spent, seconds.", process.cpu_seconds),
+        ("process_resident_memory_bytes", "gauge", "Resident memory size, bytes.", process.resident_bytes),
+        ("process_virtual_memory_bytes", "gauge", "Virtual memory size, bytes.", process.virtual_bytes),
+        ("process_open_fds", "gauge", "Open file descriptors.", process.open_fds),
+        ("process_max_fds", "gauge", "Limit on open file descriptors.", process.max_fds),
+        ("process_start_time_seconds", "gauge", "Start time since the Unix epoch, seconds.", process.start_time),
+        ("process_threads", "gauge", "Operating system threads.", process.threads),
+    ];
+    for (name, kind, help, value) in series {
+        let _ = writeln!(text, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}");
+    }
+}
+
+/// What /proc says about this process.
+struct ProcessStats {
+    cpu_seconds: f64,
+    resident_bytes: f64,
+    virtual_bytes: f64,
+    open_fds: f64,
+    max_fds: f64,
+    start_time: f64,
+    threads: f64,
+}
+
+impl ProcessStats {
+    fn read() -> Option<ProcessStats> {
+        let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+        // Fields after the command name, which is in parentheses and may contain spaces.
+        let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+        let field = |number: usize| fields.get(number - 3).and_then(|value| value.parse::<f64>().ok());
+        // SAFETY: sysconf only reads a system constant.
+        let (ticks, page) = unsafe { (libc::sysconf(libc::_SC_CLK_TCK), libc::sysconf(libc::_SC_PAGESIZE)) };
+        let (ticks, page) = (ticks.max(1) as f64, page.max(1) as f64);
+        let boot = std::fs::read_to_string("/proc/stat").ok()?;
+        let boot_time: f64 = boot.lines().find_map(|line| line.strip_prefix("btime "))?.trim().parse().ok()?;
+        let open_fds = std::fs::read_dir("/proc/self/fd").map(|entries| entries.count() as f64).unwrap_or(0.0);
+        let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+        // SAFETY: getrlimit only writes the struct we pass.
+        let max_fds =
+            if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0 { limit.rlim_cur as f64 } else { 0.0 };
+        Some(ProcessStats {
+            cpu_seconds: (field(14)? + field(15)?) / ticks,
+            threads: field(20)?,
+            start_time: boot_time + field(22)? / ticks,
+            virtual_bytes: field(23)?,
+            resident_bytes: field(24)? * page,
+            open_fds,
+            max_fds,
+        })
+    }
 }
 
 fn render_histograms(text: &mut String, pools: &[Arc<Pool>]) {
@@ -211,6 +326,37 @@ fn render_kernel(text: &mut String, fast: &bypass_fastpath::FastPath) {
     for program in &programs {
         let _ =
             writeln!(text, "bypass_kernel_program_runs_total{{program=\"{}\"}} {}", program.name, program.run_count);
+    }
+}
+
+/// Per pool that runs in the kernel: bytes and messages by direction (request: client to
+/// server, answer: server to client) and by path (`kernel`: forwarded socket to socket in the
+/// kernel; `passed`: handed up to user space, which read and relayed them).
+fn render_kernel_pools(text: &mut String, pools: &[Arc<Pool>]) {
+    let counted: Vec<(String, bypass_fastpath::PoolCounters)> =
+        pools.iter().filter_map(|pool| pool.kernel().map(|kernel| (pool_labels(pool), kernel.counters()))).collect();
+    let families = [
+        ("bypass_kernel_pool_bytes_total", "Bytes of a kernel pool by direction and path."),
+        ("bypass_kernel_pool_messages_total", "Messages of a kernel pool by direction and path."),
+    ];
+    for (index, (name, help)) in families.iter().enumerate() {
+        let _ = writeln!(text, "# HELP {name} {help}\n# TYPE {name} counter");
+        for (labels, c) in &counted {
+            let values = if index == 0 {
+                [c.request_bytes_forwarded, c.request_bytes_passed, c.answer_bytes_forwarded, c.answer_bytes_passed]
+            } else {
+                [
+                    c.request_messages_forwarded,
+                    c.request_messages_passed,
+                    c.answer_messages_forwarded,
+                    c.answer_messages_passed,
+                ]
+            };
+            let keys = [("request", "kernel"), ("request", "passed"), ("answer", "kernel"), ("answer", "passed")];
+            for ((direction, path), value) in keys.iter().zip(values) {
+                let _ = writeln!(text, "{name}{{{labels},direction=\"{direction}\",path=\"{path}\"}} {value}");
+            }
+        }
     }
 }
 

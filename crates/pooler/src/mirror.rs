@@ -272,6 +272,10 @@ impl UserMirror {
                 let (reader, writer) = tokio::io::split(*tls);
                 tokio::spawn(run_user_shadow(reader, writer, task_queue, task_counters));
             }
+            Stream::Unix(unix) => {
+                let (reader, writer) = unix.into_split();
+                tokio::spawn(run_user_shadow(reader, writer, task_queue, task_counters));
+            }
         }
         UserMirror { queue, _active: ActiveClient::new(counters, false) }
     }

@@ -12,6 +12,7 @@
 //!          └─ shard 1: listener ─► client tasks ─┴─► pools (shared; servers have a home shard)
 //! ```
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -29,6 +30,7 @@ use crate::load::ValidConfig;
 use crate::login::{login, LoginOutcome};
 use crate::session::Session;
 use crate::shared::{Shared, StopRequest};
+use crate::stats::PoolTotals;
 
 /// How often queued clients are checked against `query_wait_timeout`.
 const QUEUE_CHECK_PERIOD: Duration = Duration::from_millis(100);
@@ -45,6 +47,8 @@ pub struct Proxy {
     listeners: Vec<std::net::TcpListener>,
     address: SocketAddr,
     metrics: Option<std::net::TcpListener>,
+    /// The `unix_socket_dir` socket, served by shard 0, and its files.
+    unix: Option<(std::os::unix::net::UnixListener, crate::listen::UnixSocketFiles)>,
 }
 
 impl Proxy {
@@ -58,7 +62,11 @@ impl Proxy {
             Some(metrics_addr) => Some(bind_metrics(metrics_addr)?),
             None => None,
         };
-        Ok(Proxy { shared: Shared::new(config), listeners, address, metrics })
+        let unix = match &config.config.pooler.unix_socket_dir {
+            Some(folder) => Some(crate::listen::bind_unix(folder, address.port())?),
+            None => None,
+        };
+        Ok(Proxy { shared: Shared::new(config), listeners, address, metrics, unix })
     }
 
     /// Where `/metrics` is served, if it is.
@@ -77,16 +85,21 @@ impl Proxy {
     /// Starts one thread per shard; the pooler runs until [`RunningProxy::stop`] or drop.
     pub fn start(mut self) -> std::io::Result<RunningProxy> {
         let mut shards = Vec::with_capacity(self.listeners.len());
+        let (unix, unix_files) = match self.unix.take() {
+            Some((listener, files)) => (Some(listener), Some(files)),
+            None => (None, None),
+        };
+        let mut unix = unix;
         for (index, listener) in self.listeners.into_iter().enumerate() {
             let (stop, stopped) = oneshot::channel();
             let shared = self.shared.clone();
-            let metrics = self.metrics.take();
+            let listeners = ShardListeners { tcp: listener, metrics: self.metrics.take(), unix: unix.take() };
             let thread = std::thread::Builder::new()
                 .name(format!("bypass-shard-{index}"))
-                .spawn(move || run_shard(index, (listener, metrics), shared, stopped))?;
+                .spawn(move || run_shard(index, listeners, shared, stopped))?;
             shards.push((stop, thread));
         }
-        Ok(RunningProxy { shared: self.shared, address: self.address, shards })
+        Ok(RunningProxy { shared: self.shared, address: self.address, shards, _unix_files: unix_files })
     }
 }
 
@@ -95,6 +108,8 @@ pub struct RunningProxy {
     shared: Arc<Shared>,
     address: SocketAddr,
     shards: Vec<(oneshot::Sender<()>, JoinHandle<()>)>,
+    /// Removed when the pooler stops (after the shards, by field order).
+    _unix_files: Option<crate::listen::UnixSocketFiles>,
 }
 
 impl RunningProxy {
@@ -207,11 +222,16 @@ fn bind_metrics(address: &str) -> std::io::Result<std::net::TcpListener> {
     Ok(listener)
 }
 
-/// A shard's client listener, and the metrics listener for the shard that serves it.
-type ShardListeners = (std::net::TcpListener, Option<std::net::TcpListener>);
+/// A shard's client listener, and the metrics and Unix-socket listeners for the shard that
+/// serves them.
+struct ShardListeners {
+    tcp: std::net::TcpListener,
+    metrics: Option<std::net::TcpListener>,
+    unix: Option<std::os::unix::net::UnixListener>,
+}
 
 fn run_shard(index: usize, listeners: ShardListeners, shared: Arc<Shared>, stopped: oneshot::Receiver<()>) {
-    let (listener, mut metrics_listener) = listeners;
+    let ShardListeners { tcp: listener, metrics: mut metrics_listener, unix } = listeners;
     // One shard is left to the scheduler: pinning keeps shards apart, and a lone pinned shard
     // cannot leave a CPU the backends crowd (on 2 cores, 0.90× PgBouncer's TPS at 50 clients
     // pinned against 0.99× unpinned).
@@ -239,6 +259,9 @@ fn run_shard(index: usize, listeners: ShardListeners, shared: Arc<Shared>, stopp
             if let Some(metrics) = metrics_listener.take().and_then(|l| TcpListener::from_std(l).ok()) {
                 tokio::spawn(crate::metrics::serve(metrics, shared.clone()));
             }
+            if let Some(unix) = unix.and_then(|l| tokio::net::UnixListener::from_std(l).ok()) {
+                tokio::spawn(accept_unix(index, unix, shared.clone()));
+            }
         }
         tokio::select! {
             _ = accept_loop(index, listener, shared) => {}
@@ -251,10 +274,37 @@ fn run_shard(index: usize, listeners: ShardListeners, shared: Arc<Shared>, stopp
 async fn accept_loop(shard: usize, listener: TcpListener, shared: Arc<Shared>) {
     loop {
         match listener.accept().await {
-            Ok((stream, _)) => admit(shard, &shared, stream),
+            Ok((stream, _)) => {
+                // SUSPEND: this client and those behind it in the backlog wait until RESUME.
+                shared.accepting().await;
+                admit(shard, &shared, stream)
+            }
             Err(error) => {
                 // Out of file descriptors or similar: back off instead of spinning.
                 tracing::warn!(%error, "accept failed");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    }
+}
+
+/// Clients of the Unix-domain socket: no TLS (as PostgreSQL), straight to login.
+async fn accept_unix(shard: usize, listener: tokio::net::UnixListener, shared: Arc<Shared>) {
+    loop {
+        match listener.accept().await {
+            Ok((stream, _)) => {
+                shared.accepting().await;
+                let connected = shared.client_connections.fetch_add(1, Ordering::AcqRel);
+                let over_limit = connected >= shared.live().settings.max_client_conn;
+                let slot = ClientSlot(shared.clone());
+                tokio::spawn(async move {
+                    if let Some(client) = crate::login::accept_unix_within_login_timeout(&slot.0, stream).await {
+                        log_in_and_serve(slot, client, over_limit, shard).await;
+                    }
+                });
+            }
+            Err(error) => {
+                tracing::warn!(%error, "accept on the Unix socket failed");
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
         }
@@ -397,45 +447,16 @@ async fn maintain(shared: Arc<Shared>) {
     }
 }
 
-/// The `stats` line every `stats_period_ms`: rates and averages since the previous line, over
-/// every pool (PgBouncer's `stats:` line).
+/// The `stats` line every `stats_period_ms` (PgBouncer's `stats:` line: rates and averages
+/// since the previous line, over every pool), and the per-database averages of SHOW STATS.
 struct StatsLine {
     since: Instant,
-    previous: Totals,
-}
-
-/// Sums over every pool at one moment.
-#[derive(Debug, Clone, Copy, Default)]
-struct Totals {
-    transactions: u64,
-    queries: u64,
-    bytes_received: u64,
-    bytes_sent: u64,
-    transaction_us: u64,
-    waits: u64,
-    wait_us: u64,
-}
-
-impl Totals {
-    fn now(shared: &Shared) -> Totals {
-        let mut sum = Totals::default();
-        for pool in shared.pools() {
-            let totals = pool.totals();
-            sum.transactions += totals.transactions;
-            sum.queries += totals.queries;
-            sum.bytes_received += totals.bytes_received;
-            sum.bytes_sent += totals.bytes_sent;
-            sum.transaction_us += totals.transaction_time.sum_us;
-            sum.waits += totals.wait.count;
-            sum.wait_us += totals.wait.sum_us;
-        }
-        sum
-    }
+    previous: BTreeMap<String, PoolTotals>,
 }
 
 impl StatsLine {
     fn new(shared: &Shared, now: Instant) -> Self {
-        StatsLine { since: now, previous: Totals::now(shared) }
+        StatsLine { since: now, previous: crate::admin::show::totals_by_database(shared) }
     }
 
     fn maybe_log(&mut self, shared: &Shared, now: Instant) {
@@ -444,22 +465,33 @@ impl StatsLine {
         if period_ms == 0 || elapsed < Duration::from_millis(period_ms) {
             return;
         }
-        let current = Totals::now(shared);
-        let (old, seconds) = (self.previous, elapsed.as_secs_f64());
-        let rate = |new: u64, old: u64| (new.saturating_sub(old) as f64 / seconds).round() as u64;
-        let average = |sum: u64, old_sum: u64, count: u64, old_count: u64| {
-            sum.saturating_sub(old_sum).checked_div(count.saturating_sub(old_count)).unwrap_or(0)
-        };
+        let current = crate::admin::show::totals_by_database(shared);
+        let seconds = elapsed.as_secs_f64();
+        let empty = PoolTotals::default();
+        let averages = current
+            .iter()
+            .map(|(database, totals)| {
+                let old = self.previous.get(database).unwrap_or(&empty);
+                (database.clone(), crate::admin::show::averages(totals, old, seconds))
+            })
+            .collect();
+        let (mut sum, mut old_sum) = (PoolTotals::default(), PoolTotals::default());
+        current.values().for_each(|totals| sum.add(totals));
+        self.previous.values().for_each(|totals| old_sum.add(totals));
+        let [_, xacts, queries, received, sent, xact_us, query_us, wait_us, ..] =
+            crate::admin::show::averages(&sum, &old_sum, seconds);
         tracing::info!(
-            xacts_per_s = rate(current.transactions, old.transactions),
-            queries_per_s = rate(current.queries, old.queries),
-            in_bytes_per_s = rate(current.bytes_received, old.bytes_received),
-            out_bytes_per_s = rate(current.bytes_sent, old.bytes_sent),
-            xact_us = average(current.transaction_us, old.transaction_us, current.transactions, old.transactions),
-            wait_us = average(current.wait_us, old.wait_us, current.waits, old.waits),
+            xacts_per_s = xacts,
+            queries_per_s = queries,
+            in_bytes_per_s = received,
+            out_bytes_per_s = sent,
+            xact_us,
+            query_us,
+            wait_us,
             clients = shared.client_connections.load(Ordering::Relaxed),
             "stats"
         );
+        shared.set_averages(averages);
         self.since = now;
         self.previous = current;
     }

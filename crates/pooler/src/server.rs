@@ -63,6 +63,8 @@ pub struct LoginTarget {
     pub host: String,
     /// TLS towards this server, `None` when disabled.
     pub tls: Option<Arc<crate::tls::ServerTls>>,
+    /// The `options` startup parameter servers are started with (`pass_options`).
+    pub options: Option<String>,
 }
 
 impl LoginTarget {
@@ -72,6 +74,7 @@ impl LoginTarget {
             && self.dbname == other.dbname
             && self.user == other.user
             && self.host == other.host
+            && self.options == other.options
     }
 }
 
@@ -183,7 +186,11 @@ impl ServerConn {
         message_size_max: u32,
     ) -> Result<Welcome, PoolerError> {
         self.scratch.clear();
-        startup::encode_startup(&mut self.scratch, &[("user", &target.user), ("database", &target.dbname)]);
+        let mut parameters = vec![("user", target.user.as_str()), ("database", target.dbname.as_str())];
+        if let Some(options) = &target.options {
+            parameters.push(("options", options));
+        }
+        startup::encode_startup(&mut self.scratch, &parameters);
         self.flush_scratch().await?;
         let mut welcome = Welcome::default();
         let mut scram = None;

@@ -193,7 +193,10 @@ impl Session {
                 next.stats.client_joined(self.shard);
                 self.pool = next;
             }
-            if let Some(server) = self.pool.acquire(self.shard, &self.waiter).await? {
+            self.cancel.entry.set_waiting(true);
+            let acquired = self.pool.acquire(self.shard, &self.waiter).await;
+            self.cancel.entry.set_waiting(false);
+            if let Some(server) = acquired? {
                 return Ok(server);
             }
         }
@@ -234,6 +237,7 @@ impl Session {
     }
 
     fn attach(&mut self, server: Box<ServerConn>) {
+        self.pool.stats.shard(self.shard).assignments.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let route = CancelRoute { address: self.pool.target.address, key: server.key };
         self.cancel.entry.set_route(Some(route));
         self.linked = Some(Linked::new(server));

@@ -80,7 +80,7 @@ fn try_kernel(shared: &Shared, client: &ClientSide, shadow: Stream) -> Result<Ke
     if !shared.mirror.kernel_ready(fast, &shared.live().settings.mirror_interface) {
         return Err(Stream::Plain(shadow_tcp));
     }
-    let tcp = client.stream.tcp();
+    let Some(tcp) = client.stream.tcp() else { return Err(Stream::Plain(shadow_tcp)) };
     let (Ok(peer), Ok(local)) = (tcp.peer_addr(), tcp.local_addr()) else { return Err(Stream::Plain(shadow_tcp)) };
     match fast.add_mirror(peer, local, shadow_tcp.as_fd()) {
         Ok(handle) => Ok(KernelMirror::start(fast.clone(), handle, shadow_tcp, &shared.mirror.counters)),

@@ -12,10 +12,10 @@ use tokio::sync::watch;
 
 use crate::auth_file::{AuthFile, Secret};
 use crate::cancel::CancelRegistry;
-use crate::config::{Applies, Config, DatabaseEntry, PoolerSettings};
+use crate::config::{Applies, Config, DatabaseEntry, PoolerSettings, UserEntry};
 use crate::error::PoolerError;
 use crate::load::{ConfigError, ValidConfig};
-use crate::pool::{DatabaseLimit, Pool, PoolIdentity, PoolKey, PoolLimits, PoolSettings};
+use crate::pool::{ConnectionLimit, Pool, PoolIdentity, PoolKey, PoolLimits, PoolSettings, SharedLimits};
 use crate::prepared::StatementRegistry;
 use crate::server::{send_cancel, Credential, LoginTarget};
 use crate::stats::ErrorCounters;
@@ -38,6 +38,14 @@ pub struct Live {
     pub auth: AuthFile,
     /// Client access rules from `auth_hba_file`.
     pub hba: Option<crate::hba::Hba>,
+    /// Per-user settings (`[users]`).
+    pub users: BTreeMap<String, UserEntry>,
+}
+
+impl Live {
+    fn new(config: Config, auth: AuthFile, hba: Option<crate::hba::Hba>) -> Live {
+        Live { settings: config.pooler, databases: config.databases, auth, hba, users: config.users }
+    }
 }
 
 /// How the process should stop, when asked by the admin console.
@@ -70,7 +78,17 @@ pub struct Shared {
     /// Sessions that ended in an error, by kind (for `/metrics`).
     pub errors: ErrorCounters,
     pools: Mutex<HashMap<PoolKey, Arc<Pool>>>,
-    limits: Mutex<HashMap<String, Arc<DatabaseLimit>>>,
+    /// `max_db_connections` by database and `max_user_connections` by user.
+    database_limits: Mutex<HashMap<String, Arc<ConnectionLimit>>>,
+    user_limits: Mutex<HashMap<String, Arc<ConnectionLimit>>>,
+    /// Pools a reload replaced, while they still hold servers (for WAIT_CLOSE).
+    replaced: Mutex<Vec<std::sync::Weak<Pool>>>,
+    /// SUSPEND: no new client is accepted until RESUME.
+    suspended: watch::Sender<bool>,
+    /// DISABLE: databases that refuse new logins.
+    disabled: Mutex<std::collections::BTreeSet<String>>,
+    /// STATS averages of the last `stats_period_ms`, by database.
+    averages: Mutex<BTreeMap<String, crate::stats::Averages>>,
     stop: watch::Sender<Option<StopRequest>>,
     /// TLS of both sides (`None` where disabled); read at start only.
     pub tls: crate::tls::TlsContexts,
@@ -109,7 +127,7 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 impl Shared {
     pub fn new(config: ValidConfig) -> Arc<Self> {
         let ValidConfig { config: parsed, auth, tls, hba, .. } = config;
-        let live = Live { settings: parsed.pooler, databases: parsed.databases, auth, hba };
+        let live = Live::new(parsed, auth, hba);
         let live_settings = live.settings.clone();
         let fastpath =
             (live.settings.fast_path == crate::config::FastPathMode::Kernel).then(crate::kernel::load).flatten();
@@ -123,7 +141,12 @@ impl Shared {
             client_connections: AtomicU32::new(0),
             errors: ErrorCounters::default(),
             pools: Mutex::new(HashMap::new()),
-            limits: Mutex::new(HashMap::new()),
+            database_limits: Mutex::new(HashMap::new()),
+            user_limits: Mutex::new(HashMap::new()),
+            replaced: Mutex::new(Vec::new()),
+            suspended: watch::channel(false).0,
+            disabled: Mutex::new(Default::default()),
+            averages: Mutex::new(BTreeMap::new()),
             stop: watch::channel(None).0,
             tls,
             auth_cache: crate::auth_cache::AuthCache::default(),
@@ -144,7 +167,7 @@ impl Shared {
     pub fn login_target(&self, database: &str, user: &str) -> Option<Result<LoginTarget, PoolerError>> {
         let live = self.live();
         let entry = live.databases.get(database).or_else(|| live.databases.get("*"))?;
-        let key = PoolKey { database: database.to_owned(), user: user.to_owned() };
+        let key = PoolKey { database: database.to_owned(), user: user.to_owned(), options: None };
         Some(identity(&live, &self.tls, key, entry).map(|identity| identity.target))
     }
 
@@ -155,11 +178,17 @@ impl Shared {
         let unused = pool_unused(pool);
         if unused && pools.get(&pool.key).is_some_and(|current| Arc::ptr_eq(current, pool)) {
             pools.remove(&pool.key);
-            let database_left = !pools.keys().any(|key| key.database == pool.key.database);
-            drop(pools);
-            if database_left {
-                lock(&self.limits).remove(&pool.key.database);
-            }
+            self.forget_limits_unused(&pools, &pool.key.database, Some(&pool.key.user));
+        }
+    }
+
+    /// Drops the connection limits of a database (and a user) no pool serves any more.
+    fn forget_limits_unused(&self, pools: &HashMap<PoolKey, Arc<Pool>>, database: &str, user: Option<&str>) {
+        if !pools.keys().any(|key| key.database == database) {
+            lock(&self.database_limits).remove(database);
+        }
+        if let Some(user) = user.filter(|user| !pools.keys().any(|key| key.user == *user)) {
+            lock(&self.user_limits).remove(user);
         }
     }
 
@@ -192,10 +221,18 @@ impl Shared {
             since.remove(&database);
             let mut pools = lock(&self.pools);
             let before = pools.len();
-            pools.retain(|key, pool| key.database != database || !pool_unused(pool));
+            let mut users = Vec::new();
+            pools.retain(|key, pool| {
+                let drop = key.database == database && pool_unused(pool);
+                if drop {
+                    users.push(key.user.clone());
+                }
+                !drop
+            });
             dropped += before - pools.len();
-            if !pools.keys().any(|key| key.database == database) {
-                lock(&self.limits).remove(&database);
+            self.forget_limits_unused(&pools, &database, None);
+            for user in users {
+                self.forget_limits_unused(&pools, &database, Some(&user));
             }
             tracing::info!(%database, "auto-created database dropped after autodb_idle_timeout_ms");
         }
@@ -205,8 +242,19 @@ impl Shared {
     /// The pool for a client's (database, user), created on first use. Call only after the
     /// client authenticated.
     pub fn pool_for(&self, database: &str, user: &str) -> Result<Arc<Pool>, PoolerError> {
+        self.pool_with_options(database, user, None)
+    }
+
+    /// The pool for a client's (database, user) whose servers start with `options` (the
+    /// client's `options` startup parameter, with `pass_options`), created on first use.
+    pub fn pool_with_options(
+        &self,
+        database: &str,
+        user: &str,
+        options: Option<&str>,
+    ) -> Result<Arc<Pool>, PoolerError> {
         let live = self.live();
-        let key = PoolKey { database: database.to_owned(), user: user.to_owned() };
+        let key = PoolKey { database: database.to_owned(), user: user.to_owned(), options: options.map(str::to_owned) };
         if let Some(pool) = lock(&self.pools).get(&key) {
             return Ok(pool.clone());
         }
@@ -214,14 +262,14 @@ impl Shared {
             PoolerError::refused(SqlState::INVALID_CATALOG_NAME, format!("no such database: {database}"))
         })?;
         let identity = identity(&live, &self.tls, key.clone(), entry)?;
-        let limit = self.database_limit(&live.settings, database, entry);
+        let shared_limits = self.shared_limits(&live, database, user, entry);
         let mut pools = lock(&self.pools);
         if pools.len() >= POOLS_MAX {
             return Err(PoolerError::refused(SqlState::TOO_MANY_CONNECTIONS, "too many pools"));
         }
-        let limits = pool_limits(&live.settings, entry);
+        let limits = pool_limits(&live, entry, user);
         let pool = pools.entry(key).or_insert_with(|| {
-            let pool = Pool::new(identity, limits, limit, Arc::new(StatementRegistry::default()));
+            let pool = Pool::new(identity, limits, shared_limits, Arc::new(StatementRegistry::default()));
             self.run_in_kernel(&pool);
             pool
         });
@@ -241,7 +289,7 @@ impl Shared {
                 format!("no such database: {mirror}"),
             )));
         };
-        let key = PoolKey { database: mirror.to_owned(), user: user.to_owned() };
+        let key = PoolKey { database: mirror.to_owned(), user: user.to_owned(), options: None };
         Some(identity(&live, &self.tls, key, mirror_entry).map(|identity| (identity.target, identity.credential)))
     }
 
@@ -262,9 +310,71 @@ impl Shared {
         pool.enable_kernel(crate::kernel::KernelPool::new(fast.clone(), index));
     }
 
-    fn database_limit(&self, settings: &PoolerSettings, database: &str, entry: &DatabaseEntry) -> Arc<DatabaseLimit> {
-        let max = entry.max_db_connections.unwrap_or(settings.max_db_connections);
-        lock(&self.limits).entry(database.to_owned()).or_insert_with(|| DatabaseLimit::new(max)).clone()
+    /// The database's and the user's connection limits, created on first use.
+    fn shared_limits(&self, live: &Live, database: &str, user: &str, entry: &DatabaseEntry) -> SharedLimits {
+        let database_max = entry.max_db_connections.unwrap_or(live.settings.max_db_connections);
+        let user_max = user_connections_max(live, user);
+        let mut database_limits = lock(&self.database_limits);
+        let database = database_limits.entry(database.to_owned()).or_insert_with(|| ConnectionLimit::new(database_max));
+        let mut user_limits = lock(&self.user_limits);
+        let user = user_limits.entry(user.to_owned()).or_insert_with(|| ConnectionLimit::new(user_max));
+        SharedLimits { database: database.clone(), user: user.clone() }
+    }
+
+    /// SUSPEND (true) or RESUME (false) accepting new clients.
+    pub fn set_suspended(&self, suspended: bool) {
+        self.suspended.send_replace(suspended);
+    }
+
+    pub fn is_suspended(&self) -> bool {
+        *self.suspended.borrow()
+    }
+
+    /// Waits while the pooler is suspended.
+    pub async fn accepting(&self) {
+        let mut receiver = self.suspended.subscribe();
+        let _ = receiver.wait_for(|suspended| !suspended).await;
+    }
+
+    /// DISABLE (true) or ENABLE (false) new logins to `database`.
+    pub fn set_disabled(&self, database: &str, disabled: bool) {
+        let mut set = lock(&self.disabled);
+        match disabled {
+            true => set.insert(database.to_owned()),
+            false => set.remove(database),
+        };
+    }
+
+    pub fn is_disabled(&self, database: &str) -> bool {
+        lock(&self.disabled).contains(database)
+    }
+
+    /// Refuses a login to a database the console disabled.
+    pub fn refuse_disabled(&self, database: &str) -> Result<(), PoolerError> {
+        match self.is_disabled(database) {
+            true => Err(PoolerError::refused(
+                SqlState::CANNOT_CONNECT_NOW,
+                format!("database \"{database}\" is disabled (the console's DISABLE; ENABLE lets clients in again)"),
+            )),
+            false => Ok(()),
+        }
+    }
+
+    /// STATS averages of the last period, by database.
+    pub fn averages(&self) -> BTreeMap<String, crate::stats::Averages> {
+        lock(&self.averages).clone()
+    }
+
+    pub fn set_averages(&self, averages: BTreeMap<String, crate::stats::Averages>) {
+        *lock(&self.averages) = averages;
+    }
+
+    /// Servers still open in pools a reload replaced (of `database`, or all).
+    pub fn replaced_servers(&self, database: Option<&str>) -> u32 {
+        let mut replaced = lock(&self.replaced);
+        replaced.retain(|pool| pool.upgrade().is_some_and(|pool| pool.counts().0 > 0));
+        let alive = replaced.iter().filter_map(std::sync::Weak::upgrade);
+        alive.filter(|pool| database.is_none_or(|db| pool.key.database == db)).map(|pool| pool.counts().0).sum()
     }
 
     /// Reads the configuration file again and applies it (SIGHUP, `RELOAD`). A bad file changes
@@ -281,17 +391,20 @@ impl Shared {
     /// next transaction), new databases and users work at the next login.
     pub fn reload(&self, config: ValidConfig) -> ReloadReport {
         let ValidConfig { config, auth, hba, .. } = config;
-        let live = Arc::new(Live { settings: config.pooler, databases: config.databases, auth, hba });
+        let live = Arc::new(Live::new(config, auth, hba));
         let mut report = ReloadReport {
             needs_restart: restart_only_changes(&self.live().settings, &live.settings),
             ..ReloadReport::default()
         };
         *self.live.write().unwrap_or_else(|p| p.into_inner()) = live.clone();
         self.guard.set_settings(guard_settings(&live.settings));
-        for (database, limit) in lock(&self.limits).iter() {
+        for (database, limit) in lock(&self.database_limits).iter() {
             if let Some(entry) = live.databases.get(database).or_else(|| live.databases.get("*")) {
                 limit.set_max(entry.max_db_connections.unwrap_or(live.settings.max_db_connections));
             }
+        }
+        for (user, limit) in lock(&self.user_limits).iter() {
+            limit.set_max(user_connections_max(&live, user));
         }
         let mut pools = lock(&self.pools);
         let keys: Vec<PoolKey> = pools.keys().cloned().collect();
@@ -304,12 +417,13 @@ impl Shared {
                 continue;
             };
             let pool = pools[&key].clone();
-            let limits = pool_limits(&live.settings, entry);
+            let limits = pool_limits(&live, entry, &key.user);
             if pool.is(&identity) {
                 pool.set_limits(limits);
             } else {
-                let database = self.database_limit(&live.settings, &key.database, entry);
-                let successor = Pool::new(identity, limits, database, pool.statements.clone());
+                let shared_limits = self.shared_limits(&live, &key.database, &key.user, entry);
+                let successor = Pool::new(identity, limits, shared_limits, pool.statements.clone());
+                lock(&self.replaced).push(Arc::downgrade(&pool));
                 pool.replace_with(successor.clone());
                 pools.insert(key, successor);
                 report.replaced_pools += 1;
@@ -414,9 +528,11 @@ fn identity(
         user: entry.user.clone().unwrap_or_else(|| key.user.clone()),
         host: entry.host.clone(),
         tls: tls.server.clone(),
+        options: key.options.clone(),
     };
     let credential = credential(&live.auth, entry, &target.user);
-    Ok(PoolIdentity { key, target, settings: pool_settings(&live.settings, entry), credential })
+    let settings = pool_settings(live, entry, &key.user);
+    Ok(PoolIdentity { key, target, settings, credential })
 }
 
 /// The backend password: the database entry's, else the backend user's entry in the auth file.
@@ -434,9 +550,17 @@ fn credential(auth: &AuthFile, entry: &DatabaseEntry, backend_user: &str) -> Cre
     }
 }
 
-fn pool_settings(s: &PoolerSettings, entry: &DatabaseEntry) -> PoolSettings {
+/// A user's `max_user_connections`: its `[users]` entry's, else the global one.
+fn user_connections_max(live: &Live, user: &str) -> u32 {
+    let entry = live.users.get(user).and_then(|entry| entry.max_user_connections);
+    entry.unwrap_or(live.settings.max_user_connections)
+}
+
+fn pool_settings(live: &Live, entry: &DatabaseEntry, user: &str) -> PoolSettings {
+    let s = &live.settings;
+    let user_mode = live.users.get(user).and_then(|user| user.pool_mode);
     PoolSettings {
-        mode: entry.pool_mode.unwrap_or(s.pool_mode),
+        mode: user_mode.or(entry.pool_mode).unwrap_or(s.pool_mode),
         message_size_max: s.message_size_max,
         reset_query: s.server_reset_query.clone(),
         shards: s.worker_count(),
@@ -444,15 +568,20 @@ fn pool_settings(s: &PoolerSettings, entry: &DatabaseEntry) -> PoolSettings {
     }
 }
 
-fn pool_limits(s: &PoolerSettings, entry: &DatabaseEntry) -> PoolLimits {
+/// Sizes and timeouts of a pool: the user's `pool_size`, else the database's, else the default.
+fn pool_limits(live: &Live, entry: &DatabaseEntry, user: &str) -> PoolLimits {
+    let s = &live.settings;
+    let user_size = live.users.get(user).and_then(|user| user.pool_size);
     PoolLimits {
-        size: entry.pool_size.unwrap_or(s.default_pool_size),
+        size: user_size.or(entry.pool_size).unwrap_or(s.default_pool_size),
         min_size: entry.min_pool_size.unwrap_or(s.min_pool_size),
         query_wait_timeout_ms: s.query_wait_timeout_ms,
         server_idle_timeout_ms: s.server_idle_timeout_ms,
         server_lifetime_ms: s.server_lifetime_ms,
         server_connect_timeout_ms: s.server_connect_timeout_ms,
         log_disconnections: s.log_disconnections,
+        reserve_size: entry.reserve_pool_size.unwrap_or(s.reserve_pool_size),
+        reserve_timeout_ms: s.reserve_pool_timeout_ms,
     }
 }
 

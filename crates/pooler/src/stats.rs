@@ -10,8 +10,12 @@ use std::time::Duration;
 use crate::error::PoolerError;
 
 /// Upper bounds of the latency histogram buckets, µs (the last bucket is unbounded).
-pub const LATENCY_BUCKETS_US: [u64; 12] =
-    [50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 100_000, 1_000_000, 10_000_000];
+/// Sub-millisecond bounds for the pooler's own short waits, then 1 ms to 5 s as operators chart
+/// them.
+pub const LATENCY_BUCKETS_US: [u64; 17] = [
+    50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000, 1_000_000, 2_500_000,
+    5_000_000, 10_000_000,
+];
 
 /// A cumulative-bucket latency histogram, Prometheus style.
 #[derive(Debug, Default)]
@@ -39,6 +43,18 @@ pub struct HistogramTotals {
 }
 
 impl HistogramTotals {
+    /// Adds another histogram's totals.
+    pub fn merge(&mut self, other: &HistogramTotals) {
+        if self.cumulative.is_empty() {
+            self.cumulative = vec![0; LATENCY_BUCKETS_US.len()];
+        }
+        for (slot, count) in self.cumulative.iter_mut().zip(&other.cumulative) {
+            *slot += count;
+        }
+        self.count += other.count;
+        self.sum_us += other.sum_us;
+    }
+
     fn add(&mut self, histogram: &Histogram) {
         if self.cumulative.is_empty() {
             self.cumulative = vec![0; LATENCY_BUCKETS_US.len()];
@@ -69,6 +85,14 @@ pub struct ShardStats {
     pub bytes_sent: AtomicU64,
     pub wait: Histogram,
     pub transaction_time: Histogram,
+    /// Time from a request to its ReadyForQuery, summed, µs.
+    pub query_time_us: AtomicU64,
+    /// Parse and Bind messages from clients; Parses servers completed (ParseComplete).
+    pub client_parses: AtomicU64,
+    pub binds: AtomicU64,
+    pub server_parses: AtomicU64,
+    /// Times a server was linked to a client.
+    pub assignments: AtomicU64,
 }
 
 /// Counters of one pool.
@@ -89,6 +113,33 @@ pub struct PoolTotals {
     pub bytes_sent: u64,
     pub wait: HistogramTotals,
     pub transaction_time: HistogramTotals,
+    pub query_time_us: u64,
+    pub client_parses: u64,
+    pub binds: u64,
+    pub server_parses: u64,
+    pub assignments: u64,
+    /// Where the kernel fast path moved this pool's bytes (pools that run there).
+    pub kernel: Option<bypass_fastpath::PoolCounters>,
+}
+
+impl PoolTotals {
+    /// Adds another pool's totals (histogram buckets included).
+    pub fn add(&mut self, other: &PoolTotals) {
+        self.transactions += other.transactions;
+        self.queries += other.queries;
+        self.bytes_received += other.bytes_received;
+        self.bytes_sent += other.bytes_sent;
+        self.wait.merge(&other.wait);
+        self.transaction_time.merge(&other.transaction_time);
+        self.query_time_us += other.query_time_us;
+        self.client_parses += other.client_parses;
+        self.binds += other.binds;
+        self.server_parses += other.server_parses;
+        self.assignments += other.assignments;
+        if let Some(kernel) = &other.kernel {
+            self.kernel.get_or_insert_with(Default::default).add(kernel);
+        }
+    }
 }
 
 impl PoolStats {
@@ -141,10 +192,21 @@ impl PoolStats {
             totals.bytes_sent += shard.bytes_sent.load(Ordering::Relaxed);
             totals.wait.add(&shard.wait);
             totals.transaction_time.add(&shard.transaction_time);
+            totals.query_time_us += shard.query_time_us.load(Ordering::Relaxed);
+            totals.client_parses += shard.client_parses.load(Ordering::Relaxed);
+            totals.binds += shard.binds.load(Ordering::Relaxed);
+            totals.server_parses += shard.server_parses.load(Ordering::Relaxed);
+            totals.assignments += shard.assignments.load(Ordering::Relaxed);
         }
         totals
     }
 }
+
+/// PgBouncer's averages over one `stats_period` (STATS, STATS_AVERAGES), in its column order:
+/// server assignments, transactions, queries, bytes received and sent (per second), then
+/// transaction, query and wait time (µs per transaction, query, wait), then client Parse,
+/// server Parse and Bind messages (per second).
+pub type Averages = [u64; 11];
 
 /// The `kind` labels of the error counter, in index order.
 pub const ERROR_KINDS: [&str; 10] = [

@@ -31,6 +31,50 @@ fn pgbench_select_only_runs_in_the_kernel() {
     assert!(counters.transactions > 1_000, "too few of 10000 transactions ended in the kernel: {counters:?}");
 }
 
+/// Where the kernel moved the (only) pool's bytes.
+fn pool_counters(pooler: &Pooler) -> bypass_fastpath::PoolCounters {
+    let pools = pooler.shared.pools();
+    let kernel = pools.iter().find_map(|pool| pool.kernel()).expect("a pool runs in the kernel");
+    kernel.counters()
+}
+
+#[test]
+fn with_a_free_server_a_request_and_its_answer_are_forwarded_by_the_kernel() {
+    // Goal: with a free server the request's bytes never reach user space: the kernel forwards
+    // the request and its answer (not merely releases the server). Method: one raw client on a
+    // pool of 1; once the server is lent to the kernel, each query's exact request and answer
+    // byte counts appear in the pool's forwarded counters and the passed counters stay put.
+    let postgres = common::postgres();
+    let pooler = kernel_pooler(&postgres, 1);
+    let mut client = common::RawClient::login(pooler.port);
+    first_value(&mut client, "select 1"); // Opens the server (in user space); then it is lent.
+    let kernel_free =
+        || pooler.shared.pools().iter().filter_map(|pool| pool.kernel()).map(|k| k.free_servers().len()).sum::<usize>();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while kernel_free() == 0 {
+        assert!(std::time::Instant::now() < deadline, "the server was never lent to the kernel");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    for round in 0..5 {
+        let before = pool_counters(&pooler);
+        let mut request = Vec::new();
+        bypass_wire::frontend::build::query(&mut request, &format!("select {round} as n, repeat('x', 100)"));
+        client.send(&request);
+        let answers = client.read_until(b'Z');
+        let answer_bytes: usize = answers.iter().map(|(_, body)| 5 + body.len()).sum();
+        let after = pool_counters(&pooler);
+        let delta = |pick: fn(&bypass_fastpath::PoolCounters) -> u64| pick(&after) - pick(&before);
+        assert_eq!(delta(|c| c.request_bytes_forwarded), request.len() as u64, "round {round}: {after:?}");
+        assert_eq!((delta(|c| c.request_messages_forwarded), delta(|c| c.requests_forwarded)), (1, 1));
+        assert_eq!(delta(|c| c.request_bytes_passed), 0, "round {round}: request bytes went to user space");
+        assert_eq!(delta(|c| c.answer_bytes_forwarded), answer_bytes as u64);
+        assert_eq!(delta(|c| c.answer_messages_forwarded), answers.len() as u64);
+        assert_eq!(delta(|c| c.answers_forwarded), 1);
+        assert_eq!(delta(|c| c.answer_bytes_passed), 0, "round {round}: answer bytes went to user space");
+        assert_eq!(delta(|c| c.transactions), 1, "round {round}: the kernel did not release the server");
+    }
+}
+
 #[test]
 fn pgbench_writes_extended_and_pipelined_scripts_are_correct() {
     // Goal: writes with 'T' status, the extended protocol and pipelining (four queries, one

@@ -16,6 +16,8 @@ const SCHEMA: &str =
     "CREATE TABLE items (id int PRIMARY KEY, owner int NOT NULL, value text NOT NULL, version int NOT NULL DEFAULT 0)";
 /// Clients of the write workload, each on its own id range.
 const CLIENTS: i32 = 4;
+/// Bound on a shadow's login in these tests (see `mirror_config`).
+const SHADOW_LOGIN_TIMEOUT_MS: u64 = 30_000;
 /// How long a shadow may take to catch up with its primary after the clients left.
 const CATCH_UP: Duration = Duration::from_secs(30);
 
@@ -42,6 +44,10 @@ fn sql(postgres: &Postgres, database: &str, text: &str) -> String {
 fn mirror_config(postgres: &Postgres, shadow_port: u16, fast_path: FastPathMode) -> Config {
     let mut config = common::config(postgres, PoolMode::Transaction, 4);
     config.pooler.fast_path = fast_path;
+    // The tests want every client mirrored; the 1 s default gives a shadow login up (the client
+    // is then served unmirrored, by design), and a loaded CI machine forks PostgreSQL backends
+    // slower than that now and then. A shadow that is down still fails at once (refused).
+    config.pooler.mirror_connect_timeout_ms = SHADOW_LOGIN_TIMEOUT_MS;
     let app = DatabaseEntry { port: postgres.port(), mirror: Some("shadow".into()), ..DatabaseEntry::default() };
     let shadow = DatabaseEntry { port: shadow_port, ..DatabaseEntry::default() };
     config.databases = [("app".to_owned(), app), ("shadow".to_owned(), shadow)].into();
@@ -91,8 +97,9 @@ async fn run_write_workload(port: u16) {
 
 const DUMP: &str = "SELECT id, owner, value, version FROM items ORDER BY id";
 
-/// Waits until the shadow's rows equal the primary's (the shadow runs behind, by design).
-fn assert_shadow_catches_up(postgres: &Postgres) {
+/// Waits until the shadow's rows equal the primary's (the shadow runs behind, by design); a
+/// failure shows the mirror's counters (a cut-off or a kernel desync says why rows are missing).
+fn assert_shadow_catches_up(postgres: &Postgres, pooler: &Pooler) {
     let primary = sql(postgres, "app", DUMP);
     assert_eq!(primary.lines().count(), (CLIENTS * 40) as usize, "the primary lacks the workload's rows");
     let deadline = Instant::now() + CATCH_UP;
@@ -101,14 +108,26 @@ fn assert_shadow_catches_up(postgres: &Postgres) {
         std::thread::sleep(Duration::from_millis(100));
         shadow = sql(postgres, "shadow", DUMP);
     }
-    assert_eq!(shadow, primary, "the shadow's rows differ from the primary's");
+    assert_eq!(shadow, primary, "the shadow's rows differ from the primary's; {}", mirror_state(pooler));
+}
+
+fn mirror_state(pooler: &Pooler) -> String {
+    let counters = &pooler.shared.mirror.counters;
+    let kernel = pooler.shared.fastpath.as_ref().map(|fast| fast.mirror_counters());
+    format!(
+        "clients mirrored in the kernel {}, in user space {}, failures {}, cut off {}; kernel counters {kernel:?}",
+        counters.kernel_clients.load(Ordering::Relaxed),
+        counters.user_clients.load(Ordering::Relaxed),
+        counters.failures.load(Ordering::Relaxed),
+        counters.cut_offs.load(Ordering::Relaxed),
+    )
 }
 
 fn write_workload_is_mirrored(fast_path: FastPathMode) -> Pooler {
     let postgres = two_databases(true);
     let pooler = Pooler::start(mirror_config(&postgres, postgres.port(), fast_path));
     runtime().block_on(run_write_workload(pooler.port));
-    assert_shadow_catches_up(&postgres);
+    assert_shadow_catches_up(&postgres, &pooler);
     let counters = &pooler.shared.mirror.counters;
     let mirrored = counters.kernel_clients.load(Ordering::Relaxed) + counters.user_clients.load(Ordering::Relaxed);
     assert_eq!(mirrored, CLIENTS as u64, "every client is mirrored once");

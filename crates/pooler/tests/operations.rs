@@ -213,6 +213,8 @@ async fn metrics_endpoint_exposes_the_series() {
         // The kernel releases transactions without timing them: its own series count them.
         assert!(sample(&text, "bypass_kernel_transactions_total{}") >= 1.0, "{text}");
         assert!(sample(&text, "bypass_kernel_verdicts_total{}") >= 1.0);
+        let forwarded = "bypass_kernel_pool_bytes_total{database=\"postgres\",user=\"postgres\",direction=\"answer\",path=\"kernel\"}";
+        assert!(sample(&text, forwarded) > 0.0, "{text}");
     } else {
         assert!(sample(&text, "bypass_transaction_seconds_count{database=\"postgres\"") >= 20.0);
         assert!(

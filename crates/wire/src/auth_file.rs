@@ -53,6 +53,11 @@ impl AuthFile {
         Ok(AuthFile { users })
     }
 
+    /// The user names in the file (the pooler's SHOW USERS).
+    pub fn users(&self) -> impl Iterator<Item = &str> {
+        self.users.keys().map(String::as_str)
+    }
+
     pub fn get(&self, user: &str) -> Option<&Secret> {
         self.users.get(user)
     }

@@ -12,6 +12,7 @@ pub mod alloc;
 pub mod alloc_profile;
 pub mod nautdb;
 mod report;
+pub mod serving;
 pub mod tpch;
 
 use std::path::PathBuf;

@@ -112,7 +112,7 @@ fn fold_interval(text: &str) -> Option<(usize, String)> {
     Some((consumed, format!("date '{}'", format_date(folded))))
 }
 
-fn type_name(data_type: DataType) -> String {
+pub(crate) fn type_name(data_type: DataType) -> String {
     match data_type {
         DataType::Bool => "bool".into(),
         DataType::Int32 => "int32".into(),

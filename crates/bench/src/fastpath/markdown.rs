@@ -1,10 +1,11 @@
-//! `fastpath.md`: the header and per-workload tables of the shared document, then the "Done
-//! when" table, the added latency at 1 client, the BPF cost per verdict and per transaction, and
-//! the mirroring table. Pure: results in, text out.
+//! `fastpath.md`: the header and per-workload tables of the shared document, then both "Done
+//! when" tables, the added latency at 1 and 10 clients, CPU per transaction without the load
+//! generator, the BPF cost and byte shares per cell, and the mirroring table. Pure: results in,
+//! text out.
 
 use std::fmt::Write as _;
 
-use super::report::{FastpathResults, TARGET_CLIENTS, TARGET_WORKLOAD};
+use super::report::{FastpathResults, Target, TARGET_CLIENTS, TARGET_WORKLOAD};
 use super::{ADDED_LATENCY_CLIENTS, ADDED_LATENCY_WORKLOAD, MIRROR_WORKLOAD};
 use crate::bpf_stats::PROGRAM_NAMES;
 use crate::pooler::markdown::{decimal, errors, header, percent, thousands, times, workload_tables};
@@ -17,8 +18,10 @@ pub fn render(results: &FastpathResults) -> String {
     let mut out = header(&results.base, TITLE);
     let _ = writeln!(out, "YCSB-like workloads: {}.\n", results.base.settings.ycsb);
     out.push_str(&done_when(results));
+    out.push_str(&done_when_kernel(results));
     out.push_str(&added_latency(results));
     out.push_str(&workload_tables(&results.base));
+    out.push_str(&cpu_without_generator(results));
     out.push_str(&bpf_table(results));
     out.push_str(&mirroring(results));
     out.push_str(&errors(&results.base));
@@ -26,19 +29,34 @@ pub fn render(results: &FastpathResults) -> String {
 }
 
 fn done_when(results: &FastpathResults) -> String {
-    let mut text = format!(
+    let text = format!(
         "## Done when (issue 4)\n\nTargets at {} clients on {} (Tigger's published deltas) and the added \
-         latency and mirroring limits; measured in this run.\n\n| goal | limit | measured | status |\n|---|---|---:|---|\n",
+         latency and mirroring limits; measured in this run.\n\n",
         thousands(f64::from(TARGET_CLIENTS)),
         TARGET_WORKLOAD.name()
     );
-    for target in &results.done_when {
+    text + &target_table(&results.done_when)
+}
+
+fn done_when_kernel(results: &FastpathResults) -> String {
+    let text = String::from(
+        "## Done when (issue 24)\n\nThe kernel path against Bypass in user space (select1 and ycsb-b at 10, 50, \
+         1,000 and 10,000 clients), the share of request and answer bytes the kernel carried (1,000 and 10,000 \
+         clients), the added latency at 1 client against PgBouncer's, and CPU per transaction without pgbench's \
+         own; only the cells this run measured are listed.\n\n",
+    );
+    text + &target_table(&results.done_when_kernel)
+}
+
+fn target_table(targets: &[Target]) -> String {
+    let mut text = String::from("| goal | limit | measured | status |\n|---|---|---:|---|\n");
+    for target in targets {
         let status = match target.status {
             "PASS" => "**PASS**",
             "MISS" => "**MISS**",
             other => other,
         };
-        let _ = writeln!(text, "| {} | {} | {} | {status} |", target.goal, target.limit, decimal(target.measured, 2));
+        let _ = writeln!(text, "| {} | {} | {} | {status} |", target.goal, target.limit, decimal(target.measured, 3));
     }
     text.push('\n');
     text
@@ -49,21 +67,66 @@ fn added_latency(results: &FastpathResults) -> String {
         return String::new();
     }
     let mut text = format!(
-        "## Added latency at {ADDED_LATENCY_CLIENTS} client ({})\n\nOne pgbench client, so every query waits for the \
-         previous one: the difference from direct PostgreSQL is what the pooler adds to each round trip.\n\n\
-         | contender | mean (ms) | p50 (ms) | added mean (µs) | added p50 (µs) |\n|---|---:|---:|---:|---:|\n",
-        ADDED_LATENCY_WORKLOAD.name()
+        "## Added latency at {} clients ({})\n\nAt 1 client every query waits for the previous one: the difference \
+         from direct PostgreSQL is what the pooler adds to each round trip. At 10 clients no client waits for a \
+         server (pool of {}).\n\n| clients | contender | mean (ms) | p50 (ms) | added mean (µs) | added p50 (µs) |\n\
+         |---:|---|---:|---:|---:|---:|\n",
+        ADDED_LATENCY_CLIENTS.map(|clients| clients.to_string()).join(" and "),
+        ADDED_LATENCY_WORKLOAD.name(),
+        results.base.settings.pool_size
     );
     for row in &results.added_latency {
         let _ = writeln!(
             text,
-            "| {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} |",
+            row.clients,
             row.contender.label(),
             decimal(row.mean_ms, 3),
             decimal(row.p50_ms, 3),
             decimal(row.added_mean_us, 1),
             decimal(row.added_p50_us, 1)
         );
+    }
+    text.push('\n');
+    text
+}
+
+/// System-wide busy CPU-µs per transaction minus pgbench's own, per cell: direct PostgreSQL at
+/// pool-size clients, then every pooler at every client count.
+fn cpu_without_generator(results: &FastpathResults) -> String {
+    let base = &results.base;
+    let pool_size = base.settings.pool_size;
+    let contenders = [Contender::Pgbouncer, Contender::Pgbouncer2, Contender::Bypass, Contender::BypassKernel];
+    let contenders: Vec<Contender> = contenders.into_iter().filter(|c| base.contenders.contains(c)).collect();
+    let mut text = format!(
+        "## CPU per transaction without the load generator\n\nSystem-wide busy CPU-µs per transaction minus \
+         pgbench's own (pgbench runs on the same 2 cores, and its cost grows with the sockets it polls): what \
+         PostgreSQL, the pooler and the kernel work for them cost. Direct PostgreSQL runs {pool_size} clients, \
+         as many as the pools have servers.\n\n| workload | direct ({pool_size} clients) | clients |"
+    );
+    for contender in &contenders {
+        let _ = write!(text, " {} |", contender.label());
+    }
+    text.push_str("\n|---|---:|---:|");
+    text.push_str(&"---:|".repeat(contenders.len()));
+    text.push('\n');
+    let value = |workload, clients, contender| {
+        decimal(base.cell(workload, clients, contender).and_then(|cell| cell.non_generator_cpu_us_per_txn), 1)
+    };
+    for &workload in &base.workloads {
+        for &clients in &base.clients {
+            let _ = write!(
+                text,
+                "| {} | {} | {} |",
+                workload.name(),
+                value(workload, pool_size, Contender::Direct),
+                thousands(f64::from(clients))
+            );
+            for &contender in &contenders {
+                let _ = write!(text, " {} |", value(workload, clients, contender));
+            }
+            text.push('\n');
+        }
     }
     text.push('\n');
     text
@@ -84,14 +147,18 @@ fn bpf_table(results: &FastpathResults) -> String {
          descriptor: what `kernel.bpf_stats_enabled=1` does, without touching the shared sysctl): run_time_ns \
          ÷ run_cnt of each verdict program between bpftool reads before and after pgbench, and both programs' run \
          time ÷ transactions pgbench completed. Kernel counters from the `fp_counters` map: transactions whose \
-         server the kernel released ÷ transactions completed, and passes to user space per transaction.\n\n\
+         server the kernel released ÷ transactions completed, and passes to user space per transaction; from \
+         `fp_pool_counts`: request (client→server) and answer bytes the kernel forwarded ÷ all it saw (the \
+         rest went through user space).\n\n\
          | workload | clients | contender |",
     );
     for name in PROGRAM_NAMES {
         let _ = write!(text, " {name} ns/run |");
     }
-    text.push_str(" BPF ns/txn | verdicts/txn | released in kernel | passes/txn |\n|---|---:|---|");
-    text.push_str(&"---:|".repeat(PROGRAM_NAMES.len() + 4));
+    text.push_str(
+        " BPF ns/txn | verdicts/txn | released in kernel | passes/txn | request bytes in kernel | answer bytes in kernel |\n|---|---:|---|",
+    );
+    text.push_str(&"---:|".repeat(PROGRAM_NAMES.len() + 6));
     text.push('\n');
     for cell in kernel_cells {
         let _ = write!(
@@ -106,11 +173,13 @@ fn bpf_table(results: &FastpathResults) -> String {
         }
         let _ = writeln!(
             text,
-            " {} | {} | {} | {} |",
+            " {} | {} | {} | {} | {} | {} |",
             decimal(cell.bpf_ns_per_txn, 0),
             decimal(cell.bpf_verdicts_per_txn, 2),
             percent(cell.kernel_transaction_share),
-            decimal(cell.passes_per_txn, 3)
+            decimal(cell.passes_per_txn, 3),
+            share(cell.request_bytes_in_kernel),
+            share(cell.answer_bytes_in_kernel)
         );
     }
     let missing: Vec<String> = results
@@ -124,6 +193,11 @@ fn bpf_table(results: &FastpathResults) -> String {
     }
     text.push('\n');
     text
+}
+
+/// A share with one decimal in percent: 99.9% and 99% differ for the byte targets.
+fn share(fraction: Option<f64>) -> String {
+    fraction.filter(|v| v.is_finite()).map_or("—".to_string(), |v| format!("{:.1}%", v * 100.0))
 }
 
 fn mirroring(results: &FastpathResults) -> String {
@@ -184,6 +258,9 @@ mod tests {
             kernel_counters: Default::default(),
             kernel_transaction_share: Some(0.99),
             passes_per_txn: Some(0.01),
+            pool_counters: Default::default(),
+            request_bytes_in_kernel: Some(0.5),
+            answer_bytes_in_kernel: Some(0.999),
         });
         let runs = vec![
             with_mean(Workload::YcsbB, 10_000, Contender::Pgbouncer, 17_400.0, 575.0),
@@ -202,18 +279,30 @@ mod tests {
         assert!(text.contains("| 1.50× / 0.50× / 0.50× / 0.67× | — | 1.30× / 0.57× / 0.57× / 0.77× |"), "{text}");
         assert!(
             text.contains(
-                "| mean latency, ycsb-b at 10000 clients, Bypass kernel ÷ PgBouncer | ≤ 0.65× | 0.50 | **PASS** |"
+                "| mean latency, ycsb-b at 10000 clients, Bypass kernel ÷ PgBouncer | ≤ 0.65× | 0.500 | **PASS** |"
             ),
             "{text}"
         );
         assert!(
             text.contains(
-                "| p99 latency, ycsb-b at 10000 clients, Bypass kernel ÷ PgBouncer | ≤ 0.44× | 0.50 | **MISS** |"
+                "| p99 latency, ycsb-b at 10000 clients, Bypass kernel ÷ PgBouncer | ≤ 0.44× | 0.500 | **MISS** |"
             ),
             "{text}"
         );
-        assert!(text.contains("| Bypass kernel | 0.062 | 0.041 | 12.0 | 8.0 |"), "{text}");
-        assert!(text.contains("| ycsb-b | 10,000 | Bypass kernel | 400 | 400 | 1234 | 4.00 | 99% | 0.010 |"), "{text}");
+        assert!(text.contains("| 1 | Bypass kernel | 0.062 | 0.041 | 12.0 | 8.0 |"), "{text}");
+        assert!(
+            text.contains(
+                "| ycsb-b | 10,000 | Bypass kernel | 400 | 400 | 1234 | 4.00 | 99% | 0.010 | 50.0% | 99.9% |"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "| request bytes carried in the kernel, ycsb-b at 10000 clients | ≥ 0.9 | 0.500 | **MISS** |"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("## CPU per transaction without the load generator"), "{text}");
         assert!(
             text.contains(
                 "| Bypass (user mirroring) | 10 | 5,000 / 4,000 | 2.000 / 2.500 | 4.000 / 5.000 | 1.25× | 1.25× |"

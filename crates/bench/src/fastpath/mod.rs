@@ -5,11 +5,14 @@
 //! It is the `bench pooler` machinery ([`crate::pooler::drive`]: fresh pooler per run, pgbench
 //! with per-transaction logs, steady-state CPU from `/proc/stat`) with this issue's matrix and
 //! document. What it adds: BPF run time per verdict program and per transaction
-//! ([`crate::bpf_stats`]), the YCSB table, the mirrored contenders and the "Done when" table.
+//! ([`crate::bpf_stats`]), the share of request and answer bytes the kernel carried, CPU per
+//! transaction without the load generator, the YCSB table, the mirrored contenders and the
+//! "Done when" tables of issues 4 and 24.
 //!
 //! ```text
-//!   plan = added latency: select1 × 1 client × {direct, PgBouncer, Bypass, Bypass kernel}
+//!   plan = added latency: select1 × {1, 10} clients × {direct, PgBouncer, Bypass, Bypass kernel}
 //!        + matrix:        workloads × clients × contenders (direct only ≤ 100 clients)
+//!        + direct:        workloads × pool-size clients (CPU per transaction without a pooler)
 //!        + --mirroring:   simple-update × {10, 100} × {Bypass, + mirror, Bypass kernel, + mirror}
 //!        (a run already in the plan is not repeated)
 //!   drive(plan) ─► FastpathResults ─► fastpath.json / fastpath.md / fastpath.png after every run
@@ -43,8 +46,9 @@ pub const DIRECT_CLIENTS_MAX: u32 = 100;
 /// pool size against max_connections.
 const CONNECTION_HEADROOM: u32 = 10;
 
-/// The client count of the added-latency runs.
-pub const ADDED_LATENCY_CLIENTS: u32 = 1;
+/// The client counts of the added-latency runs: one client (every query waits for the previous
+/// one) and ten (below the pool size, so no client waits for a server).
+pub const ADDED_LATENCY_CLIENTS: [u32; 2] = [1, 10];
 
 /// The workload of the added-latency runs.
 pub const ADDED_LATENCY_WORKLOAD: Workload = Workload::Select1;
@@ -171,16 +175,19 @@ fn plan(args: &FastpathBenchArgs) -> Vec<RunSpec> {
     if !args.skip_added_latency {
         let contenders =
             chosen(args, &[Contender::Direct, Contender::Pgbouncer, Contender::Bypass, Contender::BypassKernel]);
-        let clients = [ADDED_LATENCY_CLIENTS];
         runs.extend(pooler::matrix_plan(
             &[ADDED_LATENCY_WORKLOAD],
-            &clients,
+            &ADDED_LATENCY_CLIENTS,
             &contenders,
             repetitions,
             DIRECT_CLIENTS_MAX,
         ));
     }
     runs.extend(pooler::matrix_plan(&args.workloads, &args.clients, &args.contenders, repetitions, DIRECT_CLIENTS_MAX));
+    // Direct PostgreSQL with as many clients as the pool has servers: the CPU a transaction
+    // costs with no pooler at all, beside the poolers' at any client count.
+    let direct = chosen(args, &[Contender::Direct]);
+    runs.extend(pooler::matrix_plan(&args.workloads, &[args.pool_size], &direct, repetitions, DIRECT_CLIENTS_MAX));
     if args.mirroring {
         let contenders = mirror_contenders(args);
         let workloads = [MIRROR_WORKLOAD];
@@ -287,9 +294,9 @@ mod tests {
         assert!(cli.is_err());
     }
 
-    // Goal: the plan runs the added-latency cell first, the matrix with direct only ≤ 100
-    // clients, then mirroring without repeating runs already in the matrix; method: plan a
-    // small matrix with --mirroring and list it.
+    // Goal: the plan runs the added-latency cells first, the matrix with direct only ≤ 100
+    // clients, direct at pool-size clients, then mirroring without repeating runs already
+    // planned; method: plan a small matrix with --mirroring and list it.
     #[test]
     fn plan_adds_latency_and_mirroring_cells_once() {
         let argv =
@@ -302,6 +309,10 @@ mod tests {
             ("select1", 1, "pgbouncer"),
             ("select1", 1, "bypass"),
             ("select1", 1, "bypass-kernel"),
+            ("select1", 10, "direct"),
+            ("select1", 10, "pgbouncer"),
+            ("select1", 10, "bypass"),
+            ("select1", 10, "bypass-kernel"),
             ("simple-update", 100, "direct"),
             ("simple-update", 100, "pgbouncer"),
             ("simple-update", 100, "pgbouncer2"),
@@ -311,6 +322,7 @@ mod tests {
             ("simple-update", 1000, "pgbouncer2"),
             ("simple-update", 1000, "bypass"),
             ("simple-update", 1000, "bypass-kernel"),
+            ("simple-update", 20, "direct"),
             ("simple-update", 10, "bypass"),
             ("simple-update", 10, "bypass-mirror"),
             ("simple-update", 10, "bypass-kernel"),
@@ -321,7 +333,10 @@ mod tests {
         assert_eq!(order, expected);
         let quiet =
             validated(parse(&["--clients", "100", "--workloads", "ycsb-b", "--skip-added-latency"])).expect("valid");
-        assert!(plan(&quiet).iter().all(|run| run.workload == Workload::YcsbB && run.clients == 100));
+        let direct_at_pool_size = |run: &RunSpec| run.contender == Contender::Direct && run.clients == 20;
+        assert!(plan(&quiet)
+            .iter()
+            .all(|run| run.workload == Workload::YcsbB && (run.clients == 100 || direct_at_pool_size(run))));
         let user_only = parse(&["--contenders", "pgbouncer,bypass"]);
         assert_eq!(mirror_contenders(&user_only), vec![Contender::Bypass, Contender::BypassMirror]);
     }
@@ -347,14 +362,15 @@ mod tests {
     fn default_plan_fits_the_time_budget() {
         let args = validated(parse(&[])).expect("valid");
         let runs = plan(&args);
-        // 6 workloads × (5 at 100 clients + 4 at 1,000 + 4 at 10,000) + 4 added-latency runs.
-        assert_eq!(runs.len(), 6 * 13 + 4);
+        // 6 workloads × (5 at 100 clients + 4 at 1,000 + 4 at 10,000 + direct at 20) + 8
+        // added-latency runs (4 contenders at 1 and 10 clients).
+        assert_eq!(runs.len(), 6 * 14 + 8);
         let minutes = setup(&args).estimate_s(&runs).div_ceil(60);
         assert!(minutes <= 35, "default plan estimated at {minutes} min");
         let mirrored = validated(parse(&["--mirroring"])).expect("valid");
         assert_eq!(plan(&mirrored).len(), runs.len() + 6, "bypass and bypass-kernel at 100 clients are reused");
         let text = plan_text(&setup(&args), &runs);
         assert!(text.starts_with("  1. select1 clients=1 direct rep=1\n"), "{text}");
-        assert!(text.ends_with(&format!("82 runs of 15 s, roughly {minutes} min\n")), "{text}");
+        assert!(text.ends_with(&format!("92 runs of 15 s, roughly {minutes} min\n")), "{text}");
     }
 }

@@ -1,7 +1,8 @@
-//! `fastpath.json`: the shared results document plus what issue 4 asks on top of it — the
-//! latency added over direct PostgreSQL at 1 client, mirroring with and without a mirror, and
-//! the "Done when" targets with PASS / MISS. Derived sections are recomputed after every run
-//! from the cells, so a partial run reports what it has.
+//! `fastpath.json`: the shared results document plus what issues 4 and 24 ask on top of it —
+//! the latency added over direct PostgreSQL at 1 and 10 clients, CPU per transaction without the
+//! load generator, mirroring with and without a mirror, and both issues' "Done when" targets
+//! with PASS / MISS. Derived sections are recomputed after every run from the cells, so a
+//! partial run reports what it has.
 
 use std::path::Path;
 
@@ -27,9 +28,26 @@ const TARGET_ADDED_LATENCY_US_MAX: f64 = 15.0;
 /// Mean latency a kernel mirror may add, in percent of the mean without a mirror.
 const TARGET_MIRROR_OVERHEAD_PERCENT_MAX: f64 = 10.0;
 
-/// Mean (and median) latency at 1 client and what it adds over direct PostgreSQL.
+/// Issue 24's "Done when": the workloads and client counts its throughput targets name, Bypass
+/// kernel ÷ Bypass in user space, and the stricter ratio at 10 clients.
+const KERNEL_WORKLOADS: [Workload; 2] = [Workload::Select1, Workload::YcsbB];
+const KERNEL_TPS_CLIENTS: [u32; 4] = [10, 50, 1_000, 10_000];
+const KERNEL_TPS_RATIO_MIN: f64 = 1.0;
+const KERNEL_TPS_RATIO_MIN_AT_10: f64 = 1.2;
+/// Where the byte shares and the CPU targets are judged (a pool of 20 saturated).
+const KERNEL_SATURATED_CLIENTS: [u32; 2] = [1_000, 10_000];
+const KERNEL_REQUEST_SHARE_MIN: f64 = 0.9;
+const KERNEL_ANSWER_SHARE_MIN: f64 = 0.99;
+/// Added latency at 1 client, Bypass kernel ÷ PgBouncer.
+const KERNEL_ADDED_LATENCY_RATIO_MAX: f64 = 0.5;
+/// CPU per transaction without the load generator, Bypass kernel ÷ PgBouncer (and below
+/// Bypass in user space: ÷ Bypass < 1).
+const KERNEL_CPU_RATIO_MAX: f64 = 0.8;
+
+/// Mean (and median) latency at a low client count and what it adds over direct PostgreSQL.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct AddedLatency {
+    pub clients: u32,
     pub contender: Contender,
     pub mean_ms: Option<f64>,
     pub p50_ms: Option<f64>,
@@ -75,6 +93,8 @@ pub struct FastpathResults {
     pub added_latency: Vec<AddedLatency>,
     pub mirroring: Vec<MirrorRow>,
     pub done_when: Vec<Target>,
+    /// Issue 24's targets: the kernel path against user space, PgBouncer and its own counters.
+    pub done_when_kernel: Vec<Target>,
 }
 
 impl FastpathResults {
@@ -86,6 +106,7 @@ impl FastpathResults {
             added_latency: Vec::new(),
             mirroring: Vec::new(),
             done_when: Vec::new(),
+            done_when_kernel: Vec::new(),
         };
         results.derive();
         results
@@ -96,6 +117,7 @@ impl FastpathResults {
         self.added_latency = added_latency(&self.base);
         self.mirroring = mirroring(&self.base, &self.mirror_clients);
         self.done_when = done_when(&self.base, &self.added_latency, &self.mirroring);
+        self.done_when_kernel = done_when_kernel(&self.base, &self.added_latency);
     }
 }
 
@@ -110,27 +132,29 @@ impl Document for FastpathResults {
     }
 }
 
-/// The 1-client rows of every contender that ran them, direct first.
+/// The low-client-count rows of every contender that ran them, direct first, 1 client first.
 fn added_latency(base: &Results) -> Vec<AddedLatency> {
-    let cell = |contender| base.cell(ADDED_LATENCY_WORKLOAD, ADDED_LATENCY_CLIENTS, contender);
-    let direct = cell(Contender::Direct);
     let minus_direct_us = |value: Option<f64>, direct_value: Option<f64>| match (value, direct_value) {
         (Some(value), Some(direct_value)) => Some((value - direct_value) * 1000.0),
         _ => None,
     };
-    [Contender::Direct, Contender::Pgbouncer, Contender::Bypass, Contender::BypassKernel]
-        .into_iter()
-        .filter_map(|contender| {
-            let cell = cell(contender)?;
-            Some(AddedLatency {
+    let mut rows = Vec::new();
+    for clients in ADDED_LATENCY_CLIENTS {
+        let cell = |contender| base.cell(ADDED_LATENCY_WORKLOAD, clients, contender);
+        let direct = cell(Contender::Direct);
+        for contender in [Contender::Direct, Contender::Pgbouncer, Contender::Bypass, Contender::BypassKernel] {
+            let Some(cell) = cell(contender) else { continue };
+            rows.push(AddedLatency {
+                clients,
                 contender,
                 mean_ms: cell.latency_mean_ms,
                 p50_ms: cell.p50_ms,
                 added_mean_us: minus_direct_us(cell.latency_mean_ms, direct.and_then(|d| d.latency_mean_ms)),
                 added_p50_us: minus_direct_us(cell.p50_ms, direct.and_then(|d| d.p50_ms)),
-            })
-        })
-        .collect()
+            });
+        }
+    }
+    rows
 }
 
 /// For each mode and mirrored client count: the run without and with a mirror (empty values
@@ -180,8 +204,7 @@ fn done_when(base: &Results, added: &[AddedLatency], mirroring: &[MirrorRow]) ->
             "×",
         ),
     ];
-    let kernel_added =
-        added.iter().find(|row| row.contender == Contender::BypassKernel).and_then(|row| row.added_mean_us);
+    let kernel_added = added_mean_us(added, 1, Contender::BypassKernel);
     targets.push(at_most(
         format!(
             "mean latency added over direct PostgreSQL at 1 client ({}), Bypass kernel",
@@ -198,6 +221,71 @@ fn done_when(base: &Results, added: &[AddedLatency], mirroring: &[MirrorRow]) ->
         targets.push(at_most(goal, added_percent, TARGET_MIRROR_OVERHEAD_PERCENT_MAX, " %"));
     }
     targets
+}
+
+fn added_mean_us(added: &[AddedLatency], clients: u32, contender: Contender) -> Option<f64> {
+    added.iter().find(|row| (row.clients, row.contender) == (clients, contender)).and_then(|row| row.added_mean_us)
+}
+
+/// Issue 24's targets for the cells of this run's matrix (workloads × client counts it ran);
+/// the added-latency line is always there.
+fn done_when_kernel(base: &Results, added: &[AddedLatency]) -> Vec<Target> {
+    let in_run =
+        |workload: Workload, clients: u32| base.workloads.contains(&workload) && base.clients.contains(&clients);
+    let mut targets = Vec::new();
+    for workload in KERNEL_WORKLOADS {
+        for clients in KERNEL_TPS_CLIENTS.into_iter().filter(|&clients| in_run(workload, clients)) {
+            let limit = if clients == 10 { KERNEL_TPS_RATIO_MIN_AT_10 } else { KERNEL_TPS_RATIO_MIN };
+            let ratio = base.ratio(workload, clients, Contender::BypassKernel, Contender::Bypass).and_then(|r| r.tps);
+            let goal = format!("throughput, {} at {clients} clients, Bypass kernel ÷ Bypass", workload.name());
+            targets.push(at_least(goal, ratio, limit, "×"));
+        }
+    }
+    for workload in KERNEL_WORKLOADS {
+        for clients in KERNEL_SATURATED_CLIENTS.into_iter().filter(|&clients| in_run(workload, clients)) {
+            let cell = base.cell(workload, clients, Contender::BypassKernel);
+            let at = format!("{} at {clients} clients", workload.name());
+            let request = cell.and_then(|cell| cell.request_bytes_in_kernel);
+            let answer = cell.and_then(|cell| cell.answer_bytes_in_kernel);
+            targets.push(at_least(
+                format!("request bytes carried in the kernel, {at}"),
+                request,
+                KERNEL_REQUEST_SHARE_MIN,
+                "",
+            ));
+            targets.push(at_least(
+                format!("answer bytes carried in the kernel, {at}"),
+                answer,
+                KERNEL_ANSWER_SHARE_MIN,
+                "",
+            ));
+        }
+    }
+    let added_ratio =
+        divide(added_mean_us(added, 1, Contender::BypassKernel), added_mean_us(added, 1, Contender::Pgbouncer));
+    targets.push(at_most(
+        format!("mean latency added at 1 client ({}), Bypass kernel ÷ PgBouncer", ADDED_LATENCY_WORKLOAD.name()),
+        added_ratio,
+        KERNEL_ADDED_LATENCY_RATIO_MAX,
+        "×",
+    ));
+    for workload in KERNEL_WORKLOADS {
+        for clients in KERNEL_SATURATED_CLIENTS.into_iter().filter(|&clients| in_run(workload, clients)) {
+            let cpu =
+                |contender| base.cell(workload, clients, contender).and_then(|cell| cell.non_generator_cpu_us_per_txn);
+            let kernel = cpu(Contender::BypassKernel);
+            let at = format!("{} at {clients} clients", workload.name());
+            let goal = format!("CPU-µs per transaction without pgbench, {at}, Bypass kernel ÷ PgBouncer");
+            targets.push(at_most(goal, divide(kernel, cpu(Contender::Pgbouncer)), KERNEL_CPU_RATIO_MAX, "×"));
+            let goal = format!("CPU-µs per transaction without pgbench, {at}, Bypass kernel ÷ Bypass");
+            targets.push(below(goal, divide(kernel, cpu(Contender::Bypass)), 1.0, "×"));
+        }
+    }
+    targets
+}
+
+fn below(goal: String, measured: Option<f64>, limit: f64, unit: &str) -> Target {
+    judged(goal, format!("< {limit}{unit}"), measured, |value| value < limit)
 }
 
 fn at_most(goal: String, measured: Option<f64>, limit: f64, unit: &str) -> Target {
@@ -284,5 +372,56 @@ pub(crate) mod tests {
         let empty = fastpath_results(Vec::new(), false);
         assert!(empty.done_when.iter().all(|target| target.status == "not measured"));
         assert_eq!(empty.done_when.len(), 5, "no mirroring lines without --mirroring");
+    }
+
+    /// A kernel run whose counters say the kernel carried these shares of the bytes.
+    pub(crate) fn with_shares(mut run: RunRecord, request: f64, answer: f64) -> RunRecord {
+        run.bpf = Some(crate::bpf_stats::BpfCost {
+            programs: Vec::new(),
+            ns_per_txn: 1_000.0,
+            verdicts_per_txn: 4.0,
+            kernel_counters: Default::default(),
+            kernel_transaction_share: Some(1.0),
+            passes_per_txn: Some(0.0),
+            pool_counters: Default::default(),
+            request_bytes_in_kernel: Some(request),
+            answer_bytes_in_kernel: Some(answer),
+        });
+        run
+    }
+
+    // Goal: issue 24's targets are judged from the cells this run measured (kernel ÷ user TPS,
+    // byte shares, added latency ÷ PgBouncer's, CPU without pgbench ÷ PgBouncer and ÷ user),
+    // and cells outside the run's matrix are left out; method: synthetic runs, one share missed.
+    #[test]
+    fn done_when_kernel_judges_issue_24() {
+        let kernel = with_mean(Workload::YcsbB, 10_000, Contender::BypassKernel, 26_100.0, 287.5);
+        let runs = vec![
+            with_mean(Workload::YcsbB, 10_000, Contender::Pgbouncer, 17_400.0, 575.0),
+            with_mean(Workload::YcsbB, 10_000, Contender::Bypass, 20_000.0, 500.0),
+            with_shares(kernel, 0.95, 0.98),
+            with_mean(Workload::Select1, 1, Contender::Direct, 20_000.0, 0.050),
+            with_mean(Workload::Select1, 1, Contender::Pgbouncer, 12_000.0, 0.080),
+            with_mean(Workload::Select1, 1, Contender::BypassKernel, 19_000.0, 0.062),
+        ];
+        let results = fastpath_results(runs, false);
+        let lines: Vec<(&str, &str)> =
+            results.done_when_kernel.iter().map(|target| (target.goal.as_str(), target.status)).collect();
+        assert_eq!(
+            lines,
+            vec![
+                ("throughput, ycsb-b at 10000 clients, Bypass kernel ÷ Bypass", "PASS"),
+                ("request bytes carried in the kernel, ycsb-b at 10000 clients", "PASS"),
+                ("answer bytes carried in the kernel, ycsb-b at 10000 clients", "MISS"),
+                ("mean latency added at 1 client (select1), Bypass kernel ÷ PgBouncer", "PASS"),
+                ("CPU-µs per transaction without pgbench, ycsb-b at 10000 clients, Bypass kernel ÷ PgBouncer", "PASS"),
+                ("CPU-µs per transaction without pgbench, ycsb-b at 10000 clients, Bypass kernel ÷ Bypass", "PASS"),
+            ]
+        );
+        let added = results.done_when_kernel[3].measured.expect("added latency ratio");
+        assert!((added - 0.4).abs() < 1e-9, "12 µs ÷ 30 µs: {added}");
+        let cpu = results.done_when_kernel[4].measured.expect("cpu ratio");
+        assert!((cpu - 17_400.0 / 26_100.0).abs() < 1e-9, "{cpu}");
+        assert_eq!(results.added_latency.iter().filter(|row| row.clients == 1).count(), 3);
     }
 }

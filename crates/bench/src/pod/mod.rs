@@ -9,6 +9,7 @@
 //!
 //! A failed run is recorded (its error) and the benchmark goes on.
 
+mod load;
 mod plot;
 mod published;
 mod recovery;
@@ -45,6 +46,18 @@ pub struct BenchArgs {
     /// Fewer points per sweep (ends and middle), to validate the harness quickly.
     #[arg(long)]
     pub quick: bool,
+    /// How the secondary points run: every point that carries no headline figure (the headline
+    /// points are TPC-C at Tigon's four published remote shares and YCSB 95/5 at 0% and 100%
+    /// cross for all three protocols, SWcc WriteThrough and NoSWcc on YCSB, the pinned check and
+    /// the recovery point with checkpoints; they always run with the windows and repetitions above).
+    #[arg(long, value_enum, default_value_t = Secondary::Full)]
+    pub secondary: Secondary,
+    /// Warm-up of a shortened secondary point (`--secondary short`: one run each).
+    #[arg(long, default_value_t = 1000)]
+    pub short_warmup_ms: u64,
+    /// Measured window of a shortened secondary point.
+    #[arg(long, default_value_t = 3000)]
+    pub short_measure_ms: u64,
     /// Sweeps to run, comma-separated (default: all).
     #[arg(long, value_enum, value_delimiter = ',')]
     pub only: Vec<Sweep>,
@@ -84,7 +97,24 @@ pub enum Sweep {
     Recovery,
 }
 
+/// How `bypass bench pod` runs the points that carry no headline figure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum Secondary {
+    /// As the headline points: the same windows and repetitions.
+    Full,
+    /// One run of `--short-warmup-ms` + `--short-measure-ms`.
+    Short,
+    /// Not run (the report lists them).
+    Skip,
+}
+
 impl Sweep {
+    /// Sweeps with no headline point: under `--secondary skip` they are not run at all.
+    fn all_secondary(self) -> bool {
+        matches!(self, Sweep::Budget | Sweep::Shortcut | Sweep::Epoch)
+    }
+
     const ALL: [Sweep; 8] = [
         Sweep::Tpcc,
         Sweep::Ycsb,
@@ -116,6 +146,8 @@ pub struct Spec {
     pub series: String,
     pub x: String,
     pub config: PodConfig,
+    /// Runs of this point (the median is reported).
+    pub repetitions: usize,
 }
 
 /// What one run contributed to a point.
@@ -132,6 +164,7 @@ pub struct Run {
 pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     anyhow::ensure!(args.repetitions >= 1, "--repetitions must be at least 1");
     let started = Instant::now();
+    let other_work = load::OtherWork::start();
     let log_root = match &args.log_dir {
         Some(dir) => dir.clone(),
         None => std::env::temp_dir().join(format!("bypass-pod-bench-{}", std::process::id())),
@@ -139,19 +172,27 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
     let sweeps = if args.only.is_empty() { Sweep::ALL.to_vec() } else { args.only.clone() };
     let mut results = report::Results::new(&args);
+    results
+        .skipped
+        .extend(Sweep::ALL.iter().filter(|sweep| !sweeps.contains(sweep)).map(|&sweep| report::Skipped::sweep(sweep)));
     for sweep in sweeps {
-        if sweep == Sweep::Recovery {
-            results.recovery = recovery_runs(&args, &log_root);
-            results.write(&args.out)?;
-            eprintln!("bench pod: {sweep:?} done after {:.0} s", started.elapsed().as_secs_f64());
+        if sweep.all_secondary() && args.secondary == Secondary::Skip {
+            results.skipped.push(report::Skipped::sweep(sweep));
             continue;
         }
-        let specs = specs(&args, sweep, &log_root, &mut results)?;
-        let runs = measure(&args, &specs);
-        results.add(specs, runs);
+        if sweep == Sweep::Recovery {
+            results.recovery = recovery_runs(&args, &log_root, &mut results);
+        } else {
+            let specs = specs(&args, sweep, &log_root, &mut results)?;
+            let specs = plan(&args, specs, &mut results);
+            let runs = measure(&specs);
+            results.add(specs, runs);
+        }
+        results.other_work_share = other_work.share(results.machine.nproc);
         results.write(&args.out)?;
         eprintln!("bench pod: {sweep:?} done after {:.0} s", started.elapsed().as_secs_f64());
     }
+    results.other_work_share = other_work.share(results.machine.nproc);
     results.finish(started.elapsed().as_secs_f64());
     results.write(&args.out)?;
     let _ = std::fs::remove_dir_all(&log_root);
@@ -159,11 +200,12 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Runs every spec `repetitions` times, repetitions outermost so noise spreads across series.
-fn measure(args: &BenchArgs, specs: &[Spec]) -> Vec<Vec<Run>> {
+/// Runs every spec its repetitions, repetitions outermost so noise spreads across series.
+fn measure(specs: &[Spec]) -> Vec<Vec<Run>> {
     let mut runs: Vec<Vec<Run>> = vec![Vec::new(); specs.len()];
-    for repetition in 0..args.repetitions {
-        for (spec, runs) in specs.iter().zip(runs.iter_mut()) {
+    let rounds = specs.iter().map(|spec| spec.repetitions).max().unwrap_or(0);
+    for repetition in 0..rounds {
+        for (spec, runs) in specs.iter().zip(runs.iter_mut()).filter(|(spec, _)| repetition < spec.repetitions) {
             let mut config = spec.config.clone();
             config.seed = 1 + repetition as u64;
             let started = Instant::now();
@@ -195,6 +237,50 @@ fn measure(args: &BenchArgs, specs: &[Spec]) -> Vec<Vec<Run>> {
         }
     }
     runs
+}
+
+/// Whether a point carries a headline figure: the claims (TPC-C 0/0 and 60/90, YCSB 95/5
+/// at 100% cross, SWcc ÷ NoSWcc, the pinned check) and Tigon's published ratios at the main
+/// sweeps' shares (TPC-C 0/0 … 60/90, YCSB 0% and 100%). The recovery point with checkpoints is
+/// the other headline point ([`recovery_runs`]).
+fn is_headline(spec: &Spec) -> bool {
+    match spec.panel {
+        "tpcc" | "pinned" => true,
+        "ycsb" => spec.x == "0%" || spec.x == "100%",
+        "swcc_ycsb" => {
+            spec.x == format!("{:?}", SwccProtocol::WriteThrough) || spec.x == format!("{:?}", SwccProtocol::NoSwcc)
+        }
+        _ => false,
+    }
+}
+
+/// Applies `--secondary` to a sweep's points: headline points keep the full windows and
+/// repetitions; secondary ones are kept, shortened or left out (and listed as such).
+fn plan(args: &BenchArgs, specs: Vec<Spec>, results: &mut report::Results) -> Vec<Spec> {
+    let mut planned = Vec::new();
+    for mut spec in specs {
+        if !is_headline(&spec) {
+            match args.secondary {
+                Secondary::Full => {}
+                Secondary::Short => {
+                    shorten(args, &mut spec.config);
+                    spec.repetitions = 1;
+                }
+                Secondary::Skip => {
+                    results.skipped.push(report::Skipped::point(&spec));
+                    continue;
+                }
+            }
+        }
+        planned.push(spec);
+    }
+    planned
+}
+
+/// The short windows of a secondary point under `--secondary short` (run once).
+fn shorten(args: &BenchArgs, config: &mut PodConfig) {
+    config.warmup_ms = args.short_warmup_ms;
+    config.measure_ms = args.short_measure_ms;
 }
 
 fn base(args: &BenchArgs, workload: WorkloadConfig, protocol: Protocol, log_dir: &std::path::Path) -> PodConfig {
@@ -262,8 +348,15 @@ fn specs(
     })
 }
 
-fn spec(sweep: Sweep, panel: &'static str, series: impl Into<String>, x: impl Into<String>, config: PodConfig) -> Spec {
-    Spec { sweep, panel, series: series.into(), x: x.into(), config }
+fn spec(
+    args: &BenchArgs,
+    sweep: Sweep,
+    panel: &'static str,
+    series: impl Into<String>,
+    x: impl Into<String>,
+    config: PodConfig,
+) -> Spec {
+    Spec { sweep, panel, series: series.into(), x: x.into(), config, repetitions: args.repetitions }
 }
 
 fn tpcc_specs(args: &BenchArgs, logs: &std::path::Path) -> Vec<Spec> {
@@ -273,7 +366,7 @@ fn tpcc_specs(args: &BenchArgs, logs: &std::path::Path) -> Vec<Spec> {
             let mut config = base(args, tpcc(args, new_order, payment), protocol, logs);
             // Tigon pre-migrates CUSTOMER and STOCK ("NonPart") except at 0% remote.
             config.pre_migrate &= new_order > 0;
-            specs.push(spec(Sweep::Tpcc, "tpcc", protocol.label(), format!("{new_order}/{payment}"), config));
+            specs.push(spec(args, Sweep::Tpcc, "tpcc", protocol.label(), format!("{new_order}/{payment}"), config));
         }
     }
     specs
@@ -285,7 +378,7 @@ fn ycsb_specs(args: &BenchArgs, logs: &std::path::Path) -> Vec<Spec> {
         for protocol in PROTOCOLS {
             let mut config = base(args, ycsb(args, 95, cross, 0.7), protocol, logs);
             config.pre_migrate &= cross > 0;
-            specs.push(spec(Sweep::Ycsb, "ycsb", protocol.label(), format!("{cross}%"), config));
+            specs.push(spec(args, Sweep::Ycsb, "ycsb", protocol.label(), format!("{cross}%"), config));
         }
     }
     let mixes: &[(u32, f64, &str)] =
@@ -293,7 +386,7 @@ fn ycsb_specs(args: &BenchArgs, logs: &std::path::Path) -> Vec<Spec> {
     for &(read, theta, label) in if args.quick { &mixes[1..2] } else { mixes } {
         for protocol in PROTOCOLS {
             let config = base(args, ycsb(args, read, 100, theta), protocol, logs);
-            specs.push(spec(Sweep::Ycsb, "ycsb_mix", protocol.label(), label, config));
+            specs.push(spec(args, Sweep::Ycsb, "ycsb_mix", protocol.label(), label, config));
         }
     }
     specs
@@ -307,7 +400,7 @@ fn swcc_specs(args: &BenchArgs, logs: &std::path::Path) -> Vec<Spec> {
         {
             let mut config = base(args, workload.clone(), Protocol::Tigon, logs);
             config.swcc = variant;
-            specs.push(spec(Sweep::Swcc, panel, panel_workload(panel), format!("{variant:?}"), config));
+            specs.push(spec(args, Sweep::Swcc, panel, panel_workload(panel), format!("{variant:?}"), config));
         }
     }
     specs
@@ -320,6 +413,7 @@ fn shortcut_specs(args: &BenchArgs, logs: &std::path::Path) -> Vec<Spec> {
             let mut config = base(args, workload.clone(), Protocol::Tigon, logs);
             config.shortcut = shortcut;
             specs.push(spec(
+                args,
                 Sweep::Shortcut,
                 "shortcut",
                 workload.label(),
@@ -340,7 +434,7 @@ fn epoch_specs(args: &BenchArgs, logs: &std::path::Path) -> Vec<Spec> {
             None => config.log_dir = None,
         }
         let x = epoch.map_or("no log".to_string(), |ms| format!("{ms} ms"));
-        specs.push(spec(Sweep::Epoch, "epoch", "TPC-C 60/90", x, config));
+        specs.push(spec(args, Sweep::Epoch, "epoch", "TPC-C 60/90", x, config));
     }
     specs
 }
@@ -350,17 +444,30 @@ fn epoch_specs(args: &BenchArgs, logs: &std::path::Path) -> Vec<Spec> {
 fn pinned_specs(args: &BenchArgs, logs: &std::path::Path) -> Vec<Spec> {
     let mut config = base(args, ycsb(args, 95, 100, 0.7), Protocol::Tigon, logs);
     config.pin_cpu = Some(0);
-    vec![spec(Sweep::Pinned, "pinned", Protocol::Tigon.label(), "100%", config)]
+    vec![spec(args, Sweep::Pinned, "pinned", Protocol::Tigon.label(), "100%", config)]
 }
 
-/// The recovery point with checkpoints (the default interval) and without.
-fn recovery_runs(args: &BenchArgs, log_root: &std::path::Path) -> Vec<recovery::RecoveryRun> {
+/// The recovery point with checkpoints (a headline point) and, as `--secondary` says, without.
+fn recovery_runs(
+    args: &BenchArgs,
+    log_root: &std::path::Path,
+    results: &mut report::Results,
+) -> Vec<recovery::RecoveryRun> {
     let mut runs = Vec::new();
     // A checkpoint every 64 MiB of log (the default is 256 MiB) so that a 25 s run takes several.
     for (label, checkpoint_log_bytes) in [("checkpoints every 64 MiB of log", 64 << 20), ("no checkpoints", 0)] {
         let dir = log_root.join(format!("recovery-{checkpoint_log_bytes}"));
         let mut config = base(args, ycsb(args, 95, 100, 0.7), Protocol::Tigon, &dir);
         config.checkpoint_log_bytes = checkpoint_log_bytes;
+        let headline = checkpoint_log_bytes > 0;
+        match args.secondary {
+            Secondary::Short if !headline => shorten(args, &mut config),
+            Secondary::Skip if !headline => {
+                results.skipped.push(report::Skipped { panel: "recovery".into(), x: label.into() });
+                continue;
+            }
+            _ => {}
+        }
         let run = recovery::crash_and_recover(label, config, &dir);
         eprintln!(
             "  Recovery {label}: {} ms, {} MiB of log on disk, acked {} lost {}{}",
@@ -392,14 +499,85 @@ fn budget_specs(args: &BenchArgs, logs: &std::path::Path, results: &mut report::
     for workload in [tpcc(args, 60, 90), ycsb(args, 95, 100, 0.7)] {
         let mut config = base(args, workload.clone(), Protocol::Tigon, logs);
         config.hwcc_budget_bytes = UNCONSTRAINED_BUDGET_BYTES;
+        if args.secondary == Secondary::Short {
+            shorten(args, &mut config);
+        }
         let report = Pod::run(config.clone()).context("unconstrained run of the budget sweep")?;
         let footprint = report.per_host.iter().map(|host| host.hwcc_peak_bytes).max().unwrap_or(0) * args.hosts as u64;
         results.footprints.push((workload.label(), footprint));
         for fraction in pick(args, &BUDGET_FRACTIONS, &[0, 2, 4]) {
             let mut point = config.clone();
             point.hwcc_budget_bytes = ((footprint as f64 * fraction) as u64).max(1);
-            specs.push(spec(Sweep::Budget, "budget", workload.label(), format!("{:.0}%", fraction * 100.0), point));
+            specs.push(spec(
+                args,
+                Sweep::Budget,
+                "budget",
+                workload.label(),
+                format!("{:.0}%", fraction * 100.0),
+                point,
+            ));
         }
     }
     Ok(specs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: BenchArgs,
+    }
+
+    fn planned(flags: &[&str]) -> (Vec<Spec>, report::Results) {
+        let args = Cli::parse_from(std::iter::once("bench").chain(flags.iter().copied())).args;
+        let mut results = report::Results::new(&args);
+        let logs = std::path::Path::new("unused");
+        let mut kept = Vec::new();
+        for sweep in [Sweep::Tpcc, Sweep::Ycsb, Sweep::Swcc, Sweep::Pinned] {
+            let specs = specs(&args, sweep, logs, &mut results).expect("specs of a sweep without runs");
+            kept.extend(plan(&args, specs, &mut results));
+        }
+        (kept, results)
+    }
+
+    #[test]
+    fn secondary_skip_keeps_exactly_the_headline_points_at_full_length() {
+        // Goal: the short quiet run keeps every point a headline figure comes from, at the
+        // design's length, and lists what it leaves out. Method: plan the sweeps without running.
+        let (kept, results) = planned(&["--secondary", "skip"]);
+        let names: Vec<String> = kept.iter().map(|spec| format!("{} {} {}", spec.panel, spec.series, spec.x)).collect();
+        assert_eq!(kept.len(), 4 * 3 + 2 * 3 + 2 + 1, "{names:#?}");
+        for spec in &kept {
+            assert_eq!((spec.config.warmup_ms, spec.config.measure_ms, spec.repetitions), (5000, 20_000, 3));
+        }
+        let tigon = Protocol::Tigon.label();
+        for (panel, series, x) in [
+            ("tpcc", tigon, "0/0"),
+            ("tpcc", Protocol::Occ.label(), "60/90"),
+            ("ycsb", Protocol::Ds2pl.label(), "100%"),
+            ("swcc_ycsb", "YCSB 95/5 100%", "NoSwcc"),
+            ("pinned", tigon, "100%"),
+        ] {
+            assert!(names.contains(&format!("{panel} {series} {x}")), "{panel} {series} {x} missing");
+        }
+        let skipped: Vec<String> = results.skipped.iter().map(|s| format!("{} {}", s.panel, s.x)).collect();
+        assert!(skipped.contains(&"ycsb 20%".to_string()) && skipped.contains(&"swcc_tpcc WriteThrough".to_string()));
+        assert!(!skipped.iter().any(|s| s.starts_with("tpcc") || s == "ycsb 100%"), "{skipped:?}");
+    }
+
+    #[test]
+    fn secondary_short_runs_the_other_points_once_with_the_short_windows() {
+        let (kept, results) =
+            planned(&["--secondary", "short", "--short-warmup-ms", "100", "--short-measure-ms", "300"]);
+        assert!(results.skipped.is_empty());
+        let short: Vec<&Spec> = kept.iter().filter(|spec| !is_headline(spec)).collect();
+        assert_eq!(short.len(), 2 * 3 + 4 * 3 + 2 + 4, "YCSB 20/50%, the mixes, two SWcc variants, SWcc on TPC-C");
+        for spec in short {
+            assert_eq!((spec.config.warmup_ms, spec.config.measure_ms, spec.repetitions), (100, 300, 1));
+        }
+    }
 }

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use super::{BenchArgs, Run, Spec, Sweep};
+use super::{BenchArgs, Run, Secondary, Spec, Sweep};
 use crate::report::machine::{git_revision, Machine};
 use crate::report::stats::{median, median_run};
 use bypass_pod::config::Protocol;
@@ -21,7 +21,28 @@ pub struct Settings {
     pub keys_per_host: u64,
     pub small_warehouses: bool,
     pub quick: bool,
+    pub secondary: Secondary,
+    pub short_warmup_ms: u64,
+    pub short_measure_ms: u64,
     pub main_hwcc_budget_bytes: u64,
+}
+
+/// Points of the full benchmark this run left out (`--secondary skip`): a panel and one of its
+/// x values (every series there), or a whole sweep (x = "all").
+#[derive(Debug, Clone, Serialize)]
+pub struct Skipped {
+    pub panel: String,
+    pub x: String,
+}
+
+impl Skipped {
+    pub fn sweep(sweep: Sweep) -> Skipped {
+        Skipped { panel: format!("{sweep:?}").to_lowercase(), x: "all".into() }
+    }
+
+    pub fn point(spec: &Spec) -> Skipped {
+        Skipped { panel: spec.panel.into(), x: spec.x.clone() }
+    }
 }
 
 /// Events per committed transaction in a point's median run.
@@ -82,6 +103,9 @@ pub struct Point {
     pub series: String,
     pub x: String,
     pub hwcc_budget_bytes: u64,
+    /// Windows of this point's runs (a secondary point may run shorter than the headline ones).
+    pub warmup_ms: u64,
+    pub measure_ms: u64,
     /// Medians over the repetitions.
     pub measured_tps: f64,
     pub modelled_tps: f64,
@@ -124,6 +148,8 @@ pub struct Claim {
     pub at_most: bool,
     pub measured: Option<f64>,
     pub modelled: Option<f64>,
+    /// Tigon's published figure for the same quantity.
+    pub tigon: Option<f64>,
 }
 
 impl Claim {
@@ -151,6 +177,9 @@ pub struct Results {
     pub published: Vec<PublishedRow>,
     pub pinned: Option<PinnedCheck>,
     pub recovery: Vec<super::recovery::RecoveryRun>,
+    pub skipped: Vec<Skipped>,
+    /// Share of the machine's CPU time (all cores) that other work took during the run.
+    pub other_work_share: Option<f64>,
     pub duration_s: f64,
 }
 
@@ -193,6 +222,9 @@ impl Results {
                 keys_per_host: args.keys_per_host,
                 small_warehouses: args.small_warehouses,
                 quick: args.quick,
+                secondary: args.secondary,
+                short_warmup_ms: args.short_warmup_ms,
+                short_measure_ms: args.short_measure_ms,
                 main_hwcc_budget_bytes: super::MAIN_BUDGET_BYTES,
             },
             latency_table: LatencyTable::default(),
@@ -202,6 +234,8 @@ impl Results {
             published: Vec::new(),
             pinned: None,
             recovery: Vec::new(),
+            skipped: Vec::new(),
+            other_work_share: None,
             duration_s: 0.0,
         }
     }
@@ -221,6 +255,8 @@ impl Results {
                 series: spec.series,
                 x: spec.x,
                 hwcc_budget_bytes: spec.config.hwcc_budget_bytes,
+                warmup_ms: spec.config.warmup_ms,
+                measure_ms: spec.config.measure_ms,
                 measured_tps: measured,
                 modelled_tps: modelled,
                 abort_rate: typical.map_or(0.0, |report| report.abort_rate),
@@ -286,7 +322,8 @@ impl Results {
         let mut claims = Vec::new();
         let mut speedup = |claim: &str, target: f64, a: (&str, &str, &str), b: (&str, &str, &str)| {
             let (measured, modelled) = self.ratio(a, b);
-            claims.push(Claim { claim: claim.into(), target, at_most: false, measured, modelled });
+            let tigon = published_ratio(a, b);
+            claims.push(Claim { claim: claim.into(), target, at_most: false, measured, modelled, tigon });
         };
         speedup(
             "TPC-C 60/90: Tigon-style ÷ OCC+",
@@ -319,13 +356,16 @@ impl Results {
             ("swcc_ycsb", swcc, "WriteThrough"),
             ("swcc_ycsb", swcc, "NoSwcc"),
         );
-        let (measured, modelled) = self.ratio(("tpcc", tigon, "60/90"), ("tpcc", tigon, "0/0"));
+        let (sharing, alone) = (("tpcc", tigon, "60/90"), ("tpcc", tigon, "0/0"));
+        let (measured, modelled) = self.ratio(sharing, alone);
+        let loss = |ratio: f64| 1.0 - ratio;
         claims.push(Claim {
             claim: "TPC-C: Tigon-style loss from 0/0 to 60/90".into(),
             target: 0.20,
             at_most: true,
-            measured: measured.map(|ratio| 1.0 - ratio),
-            modelled: modelled.map(|ratio| 1.0 - ratio),
+            measured: measured.map(loss),
+            modelled: modelled.map(loss),
+            tigon: published_ratio(sharing, alone).map(loss),
         });
         claims
     }
@@ -349,9 +389,21 @@ impl Results {
                 format_claim(Some(claim.target), claim.at_most)
             );
         }
+        let _ = writeln!(out, "\nFor the README: {}", self.readme_figures());
         out
     }
 }
+
+/// Tigon's published ratio of the same two points, if the paper has one.
+fn published_ratio(numerator: (&str, &str, &str), denominator: (&str, &str, &str)) -> Option<f64> {
+    super::published::all()
+        .into_iter()
+        .find(|published| published.numerator == numerator && published.denominator == denominator)
+        .map(|published| published.tigon)
+}
+
+/// Other work's share of the cores' time from which a run counts as taken under load.
+const OTHER_WORK_LIMIT: f64 = 0.10;
 
 fn format_claim(value: Option<f64>, percent: bool) -> String {
     match value {
@@ -413,6 +465,8 @@ impl Results {
             let _ = writeln!(md, "{warning}\n");
         }
         model_notes_markdown(&mut md);
+        self.coverage_markdown(&mut md);
+        self.readme_markdown(&mut md);
         self.claims_markdown(&mut md);
         self.published_markdown(&mut md);
         let protocols: Vec<&str> =
@@ -448,21 +502,201 @@ impl Results {
         md
     }
 
-    /// A warning when other work shared the machine: the 1-minute load average before or after
-    /// the run at or above the core count.
+    /// A warning when other work shared the machine: it took 10% or more of the cores' time
+    /// during the run (or, where that is unknown, the 1-minute load average before or after the
+    /// run reached the core count).
     fn load_warning(&self) -> Option<String> {
-        let one_minute = |text: &str| text.split_whitespace().next().and_then(|value| value.parse::<f64>().ok());
-        let load = [&self.machine.load_average_before, &self.machine.load_average_after]
-            .into_iter()
-            .filter_map(|text| one_minute(text))
-            .fold(0.0, f64::max);
-        (load >= self.machine.nproc as f64).then(|| {
+        let loaded = match self.other_work_share {
+            Some(share) => share >= OTHER_WORK_LIMIT,
+            None => self.max_load() >= self.machine.nproc as f64,
+        };
+        loaded.then(|| {
             format!(
-                "**Taken under load** (1-minute load average up to {load:.1} on {} cores: other work shared the machine). \
+                "**Taken under load** ({}: other work shared the machine). \
                  The measured figures are not meaningful; the modelled ones depend on how the cores were shared only through the abort rates (see the pinned-to-one-core check below).",
-                self.machine.nproc
+                self.load_description()
             )
         })
+    }
+
+    /// How busy the machine was with other work, in words.
+    fn load_description(&self) -> String {
+        let load = format!("1-minute load average up to {:.1} on {} cores", self.max_load(), self.machine.nproc);
+        match self.other_work_share {
+            Some(share) => format!("other work took {:.0}% of the cores' time during the run; {load}", share * 100.0),
+            None => load,
+        }
+    }
+
+    /// The higher 1-minute load average of before and after the run.
+    fn max_load(&self) -> f64 {
+        let one_minute = |text: &str| text.split_whitespace().next().and_then(|value| value.parse::<f64>().ok());
+        [&self.machine.load_average_before, &self.machine.load_average_after]
+            .into_iter()
+            .filter_map(|text| one_minute(text))
+            .fold(0.0, f64::max)
+    }
+
+    /// The figures the README's pod paragraph quotes, as sentences to paste (from this run).
+    fn readme_markdown(&self, md: &mut String) {
+        let _ = writeln!(
+            md,
+            "## Figures the README quotes\n\n\
+             The README's pod paragraph quotes these; after a new run, its sentences are replaced by these:\n\n> {}\n",
+            self.readme_figures()
+        );
+    }
+
+    /// The README's figure sentences: how the run was taken, round trips, modelled ratios beside
+    /// Tigon's, the targets missed, the pinned check and the recovery point.
+    pub fn readme_figures(&self) -> String {
+        let tigon = Protocol::Tigon.label();
+        let (ds2pl, occ) = (Protocol::Ds2pl.label(), Protocol::Occ.label());
+        let modelled = |a: (&str, &str, &str), b: (&str, &str, &str)| format_claim(self.ratio(a, b).1, false);
+        let mut text = self.run_sentence();
+        if let Some(point) = self.point("ycsb", ds2pl, "100%") {
+            let _ = write!(
+                text,
+                " DS2PL+ waits {:.2} times per YCSB 95/5 cross transaction (OCC+ {:.2}).",
+                point.per_commit.round_trips,
+                self.point("ycsb", occ, "100%").map_or(0.0, |point| point.per_commit.round_trips)
+            );
+        }
+        let loss = self.ratio(("tpcc", tigon, "60/90"), ("tpcc", tigon, "0/0")).1.map(|ratio| 1.0 - ratio);
+        let _ = write!(
+            text,
+            " Modelled, beside Tigon's published ratio for the same point: TPC-C 60/90 {} DS2PL+ (Tigon 2.41×) and {} OCC+ \
+             (Tigon's Sundial+ 1.75×; ours is Silo-style and validates every remote read), YCSB 95/5 at 100% cross {} DS2PL+ (2.29×) \
+             and {} OCC+ (2.49×), a {} loss from TPC-C 0/0 to 60/90 (19%).",
+            modelled(("tpcc", tigon, "60/90"), ("tpcc", ds2pl, "60/90")),
+            modelled(("tpcc", tigon, "60/90"), ("tpcc", occ, "60/90")),
+            modelled(("ycsb", tigon, "100%"), ("ycsb", ds2pl, "100%")),
+            modelled(("ycsb", tigon, "100%"), ("ycsb", occ, "100%")),
+            format_claim(loss, true)
+        );
+        let missed: Vec<String> = self
+            .claims
+            .iter()
+            .filter(|claim| claim.met(claim.modelled) == "not met")
+            .map(|claim| {
+                format!(
+                    "{} is {} (target {}{}{})",
+                    claim.claim,
+                    format_claim(claim.modelled, claim.at_most),
+                    if claim.at_most { "≤ " } else { "≥ " },
+                    format_claim(Some(claim.target), claim.at_most),
+                    claim
+                        .tigon
+                        .map_or(String::new(), |tigon| format!(", Tigon {}", format_claim(Some(tigon), claim.at_most)))
+                )
+            })
+            .collect();
+        if !missed.is_empty() {
+            let _ = write!(text, " Missed (modelled): {}.", missed.join("; "));
+        }
+        if let Some(check) = &self.pinned {
+            let _ = write!(
+                text,
+                " Pinned check: both hosts pinned to one core model {:.1}% apart from the unpinned run.",
+                check.modelled_difference * 100.0
+            );
+        }
+        if let Some(run) = self.recovery.iter().find(|run| run.checkpoint_log_bytes > 0 && run.error.is_none()) {
+            let _ = write!(
+                text,
+                " Recovery after a whole-pod SIGKILL {:.0} s into a YCSB 95/5 run ({}): {} MiB of log on disk, recovered in {:.1} s, \
+                 {} of {} acknowledged transactions lost.",
+                run.ran_s,
+                run.label,
+                run.log_bytes_on_disk >> 20,
+                run.recovery_ms as f64 / 1000.0,
+                run.acked_lost,
+                run.acked_recorded
+            );
+        }
+        text
+    }
+
+    /// How the committed results were taken, for the README.
+    fn run_sentence(&self) -> String {
+        let settings = &self.settings;
+        let windows = format!(
+            "{} × {} s + {} s",
+            settings.repetitions,
+            settings.warmup_ms as f64 / 1000.0,
+            settings.measure_ms as f64 / 1000.0
+        );
+        let covered = match settings.secondary {
+            Secondary::Full => format!("every point {windows}"),
+            Secondary::Short => format!(
+                "headline points {windows}, the other points 1 × {} s + {} s",
+                settings.short_warmup_ms as f64 / 1000.0,
+                settings.short_measure_ms as f64 / 1000.0
+            ),
+            Secondary::Skip => format!("headline points {windows}; the secondary points were not run"),
+        };
+        match self.load_warning() {
+            Some(_) => format!(
+                "The committed results were taken under load ({covered}; {}), so their measured column means nothing.",
+                self.load_description()
+            ),
+            None => format!(
+                "The committed results are a run on the {}-core machine with little else running ({covered}; {}).",
+                self.machine.nproc,
+                self.load_description()
+            ),
+        }
+    }
+
+    /// A secondary point run shorter than the headline ones (`--secondary short`).
+    fn is_short(&self, point: &Point) -> bool {
+        (point.warmup_ms, point.measure_ms) != (self.settings.warmup_ms, self.settings.measure_ms)
+    }
+
+    /// Which points ran how, and which of the full benchmark's were left out.
+    fn coverage_markdown(&self, md: &mut String) {
+        let settings = &self.settings;
+        let _ = writeln!(
+            md,
+            "## What this run covered\n\n\
+             - **Headline points**, {} × ({} ms warm-up + {} ms measured): TPC-C at Tigon's four remote shares (0/0, 10/15, 30/45, 60/90) and YCSB 95/5 at 0% and 100% cross, each for all three protocols; \
+             SWcc WriteThrough and NoSWcc on YCSB 95/5 at 100% cross; the pinned-to-one-core check; the crash-and-recovery point with checkpoints (one run).",
+            settings.repetitions, settings.warmup_ms, settings.measure_ms
+        );
+        let secondary = match settings.secondary {
+            Secondary::Full => "as the headline points".to_string(),
+            Secondary::Short => format!(
+                "one run each of {} ms warm-up + {} ms measured (marked † in the tables; their figures are less settled than the headline ones)",
+                settings.short_warmup_ms, settings.short_measure_ms
+            ),
+            Secondary::Skip => "not run".to_string(),
+        };
+        let _ = writeln!(md, "- **Secondary points** (every other one): {secondary}.");
+        if self.settings.quick {
+            let _ = writeln!(md, "- `--quick`: only the ends and middle of each sweep.");
+        }
+        if !self.skipped.is_empty() {
+            let mut panels: Vec<(&str, Vec<&str>)> = Vec::new();
+            for skipped in &self.skipped {
+                match panels.iter_mut().find(|(panel, _)| *panel == skipped.panel) {
+                    Some((_, xs)) if !xs.contains(&skipped.x.as_str()) => xs.push(&skipped.x),
+                    Some(_) => {}
+                    None => panels.push((&skipped.panel, vec![&skipped.x])),
+                }
+            }
+            let list: Vec<String> = panels
+                .iter()
+                .map(|(panel, xs)| {
+                    if xs == &["all"] {
+                        format!("{panel} (whole sweep)")
+                    } else {
+                        format!("{panel} at {}", xs.join(", "))
+                    }
+                })
+                .collect();
+            let _ = writeln!(md, "- **Not run** (points of the full benchmark left out): {}.", list.join("; "));
+        }
+        md.push('\n');
     }
 
     fn pinned_sentence(&self) -> String {
@@ -562,9 +796,10 @@ impl Results {
             for name in &series {
                 row.push_str(&match self.point(panel, name, x) {
                     Some(point) => format!(
-                        " **{}** / *{}*{} |",
+                        " **{}** / *{}*{}{} |",
                         thousands(point.measured_tps),
                         thousands(point.modelled_tps),
+                        if self.is_short(point) { " †" } else { "" },
                         failure_note(point)
                     ),
                     None => " — |".into(),

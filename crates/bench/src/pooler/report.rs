@@ -82,6 +82,13 @@ pub struct CellSummary {
     /// passes to user space per transaction.
     pub kernel_transaction_share: Option<f64>,
     pub passes_per_txn: Option<f64>,
+    /// Kernel fast path only: request (client→server) and answer (server→client) bytes the kernel
+    /// forwarded ÷ all such bytes the fast path saw (the rest went through user space).
+    pub request_bytes_in_kernel: Option<f64>,
+    pub answer_bytes_in_kernel: Option<f64>,
+    /// System-wide busy CPU-µs per transaction minus pgbench's own: what the pooler, PostgreSQL
+    /// and the kernel work for them cost, without the load generator.
+    pub non_generator_cpu_us_per_txn: Option<f64>,
 }
 
 /// A subject divided by a peer; > 1 is better for TPS, < 1 is better for latency and CPU.
@@ -293,6 +300,11 @@ fn summarize_group(workload: Workload, clients: u32, contender: Contender, runs:
         bpf_verdicts_per_txn: median_of(&|run| run.bpf.as_ref().map(|bpf| bpf.verdicts_per_txn)),
         kernel_transaction_share: median_of(&|run| run.bpf.as_ref().and_then(|bpf| bpf.kernel_transaction_share)),
         passes_per_txn: median_of(&|run| run.bpf.as_ref().and_then(|bpf| bpf.passes_per_txn)),
+        request_bytes_in_kernel: median_of(&|run| run.bpf.as_ref().and_then(|bpf| bpf.request_bytes_in_kernel)),
+        answer_bytes_in_kernel: median_of(&|run| run.bpf.as_ref().and_then(|bpf| bpf.answer_bytes_in_kernel)),
+        non_generator_cpu_us_per_txn: median_of(&|run| {
+            run.cpu.as_ref().map(|cpu| cpu.system_us_per_txn - cpu.pgbench_us_per_txn)
+        }),
         kernel_counters: bpf_medians(runs, |run, out| {
             for (field, &value) in run.bpf.iter().flat_map(|bpf| &bpf.kernel_counters) {
                 out.push((field.clone(), value as f64));

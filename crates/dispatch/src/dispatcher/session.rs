@@ -16,9 +16,9 @@ use std::time::{Duration, Instant};
 
 use bypass_frontdoor::{Admission, Admitted, CancelKey, Refusal};
 use bypass_wire::backend::build;
-use bypass_wire::frame::{split_message, Scanner, Step};
+use bypass_wire::frame::{read_header, split_message, Scanner, Step};
 use bypass_wire::tag;
-use bypass_wire::{FrontendMessage, Severity, SqlState, TransactionStatus};
+use bypass_wire::{BackendMessage, FrontendMessage, Severity, SqlState, TransactionStatus};
 use bypass_wire::{DEFAULT_MESSAGE_SIZE_MAX, HEADER_LEN};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
@@ -31,6 +31,7 @@ use crate::buffer::{closed, Buffer, BufferIo};
 use crate::config::Policy;
 use crate::error::{DispatchError, Result};
 use crate::link::{Control, Delivery, CONTROL_TAG};
+use crate::pglogin::server_error;
 use crate::routing::{self, Kind, Route, RouteHint};
 
 /// Bytes of a client's buffer: the largest request (one Query, or Parse…Sync) the dispatcher
@@ -560,14 +561,7 @@ impl Session {
         out.extend_from_slice(&self.client.buffer.pending()[..request.len]);
         link.stream.write_all(&out).await.map_err(|e| DispatchError::io("sending a request to the backend", e))?;
         if retry_allowed {
-            let count = link
-                .buffer
-                .read_from(&mut link.stream)
-                .await
-                .map_err(|e| DispatchError::io("reading from the backend", e))?;
-            if count == 0 {
-                return Err(DispatchError::io("reading from the backend", std::io::ErrorKind::UnexpectedEof.into()));
-            }
+            read_answer_start(link).await?;
         }
         self.client.buffer.consume(request.len);
         let written_before = self.client.written;
@@ -803,6 +797,63 @@ async fn pump_copy_in(link: &mut Link, client: &mut Client) -> Result<()> {
     }
 }
 
+/// Reads the first bytes of an answer before any of it goes to the client. A server that closes,
+/// or says it is going away, first did not run the request: the link was already dying (a server
+/// shut down while the link sat idle, its notice and close still on their way) and the request
+/// may go elsewhere. Whatever else comes first is the answer.
+async fn read_answer_start(link: &mut Link) -> Result<()> {
+    loop {
+        let count = link
+            .buffer
+            .read_from(&mut link.stream)
+            .await
+            .map_err(|e| DispatchError::io("reading from the backend", e))?;
+        if count == 0 {
+            return Err(closed("the backend"));
+        }
+        match farewell(link.buffer.pending(), link.buffer.capacity()) {
+            Opening::NeedMore => {}
+            Opening::Farewell(error) => return Err(error),
+            Opening::Answer => return Ok(()),
+        }
+    }
+}
+
+/// What the first bytes from a backend are.
+#[derive(Debug)]
+enum Opening {
+    /// The first message is a notice or error that is not yet whole.
+    NeedMore,
+    /// A notice or error saying the connection is going away (SQLSTATE class 08 or 57P), as
+    /// PostgreSQL sends to each session when it shuts down.
+    Farewell(DispatchError),
+    Answer,
+}
+
+fn farewell(pending: &[u8], capacity: usize) -> Opening {
+    let Ok(Some(header)) = read_header(pending, DEFAULT_MESSAGE_SIZE_MAX) else {
+        return if pending.len() < HEADER_LEN { Opening::NeedMore } else { Opening::Answer };
+    };
+    let notice_or_error = matches!(header.tag, tag::backend::NOTICE_RESPONSE | tag::backend::ERROR_RESPONSE);
+    if !notice_or_error || header.frame_len() > capacity {
+        return Opening::Answer;
+    }
+    if pending.len() < header.frame_len() {
+        return Opening::NeedMore;
+    }
+    let body = &pending[HEADER_LEN..header.frame_len()];
+    let fields = match BackendMessage::decode(header.tag, body) {
+        Ok(BackendMessage::ErrorResponse(fields) | BackendMessage::NoticeResponse(fields)) => fields,
+        _ => return Opening::Answer,
+    };
+    match server_error(&fields) {
+        DispatchError::Server { code, message } if is_connection_error_code(&code) => {
+            Opening::Farewell(DispatchError::Server { code, message })
+        }
+        _ => Opening::Answer,
+    }
+}
+
 /// Runs statements whose rows do not matter (settings replay).
 async fn query_single_value_or_none(link: &mut Link, sql: &str) -> Result<()> {
     match query_single_value(link, sql).await {
@@ -902,5 +953,39 @@ mod tests {
         let relay = Some(Control::Request { delivery: Delivery::Relay, threshold: u64::MAX });
         assert_eq!(request_frame(&mut standing, Delivery::Relay, 200), relay);
         assert_eq!(request_frame(&mut standing, Delivery::Relay, 200), None);
+    }
+
+    // Goal: only a notice or error saying the server is going away, before any answer byte,
+    // makes a request retryable; an answer that starts with another notice is an answer.
+    // Method: PostgreSQL's immediate-shutdown warning, whole and cut, and ordinary openings.
+    #[test]
+    fn a_shutdown_notice_before_the_answer_is_a_farewell() {
+        let capacity = 1024;
+        let mut shutdown = Vec::new();
+        let text = "terminating connection due to immediate shutdown command";
+        build::notice_with_severity(&mut shutdown, Severity::Warning, SqlState::ADMIN_SHUTDOWN, text);
+        build::ready_for_query(&mut shutdown, TransactionStatus::Idle);
+        let farewell_of = |bytes: &[u8]| farewell(bytes, capacity);
+        assert!(matches!(
+            farewell_of(&shutdown),
+            Opening::Farewell(DispatchError::Server { ref code, .. }) if code == "57P01"
+        ));
+        for cut in [1, HEADER_LEN, HEADER_LEN + 3] {
+            assert!(matches!(farewell_of(&shutdown[..cut]), Opening::NeedMore), "cut at {cut}");
+        }
+        let mut fatal = Vec::new();
+        build::error(&mut fatal, Severity::Fatal, SqlState::ADMIN_SHUTDOWN, "terminating connection");
+        assert!(matches!(farewell_of(&fatal), Opening::Farewell(_)));
+
+        let mut chatty = Vec::new();
+        build::notice(&mut chatty, SqlState::WARNING, "a warning of the query's own");
+        assert!(matches!(farewell_of(&chatty), Opening::Answer));
+        let mut failed = Vec::new();
+        build::error(&mut failed, Severity::Error, SqlState::UNDEFINED_TABLE, "no such table");
+        assert!(matches!(farewell_of(&failed), Opening::Answer));
+        let mut rows = Vec::new();
+        build::text_row_description(&mut rows, &["name"]);
+        assert!(matches!(farewell_of(&rows), Opening::Answer));
+        assert!(matches!(farewell_of(&rows[..2]), Opening::NeedMore));
     }
 }

@@ -374,11 +374,8 @@ impl Connection {
     }
 
     async fn simple_query(&mut self, sql: &[u8]) -> Result<(), End> {
-        match std::str::from_utf8(sql) {
-            Err(_) => encode::error(
-                &mut self.output,
-                &EngineError::CharacterNotInRepertoire("invalid byte sequence for encoding \"UTF8\"".into()),
-            ),
+        match crate::error::utf8(sql) {
+            Err(error) => encode::error(&mut self.output, &error),
             Ok(text) => {
                 let text = text.to_string();
                 self.run_task(None, move |session, engine, io| run_script(session, engine, io, &text)).await?;
@@ -548,9 +545,7 @@ impl Connection {
         if !name.is_empty() && self.statements.contains_key(&name) {
             return Err(EngineError::PreparedStatement(format!("prepared statement \"{name}\" already exists")));
         }
-        let sql = std::str::from_utf8(parse.query)
-            .map_err(|_| EngineError::CharacterNotInRepertoire("invalid byte sequence for encoding \"UTF8\"".into()))?
-            .to_string();
+        let sql = crate::error::utf8(parse.query)?.to_string();
         let sentinels = params::with_sentinels(&sql);
         let count = self
             .with_session(move |_, _| {

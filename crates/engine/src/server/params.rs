@@ -130,8 +130,7 @@ fn null_literal(oid: u32) -> String {
 }
 
 fn text_literal(bytes: &[u8], oid: u32) -> Result<String, EngineError> {
-    let text = std::str::from_utf8(bytes)
-        .map_err(|_| EngineError::InvalidValue("invalid byte sequence for encoding \"UTF8\" in a parameter".into()))?;
+    let text = crate::error::utf8(bytes)?;
     Ok(match oid {
         oid::INT2 | oid::INT4 | oid::INT8 | oid::OID => integer_literal(
             text.trim()

@@ -9,8 +9,6 @@ use bypass_fastpath::abi::CLIENT_SLOTS;
 use bypass_fastpath::{FastPath, ServerSlot};
 use tokio::io::unix::AsyncFd;
 
-use std::sync::atomic::Ordering;
-
 use super::{lock, Pool, PoolState};
 use crate::server::ServerConn;
 
@@ -66,7 +64,7 @@ impl Pool {
     }
 
     pub(super) fn kernel_transactions(&self) -> u64 {
-        self.kernel.get().map_or(0, |kernel| kernel.fast.pool(kernel.index).transactions.load(Ordering::Relaxed))
+        self.kernel.get().map_or(0, |kernel| kernel.counters().transactions)
     }
 }
 

@@ -25,14 +25,14 @@
 //! never exceeds the pool size; a connection's [`Lease`] gives its slot back when it is dropped;
 //! no server is ever dropped while the pool's lock is held (its lease takes that lock).
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak};
 use std::time::{Duration, Instant};
 
 use crate::config::PoolMode;
 use crate::error::{PoolerError, TimeoutKind};
 use crate::lease::SlotOwner;
-pub use crate::lease::{DatabaseLimit, Lease};
+pub use crate::lease::{ConnectionLimit, Lease, SharedLimits};
 use crate::prepared::StatementRegistry;
 use crate::server::{Credential, LoginTarget, ServerConn, ServerLimits, Welcome};
 use crate::stats::PoolStats;
@@ -56,6 +56,9 @@ pub const LOCAL_SLACK: Duration = Duration::from_millis(50);
 pub struct PoolKey {
     pub database: String,
     pub user: String,
+    /// The client's `options` startup parameter when `pass_options` is on: clients with other
+    /// options get other pools, whose servers were started with theirs.
+    pub options: Option<String>,
 }
 
 /// What a pool is, fixed for its life: a reload that changes any of it makes a new pool.
@@ -90,6 +93,9 @@ pub struct PoolLimits {
     pub server_connect_timeout_ms: u64,
     /// Log each server the pooler closes (`log_disconnections`).
     pub log_disconnections: bool,
+    /// Servers beyond `size` for clients that waited `reserve_timeout_ms`.
+    pub reserve_size: u32,
+    pub reserve_timeout_ms: u64,
 }
 
 /// One pool of servers.
@@ -103,7 +109,10 @@ pub struct Pool {
     /// Statement texts prepared through this pool, by id (transaction-mode prepared statements);
     /// shared with a successor so clients keep their statements across a reload.
     pub statements: Arc<StatementRegistry>,
-    database: Arc<DatabaseLimit>,
+    /// The database's and the user's limits, shared with their other pools.
+    shared_limits: SharedLimits,
+    /// Servers logging in right now (PgBouncer's `sv_login`).
+    logging_in: AtomicU32,
     state: Mutex<PoolState>,
     /// Set when a reload changed what this pool is (backend, credential, mode): its clients move
     /// to the successor at their next transaction, and it closes servers as they come back.
@@ -122,7 +131,7 @@ impl Pool {
     pub fn new(
         identity: PoolIdentity,
         limits: PoolLimits,
-        database: Arc<DatabaseLimit>,
+        shared_limits: SharedLimits,
         statements: Arc<StatementRegistry>,
     ) -> Arc<Self> {
         let PoolIdentity { key, target, settings, credential } = identity;
@@ -135,14 +144,15 @@ impl Pool {
             welcome: OnceLock::new(),
             stats: PoolStats::new(shards),
             statements,
-            database: database.clone(),
+            shared_limits: shared_limits.clone(),
+            logging_in: AtomicU32::new(0),
             state: Mutex::new(PoolState::new(shards, limits)),
             successor: OnceLock::new(),
             myself: myself.clone(),
             kernel: OnceLock::new(),
         });
         let owner: Weak<dyn SlotOwner> = Arc::downgrade(&pool) as Weak<Pool>;
-        database.register(owner);
+        shared_limits.register(owner);
         pool
     }
 
@@ -189,7 +199,7 @@ impl Pool {
             state.count_home(&mut server, shard);
             return Some(Grant::Server(server));
         }
-        if !state.paused && state.open < state.limits.size && self.database.try_take() {
+        if !state.paused && state.open < state.limits.size && self.shared_limits.try_take() {
             state.open += 1;
             return Some(Grant::Connect);
         }
@@ -246,10 +256,35 @@ impl Pool {
             self.sync_kernel_waiters(&state);
         }
         let stranded = !state.idle.is_empty() && state.waiting() > 0;
+        let reserved = self.open_reserve(&mut state, now);
         drop(state);
+        if reserved > 0 {
+            tracing::info!(database = %self.key.database, user = %self.key.user, servers = reserved, "taking connections from the reserve pool");
+        }
         if stranded {
             self.serve_waiters();
         }
+    }
+
+    /// Lets the oldest waiters open reserve servers (beyond the pool size, up to
+    /// `reserve_size`) once they waited `reserve_timeout_ms`; returns how many.
+    fn open_reserve(&self, state: &mut PoolState, now: Instant) -> u32 {
+        let limits = state.limits;
+        let mut opened = 0;
+        while limits.reserve_size > 0 && !state.paused && state.open < limits.size + limits.reserve_size {
+            let waited = state.oldest_wait(now).unwrap_or_default();
+            if waited < Duration::from_millis(limits.reserve_timeout_ms) || !self.shared_limits.try_take() {
+                break;
+            }
+            let (_, queued) = state.pop_oldest().expect("a waiter waited");
+            state.open += 1;
+            opened += 1;
+            queued.waiter.give(Grant::Connect);
+        }
+        if opened > 0 {
+            self.sync_kernel_waiters(state);
+        }
+        opened
     }
 
     /// Logs in a new server on `shard` in a slot already counted in `open`.
@@ -262,6 +297,8 @@ impl Pool {
             statements_max: self.settings.max_prepared_statements as usize,
         };
         let login = ServerConn::login(&self.target, &credential, lease, limits, shard);
+        self.logging_in.fetch_add(1, Ordering::Relaxed);
+        let _logged_in = LoginCount(&self.logging_in);
 
         let (mut server, welcome) = match tokio::time::timeout(timeout, login).await {
             Ok(Ok(logged_in)) => logged_in,
@@ -320,7 +357,7 @@ impl Pool {
 
     fn lease(&self) -> Lease {
         let owner: Weak<dyn SlotOwner> = self.myself.clone();
-        Lease::new(owner, self.database.clone())
+        Lease::new(owner, self.shared_limits.clone())
     }
 
     /// Closes idle servers past `server_idle_timeout` or `server_lifetime` (keeping `min_size`)
@@ -380,7 +417,7 @@ impl Pool {
     pub async fn prefill_one(&self, shard: usize) -> Result<(), PoolerError> {
         let counted = {
             let mut state = lock(&self.state);
-            let room = !state.paused && state.open < state.limits.min_size && self.database.try_take();
+            let room = !state.paused && state.open < state.limits.min_size && self.shared_limits.try_take();
             if room {
                 state.open += 1;
             }
@@ -464,6 +501,7 @@ impl Pool {
         let idle = {
             let mut state = lock(&self.state);
             state.retire_before = Some(Instant::now());
+            state.retiring = state.open;
             std::mem::take(&mut state.idle)
         };
         drop(idle);
@@ -511,41 +549,63 @@ impl Pool {
     }
 
     /// The pool's statistics; a transaction the kernel released counts as one transaction and
-    /// one query (the kernel counts transactions only).
+    /// one query (the kernel counts transactions only), and the bytes it forwarded count as
+    /// received and sent (bytes it passed up are counted by the user-space path that relays them).
     pub fn totals(&self) -> crate::stats::PoolTotals {
         let mut totals = self.stats.totals();
         if let Some(kernel) = self.kernel.get() {
-            let entry = kernel.fast.pool(kernel.index);
-            let transactions = entry.transactions.load(Ordering::Relaxed);
-            totals.transactions += transactions;
-            totals.queries += transactions;
-            totals.bytes_received += entry.bytes_from_clients.load(Ordering::Relaxed);
-            totals.bytes_sent += entry.bytes_to_clients.load(Ordering::Relaxed);
+            let counters = kernel.counters();
+            totals.transactions += counters.transactions;
+            totals.queries += counters.transactions;
+            totals.bytes_received += counters.request_bytes_forwarded;
+            totals.bytes_sent += counters.answer_bytes_forwarded;
+            totals.kernel = Some(counters);
         }
         totals
     }
 
-    /// (backend process id, opened at) of every idle server.
-    pub fn idle_servers(&self) -> Vec<(i32, Instant)> {
-        let mut idle: Vec<_> = self.kernel.get().map(|kernel| kernel.free_servers()).unwrap_or_default();
-        idle.extend(lock(&self.state).idle.iter().map(|server| (server.key.process_id, server.created_at)));
-        idle
+    /// Every idle server (those the kernel holds free included).
+    pub fn idle_servers(&self) -> Vec<IdleServer> {
+        let mut idle: Vec<(i32, Instant)> = self.kernel.get().map(|kernel| kernel.free_servers()).unwrap_or_default();
+        let state = lock(&self.state);
+        idle.extend(state.idle.iter().map(|server| (server.key.process_id, server.created_at)));
+        let (now, wall) = (Instant::now(), std::time::SystemTime::now());
+        idle.into_iter()
+            .map(|(process_id, created_at)| IdleServer {
+                process_id,
+                opened_at: wall - now.saturating_duration_since(created_at),
+                close_needed: state.retire_before.is_some_and(|before| created_at < before),
+            })
+            .collect()
+    }
+
+    /// Servers logging in now.
+    pub fn logging_in(&self) -> u32 {
+        self.logging_in.load(Ordering::Relaxed)
+    }
+
+    /// Servers RECONNECT marked that are still open (WAIT_CLOSE waits for 0).
+    pub fn servers_to_close(&self) -> u32 {
+        lock(&self.state).retiring
     }
 }
 
 /// The pool's side of its leases: a closed server's slot goes to a waiter, here or in a sibling
 /// pool of the same database.
 impl SlotOwner for Pool {
-    fn slot_freed(&self, home: Option<usize>) {
+    fn slot_freed(&self, home: Option<usize>, opened_at: Instant) {
         let mut state = lock(&self.state);
         assert!(state.open > 0, "pool open count underflow");
         state.open -= 1;
+        if state.retire_before.is_some_and(|before| opened_at < before) {
+            state.retiring = state.retiring.saturating_sub(1);
+        }
         if let Some(home) = home {
             state.homed[home] -= 1;
         }
-        self.database.give_back();
+        self.shared_limits.give_back();
         let room = !state.paused && state.open < state.limits.size && self.successor.get().is_none();
-        if room && state.waiting() > 0 && self.database.try_take() {
+        if room && state.waiting() > 0 && self.shared_limits.try_take() {
             state.open += 1;
             let (_, queued) = state.pop_oldest().expect("checked non-empty");
             self.sync_kernel_waiters(&state);
@@ -553,7 +613,7 @@ impl SlotOwner for Pool {
             return;
         }
         drop(state);
-        for sibling in self.database.owners() {
+        for sibling in self.shared_limits.owners() {
             if sibling.offer_slot() {
                 return;
             }
@@ -562,7 +622,7 @@ impl SlotOwner for Pool {
 
     fn offer_slot(&self) -> bool {
         let mut state = lock(&self.state);
-        if state.paused || state.waiting() == 0 || state.open >= state.limits.size || !self.database.try_take() {
+        if state.paused || state.waiting() == 0 || state.open >= state.limits.size || !self.shared_limits.try_take() {
             return false;
         }
         state.open += 1;
@@ -581,7 +641,7 @@ impl SlotOwner for Pool {
 impl Pool {
     /// Closes one idle server of another pool of this database so a slot frees up for us.
     fn evict_sibling_idle(&self) {
-        for sibling in self.database.owners() {
+        for sibling in self.shared_limits.owners() {
             let sibling_address = Arc::as_ptr(&sibling) as *const ();
             if std::ptr::eq(sibling_address, (self as *const Pool).cast()) {
                 continue;
@@ -590,6 +650,25 @@ impl Pool {
                 return;
             }
         }
+    }
+}
+
+/// An idle server, for the console.
+#[derive(Debug, Clone, Copy)]
+pub struct IdleServer {
+    pub process_id: i32,
+    pub opened_at: std::time::SystemTime,
+    /// RECONNECT marked it: it closes instead of serving again.
+    pub close_needed: bool,
+}
+
+/// Counts a server login in progress until dropped (the login may end in an error or a
+/// timeout).
+struct LoginCount<'a>(&'a AtomicU32);
+
+impl Drop for LoginCount<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -645,7 +724,7 @@ impl Drop for QueueGuard<'_> {
 
 /// True when this pool could open a server but its database is full.
 fn state_needs_eviction(pool: &Pool) -> bool {
-    if pool.database.max() == 0 {
+    if !pool.shared_limits.bounded() {
         return false;
     }
     let state = lock(&pool.state);

@@ -33,6 +33,8 @@ pub(super) struct PoolState {
     pub(super) paused: bool,
     /// RECONNECT: servers opened before this instant are closed instead of reused.
     pub(super) retire_before: Option<Instant>,
+    /// Servers opened before `retire_before` still open.
+    pub(super) retiring: u32,
 }
 
 impl PoolState {
@@ -45,6 +47,7 @@ impl PoolState {
             limits,
             paused: false,
             retire_before: None,
+            retiring: 0,
         }
     }
 
@@ -60,7 +63,7 @@ impl PoolState {
             Some("RECONNECT")
         } else if lifetime > 0 && server.age_ms(now) >= lifetime {
             Some("server_lifetime")
-        } else if self.open > self.limits.size {
+        } else if self.open > self.limits.size + self.reserve_in_use() {
             Some("pool over its size")
         } else {
             None
@@ -86,6 +89,21 @@ impl PoolState {
             None if idle_expired && !keep_for_min => Some("server_idle_timeout"),
             None => None,
         }
+    }
+
+    /// Servers beyond the size the reserve pool may keep: while clients wait.
+    fn reserve_in_use(&self) -> u32 {
+        if self.waiting() > 0 {
+            self.limits.reserve_size
+        } else {
+            0
+        }
+    }
+
+    /// How long the oldest waiter has waited at `now`.
+    pub(super) fn oldest_wait(&self, now: Instant) -> Option<std::time::Duration> {
+        let shard = self.oldest_shard()?;
+        self.waiters[shard].front().map(|queued| now.saturating_duration_since(queued.since))
     }
 
     /// An idle server, preferring the most recently used one of `shard`.
@@ -173,6 +191,8 @@ mod tests {
         server_lifetime_ms: 0,
         server_connect_timeout_ms: 0,
         log_disconnections: false,
+        reserve_size: 0,
+        reserve_timeout_ms: 0,
     };
 
     /// Two shards; `joined` lists (shard, milliseconds after the first arrival) in arrival order.

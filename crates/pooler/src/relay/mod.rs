@@ -41,12 +41,14 @@ pub struct Linked {
     pub tracker: TransactionTracker,
     /// When the running transaction's first request was forwarded (for transaction time).
     transaction_started: Option<Instant>,
+    /// When the oldest unanswered request was sent (query time, up to its ReadyForQuery).
+    query_started: Option<Instant>,
 }
 
 impl Linked {
     pub fn new(server: Box<ServerConn>) -> Self {
         debug_assert!(server.plan.is_empty(), "a server with requests in flight was linked");
-        Linked { server, tracker: TransactionTracker::default(), transaction_started: None }
+        Linked { server, tracker: TransactionTracker::default(), transaction_started: None, query_started: None }
     }
 
     /// True when the server holds no state for this client and no byte is in flight.
@@ -191,6 +193,7 @@ async fn forward_client(
     });
     let mut consumed = 0;
     let mut terminated = false;
+    let (mut parses, mut binds) = (0u64, 0u64);
     let mut warnings: Vec<&'static str> = Vec::new(); // Allocates only when a warning is due.
     while consumed < pending.len() {
         match client.scanner.next(&pending[consumed..], capacity, limit).map_err(PoolerError::ClientProtocol)? {
@@ -201,6 +204,8 @@ async fn forward_client(
                     break;
                 }
                 linked.tracker.client_message(header.tag);
+                parses += u64::from(header.tag == tag::frontend::PARSE);
+                binds += u64::from(header.tag == tag::frontend::BIND);
                 let range = consumed..consumed + header.frame_len();
                 let frame = &pending[range.clone()];
                 match guard(context.limits.session_state, frame) {
@@ -231,6 +236,8 @@ async fn forward_client(
             Step::LargeStart { header, chunk_len } => {
                 check_client_message(header)?;
                 linked.tracker.client_message(header.tag);
+                parses += u64::from(header.tag == tag::frontend::PARSE);
+                binds += u64::from(header.tag == tag::frontend::BIND);
                 let range = consumed..consumed + chunk_len;
                 match statements.as_mut() {
                     Some(statements) => {
@@ -251,7 +258,12 @@ async fn forward_client(
         linked.server.stream.write_all(out.bytes()).await.map_err(PoolerError::ServerIo)?;
         let stats = context.pool.stats.shard(context.limits.shard);
         stats.bytes_received.fetch_add(out.bytes().len() as u64, Ordering::Relaxed);
-        linked.transaction_started.get_or_insert_with(Instant::now);
+        let now = *linked.transaction_started.get_or_insert_with(Instant::now);
+        linked.query_started.get_or_insert(now);
+        if parses + binds > 0 {
+            stats.client_parses.fetch_add(parses, Ordering::Relaxed);
+            stats.binds.fetch_add(binds, Ordering::Relaxed);
+        }
     }
     client.buffer.consume(consumed);
     if terminated {
@@ -408,7 +420,8 @@ async fn forward_server(
                 server.broken = true;
                 log_server_fatal(context.pool, server, body);
             }
-            count_answer(context.pool, context.limits.shard, header.tag, effect, &mut linked.transaction_started);
+            let started = (&mut linked.transaction_started, &mut linked.query_started);
+            count_answer(context.pool, context.limits.shard, header.tag, effect, started);
         } else {
             linked.tracker.server_message(header.tag, None);
         }
@@ -435,7 +448,9 @@ async fn forward_server(
 /// One warn line when a server ends a linked session with a FATAL (passed to the client as is):
 /// `idle_in_transaction_session_timeout`, `pg_terminate_backend`, a shutdown.
 fn log_server_fatal(pool: &Pool, server: &ServerConn, body: &[u8]) {
-    let Ok(BackendMessage::ErrorResponse(fields)) = BackendMessage::decode(b'E', body) else { return };
+    let Ok(BackendMessage::ErrorResponse(fields)) = BackendMessage::decode(tag::backend::ERROR_RESPONSE, body) else {
+        return;
+    };
     let text = |field: Option<&[u8]>| String::from_utf8_lossy(field.unwrap_or_default()).into_owned();
     tracing::warn!(
         database = %pool.key.database,
@@ -448,14 +463,31 @@ fn log_server_fatal(pool: &Pool, server: &ServerConn, body: &[u8]) {
     );
 }
 
-/// Counts a ReadyForQuery as an answered request, and a transaction when it ends one.
-fn count_answer(pool: &Pool, shard: usize, tag: u8, effect: Effect, started: &mut Option<Instant>) {
-    if tag != tag::backend::READY_FOR_QUERY {
-        return;
+/// Counts a ReadyForQuery as an answered request (with its time), a transaction when it ends
+/// one, and a ParseComplete as a Parse the server ran.
+fn count_answer(
+    pool: &Pool,
+    shard: usize,
+    tag: u8,
+    effect: Effect,
+    (transaction_started, query_started): (&mut Option<Instant>, &mut Option<Instant>),
+) {
+    let stats = pool.stats.shard(shard);
+    match tag {
+        tag::backend::PARSE_COMPLETE => {
+            stats.server_parses.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        tag::backend::READY_FOR_QUERY => {}
+        _ => return,
     }
-    pool.stats.shard(shard).queries.fetch_add(1, Ordering::Relaxed);
+    let now = Instant::now();
+    stats.queries.fetch_add(1, Ordering::Relaxed);
+    if let Some(at) = query_started.take() {
+        stats.query_time_us.fetch_add(now.saturating_duration_since(at).as_micros() as u64, Ordering::Relaxed);
+    }
     if effect == Effect::TransactionEnd {
-        let elapsed = started.take().map(|at| at.elapsed()).unwrap_or_default();
+        let elapsed = transaction_started.take().map(|at| now.saturating_duration_since(at)).unwrap_or_default();
         pool.stats.count_transaction(shard, elapsed);
     }
 }

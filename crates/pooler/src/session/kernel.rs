@@ -228,6 +228,7 @@ impl Session {
         kernel.raw_left -= take as u32;
         let fd = self.server_fd(server).ok_or(PoolerError::ServerTerminated)?;
         send_all(fd, &client.buffer.pending()[..take]).await?;
+        self.count_relayed_request(take);
         client.buffer.consume(take);
         Ok(true)
     }
@@ -242,8 +243,15 @@ impl Session {
         };
         let fd = self.server_fd(server).ok_or(PoolerError::ServerTerminated)?;
         send_all(fd, &client.buffer.pending()[..bytes]).await?;
+        self.count_relayed_request(bytes);
         client.buffer.consume(bytes);
         Ok(())
+    }
+
+    /// Request bytes the kernel passed up and this path wrote to a server: they count as received
+    /// here (the kernel counted them as passed, not forwarded).
+    fn count_relayed_request(&self, bytes: usize) {
+        self.pool.stats.shard(self.shard).bytes_received.fetch_add(bytes as u64, Ordering::Relaxed);
     }
 
     /// A server from the pool, parameters in line with the client's, linked in the kernel with

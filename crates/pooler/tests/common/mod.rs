@@ -48,12 +48,21 @@ impl Pooler {
     }
 
     fn run(mut valid: bypass_pooler::ValidConfig) -> Pooler {
-        if let Some(mode) = fast_path_override() {
+        let forced = fast_path_override();
+        if let Some(mode) = forced {
             valid.config.pooler.fast_path = mode;
         }
         let proxy = Proxy::bind(valid).expect("bind");
         let metrics = proxy.metrics_addr();
         let running = proxy.start().expect("start shards");
+        // The kernel-mode run proves nothing if the programs quietly failed to load (the pooler
+        // then serves everyone in user space): it must fail instead.
+        if forced == Some(bypass_pooler::config::FastPathMode::Kernel) {
+            assert!(
+                running.shared().fastpath.is_some(),
+                "BYPASS_TEST_FAST_PATH=kernel but the fast-path programs did not load (needs root, Linux 6.x)"
+            );
+        }
         Pooler { port: running.local_addr().port(), shared: running.shared(), metrics, running: Some(running) }
     }
 
@@ -75,6 +84,7 @@ pub fn config(postgres: &Postgres, mode: PoolMode, pool_size: u32) -> Config {
             ..PoolerSettings::default()
         },
         databases: [("*".to_owned(), DatabaseEntry { port: postgres.port(), ..DatabaseEntry::default() })].into(),
+        users: Default::default(),
     }
 }
 
