@@ -418,8 +418,9 @@ fn tpch_markdown(out: &mut String, results: &Results) {
     );
     let _ = writeln!(
         out,
-        "Memory: each peer runs in a process of its own (Python with the engine's library; DuckDB's Arrow input \
-         freed after its copy is made), bypass in the benchmark's process; the peak is reset once the tables are \
+        "Memory is the whole process's resident set: each peer runs in a process of its own (Python with the \
+         engine's library, about 100 MiB before any data; DuckDB's Arrow input freed after its copy is made), bypass \
+         in the benchmark's process; the peak is reset once the tables are \
          loaded, so it is the tables plus the queries' working memory. – = the engine missed a query (error above).\n"
     );
 }
