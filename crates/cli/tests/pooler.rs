@@ -163,13 +163,16 @@ impl RawClient {
 #[test]
 fn each_failure_class_is_logged_in_plain_text() {
     // Goal: an operator finds a line for each failure (server unreachable, a server ending a
-    // session, a client timeout), logins and disconnects, and the periodic stats line, with no
-    // terminal escape codes when stderr is not a terminal. Method: run `bypass proxy` with
-    // stderr to a file, cause each case against real PostgreSQL, read the file.
+    // session, a client timeout), logins (a Unix-socket client as `client=unix`) and disconnects,
+    // and the periodic stats line, with no terminal escape codes when stderr is not a terminal.
+    // Method: run `bypass proxy` with stderr to a file, cause each case against real
+    // PostgreSQL, read the file.
     let postgres = Postgres::start().expect("PostgreSQL starts");
     let folder = tempfile::tempdir().expect("tempdir");
     let port = free_port();
-    let config = write_config(folder.path(), port, &postgres, "stats_period_ms = 300");
+    let socket_dir = folder.path().display().to_string();
+    let extra = format!("stats_period_ms = 300\nunix_socket_dir = \"{socket_dir}\"");
+    let config = write_config(folder.path(), port, &postgres, &extra);
     let bypass = Bypass::proxy(&config, &[]);
     wait_listening(port);
 
@@ -177,6 +180,13 @@ fn each_failure_class_is_logged_in_plain_text() {
     assert!(ok.status.success(), "{}", text(&ok.stderr));
     bypass.wait_for_line(&["login", "database=app", "user=postgres", "client=127.0.0.1:"]);
     bypass.wait_for_line(&["closing client", "database=app", "client close request"]);
+    let local = Command::new(pg_bin("psql"))
+        .args(["-X", "-A", "-t", "-U", "postgres", "-d", "app", "-c", "select 1", "-h", &socket_dir])
+        .args(["-p", &port.to_string()])
+        .output()
+        .expect("psql runs");
+    assert!(local.status.success(), "{}", text(&local.stderr));
+    bypass.wait_for_line(&["login", "database=app", "client=unix"]);
 
     let unreachable = psql(port, "postgres", "dead", "select 1");
     assert!(!unreachable.status.success());

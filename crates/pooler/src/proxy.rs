@@ -366,10 +366,16 @@ async fn serve_session(slot: ClientSlot, session: Session, mut client: ClientSid
     report_end(&slot.0, &mut client, Some(&info), result).await;
 }
 
+/// The client's address for a log line; `unix` for the `unix_socket_dir` socket (as the front
+/// door's `login failed` line).
+fn client_address(info: &ClientInfo) -> String {
+    info.peer.map_or_else(|| "unix".to_owned(), |peer| peer.to_string())
+}
+
 /// The `log_connections` line.
 fn log_login(shared: &Shared, info: &ClientInfo, what: &str) {
     if shared.live().settings.log_connections {
-        let client = info.peer.map(|peer| peer.to_string()).unwrap_or_default();
+        let client = client_address(info);
         tracing::info!(%client, database = %info.database, user = %info.user, "{what}");
     }
 }
@@ -394,7 +400,7 @@ async fn report_end(
 
 /// One `closing client` line: why, after how long.
 fn log_client_end(shared: &Shared, info: &ClientInfo, error: Option<&PoolerError>) {
-    let client = info.peer.map(|peer| peer.to_string()).unwrap_or_default();
+    let client = client_address(info);
     let connected = info.connected_at.elapsed().unwrap_or_default();
     let connected_s = format!("{:.3}", connected.as_secs_f64());
     let (database, user) = (&info.database, &info.user);

@@ -80,6 +80,26 @@ fn psql_connects_with_sslmode_require_and_verify_full() {
     assert!(!ok, "verify-full with a foreign CA must fail: {text}");
 }
 
+#[test]
+fn a_unix_socket_client_is_served_under_require() {
+    // Goal: `require` is about the network; a local client on the `unix_socket_dir` socket is
+    // served without TLS (PostgreSQL offers none there), while plaintext TCP stays refused.
+    // Method: one pooler with require and a Unix socket; psql through the folder and over TCP.
+    let postgres = postgres();
+    let ca = TestCa::new();
+    let pooler_cert = ca.pooler_certificate();
+    let folder = tempfile::tempdir().expect("tempdir");
+    let mut config = tls_config(&postgres, &ca, &pooler_cert, ClientSslMode::Require);
+    config.pooler.unix_socket_dir = Some(folder.path().to_owned());
+    let pooler = Pooler::start(config);
+    let local = format!("host={} port={} user=postgres dbname=postgres", folder.path().display(), pooler.port);
+    let (served, text) = psql_conninfo(&local, "select 40 + 2");
+    assert!(served && text.trim() == "42", "{text}");
+    let network = format!("host=127.0.0.1 port={} user=postgres dbname=postgres sslmode=disable", pooler.port);
+    let (served, text) = psql_conninfo(&network, "select 1");
+    assert!(!served && text.contains("SSL required"), "{text}");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn plaintext_client_is_refused_under_require_and_served_under_prefer() {
     // Goal: `require` refuses plaintext with 28000 after the startup packet; `prefer` serves

@@ -3,9 +3,11 @@
 //! against DuckDB on the same rows, and memory after DROP TABLE.
 //!
 //! ```text
-//!   bypass engine serve (child process, TPC-H SF n) ◄── timing clients (raw protocol)
+//!   TPC-H SF n generated here ─► CSV ─► COPY into `bypass engine serve` (child process)
+//!                                    └─► DuckDB's read_csv (serving_peer.py, after the server)
+//!   timing clients (raw protocol) ─► the server
 //!     /proc/<pid>/status: VmRSS after load, VmHWM while serving, VmRSS after DROP
-//!   DuckDB (serving_peer.py, same rows as CSV) ─► RSS after load, peak, after DROP
+//!   DuckDB ─► RSS after load, peak, after DROP
 //! ```
 
 use std::io::{Read, Write};
@@ -210,11 +212,10 @@ impl Drop for ServerProcess {
     }
 }
 
-fn start_server(bypass: &Path, sf: f64) -> anyhow::Result<ServerProcess> {
+fn start_server(bypass: &Path) -> anyhow::Result<ServerProcess> {
     let address: SocketAddr = format!("127.0.0.1:{}", bypass_testkit::free_port()).parse()?;
     let child = Command::new(bypass)
         .args(["engine", "serve", "--no-auth", "--no-tls", "--listen", &address.to_string()])
-        .args(["--tpch-sf", &sf.to_string()])
         .stdout(Stdio::null())
         .spawn()
         .with_context(|| format!("starting {} engine serve", bypass.display()))?;
@@ -255,12 +256,28 @@ fn probes_while_streaming(address: SocketAddr, streaming: &mut Probe) -> anyhow:
     Ok((samples, outcome?.2))
 }
 
-/// DuckDB on the same rows, through serving_peer.py.
-fn run_duckdb(python: &Path, sf: f64, scratch: &Path) -> anyhow::Result<serde_json::Value> {
+/// Generates TPC-H in this process and writes it as CSV into `scratch`: the server and DuckDB
+/// both load these files (the generator's static 300 MiB text pool stays in this process).
+fn export_tpch(sf: f64, scratch: &Path) -> anyhow::Result<()> {
     let engine = Engine::new(EngineSettings::default())?;
     tpch::load(&engine, sf)?;
-    super::tpch::export_csv(&engine, scratch)?;
-    drop(engine);
+    super::tpch::export_csv(&engine, scratch)
+}
+
+/// CREATE TABLE and COPY … FROM '<csv>' of every TPC-H table, through `client`.
+fn load_server(client: &mut Probe, scratch: &Path) -> anyhow::Result<()> {
+    for name in tpch::TABLES {
+        let columns = tpch::table_schema(name).expect("known table");
+        let columns: Vec<String> = columns.iter().map(|c| format!("{} {}", c.name, c.data_type.sql_name())).collect();
+        let path = scratch.join(format!("{name}.csv"));
+        client.timed(&format!("create table {name} ({})", columns.join(", ")))?;
+        client.timed(&format!("copy {name} from '{}' (format csv)", path.display()))?;
+    }
+    Ok(())
+}
+
+/// DuckDB on the same rows, through serving_peer.py.
+fn run_duckdb(python: &Path, scratch: &Path) -> anyhow::Result<serde_json::Value> {
     let tables: serde_json::Map<String, serde_json::Value> = tpch::TABLES
         .iter()
         .map(|&name| {
@@ -290,8 +307,11 @@ pub fn run(args: &ServingArgs, bypass: &Path, python: Option<PathBuf>) -> anyhow
         scan: SCAN.into(),
         ..ServingReport::default()
     };
-    let server = start_server(bypass, args.sf)?;
+    let scratch = tempfile::tempdir()?;
+    export_tpch(args.sf, scratch.path())?;
+    let server = start_server(bypass)?;
     let pid = server.child.id();
+    load_server(&mut Probe::connect(server.address)?, scratch.path())?;
     report.engine_memory.rss_after_load_mib = status_mib(pid, "VmRSS");
     // Peak from here on: serving, not generating the data (Linux ≥ 4.0, "5" resets VmHWM).
     let reset = std::fs::write(format!("/proc/{pid}/clear_refs"), "5").is_ok();
@@ -324,8 +344,7 @@ pub fn run(args: &ServingArgs, bypass: &Path, python: Option<PathBuf>) -> anyhow
     report.engine_memory.rss_after_drop_mib = status_mib(pid, "VmRSS");
     drop(server);
     if let Some(python) = python.filter(|_| !args.no_peers) {
-        let scratch = tempfile::tempdir()?;
-        report.duckdb = Some(run_duckdb(&python, args.sf, scratch.path())?);
+        report.duckdb = Some(run_duckdb(&python, scratch.path())?);
     }
     report.machine.finish();
     report.notes.push(format!(

@@ -1,4 +1,4 @@
-//! `pod.png`: one panel per sweep, throughput against the swept value, one colour per series;
+//! `pod.png`: one panel per sweep that has points, throughput against the swept value, one colour per series;
 //! measured values as solid lines with dots, modelled values as thin dashed lines. Text uses
 //! DejaVu Sans (Debian `fonts-dejavu-core`), loaded at run time.
 
@@ -30,7 +30,10 @@ const PANELS: [(&str, &str); 8] = [
 
 pub fn render(results: &Results, path: &Path) -> Result<()> {
     register_font()?;
-    let rows = PANELS.len().div_ceil(COLUMNS);
+    // Only the panels this run has points for (`--only`, `--secondary skip` leave some out).
+    let panels: Vec<&(&str, &str)> =
+        PANELS.iter().filter(|(panel, _)| results.points.iter().any(|point| point.panel == *panel)).collect();
+    let rows = panels.len().div_ceil(COLUMNS).max(1);
     let root =
         BitMapBackend::new(path, (PANEL_WIDTH * COLUMNS as u32, PANEL_HEIGHT * rows as u32 + 30)).into_drawing_area();
     root.fill(&WHITE).map_err(plot_error)?;
@@ -43,7 +46,7 @@ pub fn render(results: &Results, path: &Path) -> Result<()> {
         )
         .map_err(plot_error)?;
     let areas = body.split_evenly((rows, COLUMNS));
-    for ((panel, caption), area) in PANELS.iter().zip(areas.iter()) {
+    for ((panel, caption), area) in panels.into_iter().zip(areas.iter()) {
         draw_panel(area, results, panel, caption)?;
     }
     root.present().map_err(plot_error).with_context(|| format!("writing {}", path.display()))
