@@ -4,9 +4,13 @@ Called by `bypass bench engine` with a JSON job file:
   {"data_dir": ..., "threads": 2, "runs": 5, "tables": {name: [[column, type], ...]},
    "queries": {"1": "select ...", ...}, "engines": ["duckdb", "datafusion", "polars"]}
 Types: int32, int64, decimal(p,s), date, text. Prints one JSON object:
-  {engine: {"version": ..., "load_s": ..., "queries": {q: {"times_ms": [...], "rows": [[...]], "error": ...}}}}
+  {engine: {"version": ..., "load_s": ..., "rss_after_load_bytes": ..., "peak_rss_queries_bytes": ...,
+            "queries": {q: {"times_ms": [...], "rows": [[...]], "error": ...}}}}
 Each engine gets the same CSV files, loaded into memory first (not timed with the queries).
+The caller runs one engine per process so memory figures are that engine's alone: the peak
+resident set is reset after loading (/proc/self/clear_refs) and read after the last query.
 """
+import gc
 import json
 import os
 import sys
@@ -56,6 +60,26 @@ def cell(value):
     return str(value)
 
 
+def resident_bytes(field):
+    """VmRSS or VmHWM of this process, in bytes."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    return None
+
+
+def release_arrow_memory():
+    """Hands Arrow's freed buffers back to the system, so the input does not count as the engine's."""
+    import pyarrow as pa
+    pa.default_memory_pool().release_unused()
+
+
+def reset_peak_resident():
+    with open("/proc/self/clear_refs", "w") as clear_refs:
+        clear_refs.write("5")
+
+
 def time_queries(job, run_one):
     results = {}
     for number, sql in job["queries"].items():
@@ -73,23 +97,20 @@ def time_queries(job, run_one):
     return results
 
 
-def run_duckdb(job, tables):
+def load_duckdb(job, tables):
     import duckdb
-    started = time.perf_counter()
     con = duckdb.connect()
     con.execute(f"SET threads = {job['threads']}")
     for name, table in tables.items():
         con.register("arrow_input", table)
         con.execute(f"CREATE TABLE {name} AS SELECT * FROM arrow_input")
         con.unregister("arrow_input")
-    load_s = time.perf_counter() - started
-    queries = time_queries(job, lambda sql: con.execute(sql).fetchall())
-    return {"version": duckdb.__version__, "load_s": load_s, "queries": queries}
+    tables.clear()  # DuckDB holds its own copy; the Arrow input would only inflate its memory
+    return duckdb.__version__, lambda sql: con.execute(sql).fetchall()
 
 
-def run_datafusion(job, tables):
+def load_datafusion(job, tables):
     import datafusion
-    started = time.perf_counter()
     config = datafusion.SessionConfig().with_target_partitions(job["threads"])
     ctx = datafusion.SessionContext(config)
     for name, table in tables.items():
@@ -97,7 +118,6 @@ def run_datafusion(job, tables):
         parts = [batches[i::job["threads"]] for i in range(job["threads"])]
         parts = [p for p in parts if p] or [batches]
         ctx.register_record_batches(name, parts)
-    load_s = time.perf_counter() - started
 
     def run(sql):
         batches = ctx.sql(sql).collect()
@@ -106,29 +126,47 @@ def run_datafusion(job, tables):
             rows.extend(tuple(r.values()) for r in batch.to_pylist())
         return rows
 
-    queries = time_queries(job, run)
-    return {"version": datafusion.__version__, "load_s": load_s, "queries": queries}
+    return datafusion.__version__, run
 
 
-def run_polars(job, tables):
+def load_polars(job, tables):
     import polars as pl
-    started = time.perf_counter()
     frames = {name: pl.from_arrow(table) for name, table in tables.items()}
     context = pl.SQLContext(frames=frames)
+    return pl.__version__, lambda sql: context.execute(sql, eager=True).rows()
+
+
+LOADERS = {"duckdb": load_duckdb, "datafusion": load_datafusion, "polars": load_polars}
+
+
+def run_engine(job, engine):
+    """Loads the CSV files into `engine`, then times every query; memory as the module says."""
+    tables = read_tables(job)
+    started = time.perf_counter()
+    version, run_one = LOADERS[engine](job, tables)
+    del tables
+    gc.collect()
+    release_arrow_memory()
     load_s = time.perf_counter() - started
-    queries = time_queries(job, lambda sql: context.execute(sql, eager=True).rows())
-    return {"version": pl.__version__, "load_s": load_s, "queries": queries}
+    rss_after_load = resident_bytes("VmRSS")
+    reset_peak_resident()
+    queries = time_queries(job, run_one)
+    return {
+        "version": version,
+        "load_s": load_s,
+        "rss_after_load_bytes": rss_after_load,
+        "peak_rss_queries_bytes": resident_bytes("VmHWM"),
+        "queries": queries,
+    }
 
 
 def main():
     job = json.load(open(sys.argv[1]))
     os.environ["POLARS_MAX_THREADS"] = str(job["threads"])
-    tables = read_tables(job)
-    runners = {"duckdb": run_duckdb, "datafusion": run_datafusion, "polars": run_polars}
     output = {}
     for engine in job["engines"]:
         try:
-            output[engine] = runners[engine](job, tables)
+            output[engine] = run_engine(job, engine)
         except Exception as error:
             output[engine] = {"error": f"{type(error).__name__}: {error}"[:300]}
     json.dump(output, sys.stdout)

@@ -9,6 +9,7 @@ use sqlparser::ast;
 use crate::error::{EngineError, Result};
 use crate::expr::{disjunction, evaluate_constant, BinaryOp, DateField, Expr};
 use crate::expr::{SubqueryExpr, SubqueryKind};
+use crate::functions::{self, ScalarFunction, TrimSide};
 use crate::numeric::Numeric;
 use crate::plan::{AggregateCall, AggregateFunction, Plan};
 use crate::query::QueryBinder;
@@ -245,14 +246,10 @@ impl<'s> ExprBinder<'s> {
             E::IsNull(inner) => Ok(Expr::IsNull { expr: Box::new(self.bind_in(inner, context)?), negated: false }),
             E::IsNotNull(inner) => Ok(Expr::IsNull { expr: Box::new(self.bind_in(inner, context)?), negated: true }),
             E::Like { negated, expr, pattern, escape_char: None, any: false } => {
-                let value = self.bind_in(expr, context)?;
-                expect_type(&value, DataType::Text, "LIKE")?;
-                let ast::Expr::Value(ast::ValueWithSpan { value: ast::Value::SingleQuotedString(pattern), .. }) =
-                    pattern.as_ref()
-                else {
-                    return Err(EngineError::unsupported("LIKE with a non-constant pattern"));
-                };
-                Ok(Expr::Like { expr: Box::new(value), pattern: pattern.clone(), negated: *negated })
+                self.like(expr, pattern, *negated, false, context)
+            }
+            E::ILike { negated, expr, pattern, escape_char: None, any: false } => {
+                self.like(expr, pattern, *negated, true, context)
             }
             E::Case { operand, conditions, else_result, .. } => self.case(operand, conditions, else_result, context),
             E::Cast { expr, data_type, .. } => {
@@ -279,6 +276,28 @@ impl<'s> ExprBinder<'s> {
                 Ok(Expr::Substring { expr: Box::new(value), start, length })
             }
             E::Function(function) => self.function(function, context),
+            E::Floor { expr: value, field: ast::CeilFloorKind::DateTimeField(ast::DateTimeField::NoDateTime) } => {
+                functions::call(ScalarFunction::Floor, vec![self.bind_in(value, context)?])
+            }
+            E::Ceil { expr: value, field: ast::CeilFloorKind::DateTimeField(ast::DateTimeField::NoDateTime) } => {
+                functions::call(ScalarFunction::Ceil, vec![self.bind_in(value, context)?])
+            }
+            E::Position { expr: sub, r#in } => {
+                let args = vec![self.bind_in(r#in, context)?, self.bind_in(sub, context)?];
+                functions::call(ScalarFunction::Position, args)
+            }
+            E::Trim { trim_where, trim_what, expr: value, trim_characters: None } => {
+                let side = match trim_where {
+                    None | Some(ast::TrimWhereField::Both) => TrimSide::Both,
+                    Some(ast::TrimWhereField::Leading) => TrimSide::Leading,
+                    Some(ast::TrimWhereField::Trailing) => TrimSide::Trailing,
+                };
+                let mut args = vec![self.bind_in(value, context)?];
+                if let Some(characters) = trim_what {
+                    args.push(self.bind_in(characters, context)?);
+                }
+                functions::call(ScalarFunction::Trim(side), args)
+            }
             E::Interval(_) => Err(EngineError::unsupported("an interval outside date arithmetic")),
             E::Subquery(query) => self.subquery(query, SubqueryKind::Scalar, None, context),
             E::Exists { subquery, negated } => {
@@ -299,6 +318,30 @@ impl<'s> ExprBinder<'s> {
             }
             other => Err(EngineError::unsupported(format!("expression {other}"))),
         }
+    }
+
+    /// `value [NOT] LIKE 'pattern'`; ILIKE compares lower-cased value and pattern (ASCII
+    /// letters, the engine's C collation).
+    fn like(
+        &self,
+        value: &ast::Expr,
+        pattern: &ast::Expr,
+        negated: bool,
+        case_insensitive: bool,
+        context: &mut Option<&mut AggregateContext<'_>>,
+    ) -> Result<Expr> {
+        let mut value = self.bind_in(value, context)?;
+        expect_type(&value, DataType::Text, "LIKE")?;
+        let ast::Expr::Value(ast::ValueWithSpan { value: ast::Value::SingleQuotedString(pattern), .. }) = pattern
+        else {
+            return Err(EngineError::unsupported("LIKE with a non-constant pattern"));
+        };
+        let mut pattern = pattern.clone();
+        if case_insensitive {
+            value = functions::call(ScalarFunction::Lower, vec![value])?;
+            pattern.make_ascii_lowercase();
+        }
+        Ok(Expr::Like { expr: Box::new(value), pattern, negated })
     }
 
     fn column(&self, qualifier: Option<&str>, ident: &ast::Ident) -> Result<Expr> {
@@ -406,7 +449,7 @@ impl<'s> ExprBinder<'s> {
             B::LtEq => BinaryOp::LtEq,
             B::Gt => BinaryOp::Gt,
             B::GtEq => BinaryOp::GtEq,
-            B::StringConcat => return Err(EngineError::unsupported("operator ||")),
+            B::StringConcat => return functions::call(ScalarFunction::Concat, vec![l, r]),
             other => return Err(EngineError::unsupported(format!("operator {other}"))),
         };
         if op.is_comparison() {
@@ -538,6 +581,18 @@ impl<'s> ExprBinder<'s> {
                 "aggregate function {name} is not allowed here (WHERE, GROUP BY or nested)"
             )));
         }
+        if function.over.is_some() {
+            return Err(EngineError::unsupported("window functions (OVER)"));
+        }
+        let modified = match &function.args {
+            ast::FunctionArguments::List(list) => !list.clauses.is_empty() || list.duplicate_treatment.is_some(),
+            _ => false,
+        };
+        if modified || function.filter.is_some() || !function.within_group.is_empty() {
+            return Err(EngineError::unsupported(format!(
+                "DISTINCT, ORDER BY, FILTER or WITHIN GROUP in a call of {name}"
+            )));
+        }
         let args = function_args(function)?;
         match (name.as_str(), args.as_slice()) {
             ("substr" | "substring", [value, start, rest @ ..]) if rest.len() <= 1 => {
@@ -555,7 +610,13 @@ impl<'s> ExprBinder<'s> {
                 let branches = vec![(negative, Expr::Negate(Box::new(value.clone())))];
                 Ok(Expr::Case { branches, otherwise: Box::new(value), data_type })
             }
-            _ => Err(EngineError::unsupported(format!("function {name}"))),
+            (name, args) => match ScalarFunction::named(name) {
+                Some(function) => {
+                    let args = args.iter().map(|a| self.bind_in(a, context)).collect::<Result<Vec<_>>>()?;
+                    functions::call(function, args)
+                }
+                None => Err(EngineError::unsupported(format!("function {name}"))),
+            },
         }
     }
 

@@ -95,5 +95,10 @@ fn render(
             lines.push(tag(format!("Limit {limit:?} offset={offset}")));
             render(input, tier, depth + 1, next, None, lines);
         }
+        Plan::SetOperation { op, all, left, right } => {
+            lines.push(tag(format!("{}{}", op.sql_name(), if *all { " ALL" } else { "" })));
+            render(left, tier, depth + 1, next, None, lines);
+            render(right, tier, depth + 1, next, None, lines);
+        }
     }
 }

@@ -7,6 +7,7 @@
 use std::sync::Arc;
 
 use crate::error::{EngineError, Result};
+use crate::functions::ScalarFunction;
 use crate::numeric::Numeric;
 use crate::storage::Dictionary;
 use crate::types::{add_months, civil_from_days, pow10, DataType, Value};
@@ -135,6 +136,12 @@ pub enum Expr {
     },
     /// A subquery used as a value: scalar, EXISTS, or `x op ANY/ALL (…)` (IN is `= ANY`).
     Subquery(Box<SubqueryExpr>),
+    /// A scalar function (`functions`), its arguments already of its signature's types.
+    Function {
+        function: ScalarFunction,
+        args: Vec<Expr>,
+        data_type: DataType,
+    },
 }
 
 /// How a subquery's rows become a value.
@@ -197,6 +204,7 @@ impl Expr {
         match self {
             Expr::Column { data_type, .. } | Expr::Literal { data_type, .. } => *data_type,
             Expr::Binary { data_type, .. } | Expr::Case { data_type, .. } => *data_type,
+            Expr::Function { data_type, .. } => *data_type,
             Expr::Not(_) | Expr::IsNull { .. } | Expr::InList { .. } | Expr::Like { .. } => DataType::Bool,
             Expr::Negate(inner) => inner.data_type(),
             Expr::Cast { to, .. } => *to,
@@ -229,6 +237,7 @@ impl Expr {
             Expr::Case { branches, otherwise, .. } => {
                 branches.iter().flat_map(|(c, r)| [c, r]).chain(std::iter::once(otherwise.as_ref())).collect()
             }
+            Expr::Function { args, .. } => args.iter().collect(),
         }
     }
 
@@ -265,6 +274,11 @@ impl Expr {
                 let lhs = subquery.lhs.as_ref().map(|l| *boxed(l));
                 Expr::Subquery(Box::new(subquery.with_children(params, lhs)))
             }
+            Expr::Function { function, args, data_type } => Expr::Function {
+                function: *function,
+                args: args.iter().map(|a| *boxed(a)).collect(),
+                data_type: *data_type,
+            },
         }
     }
 
@@ -351,6 +365,10 @@ impl std::fmt::Display for Expr {
                 let lhs = subquery.lhs.as_ref().map_or(String::new(), |l| format!("{l} "));
                 write!(f, "{lhs}{:?}(subquery({}))", subquery.kind, params.join(", "))
             }
+            Expr::Function { function, args, .. } => {
+                let args: Vec<String> = args.iter().map(ToString::to_string).collect();
+                write!(f, "{}({})", function.name(), args.join(", "))
+            }
         }
     }
 }
@@ -423,6 +441,10 @@ pub fn evaluate(expr: &Expr, batch: &Batch) -> Result<Vector> {
             Err(EngineError::Runtime(format!("parameter ${} of a subquery was not substituted", index + 1)))
         }
         Expr::Subquery(subquery) => crate::exec::subquery::evaluate(subquery, batch),
+        Expr::Function { function, args, data_type } => {
+            let args = args.iter().map(|a| evaluate(a, batch)).collect::<Result<Vec<_>>>()?;
+            crate::functions::evaluate(*function, &args, batch.rows, *data_type)
+        }
         Expr::AddMonths { expr, months } => {
             let mut vector = evaluate(expr, batch)?;
             if let Data::I32(days) = &mut vector.data {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use crate::error::{EngineError, Result};
 use crate::expr::{conjunction, disjunction, evaluate, BinaryOp, Expr};
-use crate::plan::{JoinKind, Plan};
+use crate::plan::{JoinKind, Plan, SetOperator};
 use crate::storage::Table;
 use crate::vector::{scan_chunk, Data};
 
@@ -176,6 +176,10 @@ pub fn estimate_rows(plan: &Plan) -> f64 {
         }
         Plan::Sort { input, limit, .. } => limit.map_or(estimate_rows(input), |l| estimate_rows(input).min(l as f64)),
         Plan::Limit { input, limit, .. } => limit.map_or(estimate_rows(input), |l| estimate_rows(input).min(l as f64)),
+        Plan::SetOperation { op, left, right, .. } => match op {
+            SetOperator::Union => estimate_rows(left) + estimate_rows(right),
+            SetOperator::Intersect | SetOperator::Except => estimate_rows(left),
+        },
     }
 }
 

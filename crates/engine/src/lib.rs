@@ -45,6 +45,7 @@ pub mod exec;
 pub mod explain;
 pub mod expr;
 pub mod from;
+pub mod functions;
 pub mod joins;
 pub mod numeric;
 pub mod parquet_file;

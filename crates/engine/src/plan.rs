@@ -27,6 +27,24 @@ pub enum AggregateFunction {
     Max,
 }
 
+/// UNION, INTERSECT or EXCEPT.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SetOperator {
+    Union,
+    Intersect,
+    Except,
+}
+
+impl SetOperator {
+    pub fn sql_name(self) -> &'static str {
+        match self {
+            SetOperator::Union => "UNION",
+            SetOperator::Intersect => "INTERSECT",
+            SetOperator::Except => "EXCEPT",
+        }
+    }
+}
+
 /// One aggregate: function, argument over the aggregate's input, and result type.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AggregateCall {
@@ -92,6 +110,14 @@ pub enum Plan {
         limit: Option<usize>,
         offset: usize,
     },
+    /// `left op [ALL] right` over inputs of the same column types; rows are compared whole,
+    /// NULLs equal to NULLs (as SQL's set operations do).
+    SetOperation {
+        op: SetOperator,
+        all: bool,
+        left: Box<Plan>,
+        right: Box<Plan>,
+    },
 }
 
 impl Plan {
@@ -101,6 +127,7 @@ impl Plan {
             Plan::Scan { table, columns, .. } => columns.iter().map(|&c| table.schema[c].data_type).collect(),
             Plan::SingleRow => Vec::new(),
             Plan::Filter { input, .. } | Plan::Sort { input, .. } | Plan::Limit { input, .. } => input.output_types(),
+            Plan::SetOperation { left, .. } => left.output_types(),
             Plan::Project { exprs, .. } => exprs.iter().map(Expr::data_type).collect(),
             Plan::HashJoin { kind, probe, build, .. } => {
                 let mut types = probe.output_types();
@@ -148,6 +175,10 @@ impl Plan {
                 input.visit_exprs(f);
             }
             Plan::Limit { input, .. } => input.visit_exprs(f),
+            Plan::SetOperation { left, right, .. } => {
+                left.visit_exprs(f);
+                right.visit_exprs(f);
+            }
         }
     }
 
@@ -193,6 +224,12 @@ impl Plan {
             Plan::Limit { input, limit, offset } => {
                 Plan::Limit { input: Box::new(input.map_exprs(f)), limit: *limit, offset: *offset }
             }
+            Plan::SetOperation { op, all, left, right } => Plan::SetOperation {
+                op: *op,
+                all: *all,
+                left: Box::new(left.map_exprs(f)),
+                right: Box::new(right.map_exprs(f)),
+            },
         }
     }
 }

@@ -15,14 +15,15 @@ use std::sync::Arc;
 use sqlparser::ast;
 
 use crate::bind::{
-    cast_expr, contains_aggregate, identifier, object_name, AggregateContext, Correlation, ExprBinder, Scope,
+    cast_expr, contains_aggregate, identifier, is_untyped, object_name, unify, AggregateContext, Correlation,
+    ExprBinder, Scope,
 };
 use crate::decorrelate::{apply_subquery_joins, SubqueryJoin};
 use crate::error::{EngineError, Result};
 use crate::expr::{evaluate_constant, Expr};
 use crate::from::{with_outer, From};
 use crate::joins::{factor_or, split_conjuncts, Planned};
-use crate::plan::{AggregateCall, Plan, SortKey};
+use crate::plan::{AggregateCall, Plan, SetOperator, SortKey};
 use crate::storage::Catalog;
 use crate::types::{DataType, Value};
 
@@ -124,10 +125,49 @@ impl<'c> QueryBinder<'c> {
             ast::SetExpr::Query(inner) if order_by.is_empty() && limit.is_none() && offset == 0 => {
                 self.bind_query_in(inner, outer)
             }
-            ast::SetExpr::SetOperation { op, .. } => Err(EngineError::unsupported(format!("set operation {op}"))),
+            ast::SetExpr::SetOperation { .. } => {
+                let bound = self.bind_set_expr(query.body.as_ref(), outer)?;
+                order_and_limit(bound, order_by, limit, offset)
+            }
             ast::SetExpr::Values(_) => Err(EngineError::unsupported("VALUES as a query")),
             other => Err(EngineError::unsupported(format!("query body {other}"))),
         }
+    }
+
+    /// One operand of a set operation (or the whole of one): a block, a parenthesized query,
+    /// or a nested set operation.
+    fn bind_set_expr(&self, body: &ast::SetExpr, outer: Option<&Scope>) -> Result<BoundQuery> {
+        let (op, quantifier, left, right) = match body {
+            ast::SetExpr::Select(select) => return self.bind_select(select, &[], None, 0, outer),
+            ast::SetExpr::Query(inner) => return self.bind_query_in(inner, outer),
+            ast::SetExpr::SetOperation { op, set_quantifier, left, right } => (op, set_quantifier, left, right),
+            ast::SetExpr::Values(_) => return Err(EngineError::unsupported("VALUES as a query")),
+            other => return Err(EngineError::unsupported(format!("query body {other}"))),
+        };
+        let op = match op {
+            ast::SetOperator::Union => SetOperator::Union,
+            ast::SetOperator::Intersect => SetOperator::Intersect,
+            ast::SetOperator::Except => SetOperator::Except,
+            other => return Err(EngineError::unsupported(format!("set operation {other}"))),
+        };
+        let all = match quantifier {
+            ast::SetQuantifier::All => true,
+            ast::SetQuantifier::None | ast::SetQuantifier::Distinct => false,
+            other => return Err(EngineError::unsupported(format!("{} {other}", op.sql_name()))),
+        };
+        let (left, right) = (self.bind_set_expr(left, outer)?, self.bind_set_expr(right, outer)?);
+        if !left.params.is_empty() || !right.params.is_empty() {
+            return Err(EngineError::unsupported("a set operation reading the enclosing query's row"));
+        }
+        if left.plan.width() != right.plan.width() {
+            return Err(EngineError::Syntax(format!(
+                "each {} query must have the same number of columns",
+                op.sql_name()
+            )));
+        }
+        let (left_plan, right_plan) = common_columns(op, left.plan, right.plan)?;
+        let plan = Plan::SetOperation { op, all, left: Box::new(left_plan), right: Box::new(right_plan) };
+        Ok(BoundQuery { plan, names: left.names, params: Vec::new() })
     }
 
     fn bind_select(
@@ -210,6 +250,75 @@ struct Outputs {
     order: Vec<OrderKey>,
     aggregate: Option<(Vec<Expr>, Vec<AggregateCall>)>,
     having: Option<Expr>,
+}
+
+/// Both operands' columns converted to their common types (PostgreSQL's select_common_type: an
+/// untyped literal column takes the other side's type).
+fn common_columns(op: SetOperator, left: Plan, right: Plan) -> Result<(Plan, Plan)> {
+    let representative = |plan: &Plan, index: usize, data_type: DataType| match plan {
+        Plan::Project { exprs, .. } if is_untyped(&exprs[index]) => exprs[index].clone(),
+        _ => Expr::Column { index, data_type },
+    };
+    let (left_types, right_types) = (left.output_types(), right.output_types());
+    let mut targets = Vec::with_capacity(left_types.len());
+    for (index, (&l, &r)) in left_types.iter().zip(&right_types).enumerate() {
+        let pair = vec![representative(&left, index, l), representative(&right, index, r)];
+        let (_, target) = unify(pair).map_err(|_| {
+            EngineError::Type(format!(
+                "{} types {} and {} cannot be matched",
+                op.sql_name(),
+                l.sql_name(),
+                r.sql_name()
+            ))
+        })?;
+        targets.push(target);
+    }
+    let convert = |plan: Plan, types: &[DataType]| -> Result<Plan> {
+        if types == targets.as_slice() {
+            return Ok(plan);
+        }
+        let exprs = types
+            .iter()
+            .zip(&targets)
+            .enumerate()
+            .map(|(index, (&from, &to))| cast_expr(Expr::Column { index, data_type: from }, to))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Plan::Project { input: Box::new(plan), exprs })
+    };
+    Ok((convert(left, &left_types)?, convert(right, &right_types)?))
+}
+
+/// ORDER BY and LIMIT over a set operation's result: by output column name or position only
+/// (PostgreSQL refuses other expressions there too).
+fn order_and_limit(
+    bound: BoundQuery,
+    order_by: &[ast::OrderByExpr],
+    limit: Option<usize>,
+    offset: usize,
+) -> Result<BoundQuery> {
+    let types = bound.plan.output_types();
+    let columns: Vec<Expr> =
+        types.iter().enumerate().map(|(index, &data_type)| Expr::Column { index, data_type }).collect();
+    let refuse = |_: &ast::Expr| -> Result<Expr> {
+        Err(EngineError::unsupported("ORDER BY on a UNION/INTERSECT/EXCEPT result other than by column name or number"))
+    };
+    let order = bind_order(order_by, &bound.names, &columns, refuse)?;
+    let mut plan = bound.plan;
+    if !order.is_empty() {
+        let keys = order
+            .into_iter()
+            .map(|(index, descending, nulls_first, _)| SortKey {
+                expr: columns[index].clone(),
+                descending,
+                nulls_first,
+            })
+            .collect();
+        plan = Plan::Sort { input: Box::new(plan), keys, limit: limit.map(|l| l.saturating_add(offset)) };
+    }
+    if limit.is_some() || offset > 0 {
+        plan = Plan::Limit { input: Box::new(plan), limit, offset };
+    }
+    Ok(BoundQuery { plan, names: bound.names, params: Vec::new() })
 }
 
 fn bind_order(

@@ -17,6 +17,8 @@ use bypass_engine::types::{add_months, format_date, parse_date, DataType, Value}
 
 /// The peer script, shipped with the crate.
 const PEERS_SCRIPT: &str = include_str!("../../engine/peers.py");
+/// The peers, each run in a process of its own so its memory figures are its alone.
+const PEERS: [&str; 3] = ["duckdb", "datafusion", "polars"];
 /// Relative tolerance when answers are compared across engines.
 const ANSWER_TOLERANCE: f64 = 1e-6;
 
@@ -40,6 +42,15 @@ pub struct EngineTimes {
     pub queries: BTreeMap<u8, QueryTimes>,
     /// Geometric mean of the per-query minimum times over the queries every engine answered.
     pub geomean_ms: Option<f64>,
+    /// Geometric mean over all 22 queries; None when this engine missed one.
+    #[serde(default)]
+    pub geomean_all_ms: Option<f64>,
+    /// Resident set once the tables are loaded.
+    #[serde(default)]
+    pub rss_after_load_bytes: Option<u64>,
+    /// Peak resident set while the queries ran (tables included; the peak is reset after loading).
+    #[serde(default)]
+    pub peak_rss_queries_bytes: Option<u64>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -165,7 +176,15 @@ pub fn run_bypass(engine: &Engine, runs: usize) -> anyhow::Result<(EngineTimes, 
         }
         queries.insert(number, summarize(times, None));
     }
-    let times = EngineTimes { version: env!("CARGO_PKG_VERSION").into(), load_s: 0.0, queries, geomean_ms: None };
+    let times = EngineTimes {
+        version: env!("CARGO_PKG_VERSION").into(),
+        load_s: 0.0,
+        queries,
+        geomean_ms: None,
+        geomean_all_ms: None,
+        rss_after_load_bytes: None,
+        peak_rss_queries_bytes: None,
+    };
     Ok((times, answers))
 }
 
@@ -199,23 +218,30 @@ pub fn run_peers(
         .iter()
         .map(|&n| (n.to_string(), portable_query(tpch::query(n).expect("supported"))))
         .collect();
-    let job = serde_json::json!({
-        "data_dir": data_dir, "threads": threads, "runs": runs, "tables": tables, "queries": queries,
-        "engines": ["duckdb", "datafusion", "polars"],
-    });
-    let job_path = data_dir.join("job.json");
-    std::fs::write(&job_path, serde_json::to_vec(&job)?)?;
     let script_path = data_dir.join("peers.py");
     std::fs::write(&script_path, PEERS_SCRIPT)?;
-    let output = std::process::Command::new(python)
-        .arg(&script_path)
-        .arg(&job_path)
-        .output()
-        .with_context(|| format!("running {}", python.display()))?;
-    anyhow::ensure!(output.status.success(), "peer script failed: {}", String::from_utf8_lossy(&output.stderr));
-    let parsed: serde_json::Value = serde_json::from_slice(&output.stdout).context("peer script output")?;
     let mut engines = BTreeMap::new();
-    for name in ["duckdb", "datafusion", "polars"] {
+    for name in PEERS {
+        let job = serde_json::json!({
+            "data_dir": data_dir, "threads": threads, "runs": runs, "tables": tables, "queries": queries,
+            "engines": [name],
+        });
+        let job_path = data_dir.join(format!("job-{name}.json"));
+        std::fs::write(&job_path, serde_json::to_vec(&job)?)?;
+        eprintln!("TPC-H: {name} …");
+        let output = std::process::Command::new(python)
+            .arg(&script_path)
+            .arg(&job_path)
+            .output()
+            .with_context(|| format!("running {}", python.display()))?;
+        // A peer that dies (out of memory, a crash in its library) is a recorded result, not the end.
+        let parsed = if output.status.success() {
+            serde_json::from_slice(&output.stdout).context("peer script output")?
+        } else {
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            let tail: String = stderr.chars().rev().take(300).collect::<Vec<_>>().into_iter().rev().collect();
+            serde_json::json!({ name: { "error": format!("{}: {tail}", output.status) } })
+        };
         engines.insert(name.to_string(), peer_times(&parsed[name], answers));
     }
     Ok(engines)
@@ -244,6 +270,9 @@ fn peer_times(value: &serde_json::Value, answers: &Answers) -> EngineTimes {
         load_s: value["load_s"].as_f64().unwrap_or(0.0),
         queries,
         geomean_ms: None,
+        geomean_all_ms: None,
+        rss_after_load_bytes: value["rss_after_load_bytes"].as_u64(),
+        peak_rss_queries_bytes: value["peak_rss_queries_bytes"].as_u64(),
     }
 }
 
@@ -255,12 +284,32 @@ pub fn add_geomeans(engines: &mut BTreeMap<String, EngineTimes>) {
         .filter(|q| engines.values().all(|e| e.queries.get(q).is_some_and(|t| t.min_ms.is_some())))
         .collect();
     for engine in engines.values_mut() {
-        if common.is_empty() {
-            continue;
-        }
-        let log_sum: f64 = common.iter().map(|q| engine.queries[q].min_ms.expect("filtered").ln()).sum();
-        engine.geomean_ms = Some((log_sum / common.len() as f64).exp());
+        engine.geomean_ms = geomean(engine, &common);
+        engine.geomean_all_ms = geomean(engine, &tpch::SUPPORTED_QUERIES);
     }
+}
+
+/// Geometric mean of `engine`'s minimum times over `queries`; None if it missed one of them.
+fn geomean(engine: &EngineTimes, queries: &[u8]) -> Option<f64> {
+    if queries.is_empty() {
+        return None;
+    }
+    let logs: Option<Vec<f64>> = queries.iter().map(|q| engine.queries.get(q)?.min_ms.map(f64::ln)).collect();
+    Some((logs?.iter().sum::<f64>() / queries.len() as f64).exp())
+}
+
+/// `VmRSS` or `VmHWM` of this process from /proc/self/status, in bytes.
+fn resident_bytes(field: &str) -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))?;
+    let kib: u64 = line.trim().trim_end_matches("kB").trim().parse().ok()?;
+    Some(kib * 1024)
+}
+
+/// Resets this process's peak resident set (VmHWM) to its current size, so the peak read
+/// later is the queries' and not the data generator's or an earlier section's.
+fn reset_peak_resident() -> anyhow::Result<()> {
+    std::fs::write("/proc/self/clear_refs", "5").context("resetting the peak resident set")
 }
 
 /// Generates TPC-H, runs the engine and the peers. `python` None = engine only.
@@ -270,8 +319,12 @@ pub fn run(scale_factor: f64, threads: usize, runs: usize, python: Option<&Path>
     let started = Instant::now();
     tpch::load(&engine, scale_factor)?;
     let load_s = started.elapsed().as_secs_f64();
+    let rss_after_load_bytes = resident_bytes("VmRSS");
+    reset_peak_resident()?;
     let (mut bypass, answers) = run_bypass(&engine, runs)?;
     bypass.load_s = load_s;
+    bypass.rss_after_load_bytes = rss_after_load_bytes;
+    bypass.peak_rss_queries_bytes = resident_bytes("VmHWM");
     let mut engines = BTreeMap::new();
     if let Some(python) = python {
         let dir = tempfile::Builder::new().prefix("bypass-engine-bench-").tempdir()?;

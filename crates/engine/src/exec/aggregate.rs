@@ -356,6 +356,9 @@ impl PartialAggregate {
     pub fn merge(&mut self, other: PartialAggregate) -> Result<()> {
         let width = other.table.width;
         for from in 0..other.table.len() {
+            if from % super::CHECK_EVERY_ROWS == 0 {
+                crate::control::check()?;
+            }
             let to = self.table.group_of(&other.table.keys[from * width..(from + 1) * width])? as usize;
             let count = self.table.len();
             for (state, other_state) in self.states.iter_mut().zip(&other.states) {
@@ -377,6 +380,7 @@ impl PartialAggregate {
         let mut columns: Vec<Vector> =
             (0..key_count).map(|k| encoder.decode(k, self.table.width, &self.table.keys, true)).collect();
         for (state, call) in self.states.iter().zip(aggregates) {
+            crate::control::check()?;
             columns.push(state.finish(call)?);
         }
         Ok(Batch::new(columns, self.table.len()))

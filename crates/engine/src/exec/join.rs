@@ -61,6 +61,9 @@ impl JoinTable {
         let mut heads: HashTable<u32> = HashTable::with_capacity(build.rows);
         let mut next = vec![NO_ROW; build.rows];
         for row in 0..build.rows {
+            if row % super::CHECK_EVERY_ROWS == 0 {
+                crate::control::check()?;
+            }
             if has_null[row] {
                 continue;
             }

@@ -9,6 +9,7 @@
 pub mod aggregate;
 pub mod join;
 pub mod keys;
+pub mod set_ops;
 pub mod sort;
 pub mod subquery;
 
@@ -25,6 +26,10 @@ use crate::vector::{scan_chunk, Batch, Data, Vector, VECTOR_ROWS};
 use aggregate::PartialAggregate;
 use join::JoinTable;
 use keys::{KeyCache, KeyEncoder};
+
+/// Rows a long single-threaded loop (sort, join build, aggregate merge, set operation) handles
+/// between two checks of the statement's control (cancel, timeout, memory, client gone).
+pub const CHECK_EVERY_ROWS: usize = 1 << 16;
 
 /// Which tier runs pipelines.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -79,6 +84,12 @@ impl Executor<'_> {
                 let types = input.output_types();
                 let batch = sort::concat(self.execute(input)?, &types);
                 Ok(vec![sort::sort_batch(&batch, keys, *limit)?])
+            }
+            Plan::SetOperation { op, all, left, right } => {
+                let types = left.output_types();
+                let left = sort::concat(self.execute(left)?, &types);
+                let right = sort::concat(self.execute(right)?, &types);
+                Ok(vec![set_ops::combine(*op, *all, left, right, &types)?])
             }
             Plan::Limit { input, limit, offset } => {
                 let types = input.output_types();

@@ -3,6 +3,7 @@
 
 use std::cmp::Ordering;
 
+use super::CHECK_EVERY_ROWS;
 use crate::error::Result;
 use crate::expr::evaluate;
 use crate::plan::SortKey;
@@ -100,27 +101,86 @@ pub fn sort_batch(batch: &Batch, keys: &[SortKey], limit: Option<usize>) -> Resu
     let vectors = keys.iter().map(|k| evaluate(&k.expr, batch)).collect::<Result<Vec<_>>>()?;
     let normalized: Vec<Key> = vectors.iter().zip(keys).map(|(v, k)| normalize(v, k)).collect();
     let permutation = match limit {
-        Some(k) if k < batch.rows => top_k(&normalized, batch.rows, k),
-        _ => counting_sort(&normalized, batch.rows).unwrap_or_else(|| comparison_sort(&normalized, batch.rows)),
+        Some(k) if k < batch.rows => top_k(&normalized, batch.rows, k)?,
+        _ => match counting_sort(&normalized, batch.rows) {
+            Some(permutation) => permutation,
+            None => comparison_sort(&normalized, batch.rows)?,
+        },
     };
     Ok(batch.gather(&permutation))
 }
 
-fn comparison_sort(keys: &[Key], rows: usize) -> Vec<u32> {
+/// Sorts runs of `CHECK_EVERY_ROWS` rows, then merges them pairwise; the statement's control
+/// is checked between runs and every `CHECK_EVERY_ROWS` merged rows, so a cancel or timeout
+/// stops a long sort quickly. Ties are broken by row number, so the order is total.
+fn comparison_sort(keys: &[Key], rows: usize) -> Result<Vec<u32>> {
+    let compare = |a: &u32, b: &u32| compare_rows(keys, *a as usize, *b as usize);
     let mut permutation: Vec<u32> = (0..rows as u32).collect();
-    permutation.sort_unstable_by(|&a, &b| compare_rows(keys, a as usize, b as usize));
-    permutation
+    for run in permutation.chunks_mut(CHECK_EVERY_ROWS) {
+        crate::control::check()?;
+        run.sort_unstable_by(compare);
+    }
+    let mut merged = vec![0u32; rows];
+    let mut width = CHECK_EVERY_ROWS;
+    while width < rows {
+        for start in (0..rows).step_by(2 * width) {
+            let (middle, end) = ((start + width).min(rows), (start + 2 * width).min(rows));
+            merge(&permutation[start..middle], &permutation[middle..end], &mut merged[start..end], compare)?;
+        }
+        std::mem::swap(&mut permutation, &mut merged);
+        width *= 2;
+    }
+    Ok(permutation)
 }
 
-fn top_k(keys: &[Key], rows: usize, k: usize) -> Vec<u32> {
-    let mut permutation: Vec<u32> = (0..rows as u32).collect();
-    if k == 0 {
-        return Vec::new();
+/// Merges two sorted runs into `out`.
+fn merge(left: &[u32], right: &[u32], out: &mut [u32], compare: impl Fn(&u32, &u32) -> Ordering) -> Result<()> {
+    let (mut i, mut j) = (0, 0);
+    for (written, slot) in out.iter_mut().enumerate() {
+        if written % CHECK_EVERY_ROWS == 0 {
+            crate::control::check()?;
+        }
+        let take_left = j == right.len() || (i < left.len() && compare(&left[i], &right[j]) != Ordering::Greater);
+        if take_left {
+            *slot = left[i];
+            i += 1;
+        } else {
+            *slot = right[j];
+            j += 1;
+        }
     }
-    permutation.select_nth_unstable_by(k - 1, |&a, &b| compare_rows(keys, a as usize, b as usize));
-    permutation.truncate(k);
-    permutation.sort_unstable_by(|&a, &b| compare_rows(keys, a as usize, b as usize));
-    permutation
+    Ok(())
+}
+
+/// The first `k` rows in order: rows stream through a candidate set trimmed back to `k` (with
+/// its k-th row as the bar a new row must beat) every `CHECK_EVERY_ROWS` rows.
+fn top_k(keys: &[Key], rows: usize, k: usize) -> Result<Vec<u32>> {
+    if k == 0 {
+        return Ok(Vec::new());
+    }
+    if k > CHECK_EVERY_ROWS {
+        let mut permutation = comparison_sort(keys, rows)?;
+        permutation.truncate(k);
+        return Ok(permutation);
+    }
+    let compare = |a: &u32, b: &u32| compare_rows(keys, *a as usize, *b as usize);
+    let mut best: Vec<u32> = Vec::with_capacity(k + CHECK_EVERY_ROWS);
+    let mut bar: Option<u32> = None;
+    for start in (0..rows).step_by(CHECK_EVERY_ROWS) {
+        crate::control::check()?;
+        let end = (start + CHECK_EVERY_ROWS).min(rows);
+        match bar {
+            Some(bar) => best.extend((start as u32..end as u32).filter(|row| compare(row, &bar) == Ordering::Less)),
+            None => best.extend(start as u32..end as u32),
+        }
+        if best.len() > k {
+            best.select_nth_unstable_by(k - 1, compare);
+            best.truncate(k);
+            bar = Some(best[k - 1]);
+        }
+    }
+    best.sort_unstable_by(compare);
+    Ok(best)
 }
 
 /// A stable counting sort when there is one non-null integer key with a small range.
@@ -175,8 +235,8 @@ mod tests {
         }
     }
 
-    // Goal: the counting sort, comparison sort and top-k all order like the standard library;
-    // method: random small-domain and wide-domain inputs compared with `sort`.
+    // Goal: the counting sort, the run-and-merge comparison sort and top-k all order like the
+    // standard library; method: random small-domain and wide-domain inputs compared with `sort`.
     #[test]
     fn sorts_agree_with_reference() {
         let mut state = 42u64;
@@ -185,7 +245,8 @@ mod tests {
             (state >> 33) as i64
         };
         for domain in [100i64, 1 << 40] {
-            let values: Vec<i64> = (0..5000).map(|_| next() % domain).collect();
+            // More rows than three sort runs, so the merge passes run too.
+            let values: Vec<i64> = (0..3 * CHECK_EVERY_ROWS + 5000).map(|_| next() % domain).collect();
             let batch = int_batch(&values);
             let key = SortKey {
                 expr: Expr::Column { index: 0, data_type: DataType::Int64 },
@@ -202,6 +263,26 @@ mod tests {
             let descending = SortKey { descending: true, ..key };
             expected.reverse();
             assert_eq!(column(&sort_batch(&batch, &[descending], None).expect("sorts")), expected);
+        }
+    }
+
+    // Goal: a canceled statement's sort and top-k stop with 57014 instead of running to the
+    // end; method: sort under a control that is already canceled.
+    #[test]
+    fn a_canceled_sort_stops() {
+        use crate::control::{enter, QueryControl, StopReason};
+        let batch = int_batch(&(0..3 * CHECK_EVERY_ROWS as i64).rev().collect::<Vec<_>>());
+        let key = SortKey {
+            expr: Expr::Column { index: 0, data_type: DataType::Int64 },
+            descending: false,
+            nulls_first: false,
+        };
+        let control = QueryControl::unlimited();
+        control.stop(StopReason::Canceled);
+        for limit in [None, Some(10)] {
+            let result = enter(&control, || sort_batch(&batch, std::slice::from_ref(&key), limit));
+            let error = result.expect_err("a canceled sort fails");
+            assert_eq!(error.sqlstate(), "57014", "{error}");
         }
     }
 }
