@@ -281,6 +281,7 @@ fn import_once(state: &TcpState) -> Result<(OwnedFd, usize)> {
     send_all(raw, &state.send_queue[..sent_len], "restore send queue")?;
     set_struct(raw, TCP_REPAIR_WINDOW, &state.window, "TCP_REPAIR_WINDOW")?;
     set_int(raw, TCP_REPAIR, TCP_REPAIR_OFF_NO_WP, "repair off")?;
+    allow_address_reuse(raw)?;
     set_int(raw, libc::TCP_NODELAY, 1, "TCP_NODELAY")?;
     set_nonblocking(raw)?;
     let sent = send_some(raw, &state.send_queue[sent_len..], "send never-sent bytes")?;
@@ -441,6 +442,19 @@ pub fn set_receive_low_water(fd: RawFd, bytes: usize) -> Result<()> {
         libc::setsockopt(fd, libc::SOL_SOCKET, libc::SO_RCVLOWAT, (&value as *const libc::c_int).cast(), len)
     };
     check(status, "SO_RCVLOWAT")
+}
+
+/// Marks an imported socket reusable. Repair off leaves it `SK_NO_REUSE`, and such a socket
+/// bound to the service address (still open or in TIME_WAIT for a minute after it closes) makes
+/// a new listener's bind there fail with EADDRINUSE: a dispatcher restarted after hand-backs
+/// could not listen again.
+fn allow_address_reuse(fd: RawFd) -> Result<()> {
+    let on: libc::c_int = 1;
+    let len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: the pointer and length describe `on`, alive across the call.
+    let status =
+        unsafe { libc::setsockopt(fd, libc::SOL_SOCKET, libc::SO_REUSEADDR, (&on as *const libc::c_int).cast(), len) };
+    check(status, "SO_REUSEADDR")
 }
 
 fn set_int(fd: RawFd, option: libc::c_int, value: libc::c_int, step: &'static str) -> Result<()> {
