@@ -350,3 +350,32 @@ fn a_client_closing_with_its_query_is_answered_by_relay_without_a_reset() -> any
     assert_eq!(resets - resets_before, 0, "TCP resets were sent");
     Ok(())
 }
+
+// Goal: a dispatcher stopped after hand-backs can be started again on its address at once.
+// Method: hand a large answer over and back (the client's socket is re-imported into the
+// dispatcher with TCP_REPAIR), stop the dispatcher while that socket is open (it closes into
+// TIME_WAIT), then bind the service address in the dispatcher's namespace as a new dispatcher
+// would. Before imported sockets were marked SO_REUSEADDR this failed with EADDRINUSE.
+#[test]
+fn a_dispatcher_restarted_after_hand_backs_can_listen_again() -> anyhow::Result<()> {
+    use bypass_lab::payload::{query, Verifier};
+    let cluster = LabCluster::start("hr", Policy::Hybrid, 256 * 1024)?;
+    let service = cluster.service();
+    let connection = bypass_dispatch::netns::run_in(&cluster.lab.client(1).namespace, move || {
+        let mut connection =
+            bypass_lab::pgclient::PgConnection::connect(service, common::login(), Duration::from_secs(30))?;
+        connection.send_query(&query(7, 4 << 20))?;
+        assert_eq!(connection.read_payload(&mut Verifier::new(7, 7, 4 << 20))?, 4 << 20);
+        std::thread::sleep(Duration::from_millis(200));
+        Ok(connection)
+    })?;
+    assert!(cluster.stat(|s| &s.handovers) >= 1, "the answer was handed over (and back)");
+    let LabCluster { dispatcher, agents: _agents, postgres: _postgres, lab } = cluster;
+    dispatcher.stop()?;
+    let bound = bypass_dispatch::netns::run_in(&lab.dispatcher().namespace, move || {
+        Ok(std::net::TcpListener::bind(service).map(|_| ()).map_err(|e| e.to_string()))
+    })?;
+    drop(connection);
+    assert_eq!(bound, Ok(()), "the service address is free for a new dispatcher");
+    Ok(())
+}
