@@ -187,46 +187,43 @@ impl BackendState {
     async fn connect_postgres(&self, request: LoginRequest) -> Result<Link> {
         let address = self.spec.postgres.expect("Postgres links are made only for backends with a server address");
         let stream = connect_from(self.source_addr, address).await?;
-        let mut link = Link::new(LinkKind::Postgres, self.id, stream, &request);
+        let link = Link::new(LinkKind::Postgres, self.id, stream, &request);
         let request = LoginRequest { password: self.postgres_password.clone(), ..request };
         let (mut login, startup) = Login::start(request);
-        link.stream.write_all(&startup).await.map_err(|e| DispatchError::io("sending a startup packet", e))?;
-        loop {
-            let header = link.buffer.read_message(&mut link.stream, "PostgreSQL").await?;
-            let step = login.on_message(BackendMessage::decode(header.tag, link.buffer.body(header))?)?;
-            link.buffer.consume(header.frame_len());
-            match step {
-                LoginStep::Done(welcome) => {
-                    link.welcome = welcome;
-                    return Ok(link);
-                }
-                LoginStep::Continue => {}
-                LoginStep::Send(bytes) => {
-                    link.stream.write_all(&bytes).await.map_err(|e| DispatchError::io("sending credentials", e))?
-                }
-            }
-        }
+        log_in(link, &startup, "PostgreSQL", |message| login.on_message(message)).await
     }
 
     /// Opens a link, proves the agent key and logs in through the agent.
     pub async fn connect(&self, request: LoginRequest) -> Result<Link> {
         let stream = connect_from(self.source_addr, self.spec.agent).await?;
-        let mut link = Link::new(LinkKind::Agent, self.id, stream, &request);
+        let link = Link::new(LinkKind::Agent, self.id, stream, &request);
         let (mut login, startup) = LinkLogin::start(self.key.clone(), request);
-        link.stream.write_all(&startup).await.map_err(|e| DispatchError::io("sending a link's startup", e))?;
-        loop {
-            let header = link.buffer.read_message(&mut link.stream, "the agent").await?;
-            let step = login.on_message(BackendMessage::decode(header.tag, link.buffer.body(header))?)?;
-            link.buffer.consume(header.frame_len());
-            match step {
-                LoginStep::Done(welcome) => {
-                    link.welcome = welcome;
-                    return Ok(link);
-                }
-                LoginStep::Continue => {}
-                LoginStep::Send(bytes) => {
-                    link.stream.write_all(&bytes).await.map_err(|e| DispatchError::io("sending the key proof", e))?
-                }
+        log_in(link, &startup, "the agent", |message| login.on_message(message)).await
+    }
+}
+
+/// Sends `startup` on a new link, then feeds each answer to `on_message` (a sans-I/O login:
+/// PostgreSQL's exchange or the agent key's) and writes what it asks for, until it is done.
+async fn log_in(
+    mut link: Link,
+    startup: &[u8],
+    peer: &'static str,
+    mut on_message: impl FnMut(BackendMessage<'_>) -> std::result::Result<LoginStep, crate::pglogin::LoginError>,
+) -> Result<Link> {
+    let sending = || format!("sending a login message to {peer}");
+    link.stream.write_all(startup).await.map_err(|e| DispatchError::io(sending(), e))?;
+    loop {
+        let header = link.buffer.read_message(&mut link.stream, peer).await?;
+        let step = on_message(BackendMessage::decode(header.tag, link.buffer.body(header))?)?;
+        link.buffer.consume(header.frame_len());
+        match step {
+            LoginStep::Done(welcome) => {
+                link.welcome = welcome;
+                return Ok(link);
+            }
+            LoginStep::Continue => {}
+            LoginStep::Send(bytes) => {
+                link.stream.write_all(&bytes).await.map_err(|e| DispatchError::io(sending(), e))?
             }
         }
     }
