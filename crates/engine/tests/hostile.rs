@@ -147,6 +147,33 @@ fn parse_message(sql: &[u8]) -> Vec<u8> {
     out
 }
 
+/// A message of `tag` with `body` as it is (names and strings with invalid UTF-8).
+fn raw_message(tag: u8, body: &[u8]) -> Vec<u8> {
+    let mut out = vec![tag];
+    out.extend_from_slice(&(body.len() as u32 + 4).to_be_bytes());
+    out.extend_from_slice(body);
+    out
+}
+
+/// Statement and portal names with invalid UTF-8, in each message that carries one.
+fn invalid_name_cases() -> Vec<(&'static str, Vec<u8>)> {
+    let with_sync = |mut bytes: Vec<u8>| {
+        build::sync(&mut bytes);
+        bytes
+    };
+    let mut bind = Vec::new();
+    build::parse(&mut bind, "", "select 1", &[]);
+    // Portal "p\xff", statement "": no parameter formats, no parameters, no result formats.
+    bind.extend(raw_message(b'B', b"p\xff\0\0\0\0\0\0\0\0"));
+    vec![
+        ("invalid UTF-8 in a statement name (Parse)", with_sync(raw_message(b'P', b"s\xff\0select 1\0\0\0"))),
+        ("invalid UTF-8 in a portal name (Bind)", with_sync(bind)),
+        ("invalid UTF-8 in a statement name (Describe)", with_sync(raw_message(b'D', b"S\xc3\x28\0"))),
+        ("invalid UTF-8 in a portal name (Execute)", with_sync(raw_message(b'E', b"\xfe\0\0\0\0\0"))),
+        ("invalid UTF-8 in a portal name (Close)", with_sync(raw_message(b'C', b"P\x80\0"))),
+    ]
+}
+
 /// The protocol exchanges of the PostgreSQL comparison; each is sent on a fresh connection.
 fn protocol_cases() -> Vec<(&'static str, Vec<u8>)> {
     let mut extended_comment = parse_message(b"-- nothing but a comment");
@@ -159,7 +186,7 @@ fn protocol_cases() -> Vec<(&'static str, Vec<u8>)> {
     build::parse(&mut bind_invalid, "", "select $1::text", &[25]);
     build::bind(&mut bind_invalid, "", "", &[Some(b"\xff\xfe")]);
     build::sync(&mut bind_invalid);
-    vec![
+    let mut cases = vec![
         ("invalid UTF-8 in a query", query_message(b"select 'caf\xc3\x28'")),
         ("a lone continuation byte", query_message(b"select '\x80'")),
         ("a truncated sequence at the end", query_message(b"select 1 -- \xe2\x82")),
@@ -170,7 +197,9 @@ fn protocol_cases() -> Vec<(&'static str, Vec<u8>)> {
         ("comment-only Parse/Bind/Execute", extended_comment),
         ("invalid UTF-8 in Parse", extended_invalid),
         ("invalid UTF-8 in a text parameter", bind_invalid),
-    ]
+    ];
+    cases.extend(invalid_name_cases());
+    cases
 }
 
 #[test]
