@@ -266,7 +266,7 @@ fn a_portal_with_a_row_limit_streams_and_suspends() -> anyhow::Result<()> {
         let transaction = client.transaction().await?;
         let statement = transaction.prepare("select l_orderkey, l_linenumber from lineitem").await?;
         let portal = transaction.bind(&statement, &[]).await?;
-        let (mut fetched, mut fetches, mut previous) = (0i64, 0, (0i64, 0i64));
+        let (mut fetched, mut fetches, mut previous) = (0i64, 0, (0i64, 0i32));
         loop {
             let rows = transaction.query_portal(&portal, 1000).await?;
             if rows.is_empty() {
@@ -274,7 +274,7 @@ fn a_portal_with_a_row_limit_streams_and_suspends() -> anyhow::Result<()> {
             }
             assert!(rows.len() <= 1000, "at most max_rows per Execute");
             for row in &rows {
-                let key: (i64, i64) = (row.get(0), row.get(1));
+                let key: (i64, i32) = (row.get(0), row.get(1));
                 assert!(key > previous, "rows in order: {key:?} after {previous:?}");
                 previous = key;
             }

@@ -401,9 +401,9 @@ impl Connection {
     }
 
     async fn handle(&mut self, message: FrontendMessage<'_>) -> Result<(), End> {
-        if let Some(suspended) = &self.suspended {
-            let rebinds = matches!(&message, FrontendMessage::Bind(b) if b.portal.is_empty() && suspended.portal.is_empty());
-            if rebinds {
+        if self.suspended.is_some() {
+            let unnamed = self.suspended.as_ref().is_some_and(|s| s.portal.is_empty());
+            if unnamed && matches!(&message, FrontendMessage::Bind(b) if b.portal.is_empty()) {
                 // Binding the unnamed portal again replaces it: its rest is not wanted.
                 self.close_suspended().await?;
             } else if self.needs_session(&message) {
@@ -510,14 +510,14 @@ impl Connection {
 
     async fn sync(&mut self) -> Result<(), End> {
         self.skip_until_sync = false;
-        match &self.suspended {
-            Some(suspended) if suspended.explicit => {
+        match self.suspended.as_ref().map(|s| s.explicit) {
+            Some(true) => {
                 // The portal lives on; the implicit block ends at a Sync with the session home.
                 encode::ready_for_query(&mut self.output, b'T');
                 return self.flush().await;
             }
             // The implicit transaction ends here, and its portals with it.
-            Some(_) => self.close_suspended().await?,
+            Some(false) => self.close_suspended().await?,
             None => {}
         }
         if std::mem::take(&mut self.in_block) {
@@ -939,7 +939,8 @@ impl Connection {
         let idle_limit = self.session().settings.idle_in_transaction_session_timeout;
         let mut task = self.start_task(move |session, engine, io| run_portal(session, engine, io, &sql, formats));
         if max_rows > 0 && query {
-            let suspended = Suspended { portal: name.to_string(), task, budget: RowBudget::new(max_rows), explicit, idle_limit };
+            let suspended =
+                Suspended { portal: name.to_string(), task, budget: RowBudget::new(max_rows), explicit, idle_limit };
             return self.resume(suspended, max_rows).await;
         }
         if max_rows == 0 {
