@@ -81,7 +81,11 @@ fn config(postgres: &Postgres, mode: FastPathMode) -> Config {
 
 /// Snapshots before and after the profile window (see the module docs); None if the window
 /// command failed to start.
-fn profile_window(running: &RunningProxy, pgbench: u32, seconds: u32) -> Option<(profile::Snapshot, profile::Snapshot)> {
+fn profile_window(
+    running: &RunningProxy,
+    pgbench: u32,
+    seconds: u32,
+) -> Option<(profile::Snapshot, profile::Snapshot)> {
     std::thread::sleep(Duration::from_millis(u64::from(seconds) * 250));
     let before = profile::Snapshot::take(running, pgbench);
     match std::env::var("FASTPATH_PROBE_WINDOW") {

@@ -85,7 +85,9 @@ const BACKSTOP_TICK: Duration = Duration::from_millis(100);
 /// Hands every server the kernel released while clients waited to the pool's queue: on each
 /// wake-up of the ring, and on a tick while handoffs are quiet (see `bypass_fastpath::handoff`).
 pub async fn serve_handoffs(fast: Arc<FastPath>, pools: Arc<KernelPools>) {
-    let ring = match AsyncFd::with_interest(fast.handoff_fd(), Interest::READABLE) {
+    // SAFETY: the descriptor belongs to the ring inside `fast`, which this task holds: it stays
+    // open as long as it is registered here.
+    let ring = match unsafe { AsyncFd::register_with_interest(fast.handoff_fd(), Interest::READABLE) } {
         Ok(ring) => ring,
         Err(error) => return tracing::error!(%error, "cannot watch the fast path's handoff ring"),
     };
