@@ -179,9 +179,8 @@ pub(crate) fn apply_subquery_joins(mut planned: Planned, subqueries: Vec<Subquer
         planned.plan = match right_kind {
             Some(kind) if join.build.rows > planned.rows => {
                 let subquery_width = join.build.plan.width();
-                let residual = residual.map(|r| {
-                    r.map_columns(&|c| if c < probe_width { subquery_width + c } else { c - probe_width })
-                });
+                let residual = residual
+                    .map(|r| r.map_columns(&|c| if c < probe_width { subquery_width + c } else { c - probe_width }));
                 Plan::HashJoin {
                     kind,
                     probe: Box::new(join.build.plan),

@@ -134,17 +134,7 @@ impl JoinTable {
             .map(|s| s.into_inner().unwrap_or_else(|e| e.into_inner()).expect("every partition is built"))
             .collect();
         let build_has_null = has_null.iter().any(|&n| n);
-        Ok(JoinTable {
-            kind,
-            build,
-            encoder,
-            width,
-            partitions,
-            partition_mask,
-            probe_keys,
-            residual,
-            build_has_null,
-        })
+        Ok(JoinTable { kind, build, encoder, width, partitions, partition_mask, probe_keys, residual, build_has_null })
     }
 
     pub fn build_rows(&self) -> usize {
@@ -194,7 +184,9 @@ impl JoinTable {
         let (probe_rows, build_rows) = self.apply_residual(batch, candidates.probe_rows, candidates.build_rows)?;
         match self.kind {
             JoinKind::RightSemi | JoinKind::RightAnti => {
-                return Err(EngineError::Runtime("a right semi/anti join marks its build side, it has no probe".into()));
+                return Err(EngineError::Runtime(
+                    "a right semi/anti join marks its build side, it has no probe".into(),
+                ));
             }
             JoinKind::Inner => {
                 for (p, b) in probe_rows.chunks(JOIN_OUTPUT_ROWS_MAX).zip(build_rows.chunks(JOIN_OUTPUT_ROWS_MAX)) {
