@@ -149,6 +149,7 @@ fn record(spec: &RunSpec, report: &EpollLoadReport, cpu: Option<CpuWindow>, wall
         little_ratio,
         cpu,
         wall_s: wall.as_secs_f64(),
+        epoll: Some(report.clone()),
         ..RunRecord::failed(spec, 1.0, String::new())
     }
 }
@@ -162,6 +163,10 @@ fn run_error(report: &EpollLoadReport) -> Option<String> {
     if report.errors > 0 || report.total_failed_transactions > 0 {
         let failed = report.total_failed_transactions;
         return Some(format!("{} clients lost, {failed} failed transactions: {samples}", report.errors));
+    }
+    if report.unfinished > 0 {
+        let waited = DRAIN_TIMEOUT.as_secs();
+        return Some(format!("{} clients still unanswered {waited} s after the window", report.unfinished));
     }
     (report.transactions == 0).then(|| "no transaction completed in the window".to_string())
 }
@@ -194,6 +199,8 @@ mod tests {
         assert!(run_error(&lost).expect("error").starts_with("9 of 10 clients"));
         let failed = EpollLoadReport { total_failed_transactions: 2, ..clean.clone() };
         assert!(run_error(&failed).expect("error").contains("2 failed transactions"));
+        let stalled = EpollLoadReport { unfinished: 3, ..clean.clone() };
+        assert!(run_error(&stalled).expect("error").starts_with("3 clients still unanswered"));
         let idle = EpollLoadReport { transactions: 0, ..clean };
         assert!(run_error(&idle).is_some());
     }

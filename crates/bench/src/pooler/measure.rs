@@ -94,6 +94,9 @@ pub struct RunRecord {
     pub bpf: Option<BpfCost>,
     /// Why `bpf` is missing for a kernel contender (bpftool failed, programs not found).
     pub bpf_error: Option<String>,
+    /// The epoll generator's own report (counts over every phase, clients left unanswered, its
+    /// CPU); `None` with pgbench.
+    pub epoll: Option<bypass_lab::epoll_loadgen::EpollLoadReport>,
 }
 
 /// CPU use between the first and the last progress line (steady state, connection phase
@@ -455,6 +458,7 @@ impl RunRecord {
             wall_s: 0.0,
             bpf: None,
             bpf_error: None,
+            epoll: None,
         }
     }
 

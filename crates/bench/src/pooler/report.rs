@@ -413,6 +413,7 @@ pub(crate) mod tests {
             wall_s: 31.0,
             bpf: None,
             bpf_error: None,
+            epoll: None,
         }
     }
 
