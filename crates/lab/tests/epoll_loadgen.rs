@@ -53,6 +53,7 @@ fn assert_clean(report: &EpollLoadReport, clients: usize) {
     assert!((report.tps - tps).abs() < 1e-6 && report.window_s >= 2.0, "{report:?}");
     assert!(report.latency_p50_us > 0.0 && report.latency_p50_us <= report.latency_p99_us, "{report:?}");
     assert!(report.latency_p99_us <= report.latency_max_us, "{report:?}");
+    assert!(report.slowest_transaction_us * 1.01 >= report.latency_max_us, "{report:?}");
     assert!(report.generator_cpu_s > 0.0 && report.generator_cpu_total_s >= report.generator_cpu_s, "{report:?}");
 }
 

@@ -146,6 +146,10 @@ pub struct EpollLoadReport {
     pub latency_p99_us: f64,
     pub latency_p999_us: f64,
     pub latency_max_us: f64,
+    /// The slowest successful transaction of the whole run (warm-up, window, drain): far above
+    /// the window's maximum when a client waited through the window (its wait is in no
+    /// percentile above).
+    pub slowest_transaction_us: f64,
     /// The worker threads' CPU time (user + system) over the window, and per transaction.
     pub generator_cpu_s: f64,
     pub generator_cpu_us_per_txn: f64,
@@ -393,6 +397,7 @@ fn report(spec: &EpollLoadSpec, tally: Tally, clock: &Clock) -> EpollLoadReport 
         latency_p99_us: tally.quantile_us(0.99),
         latency_p999_us: tally.quantile_us(0.999),
         latency_max_us: tally.latency_ns.max() as f64 / 1_000.0,
+        slowest_transaction_us: tally.slowest_ns as f64 / 1_000.0,
         generator_cpu_s: clock.cpu_ns as f64 / 1e9,
         generator_cpu_us_per_txn: per_txn(clock.cpu_ns),
         generator_cpu_total_s: tally.cpu_total_ns as f64 / 1e9,

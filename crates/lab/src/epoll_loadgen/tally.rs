@@ -17,6 +17,9 @@ pub struct Tally {
     /// Latencies of the successful transactions completed in the measured window.
     pub latency_ns: Histogram<u64>,
     pub latency_sum_ns: u128,
+    /// The slowest successful transaction of any phase: one that waited through the whole
+    /// window (a starved client) shows here, not in the window's histogram.
+    pub slowest_ns: u64,
     /// Completed in the measured window: successful, and answered with an error.
     pub window_transactions: u64,
     pub window_failed: u64,
@@ -39,6 +42,7 @@ impl Tally {
         Tally {
             latency_ns: Histogram::new_with_max(LATENCY_NS_MAX, 3).expect("3 significant digits are valid"),
             latency_sum_ns: 0,
+            slowest_ns: 0,
             window_transactions: 0,
             window_failed: 0,
             total_transactions: 0,
@@ -60,8 +64,9 @@ impl Tally {
             return;
         }
         self.total_transactions += 1;
+        let nanos = u64::try_from(latency.as_nanos()).unwrap_or(u64::MAX).min(LATENCY_NS_MAX);
+        self.slowest_ns = self.slowest_ns.max(nanos);
         if measured {
-            let nanos = u64::try_from(latency.as_nanos()).unwrap_or(u64::MAX).min(LATENCY_NS_MAX);
             self.window_transactions += 1;
             self.latency_sum_ns += u128::from(nanos);
             self.latency_ns.saturating_record(nanos);
@@ -90,6 +95,7 @@ impl Tally {
     pub fn merge(&mut self, other: Tally) {
         self.latency_ns.add(&other.latency_ns).expect("histograms share their bounds");
         self.latency_sum_ns += other.latency_sum_ns;
+        self.slowest_ns = self.slowest_ns.max(other.slowest_ns);
         self.window_transactions += other.window_transactions;
         self.window_failed += other.window_failed;
         self.total_transactions += other.total_transactions;
@@ -126,7 +132,7 @@ mod tests {
     #[test]
     fn counts_by_phase_and_merges() {
         let mut first = Tally::new();
-        first.complete(Duration::from_micros(900), false, Phase::Warmup);
+        first.complete(Duration::from_millis(900), false, Phase::Warmup);
         first.complete(Duration::from_micros(100), false, Phase::Measure);
         first.complete(Duration::from_micros(300), false, Phase::Measure);
         first.complete(Duration::from_micros(5), true, Phase::Measure);
@@ -139,6 +145,10 @@ mod tests {
         assert_eq!((first.total_transactions, first.total_failed), (5, 1));
         assert_eq!((first.errors, first.error_samples.len()), (1, 1));
         assert_eq!(first.latency_ns.len(), 3);
+        assert_eq!(first.slowest_ns, LATENCY_NS_MAX, "the clamped hour, from any phase");
+        let mut warm = Tally::new();
+        warm.complete(Duration::from_millis(900), false, Phase::Cooldown);
+        assert_eq!((warm.slowest_ns, warm.latency_ns.len()), (900_000_000, 0));
         assert!((first.quantile_us(1.0) - 60_000_000.0).abs() < 60_000.0, "clamped to the maximum");
         let mean = (100.0 + 300.0 + 60_000_000.0) / 3.0;
         assert!((first.mean_us() - mean).abs() < 1e-6, "{}", first.mean_us());
