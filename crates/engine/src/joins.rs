@@ -39,7 +39,23 @@ pub struct Planned {
     pub layout: Vec<usize>,
     pub relations: u64,
     pub rows: f64,
-    distinct: HashMap<usize, f64>,
+    distinct: HashMap<usize, DistinctValues>,
+}
+
+/// Distinct values of an output column, counted from its table only when a join estimate asks
+/// (a plain scan never does: counting every column of a large table took ~0.5 s on the first
+/// query of each table version), capped by the joins below the column's current plan.
+#[derive(Clone)]
+struct DistinctValues {
+    table: Arc<Table>,
+    column: usize,
+    cap: f64,
+}
+
+impl DistinctValues {
+    fn count(&self) -> f64 {
+        (self.table.distinct_count(self.column) as f64).min(self.cap)
+    }
 }
 
 impl Planned {
@@ -91,7 +107,9 @@ impl Planned {
 
     fn distinct(&self, expr: &Expr) -> f64 {
         match expr {
-            Expr::Column { index, .. } => self.distinct.get(index).copied().unwrap_or(self.rows).min(self.rows),
+            Expr::Column { index, .. } => {
+                self.distinct.get(index).map_or(self.rows, DistinctValues::count).min(self.rows)
+            }
             _ => self.rows,
         }
     }
@@ -121,7 +139,10 @@ pub fn plan_relation(index: usize, input: JoinInput, used: &[bool], filters: &[E
                 columns.push(0); // COUNT(*) still needs row counts
             }
             let layout = columns.iter().map(|c| offset + c).collect();
-            let distinct = columns.iter().map(|&c| (offset + c, table.distinct_count(c) as f64)).collect();
+            let distinct = columns
+                .iter()
+                .map(|&c| (offset + c, DistinctValues { table: Arc::clone(&table), column: c, cap: f64::INFINITY }))
+                .collect();
             let rows = table.rows() as f64;
             Planned { plan: Plan::Scan { table, columns, filter: None }, layout, relations: 1 << index, rows, distinct }
         }
@@ -331,7 +352,7 @@ fn hash_join(a: Planned, b: Planned, edges: &[Edge], estimate: f64) -> Planned {
         distinct.insert(column, count);
     }
     for count in distinct.values_mut() {
-        *count = count.min(estimate);
+        count.cap = count.cap.min(estimate);
     }
     let plan = Plan::HashJoin {
         kind: JoinKind::Inner,
