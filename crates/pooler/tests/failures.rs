@@ -325,7 +325,14 @@ async fn acknowledged_rows_survive_backend_kills_and_a_restart_under_load() {
         let killed = std::process::Command::new("kill").args(["-9", &victim.to_string()]).status().expect("kill");
         assert!(killed.success(), "kill -9 {victim}");
         progress(&acked, 200, "kill -9 of a backend").await;
-        postgres.psql("select pg_terminate_backend(pid) from pg_stat_activity where backend_type = 'client backend' and pid <> pg_backend_pid()").expect("terminate");
+        // PostgreSQL may still be resetting its backends after the kill: retry while it refuses.
+        let terminate = "select pg_terminate_backend(pid) from pg_stat_activity \
+                         where backend_type = 'client backend' and pid <> pg_backend_pid()";
+        let started = Instant::now();
+        while let Err(error) = postgres.psql(terminate) {
+            assert!(started.elapsed() < Duration::from_secs(60), "terminate: {error}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
         progress(&acked, 200, "pg_terminate_backend of every backend").await;
         postgres.kill();
         postgres.start_again().expect("PostgreSQL starts again");
