@@ -602,14 +602,6 @@ impl<'s> ExprBinder<'s> {
                 let length = rest.first().map(|l| self.constant_integer(l)).transpose()?;
                 Ok(Expr::Substring { expr: Box::new(value), start, length })
             }
-            ("abs", [value]) => {
-                let value = self.bind_in(value, context)?;
-                let zero = cast_expr(Expr::literal(Value::Int32(0), DataType::Int32), value.data_type())?;
-                let negative = comparison(BinaryOp::Lt, value.clone(), zero)?;
-                let data_type = value.data_type();
-                let branches = vec![(negative, Expr::Negate(Box::new(value.clone())))];
-                Ok(Expr::Case { branches, otherwise: Box::new(value), data_type })
-            }
             (name, args) => match ScalarFunction::named(name) {
                 Some(function) => {
                     let args = args.iter().map(|a| self.bind_in(a, context)).collect::<Result<Vec<_>>>()?;

@@ -99,3 +99,16 @@ fn prefix_operator_chains_answer() {
     let cases = format!("select {}1{}", "case when true then ".repeat(1000), " end".repeat(1000));
     assert_eq!(single_value(on_small_stack(&engine, &cases)), "1");
 }
+
+// Goal: nested function calls cost time linear in their depth (abs( was bound as a CASE that
+// copied its argument three times: 16 levels over a column took seconds, 30 would take hours);
+// method: abs( nested 1,000 deep over a constant and 100 deep over a column answer.
+#[test]
+fn nested_function_calls_answer() {
+    let engine = engine_with_table();
+    let nested =
+        |levels: usize, inner: &str| format!("select {}{inner}{} from t", "abs(".repeat(levels), ")".repeat(levels));
+    assert_eq!(single_value(on_small_stack(&engine, &nested(1000, "-1"))), "1");
+    let over_column = format!("{} order by 1", nested(100, "-x"));
+    assert_eq!(single_value(on_small_stack(&engine, &over_column)), "1");
+}
