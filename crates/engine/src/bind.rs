@@ -237,7 +237,7 @@ impl<'s> ExprBinder<'s> {
                 let value = self.bind_in(expr, context)?;
                 let low = self.bind_in(low, context)?;
                 let high = self.bind_in(high, context)?;
-                let lower = comparison(BinaryOp::GtEq, value.clone(), low)?;
+                let lower = comparison(BinaryOp::GtEq, copy_bounded(&value)?, low)?;
                 let upper = comparison(BinaryOp::LtEq, value, high)?;
                 let both = Expr::binary(BinaryOp::And, lower, upper, DataType::Bool);
                 Ok(if *negated { Expr::Not(Box::new(both)) } else { both })
@@ -539,8 +539,10 @@ impl<'s> ExprBinder<'s> {
             let list = items.iter().map(evaluate_constant).collect::<Result<Vec<_>>>()?;
             return fold(Expr::InList { expr: Box::new(value), list, negated });
         }
-        let comparisons =
-            items.into_iter().map(|item| comparison(BinaryOp::Eq, value.clone(), item)).collect::<Result<Vec<_>>>()?;
+        let comparisons = items
+            .into_iter()
+            .map(|item| comparison(BinaryOp::Eq, copy_bounded(&value)?, item))
+            .collect::<Result<Vec<_>>>()?;
         let any = disjunction(comparisons).ok_or_else(|| EngineError::Syntax("empty IN list".into()))?;
         Ok(if negated { Expr::Not(Box::new(any)) } else { any })
     }
@@ -557,7 +559,7 @@ impl<'s> ExprBinder<'s> {
         for when in conditions {
             let condition = self.bind_in(&when.condition, context)?;
             let condition = match &operand {
-                Some(value) => comparison(BinaryOp::Eq, value.clone(), condition)?,
+                Some(value) => comparison(BinaryOp::Eq, copy_bounded(value)?, condition)?,
                 None => condition,
             };
             expect_type(&condition, DataType::Bool, "CASE WHEN")?;
@@ -821,6 +823,26 @@ pub fn number_literal(text: &str) -> Result<Expr> {
         }
     }
     Ok(Expr::literal(Value::Numeric(Numeric::parse(text)?), DataType::Numeric))
+}
+
+/// Most nodes an expression the binder copies may have (BETWEEN, IN lists and CASE with an
+/// operand compare one value several times): nested, the copies multiply, so without a bound a
+/// few hundred bytes of SQL would build billions of nodes.
+const COPIED_EXPR_NODES_MAX: usize = 100_000;
+
+/// A copy of `expr`, refused with 54001 when it is larger than [`COPIED_EXPR_NODES_MAX`].
+fn copy_bounded(expr: &Expr) -> Result<Expr> {
+    let (mut pending, mut nodes) = (vec![expr], 0usize);
+    while let Some(next) = pending.pop() {
+        nodes += 1;
+        if nodes > COPIED_EXPR_NODES_MAX {
+            return Err(crate::depth::too_deep(format!(
+                "an expression compared several times has more than {COPIED_EXPR_NODES_MAX} nodes"
+            )));
+        }
+        pending.extend(next.children());
+    }
+    Ok(expr.clone())
 }
 
 fn typed_string(data_type: &ast::DataType, value: &ast::Value) -> Result<Expr> {

@@ -112,3 +112,18 @@ fn nested_function_calls_answer() {
     let over_column = format!("{} order by 1", nested(100, "-x"));
     assert_eq!(single_value(on_small_stack(&engine, &over_column)), "1");
 }
+
+// Goal: an expression compared several times (CASE with an operand, BETWEEN, IN) is copied, and
+// nested copies multiply; they stay bounded: 3 levels of a 10-branch CASE answer, 8 levels
+// (10^8 copies) are refused with 54001 instead of building them.
+#[test]
+fn nested_case_operands_answer_or_refuse() {
+    let engine = engine_with_table();
+    let whens: Vec<String> = (0..10).map(|i| format!("when {i} then {i}")).collect();
+    let nested = |levels: usize| {
+        let close = format!(" {} end)", whens.join(" "));
+        format!("select {}x{} from t order by 1", "(case ".repeat(levels), close.repeat(levels))
+    };
+    assert_eq!(single_value(on_small_stack(&engine, &nested(3))), "1");
+    assert_eq!(on_small_stack(&engine, &nested(8)).err().as_deref(), Some("54001"));
+}
