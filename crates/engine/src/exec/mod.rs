@@ -91,6 +91,11 @@ impl Executor<'_> {
                 let right = sort::concat(self.execute(right)?, &types);
                 Ok(vec![set_ops::combine(*op, *all, left, right, &types)?])
             }
+            Plan::Window { input, calls } => {
+                let types = input.output_types();
+                let batch = sort::concat(self.execute(input)?, &types);
+                Ok(vec![crate::window::evaluate_windows(&batch, calls)?])
+            }
             Plan::Limit { input, limit, offset } => {
                 let types = input.output_types();
                 let batch = sort::concat(self.execute(input)?, &types);
