@@ -130,7 +130,7 @@ pub struct ExprBinder<'s> {
     /// become parameters of this query block.
     pub correlation: Option<&'s Correlation>,
     /// Where window function calls of a select list go (None: they are not allowed here).
-    pub windows: Option<&'s std::cell::RefCell<Vec<crate::plan::WindowCall>>>,
+    pub windows: Option<&'s crate::window_bind::WindowContext<'s>>,
 }
 
 /// The enclosing query's columns a correlated query block reads: `Expr::Param { index }` is

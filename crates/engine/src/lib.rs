@@ -63,7 +63,7 @@ pub mod tpch;
 pub mod types;
 pub mod vector;
 pub mod window;
-mod window_bind;
+pub mod window_bind;
 
 pub use engine::{Engine, EngineSettings, QueryResult};
 pub use error::EngineError;

@@ -25,6 +25,7 @@ use crate::expr::{evaluate_constant, Expr};
 use crate::from::{with_outer, From};
 use crate::joins::{factor_or, split_conjuncts, Planned};
 use crate::expr::BinaryOp;
+use crate::window_bind::WindowContext;
 use crate::plan::{
     AggregateCall, Plan, SetOperator, SortKey, WindowCall, WindowFrame, WindowFunction, WINDOW_COLUMN_BASE,
 };
@@ -251,9 +252,9 @@ impl<'c> QueryBinder<'c> {
     }
 
     fn bind_outputs(&self, select: &ast::Select, order_by: &[ast::OrderByExpr], block: &Block<'_>) -> Result<Outputs> {
-        let windows = RefCell::new(Vec::new());
+        let windows = WindowContext { calls: RefCell::new(Vec::new()), named: &select.named_window };
         let mut outputs = self.bind_outputs_with(select, order_by, block, &windows)?;
-        outputs.windows = windows.into_inner();
+        outputs.windows = windows.calls.into_inner();
         Ok(outputs)
     }
 
@@ -263,7 +264,7 @@ impl<'c> QueryBinder<'c> {
         select: &ast::Select,
         order_by: &[ast::OrderByExpr],
         block: &Block<'_>,
-        windows: &RefCell<Vec<WindowCall>>,
+        windows: &WindowContext<'_>,
     ) -> Result<Outputs> {
         let binder = ExprBinder { windows: Some(windows), ..block.binder(self) };
         let scope = &block.scope;
@@ -730,8 +731,8 @@ fn reject_unsupported_select(select: &ast::Select) -> Result<()> {
     if select.top.is_some() || select.into.is_some() || !select.lateral_views.is_empty() {
         return Err(EngineError::unsupported("TOP, SELECT INTO or LATERAL VIEW"));
     }
-    if !select.named_window.is_empty() || select.qualify.is_some() {
-        return Err(EngineError::unsupported("window functions"));
+    if select.qualify.is_some() {
+        return Err(EngineError::unsupported("QUALIFY"));
     }
     Ok(())
 }

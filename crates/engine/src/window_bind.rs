@@ -3,8 +3,11 @@
 //!
 //! Supported: row_number, rank, dense_rank, percent_rank, cume_dist, ntile, lag, lead,
 //! first_value, last_value, nth_value, and sum/avg/count/min/max over ROWS frames with any
-//! bounds or RANGE frames bounded by UNBOUNDED or CURRENT ROW. Refused (0A000): named
-//! windows, GROUPS, RANGE with an offset, DISTINCT/FILTER/ORDER BY inside the call.
+//! bounds or RANGE frames bounded by UNBOUNDED or CURRENT ROW; named windows (WINDOW w AS …,
+//! OVER w, OVER (w ORDER BY …)). Refused (0A000): GROUPS, RANGE with an offset, EXCLUDE,
+//! DISTINCT/FILTER/ORDER BY inside the call.
+
+use std::cell::RefCell;
 
 use sqlparser::ast;
 
@@ -15,6 +18,49 @@ use crate::error::{EngineError, Result};
 use crate::expr::{evaluate_constant, Expr};
 use crate::plan::{AggregateFunction, FrameBound, SortKey, WindowCall, WindowFrame, WindowFunction, WINDOW_COLUMN_BASE};
 use crate::types::{DataType, Value};
+
+/// A select list's window calls and the block's named windows (its WINDOW clause).
+pub struct WindowContext<'a> {
+    pub calls: RefCell<Vec<WindowCall>>,
+    pub named: &'a [ast::NamedWindowDefinition],
+}
+
+impl WindowContext<'_> {
+    /// The window a call uses: its own specification, or a named one, or a named one with an
+    /// ORDER BY and frame added (PostgreSQL's rules for copying a window).
+    fn resolve(&self, spec: &ast::WindowSpec, depth: usize) -> Result<ast::WindowSpec> {
+        let Some(base_name) = &spec.window_name else { return Ok(spec.clone()) };
+        let base = self.named_window(base_name, depth)?;
+        let name = &base_name.value;
+        if !spec.partition_by.is_empty() {
+            return Err(EngineError::Windowing(format!("cannot override PARTITION BY clause of window \"{name}\"")));
+        }
+        if !spec.order_by.is_empty() && !base.order_by.is_empty() {
+            return Err(EngineError::Windowing(format!("cannot override ORDER BY clause of window \"{name}\"")));
+        }
+        if base.window_frame.is_some() {
+            return Err(EngineError::Windowing(format!("cannot copy window \"{name}\" because it has a frame clause")));
+        }
+        let order_by = if spec.order_by.is_empty() { base.order_by } else { spec.order_by.clone() };
+        Ok(ast::WindowSpec { window_name: None, partition_by: base.partition_by, order_by, window_frame: spec.window_frame.clone() })
+    }
+
+    fn named_window(&self, name: &ast::Ident, depth: usize) -> Result<ast::WindowSpec> {
+        let wanted = crate::bind::identifier(name);
+        let definition = self
+            .named
+            .iter()
+            .find(|d| crate::bind::identifier(&d.0) == wanted)
+            .ok_or_else(|| EngineError::UnknownObject(format!("window \"{wanted}\" does not exist")))?;
+        if depth > self.named.len() {
+            return Err(EngineError::Windowing(format!("window \"{wanted}\" refers to itself")));
+        }
+        match &definition.1 {
+            ast::NamedWindowExpr::WindowSpec(spec) => self.resolve(spec, depth + 1),
+            ast::NamedWindowExpr::NamedWindow(other) => self.named_window(other, depth + 1),
+        }
+    }
+}
 
 impl ExprBinder<'_> {
     /// A window function call: recorded in the select list's calls, bound as their placeholder.
@@ -28,9 +74,11 @@ impl ExprBinder<'_> {
             return Err(EngineError::Windowing(format!("window function {name} is not allowed here")));
         };
         let spec = match &function.over {
-            Some(ast::WindowType::WindowSpec(spec)) if spec.window_name.is_none() => spec,
-            _ => return Err(EngineError::unsupported("named windows (OVER name, WINDOW clause)")),
+            Some(ast::WindowType::WindowSpec(spec)) => windows.resolve(spec, 0)?,
+            Some(ast::WindowType::NamedWindow(name)) => windows.named_window(name, 0)?,
+            None => return Err(EngineError::Syntax(format!("{name} without OVER"))),
         };
+        let spec = &spec;
         check_call_modifiers(function, &name)?;
         // Arguments and keys are bound like the select list (over the aggregate's output in an
         // aggregated query); a window call inside them is an error.
@@ -49,7 +97,7 @@ impl ExprBinder<'_> {
         let (function, args, data_type) = signature(&name, args, star)?;
         let frame = frame(spec.window_frame.as_ref())?;
         let call = WindowCall { function, args, partition, order, frame, data_type };
-        let mut calls = windows.borrow_mut();
+        let mut calls = windows.calls.borrow_mut();
         let index = match calls.iter().position(|c| *c == call) {
             Some(index) => index,
             None => {

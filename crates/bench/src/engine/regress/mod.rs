@@ -377,6 +377,55 @@ impl Variables {
     }
 }
 
+/// Errors that follow from an earlier refusal are refusals too (the statement was not run as
+/// written): a relation whose CREATE the engine refused, a transaction a refusal aborted.
+#[derive(Default)]
+struct Cascade {
+    refused_relations: std::collections::BTreeSet<String>,
+    aborted_by_refusal: bool,
+}
+
+impl Cascade {
+    fn follow(&mut self, sql: &str, theirs: &Answer, ours: &Answer, verdict: (Outcome, String)) -> (Outcome, String) {
+        let postgres_ok = !matches!(theirs, Answer::Error { .. } | Answer::Lost(_));
+        let (outcome, detail) = verdict;
+        let Answer::Error { code, message } = ours else {
+            self.aborted_by_refusal = false;
+            return (outcome, detail);
+        };
+        if code == compare::REFUSED {
+            self.aborted_by_refusal = true;
+            if postgres_ok {
+                self.refused_relations.extend(created_relation(sql));
+            }
+            return (outcome, detail);
+        }
+        if outcome != Outcome::Wrong || !postgres_ok {
+            self.aborted_by_refusal &= code == "25P02";
+            return (outcome, detail);
+        }
+        if code == "25P02" && self.aborted_by_refusal {
+            return (Outcome::Refused, "transaction aborted in the engine by an earlier refusal".into());
+        }
+        self.aborted_by_refusal = false;
+        let missing = self.refused_relations.iter().find(|r| message.contains(&format!("\"{r}\"")));
+        match (code.as_str(), missing) {
+            ("42P01", Some(relation)) => (Outcome::Refused, format!("needs {relation}, whose CREATE the engine refused")),
+            _ => (outcome, detail),
+        }
+    }
+}
+
+/// The relation `CREATE [TEMP] TABLE|VIEW [IF NOT EXISTS] name …` creates.
+fn created_relation(sql: &str) -> Option<String> {
+    let words = scope::words(sql);
+    if words.first().map(String::as_str) != Some("create") {
+        return None;
+    }
+    let kind = words.iter().position(|w| w == "table" || w == "view")?;
+    words[kind + 1..].iter().find(|w| !matches!(w.as_str(), "if" | "not" | "exists")).cloned()
+}
+
 fn is_query(sql: &str) -> bool {
     let first = scope::words(sql).into_iter().next().unwrap_or_default();
     matches!(first.as_str(), "select" | "with" | "values" | "table") || sql.trim_start().starts_with('(')
@@ -420,6 +469,7 @@ async fn run_file(
     };
     let mut variables = Variables::default();
     let mut defined = scope::Defined::default();
+    let mut cascade = Cascade::default();
     for item in script::split(text) {
         let (line, sql, outcome, detail) = match item {
             Item::Meta { command, line } => {
@@ -436,7 +486,8 @@ async fn run_file(
                             None => sql.clone(),
                         };
                         let (theirs, ours) = sessions.both(&sent).await?;
-                        let (outcome, detail) = compare::judge(&theirs, &ours, compare::ordered(&sql));
+                        let verdict = compare::judge(&theirs, &ours, compare::ordered(&sql));
+                        let (outcome, detail) = cascade.follow(&sql, &theirs, &ours, verdict);
                         (line, sql, outcome, detail)
                     }
                 }
@@ -470,6 +521,30 @@ mod tests {
         variables.meta("set regresslib :libdir '/regress' :dlsuffix", staged);
         assert_eq!(variables.substitute("COPY onek FROM :'filename'"), "COPY onek FROM '/tmp/staged/data/onek.data'");
         assert_eq!(variables.substitute("AS :'regresslib'"), "AS :'regresslib'", "an unknown variable stays");
+    }
+
+    // Goal: an error that follows from a refusal counts as refused, not wrong; method: a
+    // refused CREATE TEMP TABLE, then a query of that table and a statement in the aborted
+    // transaction.
+    #[test]
+    fn refusals_cascade() {
+        let mut cascade = Cascade::default();
+        let refused = Answer::Error { code: compare::REFUSED.into(), message: "CREATE TEMPORARY TABLE".into() };
+        let done = Answer::Done { count: 0 };
+        let verdict = compare::judge(&done, &refused, false);
+        assert_eq!(cascade.follow("create temp table foo (a int)", &done, &refused, verdict).0, Outcome::Refused);
+        let missing = Answer::Error { code: "42P01".into(), message: "relation \"foo\" does not exist".into() };
+        let rows = Answer::Rows { columns: 1, rows: Vec::new() };
+        let verdict = compare::judge(&rows, &missing, false);
+        assert_eq!(cascade.follow("select * from foo", &rows, &missing, verdict.clone()).0, Outcome::Refused);
+        let other = Answer::Error { code: "42P01".into(), message: "relation \"bar\" does not exist".into() };
+        let verdict = compare::judge(&rows, &other, false);
+        assert_eq!(cascade.follow("select * from bar", &rows, &other, verdict).0, Outcome::Wrong);
+        let verdict = compare::judge(&done, &refused, false);
+        cascade.follow("begin; create temp table t ()", &done, &refused, verdict);
+        let aborted = Answer::Error { code: "25P02".into(), message: "aborted".into() };
+        let verdict = compare::judge(&rows, &aborted, false);
+        assert_eq!(cascade.follow("select 1", &rows, &aborted, verdict).0, Outcome::Refused);
     }
 
     // Goal: every vendored file splits, and the setup file keeps its COPY statements in scope;

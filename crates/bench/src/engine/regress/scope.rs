@@ -7,13 +7,14 @@
 //! types, triggers, rules) and what uses them, system catalogs and system columns, and
 //! random values (PostgreSQL's generator cannot be matched).
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 
 /// Names the file defined with out-of-scope statements (functions, types, …): statements that
 /// use one are out of scope too.
 #[derive(Debug, Default)]
 pub struct Defined {
-    names: BTreeSet<String>,
+    /// Name → whether it is called (functions, aggregates, procedures: used as `name(`).
+    names: BTreeMap<String, bool>,
 }
 
 /// Settings that steer PostgreSQL's planner and executor (the answers do not depend on them).
@@ -125,7 +126,7 @@ impl Defined {
         if let Some(reason) = command_reason(first, second, words) {
             return Some(reason);
         }
-        if let Some(name) = words.iter().find(|w| self.names.contains(*w)) {
+        if let Some(name) = words.iter().find(|w| self.uses(sql, w)) {
             return Some(format!("uses {name}, defined by an out-of-scope statement"));
         }
         if let Some(word) = words.iter().find(|w| w.starts_with("pg_") && !matches!(w.as_str(), "pg_typeof" | "pg_temp")) {
@@ -159,7 +160,25 @@ impl Defined {
             name = words.get(kind + 2);
         }
         if let Some(name) = name.filter(|n| n.len() > 2 && !is_common_word(n)) {
-            self.names.insert(name.clone());
+            let called = matches!(words[kind].as_str(), "function" | "aggregate" | "procedure");
+            self.names.insert(name.clone(), called);
+        }
+    }
+
+    /// Whether `sql` uses the defined `word`: a call `word(` for functions (a function named
+    /// like a keyword, as window.sql's `unbounded`, leaves the keyword alone), any use else.
+    fn uses(&self, sql: &str, word: &str) -> bool {
+        match self.names.get(word) {
+            None => false,
+            Some(false) => true,
+            Some(true) => {
+                let lower = sql.to_ascii_lowercase();
+                lower.match_indices(word).any(|(at, _)| {
+                    let before = lower[..at].chars().next_back();
+                    let after = lower[at + word.len()..].trim_start().chars().next();
+                    !before.is_some_and(|c| c.is_alphanumeric() || c == '_') && after == Some('(')
+                })
+            }
         }
     }
 }
@@ -250,6 +269,10 @@ mod tests {
         let created = reason(&mut defined, "create function sillysrf(int) returns setof int as 'values (1)' language sql");
         assert!(created.is_some_and(|r| r.contains("function")));
         assert!(reason(&mut defined, "select * from sillysrf(42)").is_some_and(|r| r.contains("sillysrf")));
+        assert!(reason(&mut defined, "create function unbounded(x int) returns int language sql return x").is_some());
+        let frame = "select sum(a) over (rows between unbounded preceding and current row) from t";
+        assert_eq!(reason(&mut defined, frame), None, "the keyword is not a call of the function");
+        assert!(reason(&mut defined, "select sum(a) over (rows between unbounded(1) preceding) from t").is_some());
         assert!(reason(&mut defined, "select relname from pg_class").is_some_and(|r| r.contains("pg_class")));
         assert!(reason(&mut defined, "select ctid from t").is_some());
         assert!(reason(&mut defined, "select random() from t").is_some());
