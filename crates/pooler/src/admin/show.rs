@@ -166,33 +166,23 @@ const CONNECTION_COLUMNS: [&str; 18] = [
 
 /// Buffer columns SOCKETS adds (PgBouncer's socket buffer positions; NULL here: the relay's
 /// buffers are per task and not shared).
-const SOCKET_COLUMNS: [&str; 25] = [
-    "type",
-    "user",
-    "database",
-    "state",
-    "addr",
-    "port",
-    "local_addr",
-    "local_port",
-    "connect_time",
-    "request_time",
-    "wait",
-    "wait_us",
-    "close_needed",
-    "ptr",
-    "link",
-    "remote_pid",
-    "tls",
-    "application_name",
-    "recv_pos",
-    "pkt_pos",
-    "pkt_remain",
-    "send_pos",
-    "send_remain",
-    "pkt_avail",
-    "send_avail",
-];
+const BUFFER_COLUMNS: [&str; 7] =
+    ["recv_pos", "pkt_pos", "pkt_remain", "send_pos", "send_remain", "pkt_avail", "send_avail"];
+
+/// Columns of SOCKETS and ACTIVE_SOCKETS: a connection's columns, then its buffers'.
+const SOCKET_COLUMNS: [&str; 25] = {
+    let mut columns = [""; 25];
+    let mut i = 0;
+    while i < columns.len() {
+        columns[i] = if i < CONNECTION_COLUMNS.len() {
+            CONNECTION_COLUMNS[i]
+        } else {
+            BUFFER_COLUMNS[i - CONNECTION_COLUMNS.len()]
+        };
+        i += 1;
+    }
+    columns
+};
 
 /// One client as a CLIENTS row.
 fn client_row(entry: &CancelEntry) -> Vec<String> {
@@ -305,7 +295,7 @@ pub fn sockets(shared: &Shared, active_only: bool) -> Table {
     let mut push = |mut row: Vec<String>| {
         row[3] = format!("{}_{}", if row[0] == "C" { "cl" } else { "sv" }, row[3]);
         let mut cells: Vec<Option<String>> = row.into_iter().map(Some).collect();
-        cells.extend(std::iter::repeat_n(None, SOCKET_COLUMNS.len() - CONNECTION_COLUMNS.len()));
+        cells.extend(std::iter::repeat_n(None, BUFFER_COLUMNS.len()));
         rows.push(cells);
     };
     for entry in clients_sorted(shared) {
