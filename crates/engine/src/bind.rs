@@ -771,7 +771,9 @@ pub fn contains_subquery_ast(expr: &ast::Expr) -> bool {
 /// Whether an AST expression contains an aggregate call (outside subqueries). Iterative: the
 /// expression may be a left-deep chain as long as the statement.
 pub fn contains_aggregate(expr: &ast::Expr) -> bool {
-    contains_call(expr, &|f| f.over.is_none() && aggregate_function(&object_name(&f.name).unwrap_or_default()).is_some())
+    contains_call(expr, &|f| {
+        f.over.is_none() && aggregate_function(&object_name(&f.name).unwrap_or_default()).is_some()
+    })
 }
 
 /// Whether an AST expression contains a window function call (outside subqueries).

@@ -21,16 +21,16 @@ use crate::bind::{
 };
 use crate::decorrelate::{apply_subquery_joins, SubqueryJoin};
 use crate::error::{EngineError, Result};
+use crate::expr::BinaryOp;
 use crate::expr::{evaluate_constant, Expr};
 use crate::from::{with_outer, From};
 use crate::joins::{factor_or, split_conjuncts, Planned};
-use crate::expr::BinaryOp;
-use crate::window_bind::WindowContext;
 use crate::plan::{
     AggregateCall, Plan, SetOperator, SortKey, WindowCall, WindowFrame, WindowFunction, WINDOW_COLUMN_BASE,
 };
 use crate::storage::Catalog;
 use crate::types::{DataType, Value};
+use crate::window_bind::WindowContext;
 
 /// A bound query: its plan, output column names, and the enclosing row's columns its
 /// `Expr::Param`s stand for (empty unless correlated).
@@ -521,7 +521,9 @@ fn finish_select(
     let mut sort_keys = Vec::new();
     for (index, descending, nulls_first, hidden) in std::mem::take(&mut output.order_keys()) {
         if hidden.is_some() && distinct {
-            return Err(EngineError::Syntax("for SELECT DISTINCT, ORDER BY expressions must appear in select list".into()));
+            return Err(EngineError::Syntax(
+                "for SELECT DISTINCT, ORDER BY expressions must appear in select list".into(),
+            ));
         }
         sort_keys.push((output.column_of(index, hidden), descending, nulls_first));
     }

@@ -77,7 +77,11 @@ fn sort_rows(batch: &Batch, call: &WindowCall) -> Result<Sorted> {
         ..k.clone()
     }));
     let last = columns.len() - 1;
-    keys.push(SortKey { expr: Expr::Column { index: last, data_type: DataType::Int64 }, descending: false, nulls_first: false });
+    keys.push(SortKey {
+        expr: Expr::Column { index: last, data_type: DataType::Int64 },
+        descending: false,
+        nulls_first: false,
+    });
     let sorted = sort_batch(&Batch::new(columns, batch.rows), &keys, None)?;
     let rows: Vec<u32> = match &sorted.columns[last].data {
         Data::I64(values) => values.iter().map(|&v| v as u32).collect(),
@@ -132,7 +136,9 @@ impl Partition<'_> {
             FrameBound::Preceding(k) => (i + 1).saturating_sub(usize::try_from(k).unwrap_or(usize::MAX)),
             FrameBound::CurrentRow if frame.rows => i + 1,
             FrameBound::CurrentRow => peers.1,
-            FrameBound::Following(k) => i.saturating_add(usize::try_from(k).unwrap_or(usize::MAX)).saturating_add(1).min(n),
+            FrameBound::Following(k) => {
+                i.saturating_add(usize::try_from(k).unwrap_or(usize::MAX)).saturating_add(1).min(n)
+            }
             FrameBound::UnboundedFollowing => n,
         };
         (start, end.max(start))

@@ -16,7 +16,9 @@ use crate::bind::{
 };
 use crate::error::{EngineError, Result};
 use crate::expr::{evaluate_constant, Expr};
-use crate::plan::{AggregateFunction, FrameBound, SortKey, WindowCall, WindowFrame, WindowFunction, WINDOW_COLUMN_BASE};
+use crate::plan::{
+    AggregateFunction, FrameBound, SortKey, WindowCall, WindowFrame, WindowFunction, WINDOW_COLUMN_BASE,
+};
 use crate::types::{DataType, Value};
 
 /// A select list's window calls and the block's named windows (its WINDOW clause).
@@ -42,7 +44,12 @@ impl WindowContext<'_> {
             return Err(EngineError::Windowing(format!("cannot copy window \"{name}\" because it has a frame clause")));
         }
         let order_by = if spec.order_by.is_empty() { base.order_by } else { spec.order_by.clone() };
-        Ok(ast::WindowSpec { window_name: None, partition_by: base.partition_by, order_by, window_frame: spec.window_frame.clone() })
+        Ok(ast::WindowSpec {
+            window_name: None,
+            partition_by: base.partition_by,
+            order_by,
+            window_frame: spec.window_frame.clone(),
+        })
     }
 
     fn named_window(&self, name: &ast::Ident, depth: usize) -> Result<ast::WindowSpec> {

@@ -6,10 +6,18 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, PartialEq)]
 pub enum Answer {
     /// A row set: column count and rows (None = NULL).
-    Rows { columns: usize, rows: Vec<Vec<Option<String>>> },
+    Rows {
+        columns: usize,
+        rows: Vec<Vec<Option<String>>>,
+    },
     /// A command without rows and the row count of its tag.
-    Done { count: u64 },
-    Error { code: String, message: String },
+    Done {
+        count: u64,
+    },
+    Error {
+        code: String,
+        message: String,
+    },
     /// No answer: the connection broke or the client's deadline passed.
     Lost(String),
 }
@@ -40,7 +48,9 @@ const RELATIVE_TOLERANCE: f64 = 1e-9;
 pub fn judge(postgres: &Answer, engine: &Answer, ordered: bool) -> (Outcome, String) {
     let postgres_refused = matches!(postgres, Answer::Error { code, .. } if code == REFUSED);
     match (postgres, engine) {
-        (_, Answer::Error { code, message }) if code == REFUSED && !postgres_refused => (Outcome::Refused, message.clone()),
+        (_, Answer::Error { code, message }) if code == REFUSED && !postgres_refused => {
+            (Outcome::Refused, message.clone())
+        }
         (_, Answer::Lost(why)) => (Outcome::Wrong, format!("no answer from the engine: {why}")),
         (Answer::Lost(why), _) => (Outcome::Wrong, format!("no answer from PostgreSQL: {why}")),
         (Answer::Error { code: theirs, message }, Answer::Error { code: ours, message: our_message }) => {

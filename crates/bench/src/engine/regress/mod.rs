@@ -410,7 +410,9 @@ impl Cascade {
         self.aborted_by_refusal = false;
         let missing = self.refused_relations.iter().find(|r| message.contains(&format!("\"{r}\"")));
         match (code.as_str(), missing) {
-            ("42P01", Some(relation)) => (Outcome::Refused, format!("needs {relation}, whose CREATE the engine refused")),
+            ("42P01", Some(relation)) => {
+                (Outcome::Refused, format!("needs {relation}, whose CREATE the engine refused"))
+            }
             _ => (outcome, detail),
         }
     }

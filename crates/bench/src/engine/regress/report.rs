@@ -83,7 +83,10 @@ pub fn markdown(report: &RegressReport) -> String {
          types and what uses them, system catalogs and columns, random values), never sent, each with its reason \
          below. Share = matched / in scope.\n"
     );
-    let _ = writeln!(out, "| file | statements | out of scope | in scope | matched | refused | wrong | share | queries matched |");
+    let _ = writeln!(
+        out,
+        "| file | statements | out of scope | in scope | matched | refused | wrong | share | queries matched |"
+    );
     let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|");
     for file in report.files.iter().filter(|f| !f.setup) {
         tally_row(&mut out, &format!("{}.sql", file.file), &file.all, &file.queries);
@@ -124,6 +127,9 @@ fn reasons_markdown(out: &mut String, report: &RegressReport) {
     let _ = writeln!(out, "\nEvery statement's verdict, line and detail is in engine-regress.json.");
 }
 
+/// A segment of the stacked bars: label, colour and the count it shows.
+type BarPart = (&'static str, RGBColor, fn(&Tally) -> usize);
+
 /// One horizontal stacked bar per file: matched, wrong, refused, out of scope.
 pub fn plot(report: &RegressReport, path: &Path) -> anyhow::Result<()> {
     register_font()?;
@@ -157,7 +163,7 @@ pub fn plot(report: &RegressReport, path: &Path) -> anyhow::Result<()> {
         .x_desc("statements")
         .draw()
         .map_err(plot_error)?;
-    let parts: [(&str, RGBColor, fn(&Tally) -> usize); 4] = [
+    let parts: [BarPart; 4] = [
         ("matched", GREEN, |t| t.matched),
         ("wrong", RED, |t| t.wrong),
         ("refused (0A000)", RGBColor(255, 165, 0), |t| t.refused),

@@ -129,7 +129,9 @@ impl Defined {
         if let Some(name) = words.iter().find(|w| self.uses(sql, w)) {
             return Some(format!("uses {name}, defined by an out-of-scope statement"));
         }
-        if let Some(word) = words.iter().find(|w| w.starts_with("pg_") && !matches!(w.as_str(), "pg_typeof" | "pg_temp")) {
+        if let Some(word) =
+            words.iter().find(|w| w.starts_with("pg_") && !matches!(w.as_str(), "pg_typeof" | "pg_temp"))
+        {
             return Some(format!("system catalog or function ({word})"));
         }
         let system_columns = ["ctid", "xmin", "xmax", "cmin", "cmax", "tableoid", "regclass", "regproc", "regtype"];
@@ -186,7 +188,10 @@ impl Defined {
 /// Words too common to mark every later statement that contains them (`create type` of a
 /// builtin-looking name would otherwise swallow the file).
 fn is_common_word(word: &str) -> bool {
-    matches!(word, "class" | "family" | "if" | "not" | "exists" | "or" | "replace" | "as" | "for" | "int4" | "text" | "int8")
+    matches!(
+        word,
+        "class" | "family" | "if" | "not" | "exists" | "or" | "replace" | "as" | "for" | "int4" | "text" | "int8"
+    )
 }
 
 fn command_reason(first: &str, second: &str, words: &[String]) -> Option<String> {
@@ -221,7 +226,10 @@ fn command_reason(first: &str, second: &str, words: &[String]) -> Option<String>
             return Some(format!("server-side code or type extension ({} {kind})", first.to_uppercase()));
         }
     }
-    if first == "set" && matches!(second, "role" | "session") && words.iter().any(|w| w == "authorization" || w == "role") {
+    if first == "set"
+        && matches!(second, "role" | "session")
+        && words.iter().any(|w| w == "authorization" || w == "role")
+    {
         return Some("roles and privileges".into());
     }
     None
@@ -266,7 +274,8 @@ mod tests {
         assert!(reason(&mut defined, "explain (costs off) select 1").is_some_and(|r| r.contains("EXPLAIN")));
         assert!(reason(&mut defined, "create unique index i on t (a)").is_some_and(|r| r.contains("index")));
         assert!(reason(&mut defined, "VACUUM ANALYZE onek").is_some());
-        let created = reason(&mut defined, "create function sillysrf(int) returns setof int as 'values (1)' language sql");
+        let created =
+            reason(&mut defined, "create function sillysrf(int) returns setof int as 'values (1)' language sql");
         assert!(created.is_some_and(|r| r.contains("function")));
         assert!(reason(&mut defined, "select * from sillysrf(42)").is_some_and(|r| r.contains("sillysrf")));
         assert!(reason(&mut defined, "create function unbounded(x int) returns int language sql return x").is_some());

@@ -145,7 +145,10 @@ impl<'a> Splitter<'a> {
     /// A keyword or identifier: tracks `BEGIN ATOMIC … END` of CREATE FUNCTION / PROCEDURE.
     fn word(&mut self) {
         let end = self.at
-            + self.bytes[self.at..].iter().take_while(|b| b.is_ascii_alphanumeric() || **b == b'_' || **b == b'$').count();
+            + self.bytes[self.at..]
+                .iter()
+                .take_while(|b| b.is_ascii_alphanumeric() || **b == b'_' || **b == b'$')
+                .count();
         if self.at > 0 && (self.bytes[self.at - 1].is_ascii_alphanumeric() || self.bytes[self.at - 1] == b'_') {
             self.at = end;
             return;
