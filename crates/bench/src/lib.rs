@@ -14,8 +14,10 @@
 //!   pooler::run ──┐                 ┌─► contender (testkit PgBouncer / bypass child / nothing)
 //!   fastpath::run ┴─► pooler::drive ┼─► pgbench (spawn, -P 1 progress ─► cpu::Probe snapshots)
 //!                        │          │   pgbench_log (per-transaction latencies) ─► stats
+//!                        │          ├─► or bypass_lab::epoll_loadgen in-process (snapshots at its
+//!                        │          │   window's edges, its threads' CPU clocks): --generator
 //!                        │          └─► bpf_stats (bpftool before/after a kernel run)
-//!                        └─ Document (pooler Results / FastpathResults) ─► <name>.json/.md/.png
+//!                        └─ Document (pooler Results / FastpathDocument) ─► <name>.json/.md/.png
 //! ```
 //!
 //! Invariants:

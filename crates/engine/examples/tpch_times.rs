@@ -1,4 +1,6 @@
 //! Quick TPC-H timing probe: `cargo run --release -p bypass-engine --example tpch_times -- SF [tier] [runtime]`.
+//! `TPCH_QUERIES=4,21` runs only those queries; `TPCH_RUNS=n` times each n times (default 5,
+//! the best is printed).
 
 // The engine's global allocator is mimalloc (NautDB's workload-specific allocator); the
 // `bypass` binary enables the feature `global-mimalloc`; this stand-alone binary sets it unless
@@ -25,10 +27,18 @@ fn main() -> anyhow::Result<()> {
     let started = Instant::now();
     tpch::load(&engine, sf)?;
     println!("load SF {sf}: {:.2} s", started.elapsed().as_secs_f64());
+    let only: Option<Vec<u8>> = std::env::var("TPCH_QUERIES")
+        .ok()
+        .map(|list| list.split(',').map(|q| q.trim().parse()).collect::<Result<_, _>>())
+        .transpose()?;
+    let runs: usize = std::env::var("TPCH_RUNS").map_or(Ok(5), |r| r.parse())?;
     for q in tpch::SUPPORTED_QUERIES {
+        if only.as_ref().is_some_and(|only| !only.contains(&q)) {
+            continue;
+        }
         let sql = tpch::query(q).expect("supported");
         let mut best = f64::MAX;
-        for _ in 0..5 {
+        for _ in 0..runs {
             let started = Instant::now();
             engine.query(sql)?;
             best = best.min(started.elapsed().as_secs_f64() * 1000.0);

@@ -53,14 +53,25 @@ fn render(
         Plan::HashJoin { kind, probe, build, probe_keys, build_keys, residual } => {
             let keys: Vec<String> = probe_keys.iter().zip(build_keys).map(|(p, b)| format!("{p}={b}")).collect();
             let residual = residual.as_ref().map_or(String::new(), |r| format!(" residual={r}"));
+            let plan_kind = *kind;
             let kind = match kind {
                 JoinKind::Inner => "Inner",
                 JoinKind::Left => "Left",
                 JoinKind::Semi => "Semi",
                 JoinKind::Anti => "Anti",
                 JoinKind::NullAwareAnti => "NullAwareAnti",
+                JoinKind::RightSemi => "RightSemi",
+                JoinKind::RightAnti => "RightAnti",
             };
             lines.push(tag(format!("HashJoin {kind} probe [{}]{residual}", keys.join(", "))));
+            if plan_kind.emits_build_rows() {
+                // A breaker: the build side is hashed, the probe side streams to mark its rows.
+                lines.push(format!("{indent}  build side (breaker):"));
+                render(build, tier, depth + 2, next, None, lines);
+                lines.push(format!("{indent}  probe side (marks build rows):"));
+                render(probe, tier, depth + 2, next, None, lines);
+                return;
+            }
             render(probe, tier, depth + 1, next, Some((pipeline_id, pipeline_tier)), lines);
             lines.push(format!("{indent}  build side (breaker):"));
             render(build, tier, depth + 2, next, None, lines);

@@ -164,7 +164,8 @@ pub fn estimate_rows(plan: &Plan) -> f64 {
         Plan::Project { input, .. } => estimate_rows(input),
         Plan::HashJoin { kind, probe, build, .. } => match kind {
             JoinKind::Inner | JoinKind::Left => estimate_rows(probe).max(estimate_rows(build)),
-            _ => (estimate_rows(probe) / 2.0).max(1.0),
+            JoinKind::RightSemi | JoinKind::RightAnti => (estimate_rows(build) / 2.0).max(1.0),
+            JoinKind::Semi | JoinKind::Anti | JoinKind::NullAwareAnti => (estimate_rows(probe) / 2.0).max(1.0),
         },
         Plan::Aggregate { input, groups, .. } => {
             let rows = estimate_rows(input);

@@ -15,6 +15,18 @@ pub enum JoinKind {
     /// `x NOT IN (subquery)`: like Anti, but a NULL on either side makes the row unknown
     /// (dropped), as SQL's three-valued logic demands.
     NullAwareAnti,
+    /// The build rows some probe row matches (EXISTS with the small outer side hashed and the
+    /// subquery's rows streamed through it). Output: build columns only.
+    RightSemi,
+    /// The build rows no probe row matches (NOT EXISTS, hashed the same way).
+    RightAnti,
+}
+
+impl JoinKind {
+    /// Whether the join outputs build rows only (the probe side streams to mark them).
+    pub fn emits_build_rows(self) -> bool {
+        matches!(self, JoinKind::RightSemi | JoinKind::RightAnti)
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -141,7 +153,8 @@ pub enum Plan {
         exprs: Vec<Expr>,
     },
     /// Hash join: `build` is hashed, `probe` streams. Output: probe columns then build columns
-    /// (semi/anti: probe columns only). `residual` sees probe ++ build columns.
+    /// (semi/anti: probe columns only; right semi/anti: build columns only). `residual` sees
+    /// probe ++ build columns.
     HashJoin {
         kind: JoinKind,
         probe: Box<Plan>,
@@ -191,13 +204,11 @@ impl Plan {
             Plan::Filter { input, .. } | Plan::Sort { input, .. } | Plan::Limit { input, .. } => input.output_types(),
             Plan::SetOperation { left, .. } => left.output_types(),
             Plan::Project { exprs, .. } => exprs.iter().map(Expr::data_type).collect(),
-            Plan::HashJoin { kind, probe, build, .. } => {
-                let mut types = probe.output_types();
-                if matches!(kind, JoinKind::Inner | JoinKind::Left) {
-                    types.extend(build.output_types());
-                }
-                types
-            }
+            Plan::HashJoin { kind, probe, build, .. } => match kind {
+                JoinKind::Inner | JoinKind::Left => [probe.output_types(), build.output_types()].concat(),
+                JoinKind::RightSemi | JoinKind::RightAnti => build.output_types(),
+                JoinKind::Semi | JoinKind::Anti | JoinKind::NullAwareAnti => probe.output_types(),
+            },
             Plan::Aggregate { groups, aggregates, .. } => {
                 groups.iter().map(Expr::data_type).chain(aggregates.iter().map(|a| a.data_type)).collect()
             }

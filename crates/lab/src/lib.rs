@@ -6,9 +6,12 @@
 //!   loadgen::run ── clients in their namespaces ── pgclient::PgConnection ── payload::query
 //!                                                   (sans-I/O login from bypass-dispatch)
 //!                                                   payload::Verifier checks every byte back
+//!   epoll_loadgen::run ── thousands of clients on a few epoll threads, closed loop of simple
+//!                         queries (SELECT 1, a weighted keyed mix), latency, TPS, its own CPU
 //! ```
 //!
-//! Used by `bypass lab`, `bypass bench dispatch` (crates/bench) and the dispatcher's lab tests.
+//! Used by `bypass lab`, `bypass bench dispatch` (crates/bench) and the dispatcher's lab tests;
+//! `epoll_loadgen` by `bypass bench fastpath --generator epoll`.
 //! Entering a namespace (`bypass_dispatch::netns`) stays in the product: `bypass dispatch serve
 //! --namespace` and `bypass agent --namespace` need it.
 //!
@@ -18,6 +21,7 @@
 //! - The load generator verifies every answer it receives (`payload::Verifier`): a wrong byte is
 //!   an error, never a fast result.
 
+pub mod epoll_loadgen;
 pub mod lab;
 pub mod loadgen;
 pub mod payload;

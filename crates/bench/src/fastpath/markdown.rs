@@ -1,22 +1,41 @@
-//! `fastpath.md`: the header and per-workload tables of the shared document, then both "Done
-//! when" tables, the added latency at 1 and 10 clients, CPU per transaction without the load
-//! generator, the BPF cost and byte shares per cell, and the mirroring table. Pure: results in,
-//! text out.
+//! `fastpath.md`: the header, then per load generator its method, both "Done when" tables, the
+//! added latency at 1 and 10 clients, the per-workload tables of the shared document, CPU per
+//! transaction without the load generator, the BPF cost and byte shares per cell, and the
+//! mirroring table; every heading names its generator. Pure: results in, text out.
 
 use std::fmt::Write as _;
 
-use super::report::{FastpathResults, Target, TARGET_CLIENTS, TARGET_WORKLOAD};
+use super::report::{FastpathDocument, FastpathResults, Target, TARGET_CLIENTS, TARGET_WORKLOAD};
 use super::{ADDED_LATENCY_CLIENTS, ADDED_LATENCY_WORKLOAD, MIRROR_WORKLOAD};
 use crate::bpf_stats::PROGRAM_NAMES;
 use crate::pooler::markdown::{decimal, errors, header, percent, thousands, times, workload_tables};
-use crate::pooler::Contender;
+use crate::pooler::{epoll_run, Contender, Generator};
 
 const TITLE: &str = "Kernel fast path benchmark: direct PostgreSQL vs PgBouncer vs Bypass (user and kernel)";
 
-/// Renders the whole document.
-pub fn render(results: &FastpathResults) -> String {
+/// Renders the whole document: the header once, then one part per load generator.
+pub fn render_document(document: &FastpathDocument) -> String {
+    let Some(first) = document.generators.first() else {
+        return String::new();
+    };
+    let mut out = header(&first.base, TITLE);
+    let _ = writeln!(out, "YCSB-like workloads: {}.\n", first.base.settings.ycsb);
+    for section in &document.generators {
+        out.push_str(&section_text(section));
+    }
+    out
+}
+
+/// Renders one generator's part with the header, as a document of one generator would be.
+#[cfg(test)]
+fn render(results: &FastpathResults) -> String {
     let mut out = header(&results.base, TITLE);
     let _ = writeln!(out, "YCSB-like workloads: {}.\n", results.base.settings.ycsb);
+    out + &section_text(results)
+}
+
+fn section_text(results: &FastpathResults) -> String {
+    let mut out = generator_method(results);
     out.push_str(&done_when(results));
     out.push_str(&done_when_kernel(results));
     out.push_str(&added_latency(results));
@@ -28,23 +47,53 @@ pub fn render(results: &FastpathResults) -> String {
     out
 }
 
+/// `## <title> — <generator>`: every table says which load generator measured it.
+fn heading(results: &FastpathResults, title: &str) -> String {
+    format!("## {title} — {}\n\n", results.base.generator.label())
+}
+
+/// How this part's load generator drove the clients.
+fn generator_method(results: &FastpathResults) -> String {
+    let settings = &results.base.settings;
+    let method = match results.base.generator {
+        Generator::Pgbench => format!(
+            "pgbench `-M simple -j {} -T {}` in its own process; latencies from its per-transaction log; its own CPU \
+             is its process's, and grows with the sockets each of its threads polls.",
+            settings.pgbench_threads, settings.duration_s
+        ),
+        Generator::Epoll => format!(
+            "The epoll generator of `bypass-lab` in the benchmark's process: {} threads, each with one epoll \
+             instance over its share of the clients, a closed loop of simple-protocol queries with the same SQL, \
+             weights and zipfian keys as the pgbench scripts. After every client logged in: {} s of warm-up, then \
+             a {} s window; TPS and latencies over the window (every successful transaction, HDR histogram, 3 \
+             significant digits); system-wide CPU from /proc snapshots at the window's edges; the generator's own \
+             CPU from its threads' CPU clocks (user + system). select-only, simple-update and mirroring run with \
+             pgbench only.",
+            settings.pgbench_threads,
+            epoll_run::WARMUP.as_secs(),
+            epoll_run::window(settings.duration_s).as_secs()
+        ),
+    };
+    format!("# Load generator: {}\n\n{method}\n\n", results.base.generator.label())
+}
+
 fn done_when(results: &FastpathResults) -> String {
-    let text = format!(
-        "## Done when (issue 4)\n\nTargets at {} clients on {} (Tigger's published deltas) and the added \
+    let text = heading(results, "Done when (issue 4)")
+        + &format!(
+            "Targets at {} clients on {} (Tigger's published deltas) and the added \
          latency and mirroring limits; measured in this run.\n\n",
-        thousands(f64::from(TARGET_CLIENTS)),
-        TARGET_WORKLOAD.name()
-    );
+            thousands(f64::from(TARGET_CLIENTS)),
+            TARGET_WORKLOAD.name()
+        );
     text + &target_table(&results.done_when)
 }
 
 fn done_when_kernel(results: &FastpathResults) -> String {
-    let text = String::from(
-        "## Done when (issue 24)\n\nThe kernel path against Bypass in user space (select1 and ycsb-b at 10, 50, \
-         1,000 and 10,000 clients), the share of request and answer bytes the kernel carried (1,000 and 10,000 \
-         clients), the added latency at 1 client against PgBouncer's, and CPU per transaction without pgbench's \
-         own; only the cells this run measured are listed.\n\n",
-    );
+    let text = heading(results, "Done when (issue 24)")
+        + "The kernel path against Bypass in user space (select1 and ycsb-b at 10, 50, 1,000 and 10,000 clients), \
+           the share of request and answer bytes the kernel carried (1,000 and 10,000 clients), the added latency \
+           at 1 client against PgBouncer's, and CPU per transaction without the load generator's own; only the \
+           cells this run measured are listed.\n\n";
     text + &target_table(&results.done_when_kernel)
 }
 
@@ -66,15 +115,19 @@ fn added_latency(results: &FastpathResults) -> String {
     if results.added_latency.is_empty() {
         return String::new();
     }
-    let mut text = format!(
-        "## Added latency at {} clients ({})\n\nAt 1 client every query waits for the previous one: the difference \
+    let title = format!(
+        "Added latency at {} clients ({})",
+        ADDED_LATENCY_CLIENTS.map(|clients| clients.to_string()).join(" and "),
+        ADDED_LATENCY_WORKLOAD.name()
+    );
+    let mut text = heading(results, &title)
+        + &format!(
+            "At 1 client every query waits for the previous one: the difference \
          from direct PostgreSQL is what the pooler adds to each round trip. At 10 clients no client waits for a \
          server (pool of {}).\n\n| clients | contender | mean (ms) | p50 (ms) | added mean (µs) | added p50 (µs) |\n\
          |---:|---|---:|---:|---:|---:|\n",
-        ADDED_LATENCY_CLIENTS.map(|clients| clients.to_string()).join(" and "),
-        ADDED_LATENCY_WORKLOAD.name(),
-        results.base.settings.pool_size
-    );
+            results.base.settings.pool_size
+        );
     for row in &results.added_latency {
         let _ = writeln!(
             text,
@@ -98,12 +151,17 @@ fn cpu_without_generator(results: &FastpathResults) -> String {
     let pool_size = base.settings.pool_size;
     let contenders = [Contender::Pgbouncer, Contender::Pgbouncer2, Contender::Bypass, Contender::BypassKernel];
     let contenders: Vec<Contender> = contenders.into_iter().filter(|c| base.contenders.contains(c)).collect();
-    let mut text = format!(
-        "## CPU per transaction without the load generator\n\nSystem-wide busy CPU-µs per transaction minus \
-         pgbench's own (pgbench runs on the same 2 cores, and its cost grows with the sockets it polls): what \
-         PostgreSQL, the pooler and the kernel work for them cost. Direct PostgreSQL runs {pool_size} clients, \
-         as many as the pools have servers.\n\n| workload | direct ({pool_size} clients) | clients |"
-    );
+    let own = match base.generator {
+        Generator::Pgbench => "pgbench's process, whose cost grows with the sockets it polls",
+        Generator::Epoll => "the epoll generator's threads, by their CPU clocks",
+    };
+    let mut text = heading(results, "CPU per transaction without the load generator")
+        + &format!(
+            "System-wide busy CPU-µs per transaction minus the load generator's own ({own}; it runs on the same 2 \
+             cores): what PostgreSQL, the pooler and the kernel work for them cost. Direct PostgreSQL runs \
+             {pool_size} clients, as many as the pools have servers.\n\n| workload | direct ({pool_size} clients) \
+             | clients |"
+        );
     for contender in &contenders {
         let _ = write!(text, " {} |", contender.label());
     }
@@ -142,16 +200,15 @@ fn bpf_table(results: &FastpathResults) -> String {
     if kernel_cells.is_empty() {
         return String::new();
     }
-    let mut text = String::from(
-        "## BPF cost (Bypass kernel)\n\nFrom BPF run-time statistics, on for the benchmark (a `BPF_ENABLE_STATS` \
+    let mut text = heading(results, "BPF cost (Bypass kernel)")
+        + "From BPF run-time statistics, on for the benchmark (a `BPF_ENABLE_STATS` \
          descriptor: what `kernel.bpf_stats_enabled=1` does, without touching the shared sysctl): run_time_ns \
-         ÷ run_cnt of each verdict program between bpftool reads before and after pgbench, and both programs' run \
-         time ÷ transactions pgbench completed. Kernel counters from the `fp_counters` map: transactions whose \
+         ÷ run_cnt of each verdict program between bpftool reads before and after the load generator ran, and \
+         both programs' run time ÷ transactions it completed. Kernel counters from the `fp_counters` map: transactions whose \
          server the kernel released ÷ transactions completed, and passes to user space per transaction; from \
          `fp_pool_counts`: request (client→server) and answer bytes the kernel forwarded ÷ all it saw (the \
          rest went through user space).\n\n\
-         | workload | clients | contender |",
-    );
+         | workload | clients | contender |";
     for name in PROGRAM_NAMES {
         let _ = write!(text, " {name} ns/run |");
     }
@@ -201,15 +258,19 @@ fn share(fraction: Option<f64>) -> String {
 }
 
 fn mirroring(results: &FastpathResults) -> String {
-    if !results.mirroring_requested {
-        return "## Mirroring\n\nNot measured in this run (`--mirroring` runs it).\n\n".to_string();
+    if results.base.generator != Generator::Pgbench {
+        return String::new();
     }
-    let mut text = format!(
-        "## Mirroring ({}; every query of `postgres` also sent to `shadow`, replies dropped)\n\n\
-         | mode | clients | TPS without / with | mean without / with (ms) | p99 without / with (ms) | mean with ÷ without | p99 with ÷ without |\n\
-         |---|---:|---|---|---|---:|---:|\n",
+    if !results.mirroring_requested {
+        return heading(results, "Mirroring") + "Not measured in this run (`--mirroring` runs it).\n\n";
+    }
+    let title = format!(
+        "Mirroring ({}; every query of `postgres` also sent to `shadow`, replies dropped)",
         MIRROR_WORKLOAD.name()
     );
+    let mut text = heading(results, &title)
+        + "| mode | clients | TPS without / with | mean without / with (ms) | p99 without / with (ms) | mean with ÷ without | p99 with ÷ without |\n\
+         |---|---:|---|---|---|---:|---:|\n";
     for row in &results.mirroring {
         let mode = if row.mode == "kernel" { Contender::BypassKernel.label() } else { Contender::Bypass.label() };
         let tps = |value: Option<f64>| value.map_or("—".to_string(), thousands);
@@ -236,7 +297,7 @@ fn mirroring(results: &FastpathResults) -> String {
 mod tests {
     use super::*;
     use crate::fastpath::report::tests::{fastpath_results, with_mean};
-    use crate::pooler::Workload;
+    use crate::pooler::{Document, Workload};
 
     // Goal: the document has the kernel ratio columns, the Done-when verdicts, the added latency,
     // BPF and mirroring sections filled from the runs; method: render synthetic results.
@@ -312,5 +373,31 @@ mod tests {
         assert!(text.contains("| Bypass kernel (kernel mirroring) | 100 | — / — |"), "{text}");
         let plain = render(&fastpath_results(Vec::new(), false));
         assert!(plain.contains("Not measured in this run (`--mirroring` runs it)."), "{plain}");
+    }
+
+    // Goal: with `--generator both` each generator's runs land in its own part and every part's
+    // tables name it (mirroring only with pgbench); method: one run of each into a document.
+    #[test]
+    fn document_keeps_generators_apart() {
+        let args = crate::fastpath::tests::parse(&["--generator", "both", "--workloads", "select1,select-only"]);
+        let mut base = crate::pooler::report::tests::sample_results(Vec::new());
+        base.workloads = args.workloads.clone();
+        let mut document = FastpathDocument::new(base, &args);
+        let mut epoll = crate::pooler::report::tests::run(Workload::Select1, 1000, Contender::Bypass, 30_000.0, 3.0);
+        epoll.generator = Generator::Epoll;
+        document.push(crate::pooler::report::tests::run(Workload::Select1, 1000, Contender::Bypass, 20_000.0, 4.0));
+        document.push(epoll);
+        let [pgbench, epoll] = &document.generators[..] else { panic!("two parts") };
+        assert_eq!((pgbench.base.runs.len(), pgbench.base.cells[0].tps), (1, Some(20_000.0)));
+        assert_eq!((epoll.base.runs.len(), epoll.base.cells[0].tps), (1, Some(30_000.0)));
+        assert_eq!(epoll.base.workloads, vec![Workload::Select1], "select-only runs with pgbench only");
+        let text = render_document(&document);
+        assert_eq!(text.matches("# Kernel fast path benchmark").count(), 1, "{text}");
+        assert!(text.contains("# Load generator: pgbench\n"), "{text}");
+        assert!(text.contains("# Load generator: epoll generator\n"), "{text}");
+        assert!(text.contains("## select1 — `SELECT 1;` script, -M simple — epoll generator"), "{text}");
+        assert!(text.contains("## select-only — pgbench -S"), "{text}");
+        assert!(text.contains("## CPU per transaction without the load generator — epoll generator"), "{text}");
+        assert_eq!(text.matches("## Mirroring").count(), 1, "{text}");
     }
 }

@@ -15,7 +15,10 @@
 //!        + direct:        workloads × pool-size clients (CPU per transaction without a pooler)
 //!        + --mirroring:   simple-update × {10, 100} × {Bypass, + mirror, Bypass kernel, + mirror}
 //!        (a run already in the plan is not repeated)
-//!   drive(plan) ─► FastpathResults ─► fastpath.json / fastpath.md / fastpath.png after every run
+//!   × --generator: the plan with pgbench, then the same with the epoll generator (select1 and
+//!        ycsb-* only; its cost per transaction does not grow with the clients as pgbench's does)
+//!   drive(plan) ─► FastpathDocument (one FastpathResults per generator)
+//!               ─► fastpath.json / fastpath.md / fastpath.png after every run
 //! ```
 //!
 //! PostgreSQL gets max_connections 150 so that 100 direct clients fit with headroom; the poolers
@@ -31,8 +34,8 @@ use anyhow::{bail, Result};
 
 use crate::pooler::measure::RunSpec;
 use crate::pooler::report::{Matrix, Results};
-use crate::pooler::{self, Contender, Setup, Workload};
-use report::FastpathResults;
+use crate::pooler::{self, Contender, Generator, Setup, Workload};
+use report::FastpathDocument;
 
 /// PostgreSQL settings of `bench fastpath`: room for 100 direct clients plus headroom, and
 /// shared_buffers that hold pgbench's scale-10 tables and the YCSB table of both databases.
@@ -101,9 +104,32 @@ pub struct FastpathBenchArgs {
     /// Server connections per pool, the same for every pooler.
     #[arg(long, default_value_t = 20)]
     pub pool_size: u32,
-    /// pgbench threads (-j), capped at the client count.
+    /// pgbench threads (-j), capped at the client count; also the epoll generator's threads.
     #[arg(long, default_value_t = 2)]
     pub threads: u32,
+    /// The load generator: pgbench, epoll (the epoll generator of bypass-lab, whose cost per
+    /// transaction does not grow with the clients; select1 and ycsb-* only) or both (every run
+    /// of the plan with pgbench, then the same with epoll; one set of tables per generator).
+    #[arg(long, value_enum, default_value = "pgbench")]
+    pub generator: GeneratorChoice,
+}
+
+/// `--generator`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum GeneratorChoice {
+    Pgbench,
+    Epoll,
+    Both,
+}
+
+impl GeneratorChoice {
+    pub fn generators(self) -> Vec<Generator> {
+        match self {
+            GeneratorChoice::Pgbench => vec![Generator::Pgbench],
+            GeneratorChoice::Epoll => vec![Generator::Epoll],
+            GeneratorChoice::Both => vec![Generator::Pgbench, Generator::Epoll],
+        }
+    }
 }
 
 /// Runs the benchmark and writes its results under `args.out`.
@@ -117,7 +143,7 @@ pub fn run(args: FastpathBenchArgs, bypass_exe: &Path) -> Result<()> {
     }
     pooler::drive(&setup, &plan, bypass_exe, &args.out, |postgres, load_average| {
         let base = Results::new(&setup, matrix(&args), postgres, bypass_exe, load_average)?;
-        Ok(FastpathResults::new(base, &args))
+        Ok(FastpathDocument::new(base, &args))
     })
 }
 
@@ -155,6 +181,9 @@ fn validated(mut args: FastpathBenchArgs) -> Result<FastpathBenchArgs> {
     if args.clients.is_empty() || args.workloads.is_empty() || args.contenders.is_empty() {
         bail!("--clients, --workloads and --contenders must each name at least one value");
     }
+    if args.generator == GeneratorChoice::Epoll && !args.workloads.iter().any(|&w| Generator::Epoll.runs(w)) {
+        bail!("the epoll generator runs select1 and ycsb-* only: name one of them in --workloads");
+    }
     if args.mirroring && args.mirror_clients.is_empty() {
         bail!("--mirror-clients must name at least one count with --mirroring");
     }
@@ -167,9 +196,21 @@ fn validated(mut args: FastpathBenchArgs) -> Result<FastpathBenchArgs> {
     Ok(args)
 }
 
-/// Every run in execution order: the added-latency runs, the matrix, then the mirroring runs;
-/// a run already planned (same workload, clients, contender, repetition) is not repeated.
+/// Every run in execution order: the plan of one generator (see [`generator_plan`]) for each
+/// generator chosen, keeping the workloads that generator runs.
 fn plan(args: &FastpathBenchArgs) -> Vec<RunSpec> {
+    let runs = generator_plan(args);
+    let mut plan = Vec::new();
+    for generator in args.generator.generators() {
+        let runnable = runs.iter().filter(|run| generator.runs(run.workload));
+        plan.extend(runnable.map(|run| RunSpec { generator, ..*run }));
+    }
+    plan
+}
+
+/// The added-latency runs, the matrix, then the mirroring runs; a run already planned (same
+/// workload, clients, contender, repetition) is not repeated.
+fn generator_plan(args: &FastpathBenchArgs) -> Vec<RunSpec> {
     let repetitions = args.repetitions;
     let mut runs = Vec::new();
     if !args.skip_added_latency {
@@ -214,12 +255,13 @@ fn plan_text(setup: &Setup, plan: &[RunSpec]) -> String {
     let mut text = String::new();
     for (index, run) in plan.iter().enumerate() {
         let line = format!(
-            "{:>3}. {} clients={} {} rep={}\n",
+            "{:>3}. {} clients={} {} rep={} {}\n",
             index + 1,
             run.workload.name(),
             run.clients,
             run.contender.name(),
-            run.repetition + 1
+            run.repetition + 1,
+            run.generator.name()
         );
         text.push_str(&line);
     }
@@ -283,6 +325,7 @@ mod tests {
         ];
         assert_eq!(args.contenders, contenders);
         assert_eq!((args.duration_s, args.repetitions, args.pool_size, args.threads), (15, 1, 20, 2));
+        assert_eq!(args.generator, GeneratorChoice::Pgbench, "today's behaviour by default");
         assert_eq!(
             (args.mirroring, args.mirror_clients.clone(), args.skip_added_latency),
             (false, vec![10, 100], false)
@@ -341,6 +384,25 @@ mod tests {
         assert_eq!(mirror_contenders(&user_only), vec![Contender::Bypass, Contender::BypassMirror]);
     }
 
+    // Goal: `--generator both` runs the pgbench plan, then the same runs with the epoll generator
+    // where it can (not select-only), and `epoll` alone keeps only those; method: plan both.
+    #[test]
+    fn generators_repeat_the_plan() {
+        let argv = ["--clients", "1000", "--workloads", "select1,select-only", "--skip-added-latency"];
+        let both = validated(parse(&[&argv[..], &["--generator", "both"]].concat())).expect("valid");
+        let order: Vec<(&str, &str, &str)> =
+            plan(&both).iter().map(|run| (run.generator.name(), run.workload.name(), run.contender.name())).collect();
+        let pgbench = order.iter().filter(|run| run.0 == "pgbench").count();
+        assert_eq!(pgbench, 2 * 4 + 2, "two workloads at 1,000 clients (4 poolers) and direct at 20");
+        assert!(order[..pgbench].iter().all(|run| run.0 == "pgbench"), "pgbench's runs come first: {order:?}");
+        let epoll: Vec<_> = order[pgbench..].iter().map(|run| (run.1, run.2)).collect();
+        let expected = ["pgbouncer", "pgbouncer2", "bypass", "bypass-kernel", "direct"].map(|name| ("select1", name));
+        assert_eq!(epoll, expected.to_vec());
+        let only = validated(parse(&[&argv[..], &["--generator", "epoll"]].concat())).expect("valid");
+        assert!(plan(&only).iter().all(|run| run.generator == Generator::Epoll && run.workload == Workload::Select1));
+        assert!(validated(parse(&["--workloads", "select-only", "--generator", "epoll"])).is_err());
+    }
+
     // Goal: nonsense arguments are refused before anything starts; method: a few bad lines.
     #[test]
     fn validation_rejects_bad_arguments() {
@@ -370,7 +432,7 @@ mod tests {
         let mirrored = validated(parse(&["--mirroring"])).expect("valid");
         assert_eq!(plan(&mirrored).len(), runs.len() + 6, "bypass and bypass-kernel at 100 clients are reused");
         let text = plan_text(&setup(&args), &runs);
-        assert!(text.starts_with("  1. select1 clients=1 direct rep=1\n"), "{text}");
+        assert!(text.starts_with("  1. select1 clients=1 direct rep=1 pgbench\n"), "{text}");
         assert!(text.ends_with(&format!("92 runs of 15 s, roughly {minutes} min\n")), "{text}");
     }
 }

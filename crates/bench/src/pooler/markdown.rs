@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 
 use super::report::{CellSummary, Results};
-use super::{Contender, Workload};
+use super::{Contender, Generator, Workload};
 
 /// The title of `pooler.md`.
 const POOLER_TITLE: &str = "Pooler benchmark: direct PostgreSQL vs PgBouncer vs Bypass";
@@ -56,26 +56,52 @@ pub fn header(results: &Results, title: &str) -> String {
     );
     let _ = writeln!(
         text,
-        "Transaction pooling, pool size {}, {} auth, max_client_conn {}; pgbench `-M simple -j {} -T {}`, \
-         median of {} repetition(s), contenders interleaved. Each cell: TPS (pgbench, without connection time), \
-         mean / p50 / p99 / p99.9 latency (per-transaction log, steady state), system-wide busy CPU-µs per \
-         transaction (steady state: {}). Ratios are subject ÷ peer: TPS higher is better, latency and CPU \
+        "Transaction pooling, pool size {}, {} auth, max_client_conn {}; {}, median of {} repetition(s), \
+         contenders interleaved. Each cell: {}. Ratios are subject ÷ peer: TPS higher is better, latency and CPU \
          lower is better. {}.\n",
         settings.pool_size,
         settings.auth_type,
         settings.max_client_conn,
-        settings.pgbench_threads,
-        settings.duration_s,
+        generator_command(results),
         settings.repetitions,
-        settings.cpu_window,
+        cell_method(results),
         machine.note
     );
     text
 }
 
+/// How the generator of `results` was run, for the method paragraph.
+fn generator_command(results: &Results) -> String {
+    let settings = &results.settings;
+    match results.generator {
+        Generator::Pgbench => format!("pgbench `-M simple -j {} -T {}`", settings.pgbench_threads, settings.duration_s),
+        Generator::Epoll => format!(
+            "the epoll generator ({} threads; after every client logged in, {} s of warm-up and a {} s window)",
+            settings.pgbench_threads,
+            super::epoll_run::WARMUP.as_secs(),
+            super::epoll_run::window(settings.duration_s).as_secs()
+        ),
+    }
+}
+
+/// What a table cell holds and where each figure comes from.
+fn cell_method(results: &Results) -> String {
+    match results.generator {
+        Generator::Pgbench => format!(
+            "TPS (pgbench, without connection time), mean / p50 / p99 / p99.9 latency (per-transaction log, steady \
+             state), system-wide busy CPU-µs per transaction (steady state: {})",
+            results.settings.cpu_window
+        ),
+        Generator::Epoll => "TPS, mean / p50 / p99 / p99.9 latency and system-wide busy CPU-µs per transaction, all \
+                             over the generator's measured window"
+            .to_string(),
+    }
+}
+
 fn main_table(results: &Results, workload: Workload) -> String {
     let pairs = ratio_pairs(results);
-    let mut text = format!("## {} — {}\n\n| clients |", workload.name(), workload.description());
+    let generator = results.generator.label();
+    let mut text = format!("## {} — {} — {generator}\n\n| clients |", workload.name(), workload.description());
     for contender in &results.contenders {
         let _ = write!(text, " {} |", contender.label());
     }
@@ -145,11 +171,18 @@ fn ratio_cell(results: &Results, workload: Workload, clients: u32, subject: Cont
 }
 
 fn sanity_table(results: &Results, workload: Workload) -> String {
+    let generator = results.generator.label();
+    let connect = match results.generator {
+        Generator::Pgbench => {
+            "pgbench's initial connection time (pgbench 15 counts -T from its start, so this time is \
+                               not measured load)"
+        }
+        Generator::Epoll => "the time until every client had logged in (before the warm-up and the window)",
+    };
     let mut text = format!(
-        "Sanity for {}: Little's law TPS × mean latency ÷ clients (≈ 1), failed transactions, pooler and pgbench \
-         CPU-µs per transaction (pgbench's share of the system-wide busy CPU in parentheses: the load generator \
-         runs on the same 2 cores), pgbench's initial connection time (pgbench 15 counts -T from its start, so \
-         this time is not measured load).\n\n| clients |",
+        "Sanity for {} ({generator}): Little's law TPS × mean latency ÷ clients (≈ 1), failed transactions, pooler \
+         and load generator CPU-µs per transaction (the generator's share of the system-wide busy CPU in \
+         parentheses: it runs on the same 2 cores), {connect}.\n\n| clients |",
         workload.name()
     );
     for contender in &results.contenders {
@@ -164,12 +197,12 @@ fn sanity_table(results: &Results, workload: Workload) -> String {
             let cell = results.cell(workload, clients, contender).filter(|cell| cell.tps.is_some());
             let entry = cell.map_or("—".to_string(), |cell| {
                 format!(
-                    "L {} · {} failed · pooler {} · pgbench {} ({}) · connect {} s",
+                    "L {} · {} failed · pooler {} · {generator} {} ({}) · connect {} s",
                     decimal(cell.little_ratio, 2),
                     cell.failed_transactions,
                     decimal(cell.pooler_cpu_us_per_txn, 1),
-                    decimal(cell.pgbench_cpu_us_per_txn, 1),
-                    percent(crate::pooler::report::divide(cell.pgbench_cpu_us_per_txn, cell.cpu_us_per_txn)),
+                    decimal(cell.generator_cpu_us_per_txn, 1),
+                    percent(crate::pooler::report::divide(cell.generator_cpu_us_per_txn, cell.cpu_us_per_txn)),
                     decimal(cell.initial_connection_ms.map(|ms| ms / 1000.0), 1)
                 )
             });

@@ -9,9 +9,9 @@ use bypass_testkit::{pg_bin, Postgres};
 use serde::Serialize;
 
 use super::contender::{self, Target, DATABASE, SHADOW_DATABASE};
-use super::{Contender, Setup, Workload, SCALE};
+use super::{Contender, Generator, Setup, Workload, SCALE};
 use crate::bpf_stats::{self, BpfCost};
-use crate::cpu::{self, Probe};
+use crate::cpu::{self, Probe, Snapshot};
 use crate::interrupt;
 use crate::pgbench::{self, Outcome, Tick};
 use crate::pgbench_log::{self, LatencySummary};
@@ -47,7 +47,12 @@ pub const YCSB_ROWS: u32 = 100_000;
 const YCSB_FIELD_CHARS: u32 = 100;
 
 /// The zipfian skew of YCSB keys: YCSB uses 0.99, but pgbench 15 accepts only s ∈ [1.001, 1000].
-pub const YCSB_ZIPF_S: &str = "1.001";
+pub const YCSB_ZIPF_S: f64 = 1.001;
+
+/// The statements of a YCSB read and update, `:key` a zipfian key: pgbench's scripts and the
+/// epoll generator send the same text.
+pub const YCSB_READ_SQL: &str = "SELECT * FROM usertable WHERE ycsb_key = :key;";
+pub const YCSB_UPDATE_SQL: &str = "UPDATE usertable SET field0 = repeat(md5(random()::text), 3) WHERE ycsb_key = :key;";
 
 /// Which run this is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,6 +61,7 @@ pub struct RunSpec {
     pub clients: u32,
     pub contender: Contender,
     pub repetition: u32,
+    pub generator: Generator,
 }
 
 /// Everything measured in one run. Fields are `None` when the run failed before producing them.
@@ -65,6 +71,7 @@ pub struct RunRecord {
     pub clients: u32,
     pub contender: Contender,
     pub repetition: u32,
+    pub generator: Generator,
     /// Why the run failed or is suspect (pgbench exit status, stderr tail, failed transactions).
     pub error: Option<String>,
     /// pgbench's "tps = X (without initial connection time)".
@@ -87,6 +94,9 @@ pub struct RunRecord {
     pub bpf: Option<BpfCost>,
     /// Why `bpf` is missing for a kernel contender (bpftool failed, programs not found).
     pub bpf_error: Option<String>,
+    /// The epoll generator's own report (counts over every phase, clients left unanswered, its
+    /// CPU); `None` with pgbench.
+    pub epoll: Option<bypass_lab::epoll_loadgen::EpollLoadReport>,
 }
 
 /// CPU use between the first and the last progress line (steady state, connection phase
@@ -109,19 +119,20 @@ pub struct CpuWindow {
     pub system_us_per_txn: f64,
     /// The pooler's own processes; `None` for direct PostgreSQL.
     pub pooler_us_per_txn: Option<f64>,
-    pub pgbench_us_per_txn: f64,
+    /// The load generator's own CPU: pgbench's process, or the epoll generator's threads.
+    pub generator_us_per_txn: f64,
     /// The postmaster and its children (backends, background workers).
     pub postgres_us_per_txn: f64,
 }
 
 /// Shared state of all runs: the database, the script files, where bypass lives.
 pub struct Bench<'a> {
-    setup: &'a Setup,
-    postgres: &'a Postgres,
-    bypass_exe: &'a Path,
+    pub(super) setup: &'a Setup,
+    pub(super) postgres: &'a Postgres,
+    pub(super) bypass_exe: &'a Path,
     work_dir: &'a Path,
     scripts: Scripts,
-    postmaster_pid: Option<u32>,
+    pub(super) postmaster_pid: Option<u32>,
 }
 
 /// The custom pgbench scripts, written once into the work dir.
@@ -189,7 +200,10 @@ impl<'a> Bench<'a> {
     /// Runs one spec. Failures become the record's `error`; only an interrupt is an `Err`.
     pub fn measure(&self, spec: &RunSpec) -> Result<RunRecord> {
         let sampling_rate = sampling_rate(spec.clients);
-        let measured = self.try_measure(spec, sampling_rate);
+        let measured = match spec.generator {
+            Generator::Pgbench => self.try_measure(spec, sampling_rate),
+            Generator::Epoll => self.try_measure_epoll(spec),
+        };
         // A Ctrl-C also reaches pgbench, whose broken run must not be recorded as a result.
         if interrupt::requested() {
             bail!("interrupted");
@@ -215,13 +229,7 @@ impl<'a> Bench<'a> {
         let cpu = cpu_window(steady, cpu::clock_ticks_per_second(), logged_transactions);
         let latency = pgbench_log::summarize(&mut latencies);
         let mut record = RunRecord::from_outcome(spec, sampling_rate, &outcome, latency, cpu);
-        if let (Some(before), Some(after)) = (bpf_before, bpf_after) {
-            let transactions = outcome.summary.processed.unwrap_or(0);
-            match bpf_cost(before, after, transactions) {
-                Ok(cost) => record.bpf = Some(cost),
-                Err(error) => record.bpf_error = Some(format!("{error:#}")),
-            }
-        }
+        record.attach_bpf(bpf_before.zip(bpf_after), outcome.summary.processed.unwrap_or(0));
         Ok(record)
     }
 
@@ -256,14 +264,14 @@ impl<'a> Bench<'a> {
         args
     }
 
-    fn deadline(&self, clients: u32) -> Duration {
+    pub(super) fn deadline(&self, clients: u32) -> Duration {
         let connect_s = CONNECT_ALLOWANCE_BASE_S + u64::from(clients / CONNECT_ALLOWANCE_CLIENTS_PER_S);
         Duration::from_secs(u64::from(self.setup.duration_s) + connect_s)
     }
 
     /// Waits until no client backend is left from the previous run (a stopped pooler's servers
     /// exit asynchronously), so direct runs never hit max_connections. Gives up quietly.
-    fn wait_for_idle_backends(&self) {
+    pub(super) fn wait_for_idle_backends(&self) {
         let sql = "select count(*) from pg_stat_activity \
                    where backend_type = 'client backend' and pid <> pg_backend_pid()";
         let deadline = std::time::Instant::now() + IDLE_BACKENDS_TIMEOUT;
@@ -277,6 +285,9 @@ impl<'a> Bench<'a> {
         eprintln!("bench {name}: warning: client backends still connected after {IDLE_BACKENDS_TIMEOUT:?}");
     }
 }
+
+/// bpftool samples before and after a run.
+pub(super) type BpfSamples = (Result<bpf_stats::Sample>, Result<bpf_stats::Sample>);
 
 /// The fast path's cost over a run from the samples before and after it; a missing figure is
 /// an error for the record, never for the run.
@@ -335,18 +346,12 @@ pub fn ycsb_load_sql() -> [String; 4] {
 
 /// One YCSB read: a whole row by a zipfian key.
 pub fn ycsb_read_script() -> String {
-    format!(
-        "\\set key random_zipfian(1, {YCSB_ROWS}, {YCSB_ZIPF_S})\n\
-         SELECT * FROM usertable WHERE ycsb_key = :key;\n"
-    )
+    format!("\\set key random_zipfian(1, {YCSB_ROWS}, {YCSB_ZIPF_S})\n{YCSB_READ_SQL}\n")
 }
 
 /// One YCSB update: one field of a row by a zipfian key, a fresh 96-character value.
 pub fn ycsb_update_script() -> String {
-    format!(
-        "\\set key random_zipfian(1, {YCSB_ROWS}, {YCSB_ZIPF_S})\n\
-         UPDATE usertable SET field0 = repeat(md5(random()::text), 3) WHERE ycsb_key = :key;\n"
-    )
+    format!("\\set key random_zipfian(1, {YCSB_ROWS}, {YCSB_ZIPF_S})\n{YCSB_UPDATE_SQL}\n")
 }
 
 /// Log every transaction below [`SAMPLED_LOG_CLIENTS_MIN`] clients, a sample above.
@@ -398,9 +403,19 @@ pub fn cpu_window(ticks: &[Tick], clock_ticks_per_s: u64, logged_transactions: O
         .windows(2)
         .map(|pair| pair[1].progress.tps * (pair[1].progress.elapsed_s - pair[0].progress.elapsed_s))
         .sum();
-    let (start, end) = (&first.snapshot, &last.snapshot);
-    let window_s = end.wall_us.saturating_sub(start.wall_us) as f64 / 1e6;
     let transactions = logged_transactions.filter(|&n| n > 0.0).unwrap_or(progress_transactions);
+    let window = cpu_between(&first.snapshot, &last.snapshot, clock_ticks_per_s, transactions)?;
+    Some(CpuWindow {
+        progress_window_s: last.progress.elapsed_s - first.progress.elapsed_s,
+        progress_transactions,
+        ..window
+    })
+}
+
+/// CPU per transaction between two snapshots, `transactions` completed in between; the
+/// generator's share is pgbench's processes (the epoll path overrides it with its threads').
+pub fn cpu_between(start: &Snapshot, end: &Snapshot, clock_ticks_per_s: u64, transactions: f64) -> Option<CpuWindow> {
+    let window_s = end.wall_us.saturating_sub(start.wall_us) as f64 / 1e6;
     if transactions <= 0.0 || window_s <= 0.0 {
         return None;
     }
@@ -409,25 +424,26 @@ pub fn cpu_window(ticks: &[Tick], clock_ticks_per_s: u64, logged_transactions: O
     let idle = end.system.idle.saturating_sub(start.system.idle);
     Some(CpuWindow {
         window_s,
-        progress_window_s: last.progress.elapsed_s - first.progress.elapsed_s,
+        progress_window_s: window_s,
         transactions,
-        progress_transactions,
+        progress_transactions: transactions,
         tps: transactions / window_s,
         system_busy_fraction: if busy + idle == 0 { 0.0 } else { busy as f64 / (busy + idle) as f64 },
         system_us_per_txn: per_txn(busy),
         pooler_us_per_txn: (!start.pooler.is_empty()).then(|| per_txn(cpu::group_delta(&start.pooler, &end.pooler))),
-        pgbench_us_per_txn: per_txn(cpu::group_delta(&start.pgbench, &end.pgbench)),
+        generator_us_per_txn: per_txn(cpu::group_delta(&start.pgbench, &end.pgbench)),
         postgres_us_per_txn: per_txn(cpu::group_delta(&start.postgres, &end.postgres)),
     })
 }
 
 impl RunRecord {
-    fn failed(spec: &RunSpec, sampling_rate: f64, error: String) -> RunRecord {
+    pub(super) fn failed(spec: &RunSpec, sampling_rate: f64, error: String) -> RunRecord {
         RunRecord {
             workload: spec.workload,
             clients: spec.clients,
             contender: spec.contender,
             repetition: spec.repetition,
+            generator: spec.generator,
             error: Some(error),
             tps: None,
             transactions: None,
@@ -442,6 +458,17 @@ impl RunRecord {
             wall_s: 0.0,
             bpf: None,
             bpf_error: None,
+            epoll: None,
+        }
+    }
+
+    /// The fast path's cost over the run from bpftool samples before and after it, when the
+    /// contender is the kernel one; a missing figure is noted, never fatal.
+    pub(super) fn attach_bpf(&mut self, samples: Option<BpfSamples>, transactions: u64) {
+        let Some((before, after)) = samples else { return };
+        match bpf_cost(before, after, transactions) {
+            Ok(cost) => self.bpf = Some(cost),
+            Err(error) => self.bpf_error = Some(format!("{error:#}")),
         }
     }
 
@@ -527,7 +554,7 @@ mod tests {
         // 200 ticks = 2 s = 2e6 µs over 20k transactions.
         assert_eq!(window.system_us_per_txn, 100.0);
         assert_eq!(window.pooler_us_per_txn, Some(30.0));
-        assert_eq!(window.pgbench_us_per_txn, 25.0);
+        assert_eq!(window.generator_us_per_txn, 25.0);
         assert!(cpu_window(&ticks[..1], 100, None).is_none());
         // The log's count, when there is one, is the divisor.
         let logged = cpu_window(&ticks, 100, Some(40_000.0)).expect("window");
@@ -555,7 +582,13 @@ mod tests {
     // Goal: pgbench gets the protocol's flags, threads capped by clients; method: render args.
     #[test]
     fn pgbench_args_follow_protocol() {
-        let spec = RunSpec { workload: Workload::Select1, clients: 1, contender: Contender::Bypass, repetition: 0 };
+        let spec = RunSpec {
+            workload: Workload::Select1,
+            clients: 1,
+            contender: Contender::Bypass,
+            repetition: 0,
+            generator: Generator::Pgbench,
+        };
         let args = pgbench_args(&spec, 30, 2).join(" ");
         assert_eq!(args, "-n -M simple -c 1 -j 1 -T 30 -P 1 --log");
         assert_eq!(sampling_rate(10_000), 0.1);

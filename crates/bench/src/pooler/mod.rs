@@ -22,6 +22,7 @@
 //! (the loop above) and a [`Document`] that receives every run and rewrites its files.
 
 pub(crate) mod contender;
+pub(crate) mod epoll_run;
 pub(crate) mod markdown;
 pub(crate) mod measure;
 pub(crate) mod plot;
@@ -217,6 +218,41 @@ impl Contender {
     /// Whether this contender runs at `clients`: direct PostgreSQL only up to `direct_clients_max`.
     pub fn runs_at(self, clients: u32, direct_clients_max: u32) -> bool {
         self != Contender::Direct || clients <= direct_clients_max
+    }
+}
+
+/// What drives the clients of a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Generator {
+    /// pgbench `-M simple`: one `ppoll` over all of a thread's sockets per wake-up, so its own
+    /// cost per transaction grows with the clients.
+    Pgbench,
+    /// The epoll load generator of `bypass-lab`, in this process: the same simple queries, a
+    /// cost per transaction that does not grow with the clients (select1 and ycsb-* only).
+    Epoll,
+}
+
+impl Generator {
+    pub fn name(self) -> &'static str {
+        match self {
+            Generator::Pgbench => "pgbench",
+            Generator::Epoll => "epoll",
+        }
+    }
+
+    /// The name in headings and plots.
+    pub fn label(self) -> &'static str {
+        match self {
+            Generator::Pgbench => "pgbench",
+            Generator::Epoll => "epoll generator",
+        }
+    }
+
+    /// Whether this generator can run `workload` (the epoll generator sends one statement per
+    /// transaction, with zipfian keys only).
+    pub fn runs(self, workload: Workload) -> bool {
+        self == Generator::Pgbench || epoll_run::script(workload).is_some()
     }
 }
 
@@ -426,7 +462,7 @@ pub fn matrix_plan(
         for &clients in clients {
             for repetition in 0..repetitions {
                 for &contender in contenders.iter().filter(|c| c.runs_at(clients, direct_clients_max)) {
-                    runs.push(RunSpec { workload, clients, contender, repetition });
+                    runs.push(RunSpec { workload, clients, contender, repetition, generator: Generator::Pgbench });
                 }
             }
         }

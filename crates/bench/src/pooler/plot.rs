@@ -31,20 +31,47 @@ const COLUMNS_MAX: usize = 3;
 /// Draws the figure into `path`: per workload a TPS panel above a p99 panel, in a grid of at
 /// most [`COLUMNS_MAX`] workloads across.
 pub fn render(results: &Results, path: &Path) -> Result<()> {
+    render_stacked(&[results], path)
+}
+
+/// Draws one figure per document into `path`, stacked top to bottom (one per load generator).
+pub fn render_stacked(documents: &[&Results], path: &Path) -> Result<()> {
     register_font()?;
+    let sizes: Vec<(u32, u32)> = documents.iter().map(|results| figure_size(results)).collect();
+    let width = sizes.iter().map(|size| size.0).max().unwrap_or(PANEL_WIDTH);
+    let height = sizes.iter().map(|size| size.1).sum::<u32>().max(PANEL_HEIGHT);
+    let root = BitMapBackend::new(path, (width, height)).into_drawing_area();
+    root.fill(&WHITE).map_err(plot_error)?;
+    let mut rest = root.clone();
+    for (results, size) in documents.iter().zip(&sizes) {
+        let (area, below) = rest.split_vertically(size.1);
+        draw_figure(&area, results)?;
+        rest = below;
+    }
+    root.present().map_err(plot_error).with_context(|| format!("writing {}", path.display()))
+}
+
+/// (columns, blocks of two panel rows) of one document's figure.
+fn grid(results: &Results) -> (usize, usize) {
     let count = results.workloads.len().max(1);
     let columns = count.min(COLUMNS_MAX);
-    let blocks = count.div_ceil(columns);
-    let size = (PANEL_WIDTH * columns as u32, PANEL_HEIGHT * 2 * blocks as u32);
-    let root = BitMapBackend::new(path, size).into_drawing_area();
-    root.fill(&WHITE).map_err(plot_error)?;
-    let panels = root.split_evenly((2 * blocks, columns));
+    (columns, count.div_ceil(columns))
+}
+
+fn figure_size(results: &Results) -> (u32, u32) {
+    let (columns, blocks) = grid(results);
+    (PANEL_WIDTH * columns as u32, PANEL_HEIGHT * 2 * blocks as u32)
+}
+
+fn draw_figure(area: &DrawingArea<BitMapBackend<'_>, Shift>, results: &Results) -> Result<()> {
+    let (columns, blocks) = grid(results);
+    let panels = area.split_evenly((2 * blocks, columns));
     for (index, &workload) in results.workloads.iter().enumerate() {
         let (block, column) = (index / columns, index % columns);
         draw_panel(&panels[2 * block * columns + column], results, workload, Metric::Tps)?;
         draw_panel(&panels[(2 * block + 1) * columns + column], results, workload, Metric::P99Ms)?;
     }
-    root.present().map_err(plot_error).with_context(|| format!("writing {}", path.display()))
+    Ok(())
 }
 
 /// (client index, value) points of one contender; the x axis has one slot per client count,
@@ -74,9 +101,10 @@ fn draw_panel(
     let all: Vec<(Contender, Vec<(i32, f64)>)> =
         results.contenders.iter().map(|&contender| (contender, series(results, workload, contender, metric))).collect();
     let values: Vec<f64> = all.iter().flat_map(|(_, points)| points.iter().map(|point| point.1)).collect();
+    let generator = results.generator.label();
     let (caption, y_label) = match metric {
-        Metric::Tps => (format!("{} — TPS", workload.name()), "transactions per second"),
-        Metric::P99Ms => (format!("{} — p99 latency", workload.name()), "p99 latency (ms, log scale)"),
+        Metric::Tps => (format!("{} — TPS ({generator})", workload.name()), "transactions per second"),
+        Metric::P99Ms => (format!("{} — p99 latency ({generator})", workload.name()), "p99 latency (ms, log scale)"),
     };
     let mut builder = ChartBuilder::on(area);
     builder.caption(caption, ("sans-serif", 22)).margin(14).x_label_area_size(44).y_label_area_size(72);

@@ -10,7 +10,7 @@ use serde::Serialize;
 
 use super::contender::MAX_CLIENT_CONN;
 use super::measure::{sampling_rate, RunRecord, SAMPLED_LOG_CLIENTS_MIN, YCSB_ROWS, YCSB_ZIPF_S};
-use super::{markdown, plot, Contender, Setup, Workload, SCALE};
+use super::{markdown, plot, Contender, Generator, Setup, Workload, SCALE};
 use crate::report::machine::{self, Machine};
 use crate::stats::median;
 
@@ -65,7 +65,8 @@ pub struct CellSummary {
     pub p999_ms: Option<f64>,
     pub cpu_us_per_txn: Option<f64>,
     pub pooler_cpu_us_per_txn: Option<f64>,
-    pub pgbench_cpu_us_per_txn: Option<f64>,
+    /// The load generator's own CPU (pgbench's process or the epoll generator's threads).
+    pub generator_cpu_us_per_txn: Option<f64>,
     pub little_ratio: Option<f64>,
     pub initial_connection_ms: Option<f64>,
     /// Summed over the repetitions; must be 0.
@@ -86,8 +87,8 @@ pub struct CellSummary {
     /// forwarded ÷ all such bytes the fast path saw (the rest went through user space).
     pub request_bytes_in_kernel: Option<f64>,
     pub answer_bytes_in_kernel: Option<f64>,
-    /// System-wide busy CPU-µs per transaction minus pgbench's own: what the pooler, PostgreSQL
-    /// and the kernel work for them cost, without the load generator.
+    /// System-wide busy CPU-µs per transaction minus the load generator's own: what the pooler,
+    /// PostgreSQL and the kernel work for them cost.
     pub non_generator_cpu_us_per_txn: Option<f64>,
 }
 
@@ -124,6 +125,8 @@ pub struct Matrix {
 #[derive(Debug, Clone, Serialize)]
 pub struct Results {
     pub benchmark: &'static str,
+    /// What drove the clients of every run in this document.
+    pub generator: Generator,
     pub command: String,
     pub date: String,
     /// The machine, with the load average when the benchmark started and after the last run.
@@ -166,6 +169,7 @@ impl Results {
         );
         Ok(Results {
             benchmark: setup.benchmark,
+            generator: Generator::Pgbench,
             command: machine::command_line(),
             date: machine::iso8601_utc(crate::cpu::unix_micros() / 1_000_000),
             machine: Machine {
@@ -285,7 +289,7 @@ fn summarize_group(workload: Workload, clients: u32, contender: Contender, runs:
         p999_ms: median_of(&|run| run.latency.as_ref().map(|l| l.p999_ms)),
         cpu_us_per_txn: median_of(&|run| run.cpu.as_ref().map(|c| c.system_us_per_txn)),
         pooler_cpu_us_per_txn: median_of(&|run| run.cpu.as_ref().and_then(|c| c.pooler_us_per_txn)),
-        pgbench_cpu_us_per_txn: median_of(&|run| run.cpu.as_ref().map(|c| c.pgbench_us_per_txn)),
+        generator_cpu_us_per_txn: median_of(&|run| run.cpu.as_ref().map(|c| c.generator_us_per_txn)),
         little_ratio: median_of(&|run| run.little_ratio),
         initial_connection_ms: median_of(&|run| run.initial_connection_ms),
         failed_transactions: runs.iter().filter_map(|run| run.failed_transactions).sum(),
@@ -303,7 +307,7 @@ fn summarize_group(workload: Workload, clients: u32, contender: Contender, runs:
         request_bytes_in_kernel: median_of(&|run| run.bpf.as_ref().and_then(|bpf| bpf.request_bytes_in_kernel)),
         answer_bytes_in_kernel: median_of(&|run| run.bpf.as_ref().and_then(|bpf| bpf.answer_bytes_in_kernel)),
         non_generator_cpu_us_per_txn: median_of(&|run| {
-            run.cpu.as_ref().map(|cpu| cpu.system_us_per_txn - cpu.pgbench_us_per_txn)
+            run.cpu.as_ref().map(|cpu| cpu.system_us_per_txn - cpu.generator_us_per_txn)
         }),
         kernel_counters: bpf_medians(runs, |run, out| {
             for (field, &value) in run.bpf.iter().flat_map(|bpf| &bpf.kernel_counters) {
@@ -386,7 +390,7 @@ pub(crate) mod tests {
             system_busy_fraction: 1.0,
             system_us_per_txn: 2e6 / tps,
             pooler_us_per_txn: (contender != Contender::Direct).then_some(1e6 / tps),
-            pgbench_us_per_txn: 0.5e6 / tps,
+            generator_us_per_txn: 0.5e6 / tps,
             postgres_us_per_txn: 0.5e6 / tps,
         };
         RunRecord {
@@ -394,6 +398,7 @@ pub(crate) mod tests {
             clients,
             contender,
             repetition: 0,
+            generator: Generator::Pgbench,
             error: None,
             tps: Some(tps),
             transactions: Some((tps * 30.0) as u64),
@@ -408,6 +413,7 @@ pub(crate) mod tests {
             wall_s: 31.0,
             bpf: None,
             bpf_error: None,
+            epoll: None,
         }
     }
 
@@ -415,6 +421,7 @@ pub(crate) mod tests {
     pub(crate) fn sample_results(runs: Vec<RunRecord>) -> Results {
         let mut results = Results {
             benchmark: "pooler",
+            generator: Generator::Pgbench,
             command: "bypass bench pooler --clients 50,1000".to_string(),
             date: "2026-01-02T03:04:05Z".to_string(),
             machine: Machine {

@@ -321,8 +321,16 @@ impl PartialAggregate {
         encoder.encode(&mut self.cache, keys, rows, true, &mut self.words);
         let width = self.table.width;
         let mut groups = Vec::with_capacity(rows);
-        for row in 0..rows {
-            groups.push(self.table.group_of(&self.words[row * width..(row + 1) * width])?);
+        // Equal keys often come in runs (a join's matches of one probe row, a table stored in
+        // key order): a row with its predecessor's key takes its group without a lookup.
+        let mut previous: Option<(&[u64], u32)> = None;
+        for key in self.words.chunks_exact(width).take(rows) {
+            let group = match previous {
+                Some((words, group)) if words == key => group,
+                _ => self.table.group_of(key)?,
+            };
+            previous = Some((key, group));
+            groups.push(group);
         }
         let count = self.table.len();
         self.states.iter_mut().for_each(|s| s.resize(count));

@@ -1,11 +1,14 @@
 //! Hash join: the build side is materialized and hashed once; probe batches stream through.
 
+use std::sync::Mutex;
+
 use hashbrown::HashTable;
 
 use super::keys::{hash_words, KeyCache, KeyEncoder};
 use crate::error::{EngineError, Result};
 use crate::expr::{evaluate, Expr};
 use crate::plan::JoinKind;
+use crate::runtime::Runtime;
 use crate::types::DataType;
 use crate::vector::{Batch, Data, Vector};
 
@@ -24,25 +27,76 @@ struct Candidates {
     has_null: Vec<bool>,
 }
 
-/// The hashed build side.
+/// The hashed build side, in partitions by the keys' hash: each partition's rows are hashed
+/// into a table of their own, small enough to stay in cache while it is built, and the
+/// partitions are built on all workers.
 pub struct JoinTable {
     pub kind: JoinKind,
     build: Batch,
     encoder: KeyEncoder,
     width: usize,
-    keys: Vec<u64>,
-    /// First build row per distinct key.
-    heads: HashTable<u32>,
-    /// Next build row with the same key (a chain per key).
-    next: Vec<u32>,
+    partitions: Vec<Partition>,
+    /// `hash >> shift & mask` is a row's partition: middle bits of the hash, as hashbrown uses
+    /// the low ones (bucket) and the top seven (tag) within a table.
+    partition_mask: u64,
     probe_keys: Vec<Expr>,
     residual: Option<Expr>,
     /// Whether some build row has a NULL key (NOT IN then matches nothing).
     build_has_null: bool,
 }
 
+/// One partition: its build rows, their key words (contiguous), a chain per distinct key.
+struct Partition {
+    rows: Vec<u32>,
+    keys: Vec<u64>,
+    /// First local index per distinct key.
+    heads: HashTable<u32>,
+    /// Next local index with the same key.
+    next: Vec<u32>,
+}
+
+/// Build rows per partition the partition count aims at (a table of ~32 KiB).
+const PARTITION_ROWS: usize = 1 << 13;
+/// Most partitions (the mask must stay within the hash's middle bits).
+const PARTITIONS_MAX: usize = 1 << 12;
+const PARTITION_SHIFT: u32 = 40;
+
+impl Partition {
+    fn build(rows: Vec<u32>, words: &[u64], hashes: &[u64], width: usize) -> Result<Partition> {
+        let mut keys = Vec::with_capacity(rows.len() * width);
+        rows.iter().for_each(|&r| keys.extend_from_slice(&words[r as usize * width..(r as usize + 1) * width]));
+        let mut heads: HashTable<u32> = HashTable::with_capacity(rows.len());
+        let mut next = vec![NO_ROW; rows.len()];
+        let key = |local: u32| &keys[local as usize * width..(local as usize + 1) * width];
+        for (local, &row) in rows.iter().enumerate() {
+            if local % super::CHECK_EVERY_ROWS == 0 {
+                crate::control::check()?;
+            }
+            let hash = hashes[row as usize];
+            let words = key(local as u32);
+            match heads.find_mut(hash, |&l| key(l) == words) {
+                Some(head) => {
+                    next[local] = *head;
+                    *head = local as u32;
+                }
+                None => {
+                    heads.insert_unique(hash, local as u32, |&l| hash_words(key(l)));
+                }
+            }
+        }
+        Ok(Partition { rows, keys, heads, next })
+    }
+
+    /// The local index of the first row with `key`.
+    fn head(&self, hash: u64, key: &[u64], width: usize) -> Option<u32> {
+        let keys = &self.keys;
+        self.heads.find(hash, |&l| &keys[l as usize * width..(l as usize + 1) * width] == key).copied()
+    }
+}
+
 impl JoinTable {
     pub fn build(
+        runtime: &Runtime,
         kind: JoinKind,
         build: Batch,
         build_keys: &[Expr],
@@ -55,35 +109,32 @@ impl JoinTable {
         let types: Vec<DataType> = build_keys.iter().map(Expr::data_type).collect();
         let encoder = KeyEncoder::new(types);
         let key_vectors = build_keys.iter().map(|k| evaluate(k, &build)).collect::<Result<Vec<_>>>()?;
-        let mut keys = Vec::new();
-        let has_null = encoder.encode(&mut KeyCache::default(), &key_vectors, build.rows, false, &mut keys);
+        let mut words = Vec::new();
+        let has_null = encoder.encode(&mut KeyCache::default(), &key_vectors, build.rows, false, &mut words);
         let width = build_keys.len();
-        let mut heads: HashTable<u32> = HashTable::with_capacity(build.rows);
-        let mut next = vec![NO_ROW; build.rows];
-        for row in 0..build.rows {
-            if row % super::CHECK_EVERY_ROWS == 0 {
-                crate::control::check()?;
-            }
-            if has_null[row] {
-                continue;
-            }
-            let words = &keys[row * width..(row + 1) * width];
-            let hash = hash_words(words);
-            let found = heads.find_mut(hash, |&r| &keys[r as usize * width..(r as usize + 1) * width] == words);
-            match found {
-                Some(head) => {
-                    next[row] = *head;
-                    *head = row as u32;
-                }
-                None => {
-                    heads.insert_unique(hash, row as u32, |&r| {
-                        hash_words(&keys[r as usize * width..(r as usize + 1) * width])
-                    });
-                }
+        let hashes: Vec<u64> = (0..build.rows).map(|r| hash_words(&words[r * width..(r + 1) * width])).collect();
+        let partitions = (build.rows / PARTITION_ROWS).next_power_of_two().min(PARTITIONS_MAX);
+        let partition_mask = partitions as u64 - 1;
+        let mut members: Vec<Vec<u32>> = vec![Vec::new(); partitions];
+        for (row, hash) in hashes.iter().enumerate() {
+            if !has_null[row] {
+                members[(hash >> PARTITION_SHIFT & partition_mask) as usize].push(row as u32);
             }
         }
+        let slots: Vec<Mutex<Option<Partition>>> = (0..partitions).map(|_| Mutex::new(None)).collect();
+        let members: Vec<Mutex<Vec<u32>>> = members.into_iter().map(Mutex::new).collect();
+        runtime.run_morsels(partitions, |_, p| {
+            let rows = std::mem::take(&mut *members[p].lock().unwrap_or_else(|e| e.into_inner()));
+            let partition = Partition::build(rows, &words, &hashes, width)?;
+            *slots[p].lock().unwrap_or_else(|e| e.into_inner()) = Some(partition);
+            Ok(())
+        })?;
+        let partitions = slots
+            .into_iter()
+            .map(|s| s.into_inner().unwrap_or_else(|e| e.into_inner()).expect("every partition is built"))
+            .collect();
         let build_has_null = has_null.iter().any(|&n| n);
-        Ok(JoinTable { kind, build, encoder, width, keys, heads, next, probe_keys, residual, build_has_null })
+        Ok(JoinTable { kind, build, encoder, width, partitions, partition_mask, probe_keys, residual, build_has_null })
     }
 
     pub fn build_rows(&self) -> usize {
@@ -102,16 +153,15 @@ impl JoinTable {
                 continue;
             }
             let key = &words[row * width..(row + 1) * width];
-            let keys = &self.keys;
-            let Some(&head) =
-                self.heads.find(hash_words(key), |&r| &keys[r as usize * width..(r as usize + 1) * width] == key)
-            else {
+            let hash = hash_words(key);
+            let partition = &self.partitions[(hash >> PARTITION_SHIFT & self.partition_mask) as usize];
+            let Some(head) = partition.head(hash, key, width) else {
                 continue;
             };
-            let mut build_row = head;
-            while build_row != NO_ROW {
+            let mut local = head;
+            while local != NO_ROW {
                 probe_rows.push(row as u32);
-                build_rows.push(build_row);
+                build_rows.push(partition.rows[local as usize]);
                 if probe_rows.len() % CHECK_EVERY_PAIRS == 0 {
                     // A low-cardinality key can make one probe vector produce billions of pairs.
                     crate::control::check()?;
@@ -119,7 +169,7 @@ impl JoinTable {
                 if stop_at_first {
                     break;
                 }
-                build_row = self.next[build_row as usize];
+                local = partition.next[local as usize];
             }
         }
         Ok(Candidates { probe_rows, build_rows, has_null })
@@ -133,6 +183,11 @@ impl JoinTable {
         let has_null = candidates.has_null;
         let (probe_rows, build_rows) = self.apply_residual(batch, candidates.probe_rows, candidates.build_rows)?;
         match self.kind {
+            JoinKind::RightSemi | JoinKind::RightAnti => {
+                return Err(EngineError::Runtime(
+                    "a right semi/anti join marks its build side, it has no probe".into(),
+                ));
+            }
             JoinKind::Inner => {
                 for (p, b) in probe_rows.chunks(JOIN_OUTPUT_ROWS_MAX).zip(build_rows.chunks(JOIN_OUTPUT_ROWS_MAX)) {
                     out.push(self.pair_batch(batch, p, b));
@@ -166,6 +221,21 @@ impl JoinTable {
             }
         }
         Ok(())
+    }
+
+    /// Right semi/anti joins: marks the build rows that some row of `batch` matches (and
+    /// passes the residual with).
+    pub fn mark(&self, cache: &mut KeyCache, batch: &Batch, marked: &mut [bool]) -> Result<()> {
+        let candidates = self.candidate_pairs(cache, batch, false)?;
+        let (_, build_rows) = self.apply_residual(batch, candidates.probe_rows, candidates.build_rows)?;
+        build_rows.iter().for_each(|&b| marked[b as usize] = true);
+        Ok(())
+    }
+
+    /// The build rows whose mark is `want` (right semi: marked, right anti: not marked).
+    pub fn build_rows_marked(&self, marked: &[bool], want: bool) -> Batch {
+        let rows: Vec<u32> = (0..self.build.rows as u32).filter(|&r| marked[r as usize] == want).collect();
+        self.build.gather(&rows)
     }
 
     fn apply_residual(

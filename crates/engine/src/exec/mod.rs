@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 use crate::compiled;
 use crate::error::{EngineError, Result};
 use crate::expr::{evaluate, Expr};
-use crate::plan::{AggregateCall, Plan};
+use crate::plan::{AggregateCall, JoinKind, Plan};
 use crate::runtime::Runtime;
 use crate::storage::Table;
 use crate::vector::{scan_chunk, Batch, Data, Vector, VECTOR_ROWS};
@@ -96,6 +96,10 @@ impl Executor<'_> {
                 let batch = sort::concat(self.execute(input)?, &types);
                 Ok(vec![crate::window::evaluate_windows(&batch, calls)?])
             }
+            Plan::HashJoin { kind, probe, build, probe_keys, build_keys, residual } if kind.emits_build_rows() => {
+                let table = self.join_table(*kind, build, build_keys, probe_keys, residual.as_ref())?;
+                Ok(vec![self.right_semi_join(&table, probe)?])
+            }
             Plan::Limit { input, limit, offset } => {
                 let types = input.output_types();
                 let batch = sort::concat(self.execute(input)?, &types);
@@ -124,10 +128,8 @@ impl Executor<'_> {
                     operators.push(Operator::Project(exprs.clone()));
                     node = input;
                 }
-                Plan::HashJoin { kind, probe, build, probe_keys, build_keys, residual } => {
-                    let types = build.output_types();
-                    let build_batch = sort::concat(self.execute(build)?, &types);
-                    let table = JoinTable::build(*kind, build_batch, build_keys, probe_keys.clone(), residual.clone())?;
+                Plan::HashJoin { kind, probe, build, probe_keys, build_keys, residual } if !kind.emits_build_rows() => {
+                    let table = self.join_table(*kind, build, build_keys, probe_keys, residual.as_ref())?;
                     operators.push(Operator::Probe(Arc::new(table)));
                     node = probe;
                 }
@@ -140,6 +142,49 @@ impl Executor<'_> {
         };
         operators.reverse();
         Ok((source, operators))
+    }
+
+    /// Runs a join's build side and hashes it.
+    fn join_table(
+        &self,
+        kind: JoinKind,
+        build: &Plan,
+        build_keys: &[Expr],
+        probe_keys: &[Expr],
+        residual: Option<&Expr>,
+    ) -> Result<JoinTable> {
+        let types = build.output_types();
+        let build_batch = sort::concat(self.execute(build)?, &types);
+        JoinTable::build(self.runtime, kind, build_batch, build_keys, probe_keys.to_vec(), residual.cloned())
+    }
+
+    /// Right semi/anti join: the probe side streams through the hashed build side on all
+    /// workers, each marking the build rows its rows match; then the build rows marked (semi)
+    /// or not (anti) are kept. The large side of an EXISTS is never materialized or hashed.
+    fn right_semi_join(&self, table: &JoinTable, probe: &Plan) -> Result<Batch> {
+        let want = table.kind == JoinKind::RightSemi;
+        let rows = table.build_rows();
+        if rows == 0 {
+            return Ok(table.build_rows_marked(&[], want));
+        }
+        let (source, operators) = self.pipeline(probe)?;
+        let workers = self.runtime.workers();
+        type Marks = (Vec<bool>, Vec<KeyCache>, KeyCache);
+        let marks: Vec<Mutex<Marks>> =
+            (0..workers).map(|_| Mutex::new((vec![false; rows], Vec::new(), KeyCache::default()))).collect();
+        self.runtime.run_morsels(source.morsels(), |worker, morsel| {
+            let mut guard = marks[worker].lock().unwrap_or_else(|p| p.into_inner());
+            let (marked, caches, cache) = &mut *guard;
+            for_each_vector(&source, morsel, |batch| {
+                run_operators(&operators, caches, batch, &mut |b| table.mark(cache, &b, marked))
+            })
+        })?;
+        let mut marked = vec![false; rows];
+        for worker in marks {
+            let (theirs, _, _) = worker.into_inner().unwrap_or_else(|p| p.into_inner());
+            marked.iter_mut().zip(theirs).for_each(|(m, t)| *m |= t);
+        }
+        Ok(table.build_rows_marked(&marked, want))
     }
 
     fn collect(&self, source: Source, operators: &[Operator]) -> Result<Vec<Batch>> {
