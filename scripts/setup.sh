@@ -4,9 +4,11 @@ set -euo pipefail
 
 # PostgreSQL (its Debian package includes contrib) and PgBouncer for tests and benchmarks; clang,
 # libbpf and bpftool build and inspect the eBPF programs; HAProxy and iproute2 for the dispatcher's
-# lab; python3-venv for the engine's peers.
+# lab; python3-venv for the engine's peers; a JDK and pgjdbc replay DBeaver's metadata queries
+# against the engine (crates/engine/tests/clients.rs).
 packages=(postgresql-15 pgbouncer haproxy sysstat fonts-dejavu-core
-  clang llvm libbpf-dev libelf-dev zlib1g-dev pkg-config bpftool iproute2 python3-venv)
+  clang llvm libbpf-dev libelf-dev zlib1g-dev pkg-config bpftool iproute2 python3-venv
+  openjdk-17-jdk-headless libpostgresql-jdbc-java)
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")

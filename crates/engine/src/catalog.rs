@@ -239,7 +239,11 @@ mod tests {
             let database = Arc::clone(&database);
             std::thread::spawn(move || database.lock(2, "a", None))
         };
-        std::thread::sleep(Duration::from_millis(30));
+        // The cycle exists only once 2 waits (a fixed sleep hung this test on a loaded machine:
+        // 1 blocked on "b" first, then 2 got the 40P01 and 1 waited for ever).
+        while !database.locks.lock().unwrap_or_else(|p| p.into_inner()).waiting.contains_key(&2) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
         let deadlock = database.lock(1, "b", None).expect_err("2 waits for 1 and 1 would wait for 2");
         assert_eq!(deadlock.sqlstate(), "40P01");
         database.unlock_all(1);

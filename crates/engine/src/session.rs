@@ -112,6 +112,11 @@ impl Session {
         }
     }
 
+    /// Inside BEGIN … COMMIT (failed or not): what outlives a Sync, such as a suspended portal.
+    pub fn in_explicit_transaction(&self) -> bool {
+        matches!(&self.state, State::Open(t) | State::Failed(t) if t.explicit)
+    }
+
     /// Prepared statements DEALLOCATE removed since the last call (`None`: all of them).
     pub fn take_deallocations(&mut self) -> Vec<Option<String>> {
         std::mem::take(&mut self.deallocations)
@@ -242,8 +247,9 @@ impl Session {
         engine.database().unlock_all(transaction.id);
         if dropped {
             // The dropped tables' chunks go back to the pool once no reader holds them; give the
-            // pages of free blocks back to the kernel.
+            // pages of free blocks (and the heap their dictionaries held) back to the kernel.
             engine.runtime().pool().trim();
+            crate::storage::release_free_heap();
         }
         Ok(())
     }
@@ -745,7 +751,7 @@ pub(crate) fn send_text_rows(sink: &dyn ResultSink, name: &str, lines: &[String]
     for line in lines {
         vector.append(&Vector::broadcast(&Value::Text(line.clone()), DataType::Text, 1));
     }
-    sink.emit(sink.encode(Batch::new(vec![vector], lines.len()))?)
+    sink.emit(sink.encode(Batch::new(vec![vector], lines.len()))?).map(|_| ())
 }
 
 /// Collects rows and remembers the shape (embedded use).
@@ -778,7 +784,7 @@ impl ResultSink for RecordingSink {
         self.rows.encode(batch)
     }
 
-    fn emit(&self, piece: crate::stream::Piece) -> Result<()> {
+    fn emit(&self, piece: crate::stream::Piece) -> Result<bool> {
         self.rows.emit(piece)
     }
 }

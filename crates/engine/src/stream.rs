@@ -66,7 +66,9 @@ pub trait ResultSink: Sync {
     /// Turns rows into a piece (encoding happens here, in parallel).
     fn encode(&self, batch: Batch) -> Result<Piece>;
     /// Sends a piece; may block while the client is behind; an error stops the statement.
-    fn emit(&self, piece: Piece) -> Result<()>;
+    /// `false`: the receiver wants no more rows (a portal closed while suspended), and the
+    /// statement ends early without an error.
+    fn emit(&self, piece: Piece) -> Result<bool>;
     /// Sends the whole (small) result of a catalog query: its shape and its rows.
     fn values(&self, columns: &[(String, PgType)], rows: &[Vec<Datum>]) -> Result<()>;
 }
@@ -121,18 +123,18 @@ impl ResultSink for CollectSink {
     }
 
     fn values(&self, columns: &[(String, PgType)], rows: &[Vec<Datum>]) -> Result<()> {
-        self.emit(Piece::Rows(catalog_batch(columns, rows)))
+        self.emit(Piece::Rows(catalog_batch(columns, rows))).map(|_| ())
     }
 
     fn encode(&self, batch: Batch) -> Result<Piece> {
         Ok(Piece::Rows(batch))
     }
 
-    fn emit(&self, piece: Piece) -> Result<()> {
+    fn emit(&self, piece: Piece) -> Result<bool> {
         if let Piece::Rows(batch) = piece {
             self.batches.lock().unwrap_or_else(|p| p.into_inner()).push(batch);
         }
-        Ok(())
+        Ok(true)
     }
 }
 
@@ -214,8 +216,10 @@ pub fn stream_plan(executor: &Executor<'_>, plan: &Plan, sink: &dyn ResultSink) 
             let (source, operators) = executor.pipeline(plan)?;
             let mut sent = 0;
             run_in_order(executor.runtime, &source, &operators, &|batch| sink.encode(batch), &mut |piece| {
-                sent += piece.rows();
-                sink.emit(piece).map(|()| true)
+                let rows = piece.rows();
+                let more = sink.emit(piece)?;
+                sent += rows;
+                Ok(more)
             })?;
             Ok(sent)
         }
@@ -223,8 +227,10 @@ pub fn stream_plan(executor: &Executor<'_>, plan: &Plan, sink: &dyn ResultSink) 
             let source = Source::Batches(executor.execute(breaker)?);
             let mut sent = 0;
             run_in_order(executor.runtime, &source, &[], &|batch| sink.encode(batch), &mut |piece| {
-                sent += piece.rows();
-                sink.emit(piece).map(|()| true)
+                let rows = piece.rows();
+                let more = sink.emit(piece)?;
+                sent += rows;
+                Ok(more)
             })?;
             Ok(sent)
         }
@@ -254,7 +260,9 @@ impl RowWindow {
             let rows: Vec<u32> = (start as u32..end as u32).collect();
             let kept = if start == 0 && end == batch.rows { batch } else { batch.gather(&rows) };
             self.sent += kept.rows;
-            sink.emit(sink.encode(kept)?)?;
+            if !sink.emit(sink.encode(kept)?)? {
+                return Ok(false);
+            }
         }
         Ok(self.sent < self.take)
     }

@@ -1,5 +1,6 @@
 //! Real clients against the engine's server: psql's catalog meta-commands and `\copy`,
-//! psycopg (binary parameters, NULLs, COPY), SQLAlchemy reflection and a pandas round trip.
+//! psycopg (binary parameters, NULLs, COPY), SQLAlchemy reflection and a pandas round trip,
+//! and DBeaver's metadata queries replayed through pgjdbc.
 
 mod common;
 
@@ -203,5 +204,139 @@ fn psql_copy_in_and_out() -> anyhow::Result<()> {
     psql_ok(address, &["-c", &copy])?;
     let written = std::fs::read_to_string(out_file.path())?;
     assert_eq!(written, "id,name\n0,\"name, 0\"\n1,\"name, 1\"\n2,\"name, 2\"\n");
+    Ok(())
+}
+
+/// pgjdbc from Debian's libpostgresql-jdbc-java (scripts/setup.sh installs it).
+const PGJDBC_JAR: &str = "/usr/share/java/postgresql.jar";
+
+/// One answer of the DBeaver replay: column names, rows as name → text, or an error.
+#[derive(Debug, Default)]
+struct Answer {
+    columns: Vec<String>,
+    rows: Vec<std::collections::HashMap<String, String>>,
+    error: Option<String>,
+}
+
+impl Answer {
+    fn has_row(&self, pairs: &[(&str, &str)]) -> bool {
+        self.rows.iter().any(|row| pairs.iter().all(|(k, v)| row.get(*k).map(String::as_str) == Some(*v)))
+    }
+}
+
+/// Compiles and runs tests/dbeaver/DbeaverReplay.java against `address`; answers by label.
+fn replay_dbeaver(address: std::net::SocketAddr) -> anyhow::Result<Vec<(String, Answer)>> {
+    let here = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/dbeaver");
+    anyhow::ensure!(std::path::Path::new(PGJDBC_JAR).exists(), "{PGJDBC_JAR} is missing: run scripts/setup.sh");
+    let classes = tempfile::tempdir()?;
+    let javac = std::process::Command::new("javac")
+        .arg("-d")
+        .arg(classes.path())
+        .arg(here.join("DbeaverReplay.java"))
+        .output()?;
+    anyhow::ensure!(javac.status.success(), "javac failed: {}", String::from_utf8_lossy(&javac.stderr));
+    let url =
+        format!("jdbc:postgresql://{}:{}/{}?sslmode=disable", address.ip(), address.port(), common::ENGINE_DATABASE);
+    let output = std::process::Command::new("java")
+        .args(["-Duser.timezone=UTC", "-cp"])
+        .arg(format!("{}:{PGJDBC_JAR}", classes.path().display()))
+        .arg("DbeaverReplay")
+        .arg(here.join("queries.sql"))
+        .args([&url, common::ENGINE_USER, common::ENGINE_PASSWORD])
+        .output()?;
+    let stdout = String::from_utf8(output.stdout)?;
+    anyhow::ensure!(output.status.success(), "java failed: {stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+    let mut answers: Vec<(String, Answer)> = Vec::new();
+    for line in stdout.lines() {
+        if let Some(label) = line.strip_prefix("== ") {
+            answers.push((label.to_string(), Answer::default()));
+            continue;
+        }
+        let Some((_, answer)) = answers.last_mut() else { continue };
+        if let Some(columns) = line.strip_prefix("columns: ") {
+            answer.columns = columns.split(',').map(|c| c.split(':').next().unwrap_or_default().to_string()).collect();
+        } else if let Some(row) = line.strip_prefix("row: ") {
+            let cells =
+                row.split('|').filter_map(|cell| cell.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string()));
+            answer.rows.push(cells.collect());
+        } else if let Some(error) = line.strip_prefix("error: ") {
+            answer.error = Some(error.to_string());
+        }
+    }
+    Ok(answers)
+}
+
+// Goal: DBeaver can connect and browse the engine: every query its PostgreSQL driver sends to
+// connect, list databases, schemas, data types, roles, tables, columns, constraints and indexes
+// runs, and the answers describe the table created here as DBeaver reads them (names, types,
+// NOT NULL, default, primary key and unique constraints with their columns, their indexes);
+// method: the query set of tests/dbeaver/queries.sql, taken from DBeaver's source, replayed
+// through pgjdbc (prepared statements, typed parameters, every column read with getObject).
+#[test]
+fn dbeaver_metadata_queries_through_pgjdbc() -> anyhow::Result<()> {
+    let engine = Arc::new(Engine::new(EngineSettings::default())?);
+    let server = start_server(engine)?;
+    let address = server.address;
+    psql_ok(
+        address,
+        &[
+            "-c",
+            "create table items (id bigint primary key, code text unique, name text not null, qty integer default 7)",
+            "-c",
+            "insert into items values (1, 'a', 'first', 1), (2, 'b', 'second', default), (3, null, 'third', 3)",
+        ],
+    )?;
+    let fixture =
+        std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/dbeaver/queries.sql"))?;
+    let expected = fixture.lines().filter(|l| l.starts_with("-- query: ")).count();
+    let answers = replay_dbeaver(address)?;
+    assert_eq!(answers.len(), expected, "every query answered: {answers:?}");
+    let errors: Vec<String> =
+        answers.iter().filter_map(|(label, a)| a.error.as_ref().map(|e| format!("{label}: {e}"))).collect();
+    assert!(errors.is_empty(), "DBeaver's queries failed:\n{}", errors.join("\n"));
+    let answer = |prefix: &str| -> &Answer {
+        let named = |label: &String| *label == prefix || label.starts_with(&format!("{prefix} ("));
+        &answers.iter().find(|(label, _)| named(label)).unwrap_or_else(|| panic!("no {prefix}")).1
+    };
+    assert!(answer("version").rows[0]["version"].starts_with("PostgreSQL 15"));
+    assert!(answer("databases").has_row(&[("datname", "bypass"), ("datallowconn", "true")]));
+    assert!(answer("setting").has_row(&[("name", "standard_conforming_strings"), ("setting", "on")]));
+    assert!(answer("context defaults").has_row(&[("current_schema", "public"), ("session_user", common::ENGINE_USER)]));
+    let schemas = answer("schemas");
+    assert!(schemas.has_row(&[("nspname", "public")]) && schemas.has_row(&[("nspname", "pg_catalog")]));
+    let types = answer("data types");
+    for (name, oid) in [("int8", "20"), ("text", "25"), ("int4", "23"), ("bool", "16"), ("numeric", "1700")] {
+        assert!(types.has_row(&[("typname", name), ("oid", oid)]), "data type {name}");
+    }
+    assert!(answer("roles").has_row(&[("rolname", common::ENGINE_USER)]));
+    assert!(answer("access methods").has_row(&[("amname", "btree")]));
+    let tables = answer("tables");
+    assert!(tables.has_row(&[("relname", "items"), ("relkind", "r")]), "{tables:?}");
+    let table_oid = tables.rows.iter().find(|r| r["relname"] == "items").map(|r| r["oid"].clone()).expect("items");
+    let statistics = answer("table statistics");
+    let sizes = statistics.rows.iter().find(|r| r["oid"] == table_oid).expect("statistics of items");
+    assert!(sizes["rel_size"].parse::<i64>()? > 0, "{sizes:?}");
+    let columns = answer("columns");
+    let names: Vec<&str> = columns.rows.iter().map(|r| r["attname"].as_str()).collect();
+    assert_eq!(names, ["id", "code", "name", "qty"], "{columns:?}");
+    for (name, type_oid, not_null) in
+        [("id", "20", "true"), ("code", "25", "false"), ("name", "25", "true"), ("qty", "23", "false")]
+    {
+        assert!(
+            columns.has_row(&[("attname", name), ("atttypid", type_oid), ("attnotnull", not_null)]),
+            "column {name}"
+        );
+    }
+    assert!(columns.has_row(&[("attname", "qty"), ("def_value", "7")]), "{columns:?}");
+    let constraints = answer("constraints");
+    assert!(constraints.has_row(&[("conname", "items_pkey"), ("contype", "p"), ("tabrelname", "items")]));
+    assert!(constraints.has_row(&[("conname", "items_code_key"), ("contype", "u"), ("tabrelname", "items")]));
+    let indexes = answer("indexes");
+    assert!(indexes.has_row(&[("relname", "items_pkey"), ("indisprimary", "true"), ("indisunique", "true")]));
+    assert!(indexes.has_row(&[("relname", "items_code_key"), ("indisprimary", "false"), ("tabrelname", "items")]));
+    assert!(answer("row count").has_row(&[("count", "3")]));
+    let data = answer("data");
+    assert_eq!(data.columns, ["id", "code", "name", "qty"]);
+    assert!(data.has_row(&[("id", "2"), ("code", "b"), ("name", "second"), ("qty", "7")]) && data.rows.len() == 3);
     Ok(())
 }

@@ -85,3 +85,17 @@ fn nested_parentheses_answer_or_refuse() {
     let refused = on_small_stack(&engine, &negations).err();
     assert!(matches!(refused.as_deref(), Some("54001" | "42601")), "refused: {refused:?}");
 }
+
+// Goal: prefix operators nest without parentheses and must not overflow either (45 NOTs, 185
+// bytes, overflowed the server's 2 MiB stack and aborted it; 900 overflowed a 64 MiB statement
+// thread); method: NOT and CASE chains, answered as PostgreSQL answers them.
+#[test]
+fn prefix_operator_chains_answer() {
+    let engine = engine_with_table();
+    for (levels, expected) in [(45, "f"), (1000, "t")] {
+        let sql = format!("select {}true", "not ".repeat(levels));
+        assert_eq!(single_value(on_small_stack(&engine, &sql)), expected, "{levels} NOTs");
+    }
+    let cases = format!("select {}1{}", "case when true then ".repeat(1000), " end".repeat(1000));
+    assert_eq!(single_value(on_small_stack(&engine, &cases)), "1");
+}

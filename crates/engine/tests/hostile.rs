@@ -109,6 +109,20 @@ impl Raw {
         Ok(answers)
     }
 
+    /// The answers to `sent` (whole messages): up to the ReadyForQuery of each Sync and Query.
+    fn answers_to(&mut self, sent: &[u8]) -> anyhow::Result<Vec<Answer>> {
+        let (mut at, mut ready) = (0, 0);
+        while at + 5 <= sent.len() {
+            ready += usize::from(matches!(sent[at], b'S' | b'Q'));
+            at += 1 + u32::from_be_bytes([sent[at + 1], sent[at + 2], sent[at + 3], sent[at + 4]]) as usize;
+        }
+        let mut answers = Vec::new();
+        for _ in 0..ready.max(1) {
+            answers.extend(self.answers()?);
+        }
+        Ok(answers)
+    }
+
     /// A simple query's answer as (tags, SQLSTATEs).
     fn query(&mut self, sql: &[u8]) -> anyhow::Result<Vec<Answer>> {
         self.send(&query_message(sql))?;
@@ -147,6 +161,70 @@ fn parse_message(sql: &[u8]) -> Vec<u8> {
     out
 }
 
+/// A message of `tag` with `body` as it is (names and strings with invalid UTF-8).
+fn raw_message(tag: u8, body: &[u8]) -> Vec<u8> {
+    let mut out = vec![tag];
+    out.extend_from_slice(&(body.len() as u32 + 4).to_be_bytes());
+    out.extend_from_slice(body);
+    out
+}
+
+/// Statement and portal names with invalid UTF-8, in each message that carries one.
+fn invalid_name_cases() -> Vec<(&'static str, Vec<u8>)> {
+    let with_sync = |mut bytes: Vec<u8>| {
+        build::sync(&mut bytes);
+        bytes
+    };
+    let mut bind = Vec::new();
+    build::parse(&mut bind, "", "select 1", &[]);
+    // Portal "p\xff", statement "": no parameter formats, no parameters, no result formats.
+    bind.extend(raw_message(b'B', b"p\xff\0\0\0\0\0\0\0\0"));
+    vec![
+        ("invalid UTF-8 in a statement name (Parse)", with_sync(raw_message(b'P', b"s\xff\0select 1\0\0\0"))),
+        ("invalid UTF-8 in a portal name (Bind)", with_sync(bind)),
+        ("invalid UTF-8 in a statement name (Describe)", with_sync(raw_message(b'D', b"S\xc3\x28\0"))),
+        ("invalid UTF-8 in a portal name (Execute)", with_sync(raw_message(b'E', b"\xfe\0\0\0\0\0"))),
+        ("invalid UTF-8 in a portal name (Close)", with_sync(raw_message(b'C', b"P\x80\0"))),
+    ]
+}
+
+/// Portals run with a row limit: PortalSuspended once the limit is reached (even with no
+/// rows left: PostgreSQL does not look ahead), the rest on the next Execute, and a portal of
+/// an implicit transaction gone after Sync (34000).
+fn suspended_portal_cases() -> Vec<(&'static str, Vec<u8>)> {
+    let execute = |out: &mut Vec<u8>, max_rows: u32| {
+        let mut body = vec![0];
+        body.extend_from_slice(&max_rows.to_be_bytes());
+        out.extend(raw_message(b'E', &body));
+    };
+    let three = "select 1 union all select 2 union all select 3";
+    let mut resumed = Vec::new();
+    build::parse(&mut resumed, "", three, &[]);
+    build::bind(&mut resumed, "", "", &[]);
+    execute(&mut resumed, 2);
+    execute(&mut resumed, 2);
+    execute(&mut resumed, 2);
+    build::sync(&mut resumed);
+    let mut exact = Vec::new();
+    build::parse(&mut exact, "", three, &[]);
+    build::bind(&mut exact, "", "", &[]);
+    execute(&mut exact, 3);
+    execute(&mut exact, 1);
+    build::sync(&mut exact);
+    let mut after_sync = Vec::new();
+    build::parse(&mut after_sync, "", three, &[]);
+    build::bind(&mut after_sync, "", "", &[]);
+    execute(&mut after_sync, 1);
+    build::sync(&mut after_sync);
+    execute(&mut after_sync, 1);
+    build::sync(&mut after_sync);
+    vec![
+        ("a portal resumed by later Executes", resumed),
+        ("a portal suspended with no rows left", exact),
+        ("a suspended portal after the Sync of its implicit transaction", after_sync),
+    ]
+}
+
 /// The protocol exchanges of the PostgreSQL comparison; each is sent on a fresh connection.
 fn protocol_cases() -> Vec<(&'static str, Vec<u8>)> {
     let mut extended_comment = parse_message(b"-- nothing but a comment");
@@ -159,7 +237,7 @@ fn protocol_cases() -> Vec<(&'static str, Vec<u8>)> {
     build::parse(&mut bind_invalid, "", "select $1::text", &[25]);
     build::bind(&mut bind_invalid, "", "", &[Some(b"\xff\xfe")]);
     build::sync(&mut bind_invalid);
-    vec![
+    let mut cases = vec![
         ("invalid UTF-8 in a query", query_message(b"select 'caf\xc3\x28'")),
         ("a lone continuation byte", query_message(b"select '\x80'")),
         ("a truncated sequence at the end", query_message(b"select 1 -- \xe2\x82")),
@@ -170,7 +248,10 @@ fn protocol_cases() -> Vec<(&'static str, Vec<u8>)> {
         ("comment-only Parse/Bind/Execute", extended_comment),
         ("invalid UTF-8 in Parse", extended_invalid),
         ("invalid UTF-8 in a text parameter", bind_invalid),
-    ]
+    ];
+    cases.extend(invalid_name_cases());
+    cases.extend(suspended_portal_cases());
+    cases
 }
 
 #[test]
@@ -182,10 +263,10 @@ fn invalid_utf8_and_empty_queries_answer_as_postgres() -> anyhow::Result<()> {
     for (name, bytes) in protocol_cases() {
         let mut ours = Raw::engine(server.address)?;
         ours.send(&bytes)?;
-        let ours = ours.answers()?;
+        let ours = ours.answers_to(&bytes)?;
         let mut theirs = Raw::login(postgres_address, "postgres", "postgres", None)?;
         theirs.send(&bytes)?;
-        let theirs = theirs.answers()?;
+        let theirs = theirs.answers_to(&bytes)?;
         // Same messages and SQLSTATEs; for 22021 the same text too (it names the bad bytes).
         let strip = |answers: &[Answer]| -> Vec<(char, Option<String>)> {
             answers.iter().map(|a| (a.tag, a.code.clone())).collect()

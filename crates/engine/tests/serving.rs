@@ -244,3 +244,81 @@ fn unauthenticated_clients_are_refused() -> anyhow::Result<()> {
         anyhow::Ok(())
     })
 }
+
+// Goal: Execute with a row limit streams (PortalSuspended, resumed by the next Execute) instead
+// of building the whole result first, and a suspended portal lives through Sync inside a
+// transaction, survives another statement in between, and closes without failing the
+// transaction; method: tokio-postgres' portals (Bind, then Execute with max_rows and Sync per
+// fetch) over lineitem. The proof of streaming is behavioural: the last rows divide by zero,
+// so a server that computed the whole result before sending would fail the first fetch; a
+// streaming one answers the first fetches and fails only when the fetches reach those rows.
+#[test]
+fn a_portal_with_a_row_limit_streams_and_suspends() -> anyhow::Result<()> {
+    let engine = engine_with_tpch()?;
+    let server = common::start_server(engine)?;
+    let conninfo = common::engine_conninfo(server.address);
+    runtime()?.block_on(async {
+        let (mut client, _connection) = connect(&conninfo).await?;
+        let total: i64 = client.query_one("select count(*) from lineitem", &[]).await?.get(0);
+        let last: i64 = client.query_one("select max(l_orderkey) from lineitem", &[]).await?.get(0);
+
+        // Every row, 1,000 at a time, in order, with a statement in between.
+        let transaction = client.transaction().await?;
+        let statement = transaction.prepare("select l_orderkey, l_linenumber from lineitem").await?;
+        let portal = transaction.bind(&statement, &[]).await?;
+        let (mut fetched, mut fetches, mut previous) = (0i64, 0, (0i64, 0i32));
+        loop {
+            let rows = transaction.query_portal(&portal, 1000).await?;
+            if rows.is_empty() {
+                break;
+            }
+            assert!(rows.len() <= 1000, "at most max_rows per Execute");
+            for row in &rows {
+                let key: (i64, i32) = (row.get(0), row.get(1));
+                assert!(key > previous, "rows in order: {key:?} after {previous:?}");
+                previous = key;
+            }
+            fetched += rows.len() as i64;
+            fetches += 1;
+            if fetches == 3 {
+                // Another statement while the portal is suspended.
+                let count: i64 = transaction.query_one("select count(*) from orders", &[]).await?.get(0);
+                assert!(count > 0);
+            }
+        }
+        assert_eq!(fetched, total, "all rows through the portal");
+        assert!(fetches > 3);
+
+        // Closing a suspended portal ends its statement without failing the transaction.
+        let portal = transaction.bind(&statement, &[]).await?;
+        assert_eq!(transaction.query_portal(&portal, 10).await?.len(), 10);
+        drop(portal);
+        let count: i64 = transaction.query_one("select count(*) from region", &[]).await?.get(0);
+        assert_eq!(count, 5);
+        transaction.commit().await?;
+
+        // Rows past the first fetches are computed only when fetched.
+        let transaction = client.transaction().await?;
+        let failing = transaction.prepare(&format!("select l_orderkey / (l_orderkey - {last}) from lineitem")).await?;
+        let portal = transaction.bind(&failing, &[]).await?;
+        let first = transaction.query_portal(&portal, 100).await?;
+        assert_eq!(first.len(), 100, "the first fetch answers before the failing rows are computed");
+        let mut error = None;
+        for _ in 0..total {
+            match transaction.query_portal(&portal, 5000).await {
+                Ok(rows) if rows.is_empty() => break,
+                Ok(_) => {}
+                Err(e) => {
+                    error = Some(e);
+                    break;
+                }
+            }
+        }
+        let error = error.expect("the fetches reach the rows that divide by zero");
+        assert_eq!(error.code().map(|c| c.code()), Some("22012"), "{error}");
+        drop(transaction);
+        let count: i64 = client.query_one("select count(*) from nation", &[]).await?.get(0);
+        assert_eq!(count, 25, "the connection goes on after the rollback");
+        Ok(())
+    })
+}

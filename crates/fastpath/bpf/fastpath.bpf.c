@@ -373,6 +373,19 @@ static __always_inline int answer_requests(struct fp_slot *c, __u32 server_index
 	return 0;
 }
 
+/* Announces a server slot user space must take on the handoff ring. With many clients waiting
+ * (fp_pool.quiet_from) no wake-up: user space drains the ring whenever a passed request reaches
+ * its queue, and on a 1 ms tick while any pool is that busy. Otherwise a forced wake-up, so
+ * records left by a quiet spell never wait for the next busy one. */
+static __always_inline void announce_handoff(__u32 index, struct fp_pool *pool, struct fp_counters *n)
+{
+	__u32 waiting = pool ? pool->waiters : 0, from = pool ? pool->quiet_from : 0;
+	int quiet = from && waiting >= from && waiting != FP_WAITERS_PAUSED;
+	if (n && quiet)
+		n->handoffs_quiet++;
+	bpf_ringbuf_output(&fp_handoffs, &index, sizeof(index), quiet ? BPF_RB_NO_WAKEUP : BPF_RB_FORCE_WAKEUP);
+}
+
 /* Gives a released server back: to the kernel's free set, or to user space when clients wait
  * there (FIFO order is theirs) or its session state changed (user space closes it). The second
  * look at `waiters` closes the race with a client that queued between the first look and the
@@ -392,7 +405,7 @@ static __always_inline void server_give_back(struct fp_slot *s, __u32 index, str
 	}
 	if (n)
 		n->handoffs++;
-	bpf_ringbuf_output(&fp_handoffs, &index, sizeof(index), 0);
+	announce_handoff(index, pool, n);
 }
 
 /* Counts where a walked skb's bytes and requests (or answers) went, in its pool's per-CPU counters (atomic
@@ -471,7 +484,7 @@ int fp_server(struct __sk_buff *skb)
 			n->redirect_failures++;
 		s->peer = FP_NO_PEER;
 		s->owner = FP_OWNER_HANDOFF;
-		bpf_ringbuf_output(&fp_handoffs, &index, sizeof(index), 0);
+		announce_handoff(index, 0, 0);
 		count_walk(s->pool, &w, 1, 0);
 		return SK_PASS;
 	}

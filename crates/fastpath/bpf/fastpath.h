@@ -68,10 +68,18 @@ struct fp_slot {
 	__u32 message_max; /* clients: longer messages go to user space, which refuses them */
 };
 
+/* fp_pool.waiters of a paused pool: every server goes back to user space at once. */
+#define FP_WAITERS_PAUSED 0xffffffffu
+
 /* Per pool, in an mmap-able array. */
 struct fp_pool {
 	__u32 waiters; /* clients queued in user space: the kernel leaves free servers to them */
 	__u32 servers; /* server slots in use in this pool's range (scan bound) */
+	/* From this many waiters on, a handoff does not wake user space: with that many clients
+	 * queued, user space drains the ring on its next passed request (or its 1 ms tick), and a
+	 * wake-up (irq_work, a self-IPI) costs more than the wait. 0: every handoff wakes. */
+	__u32 quiet_from;
+	__u32 reserved;
 };
 
 /* Per pool and per CPU: where the bytes of the pool's pooled sockets went. "Forwarded": the
@@ -110,6 +118,7 @@ struct fp_counters {
 	__u64 passes_idle_server;
 	__u64 handoffs;
 	__u64 redirect_failures;
+	__u64 handoffs_quiet; /* handoffs announced without waking user space (see fp_pool.quiet_from) */
 };
 
 /* ---- Workload mirroring (mirror.bpf.c, crates/fastpath/src/mirror.rs) ----------------------- */

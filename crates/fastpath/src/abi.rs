@@ -46,11 +46,26 @@ pub struct Slot {
     pub message_max: AtomicU32,
 }
 
+/// `PoolEntry::waiters` of a paused pool (`FP_WAITERS_PAUSED`).
+pub const WAITERS_PAUSED: u32 = u32::MAX;
+
 /// Per pool (`struct fp_pool`).
 #[repr(C)]
 pub struct PoolEntry {
     pub waiters: AtomicU32,
     pub servers: AtomicU32,
+    /// From this many waiters on, handoffs do not wake user space (0: every handoff wakes it).
+    pub quiet_from: AtomicU32,
+    pub reserved: AtomicU32,
+}
+
+impl PoolEntry {
+    /// Whether the kernel announces this pool's handoffs without a wake-up now.
+    pub fn handoffs_quiet(&self) -> bool {
+        let from = self.quiet_from.load(std::sync::atomic::Ordering::Acquire);
+        let waiting = self.waiters.load(std::sync::atomic::Ordering::Acquire);
+        from != 0 && waiting >= from && waiting != WAITERS_PAUSED
+    }
 }
 
 /// Where one pool's bytes went (`struct fp_pool_counters`), per CPU in the kernel, summed by
@@ -139,6 +154,8 @@ pub struct Counters {
     pub passes_idle_server: u64,
     pub handoffs: u64,
     pub redirect_failures: u64,
+    /// Handoffs announced without waking user space (many clients waited).
+    pub handoffs_quiet: u64,
 }
 
 // SAFETY: plain old data of u64 fields, any bit pattern is valid.
@@ -151,11 +168,12 @@ const _: () = {
     assert!(offset_of!(Slot, stash) == 48);
     assert!(offset_of!(Slot, params) == 54);
     assert!(offset_of!(Slot, pass_skip) == 56);
-    assert!(size_of::<PoolEntry>() == 8);
+    assert!(size_of::<PoolEntry>() == 16);
+    assert!(offset_of!(PoolEntry, quiet_from) == 8);
     assert!(size_of::<PoolCounters>() == 104);
     assert!(offset_of!(PoolCounters, request_bytes_passed) == 32);
     assert!(offset_of!(PoolCounters, answers_passed) == 96);
-    assert!(size_of::<Counters>() == 88);
+    assert!(size_of::<Counters>() == 96);
 };
 
 /// The peer server slot (relative to the server range) of a client link word.

@@ -6,6 +6,7 @@
 //!   client socket ──fp_client──► (linked? or take a FREE server) ──redirect──► server socket
 //!   server socket ──fp_server──► redirect to the client; 'Z' 'I' with 0 outstanding: unlink,
 //!                                server FREE, or HANDOFF (ring) when clients wait in user space
+//!                                (no wake-up when many wait: the `handoff` module)
 //!   anything else ──SK_PASS──► the pooler's user-space path (gate closed until it re-arms)
 //! ```
 //!
@@ -27,13 +28,14 @@
 //! `mirror` module for the design, the RPS requirement and the limits.
 
 pub mod abi;
+mod handoff;
 mod link;
 mod mirror;
 pub mod status;
 
 use std::collections::HashMap as StdHashMap;
 use std::os::fd::{AsFd, AsRawFd, RawFd};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
 
 use aya::maps::{HashMap, Map, MapData, PerCpuArray, RingBuf, SockHash};
@@ -42,6 +44,7 @@ use aya::Ebpf;
 
 use abi::*;
 pub use abi::{Counters, MirrorCounters, PoolCounters, PoolEntry, Slot};
+pub use handoff::{HandoffFd, HANDOFF_QUIET_FROM};
 pub use mirror::MirrorHandle;
 
 /// The compiled programs, aligned for the ELF parser.
@@ -98,11 +101,15 @@ pub struct FastPath {
     pools: SharedArray<PoolEntry>,
     counters: PerCpuArray<MapData, Counters>,
     pool_counters: PerCpuArray<MapData, PoolCounters>,
-    handoffs: Mutex<Option<RingBuf<MapData>>>,
+    handoffs: handoff::Handoffs,
     free_clients: Mutex<Vec<u32>>,
     /// Free server slots per pool (relative indexes within the pool's range), and pool names.
     free_servers: Mutex<Vec<Vec<u32>>>,
     pool_names: Mutex<StdHashMap<String, u32>>,
+    /// Pool indexes handed out (the entries of `pools` in use).
+    pools_used: AtomicU32,
+    /// `PoolEntry::quiet_from` for pools handed out from now on.
+    quiet_from: AtomicU32,
     program_ids: Vec<(&'static str, u32)>,
     /// Workload mirroring, loaded by `enable_mirroring` (see the mirror module).
     mirror: Mutex<Option<mirror::Mirror>>,
@@ -137,10 +144,12 @@ impl FastPath {
             pools,
             counters,
             pool_counters,
-            handoffs: Mutex::new(Some(handoffs)),
+            handoffs: handoff::Handoffs::new(handoffs),
             free_clients: Mutex::new((0..CLIENT_SLOTS).rev().collect()),
             free_servers: Mutex::new((0..POOLS_MAX).map(|_| (0..POOL_SERVERS_MAX).rev().collect()).collect()),
             pool_names: Mutex::new(StdHashMap::new()),
+            pools_used: AtomicU32::new(0),
+            quiet_from: AtomicU32::new(HANDOFF_QUIET_FROM),
             program_ids,
             mirror: Mutex::new(None),
         })
@@ -154,6 +163,8 @@ impl FastPath {
         }
         let index = u32::try_from(names.len()).ok().filter(|&index| index < POOLS_MAX)?;
         names.insert(name.to_string(), index);
+        self.pool(index).quiet_from.store(self.quiet_from.load(Ordering::Acquire), Ordering::Release);
+        self.pools_used.store(index + 1, Ordering::Release);
         Some(index)
     }
 
@@ -282,11 +293,6 @@ impl FastPath {
     pub fn program_stats(&self) -> Vec<ProgramStats> {
         program_stats(&self.program_ids)
     }
-
-    /// The ring of servers released while clients waited in user space; taken once.
-    pub fn take_handoffs(&self) -> Option<RingBuf<MapData>> {
-        lock(&self.handoffs).take()
-    }
 }
 
 /// A program's cost from `bpf_stats`.
@@ -335,6 +341,7 @@ fn add_counters(total: &mut Counters, cpu: &Counters) {
     total.passes_idle_server += cpu.passes_idle_server;
     total.handoffs += cpu.handoffs;
     total.redirect_failures += cpu.redirect_failures;
+    total.handoffs_quiet += cpu.handoffs_quiet;
 }
 
 pub fn reset_framing(slot: &Slot) {

@@ -141,10 +141,4 @@ impl FastPath {
     pub fn server_dirty(&self, server: ServerSlot) -> bool {
         self.server(server).flags.load(Ordering::Acquire) & FLAG_DIRTY != 0
     }
-
-    /// Tells the kernel how many clients of `pool` wait in user space (it then leaves free
-    /// servers to them, keeping the queue FIFO).
-    pub fn set_waiters(&self, pool: u32, waiters: u32) {
-        self.pool(pool).waiters.store(waiters, Ordering::Release);
-    }
 }

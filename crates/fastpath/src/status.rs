@@ -149,7 +149,11 @@ impl Status {
                 "  passes to user space: no server {} unsafe {} slow {} idle server {}",
                 c.passes_no_server, c.passes_unsafe, c.passes_slow, c.passes_idle_server
             );
-            let _ = writeln!(text, "  handoffs {} redirect failures {}", c.handoffs, c.redirect_failures);
+            let _ = writeln!(
+                text,
+                "  handoffs {} (without a wake-up {}) redirect failures {}",
+                c.handoffs, c.handoffs_quiet, c.redirect_failures
+            );
         }
         for p in &self.pools {
             let c = &p.counters;

@@ -307,7 +307,7 @@ impl Shared {
         let wanted = pools.len().max(index as usize + 1);
         pools.resize(wanted, std::sync::Weak::new());
         pools[index as usize] = Arc::downgrade(pool);
-        pool.enable_kernel(crate::kernel::KernelPool::new(fast.clone(), index));
+        pool.enable_kernel(crate::kernel::KernelPool::new(fast.clone(), index), self.kernel_pools.clone());
     }
 
     /// The database's and the user's connection limits, created on first use.

@@ -257,21 +257,32 @@ fn probes_while_streaming(address: SocketAddr, streaming: &mut Probe) -> anyhow:
 }
 
 /// Generates TPC-H in this process and writes it as CSV into `scratch`: the server and DuckDB
-/// both load these files (the generator's static 300 MiB text pool stays in this process).
-fn export_tpch(sf: f64, scratch: &Path) -> anyhow::Result<()> {
+/// both load these files (the generator's static 300 MiB text pool stays in this process;
+/// `bypass engine serve --tpch-sf` runs this in a child process for the same reason).
+pub fn export_tpch(sf: f64, scratch: &Path) -> anyhow::Result<()> {
     let engine = Engine::new(EngineSettings::default())?;
     tpch::load(&engine, sf)?;
     super::tpch::export_csv(&engine, scratch)
 }
 
-/// CREATE TABLE and COPY … FROM '<csv>' of every TPC-H table, through `client`.
-fn load_server(client: &mut Probe, scratch: &Path) -> anyhow::Result<()> {
+/// CREATE TABLE and COPY … FROM '<dir>/<table>.csv' of every TPC-H table (files written by
+/// [`export_tpch`]).
+pub fn tpch_csv_statements(dir: &Path) -> Vec<String> {
+    let mut statements = Vec::new();
     for name in tpch::TABLES {
         let columns = tpch::table_schema(name).expect("known table");
         let columns: Vec<String> = columns.iter().map(|c| format!("{} {}", c.name, c.data_type.sql_name())).collect();
-        let path = scratch.join(format!("{name}.csv"));
-        client.timed(&format!("create table {name} ({})", columns.join(", ")))?;
-        client.timed(&format!("copy {name} from '{}' (format csv)", path.display()))?;
+        let path = dir.join(format!("{name}.csv"));
+        statements.push(format!("create table {name} ({})", columns.join(", ")));
+        statements.push(format!("copy {name} from '{}' (format csv)", path.display()));
+    }
+    statements
+}
+
+/// Loads the CSV files of [`export_tpch`] into the server through `client`.
+fn load_server(client: &mut Probe, scratch: &Path) -> anyhow::Result<()> {
+    for statement in tpch_csv_statements(scratch) {
+        client.timed(&statement)?;
     }
     Ok(())
 }

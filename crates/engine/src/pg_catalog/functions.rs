@@ -201,6 +201,15 @@ pub fn cast(value: Datum, data_type: &ast::DataType, context: &Context<'_>) -> R
                 .map(Datum::Int)
                 .ok_or_else(|| EngineError::UnknownObject(format!("schema \"{other}\" does not exist")))?,
         },
+        // pg_type names its I/O functions as text (typinput …), so a name casts to that text.
+        "regproc" | "regprocedure" if value.as_int().is_none() => {
+            let text = value.to_text(false);
+            let function = text.trim_start_matches("pg_catalog.").trim_matches('"');
+            if !tables::is_type_function(function) {
+                return Err(EngineError::UndefinedFunction(format!("function \"{text}\" does not exist")));
+            }
+            Datum::Text(function.to_string())
+        }
         "regproc" | "regprocedure" | "regrole" => value
             .as_int()
             .map(Datum::Int)
@@ -356,6 +365,12 @@ pub fn call(name: &str, args: &[Datum], context: &Context<'_>) -> Result<Datum> 
         "pg_relation_size" | "pg_total_relation_size" | "pg_table_size" | "pg_indexes_size" => {
             relation_size(&arg(0), context)
         }
+        // Scans through an index: none ever (indexes enforce uniqueness; no lookup uses them).
+        // Scans of a table are not counted: unknown, not zero.
+        "pg_stat_get_numscans" => match arg(0).as_int() {
+            Some(oid) if is_index_oid(oid, context) => Datum::Int(0),
+            _ => Datum::Null,
+        },
         "pg_database_size" => Datum::Int(context.catalog.tables().iter().map(|t| t.bytes() as i64).sum()),
         "pg_size_pretty" => strict(&|| Datum::Text(size_pretty(arg(0).as_int().unwrap_or(0)))),
         "current_setting" => match context.settings.show(&text(0).unwrap_or_default()) {
@@ -518,6 +533,10 @@ fn size_pretty(bytes: i64) -> String {
         unit += 1;
     }
     format!("{value} {}", units[unit])
+}
+
+fn is_index_oid(oid: i64, context: &Context<'_>) -> bool {
+    context.catalog.tables().iter().any(|t| tables::table_indexes(t).iter().any(|i| i.oid == oid))
 }
 
 fn relation_size(oid: &Datum, context: &Context<'_>) -> Datum {

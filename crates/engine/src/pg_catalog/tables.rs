@@ -591,6 +591,13 @@ fn types() -> Relation {
     relation
 }
 
+/// Whether `name` is one of the input/output functions pg_type names (`typinput` …), the
+/// only functions a `regproc` value can name here.
+pub fn is_type_function(name: &str) -> bool {
+    let io_columns = 14..18;
+    types().rows.iter().any(|row| row[io_columns.clone()].iter().any(|d| d.to_text(false) == name))
+}
+
 fn indexes(tables: &[Arc<Table>]) -> Relation {
     let mut relation = Relation::new(&[
         ("indexrelid", PgType::Oid),

@@ -14,7 +14,9 @@
 //! keep SQL text and are parsed again on the task that uses them.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use bypass_frontdoor::{Admission, CancelKey, Stream};
 use bypass_wire::auth::Refusal;
@@ -67,6 +69,8 @@ enum CopyMessage {
     Data(Vec<u8>),
     Done,
     Fail(String),
+    /// A CopyFail whose reason is not valid UTF-8 (22021, as PostgreSQL).
+    Invalid(EngineError),
 }
 
 /// The channels of one running task, seen from the task.
@@ -75,6 +79,8 @@ struct TaskIo {
     copy: mpsc::Receiver<CopyMessage>,
     slot: Arc<CancelSlot>,
     shared: Arc<Shared>,
+    /// Set by the network side when the client closed the (suspended) portal.
+    closed: Arc<AtomicBool>,
 }
 
 impl TaskIo {
@@ -86,6 +92,7 @@ impl TaskIo {
 }
 
 /// How one extended-protocol statement ended.
+#[derive(Debug)]
 enum StatementEnd {
     Done(String),
     Failed(EngineError),
@@ -99,13 +106,17 @@ struct Prepared {
     parameters: usize,
     /// Parameter types after inference (declared ones kept), computed once.
     inferred: Option<Vec<u32>>,
+    /// A query (SELECT, VALUES, …): its portal streams under a row limit.
+    query: bool,
 }
 
-/// Rows of a portal executed with a row limit, waiting for the next Execute.
+/// Rows of a portal held in memory, waiting for the next Execute: the result of a non-query
+/// portal (DML … RETURNING runs to its end first, as in PostgreSQL), or the rest of a
+/// suspended query portal when another statement needed the session.
 struct PendingRows {
     bytes: Vec<u8>,
     offset: usize,
-    tag: String,
+    end: StatementEnd,
 }
 
 /// A bound statement: its SQL with the parameters as literals (`None`: the empty query).
@@ -113,7 +124,110 @@ struct Portal {
     sql: Option<String>,
     result_formats: Vec<i16>,
     executed: bool,
+    query: bool,
     pending: Option<PendingRows>,
+}
+
+/// A statement task on its blocking thread, seen from the network side.
+struct Task<T> {
+    receiver: mpsc::Receiver<Outgoing>,
+    /// The task may still send output.
+    open: bool,
+    copy_sender: Option<mpsc::Sender<CopyMessage>>,
+    copying: bool,
+    handle: tokio::task::JoinHandle<(Session, std::thread::Result<T>)>,
+    finished: Option<(Session, std::thread::Result<T>)>,
+    /// The client left: output is dropped, the statement was stopped.
+    gone: bool,
+    /// See [`TaskIo::closed`].
+    closed: Arc<AtomicBool>,
+}
+
+/// Where a task's output goes.
+enum Drain<'a> {
+    /// Everything to the socket as it comes.
+    Socket,
+    /// Everything into a buffer.
+    Collect(&'a mut Vec<u8>),
+    /// To the socket until the budget's rows are sent; the task then waits (bounded channel).
+    Rows(&'a mut RowBudget),
+    /// Dropped (a portal closed while suspended).
+    Discard,
+}
+
+/// The rows one Execute may still send, and the encoded rows received but not sent yet.
+struct RowBudget {
+    left: usize,
+    sent: usize,
+    carry: Vec<u8>,
+    carry_at: usize,
+}
+
+impl RowBudget {
+    fn new(max_rows: usize) -> RowBudget {
+        RowBudget { left: if max_rows == 0 { usize::MAX } else { max_rows }, sent: 0, carry: Vec::new(), carry_at: 0 }
+    }
+
+    /// A new Execute on the same portal: a new limit, the carried rows kept.
+    fn renew(&mut self, max_rows: usize) {
+        self.left = if max_rows == 0 { usize::MAX } else { max_rows };
+        self.sent = 0;
+    }
+
+    /// Moves whole messages of the carry to `out` until `left` DataRows have moved.
+    fn send_carried(&mut self, out: &mut Vec<u8>) {
+        let start = self.carry_at;
+        let (end, rows) = split_rows(&self.carry, start, self.left);
+        out.extend_from_slice(&self.carry[start..end]);
+        self.carry_at = end;
+        self.left -= rows;
+        self.sent += rows;
+        if self.carry_at == self.carry.len() {
+            self.carry.clear();
+            self.carry_at = 0;
+        }
+    }
+
+    fn carried(&self) -> &[u8] {
+        &self.carry[self.carry_at..]
+    }
+}
+
+/// The end of the whole messages in `bytes[start..]` holding at most `rows_max` DataRows
+/// (other messages pass uncounted), and the DataRows up to there.
+fn split_rows(bytes: &[u8], start: usize, rows_max: usize) -> (usize, usize) {
+    let (mut end, mut rows) = (start, 0);
+    while end + 5 <= bytes.len() {
+        let is_row = bytes[end] == b'D';
+        if is_row && rows == rows_max {
+            break;
+        }
+        let length = u32::from_be_bytes([bytes[end + 1], bytes[end + 2], bytes[end + 3], bytes[end + 4]]);
+        end += 1 + length as usize;
+        rows += usize::from(is_row);
+    }
+    (end.min(bytes.len()), rows)
+}
+
+/// PostgreSQL's tag after a row-limited Execute: a query's counts the rows of this Execute.
+fn execute_tag(tag: &str, rows: usize) -> String {
+    if tag.starts_with("SELECT ") {
+        format!("SELECT {rows}")
+    } else {
+        tag.to_string()
+    }
+}
+
+/// A query portal whose Execute reached its row limit (PortalSuspended): its statement waits
+/// on its blocking thread, holding the session, until the next Execute, a Close, the Sync of
+/// an implicit transaction, or a message that needs the session (then the rest is collected).
+struct Suspended {
+    portal: String,
+    task: Task<StatementEnd>,
+    budget: RowBudget,
+    /// Inside BEGIN … COMMIT: the portal outlives Sync.
+    explicit: bool,
+    idle_limit: Option<Duration>,
 }
 
 struct Connection {
@@ -131,6 +245,7 @@ struct Connection {
     /// An extended-protocol implicit block is open (since the first Execute after Sync).
     in_block: bool,
     slot: Arc<CancelSlot>,
+    suspended: Option<Suspended>,
 }
 
 /// Serves one client until it leaves: the front door authenticates it, then the session runs.
@@ -172,9 +287,11 @@ pub(super) async fn serve(shared: Arc<Shared>, tcp: TcpStream) {
             skip_until_sync: false,
             in_block: false,
             slot,
+            suspended: None,
         };
         let _ = connection.run().await;
         let _ = connection.flush().await;
+        let _ = connection.close_suspended().await;
         if let Some(mut session) = connection.session.take() {
             session.close(&connection.engine);
         }
@@ -268,8 +385,12 @@ impl Connection {
     }
 
     async fn next_message_or_idle_timeout(&mut self) -> Result<(u8, Vec<u8>), End> {
-        let idle_limit = self.session().settings.idle_in_transaction_session_timeout;
-        let in_transaction = self.session().status() != Status::Idle;
+        let (idle_limit, in_transaction) = match (&self.session, &self.suspended) {
+            (Some(session), _) => {
+                (session.settings.idle_in_transaction_session_timeout, session.status() != Status::Idle)
+            }
+            (None, suspended) => (suspended.as_ref().and_then(|s| s.idle_limit), true),
+        };
         match idle_limit.filter(|_| in_transaction) {
             None => self.read_message().await,
             Some(limit) => match tokio::time::timeout(limit, self.read_message()).await {
@@ -280,6 +401,15 @@ impl Connection {
     }
 
     async fn handle(&mut self, message: FrontendMessage<'_>) -> Result<(), End> {
+        if self.suspended.is_some() {
+            let unnamed = self.suspended.as_ref().is_some_and(|s| s.portal.is_empty());
+            if unnamed && matches!(&message, FrontendMessage::Bind(b) if b.portal.is_empty()) {
+                // Binding the unnamed portal again replaces it: its rest is not wanted.
+                self.close_suspended().await?;
+            } else if self.needs_session(&message) {
+                self.settle().await?;
+            }
+        }
         match message {
             FrontendMessage::Terminate => return Err(End::Closed),
             FrontendMessage::Sync => return self.sync().await,
@@ -302,24 +432,58 @@ impl Connection {
         let outcome = match message {
             FrontendMessage::Parse(parse) => self.parse(&parse).await,
             FrontendMessage::Bind(bind) => self.bind(&bind).await,
-            FrontendMessage::Describe { kind, name } => self.describe(kind, &String::from_utf8_lossy(name)).await,
-            FrontendMessage::Execute { portal, max_rows } => {
-                self.execute(&String::from_utf8_lossy(portal), usize::try_from(max_rows).unwrap_or(0)).await?
-            }
-            FrontendMessage::Close { kind, name } => {
-                let name = String::from_utf8_lossy(name).into_owned();
-                match kind {
-                    DescribeKind::Statement => self.statements.remove(&name).map(|_| ()),
-                    DescribeKind::Portal => self.portals.remove(&name).map(|_| ()),
-                };
-                encode::empty_message(&mut self.output, b'3');
-                Ok(())
-            }
+            FrontendMessage::Describe { kind, name } => match protocol_name(name) {
+                Ok(name) => self.describe(kind, &name).await,
+                Err(error) => Err(error),
+            },
+            FrontendMessage::Execute { portal, max_rows } => match protocol_name(portal) {
+                Ok(name) => self.execute(&name, usize::try_from(max_rows).unwrap_or(0)).await?,
+                Err(error) => Err(error),
+            },
+            FrontendMessage::Close { kind, name } => match protocol_name(name) {
+                Ok(name) => self.close(kind, &name).await,
+                Err(error) => Err(error),
+            },
             _ => unreachable!("handled above"),
         };
         if let Err(error) = outcome {
             self.extended_error(&error);
         }
+        Ok(())
+    }
+
+    /// Whether `message` needs the session home: everything but what a suspended portal
+    /// allows in between (its own Execute, Close, Sync, Flush, Terminate, stray COPY data).
+    fn needs_session(&self, message: &FrontendMessage<'_>) -> bool {
+        match message {
+            FrontendMessage::Execute { portal, .. } => {
+                self.suspended.as_ref().is_none_or(|s| s.portal.as_bytes() != *portal)
+            }
+            // An invalid name fails the transaction, which needs the session.
+            FrontendMessage::Close { name, .. } => protocol_name(name).is_err(),
+            FrontendMessage::Sync
+            | FrontendMessage::Flush
+            | FrontendMessage::Terminate
+            | FrontendMessage::CopyData(_)
+            | FrontendMessage::CopyDone
+            | FrontendMessage::CopyFail(_) => false,
+            _ => !self.skip_until_sync,
+        }
+    }
+
+    async fn close(&mut self, kind: DescribeKind, name: &str) -> Result<(), EngineError> {
+        match kind {
+            DescribeKind::Statement => {
+                self.statements.remove(name);
+            }
+            DescribeKind::Portal => {
+                if self.suspended.as_ref().is_some_and(|s| s.portal == name) {
+                    self.close_suspended().await.map_err(|_| EngineError::QueryCanceled("the client left".into()))?;
+                }
+                self.portals.remove(name);
+            }
+        }
+        encode::empty_message(&mut self.output, b'3');
         Ok(())
     }
 
@@ -333,6 +497,10 @@ impl Connection {
     }
 
     fn status_byte(&mut self) -> u8 {
+        if self.session.is_none() {
+            // Away with a portal suspended inside BEGIN … COMMIT.
+            return b'T';
+        }
         match self.session().status() {
             Status::Idle => b'I',
             Status::InTransaction => b'T',
@@ -342,6 +510,16 @@ impl Connection {
 
     async fn sync(&mut self) -> Result<(), End> {
         self.skip_until_sync = false;
+        match self.suspended.as_ref().map(|s| s.explicit) {
+            Some(true) => {
+                // The portal lives on; the implicit block ends at a Sync with the session home.
+                encode::ready_for_query(&mut self.output, b'T');
+                return self.flush().await;
+            }
+            // The implicit transaction ends here, and its portals with it.
+            Some(false) => self.close_suspended().await?,
+            None => {}
+        }
         if std::mem::take(&mut self.in_block) {
             if let Err(error) = self.with_session(|session, engine| session.end_implicit_block(engine)).await {
                 encode::error(&mut self.output, &error);
@@ -378,7 +556,7 @@ impl Connection {
             Err(error) => encode::error(&mut self.output, &error),
             Ok(text) => {
                 let text = text.to_string();
-                self.run_task(None, move |session, engine, io| run_script(session, engine, io, &text)).await?;
+                self.run_task(move |session, engine, io| run_script(session, engine, io, &text)).await?;
             }
         }
         let status = self.status_byte();
@@ -386,20 +564,37 @@ impl Connection {
         self.flush().await
     }
 
-    /// Runs `work` on a blocking thread with the session, writing what it sends as it comes
-    /// (or into `collect`) and feeding it COPY data; the socket is watched meanwhile, and a
-    /// client that leaves stops the running statement.
+    /// Runs `work` on a blocking thread with the session, writing what it sends to the socket
+    /// as it comes and feeding it COPY data; the socket is watched meanwhile, and a client
+    /// that leaves stops the running statement.
     async fn run_task<T: Send + 'static>(
         &mut self,
-        collect: Option<&mut Vec<u8>>,
         work: impl FnOnce(&mut Session, &Engine, &mut TaskIo) -> T + Send + 'static,
     ) -> Result<T, End> {
+        let mut task = self.start_task(work);
+        self.drive(&mut task, Drain::Socket).await;
+        self.finish_task(task).await
+    }
+
+    /// Starts `work` on a blocking thread with the session (which stays there until
+    /// `finish_task`).
+    fn start_task<T: Send + 'static>(
+        &mut self,
+        work: impl FnOnce(&mut Session, &Engine, &mut TaskIo) -> T + Send + 'static,
+    ) -> Task<T> {
         let mut session = self.session.take().expect("the session is home between tasks");
         let (output, receiver) = mpsc::channel(OUTPUT_PIECES_MAX);
         let (copy_sender, copy) = mpsc::channel(COPY_MESSAGES_MAX);
-        let mut io = TaskIo { output, copy, slot: Arc::clone(&self.slot), shared: Arc::clone(&self.shared) };
+        let closed = Arc::new(AtomicBool::new(false));
+        let mut io = TaskIo {
+            output,
+            copy,
+            slot: Arc::clone(&self.slot),
+            shared: Arc::clone(&self.shared),
+            closed: Arc::clone(&closed),
+        };
         let engine = Arc::clone(&self.engine);
-        let task = tokio::task::spawn_blocking(move || {
+        let handle = tokio::task::spawn_blocking(move || {
             let result =
                 std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(&mut session, &engine, &mut io)));
             if result.is_err() {
@@ -409,7 +604,21 @@ impl Connection {
             drop(io);
             (session, result)
         });
-        let ((mut session, result), gone) = self.drive(receiver, copy_sender, task, collect).await;
+        Task {
+            receiver,
+            open: true,
+            copy_sender: Some(copy_sender),
+            copying: false,
+            handle,
+            finished: None,
+            gone: false,
+            closed,
+        }
+    }
+
+    /// Takes the session back from a task that `drive` saw finish.
+    async fn finish_task<T>(&mut self, task: Task<T>) -> Result<T, End> {
+        let (mut session, result) = task.finished.expect("drive returns unpaused once the task is done");
         self.slot.set(None);
         for deallocated in session.take_deallocations() {
             match deallocated {
@@ -422,80 +631,112 @@ impl Connection {
         }
         self.session = Some(session);
         match result {
-            _ if gone => Err(End::Closed),
+            _ if task.gone => Err(End::Closed),
             Ok(value) => Ok(value),
             Err(_) => Err(self.fatal("XX000", "internal error: a statement failed unexpectedly").await),
         }
     }
 
-    /// Pumps a task's output to the socket (or `collect`) until the task is done, reading the
-    /// socket meanwhile; returns the task's result and whether the client left.
-    async fn drive<T: Send + 'static>(
-        &mut self,
-        mut receiver: mpsc::Receiver<Outgoing>,
-        copy_sender: mpsc::Sender<CopyMessage>,
-        mut task: tokio::task::JoinHandle<T>,
-        mut collect: Option<&mut Vec<u8>>,
-    ) -> (T, bool) {
+    /// Pumps a task's output to `drain` until the task is done and its output read (false),
+    /// or until a row budget is spent (true: paused, the task waits); reads the socket
+    /// meanwhile.
+    async fn drive<T: Send + 'static>(&mut self, task: &mut Task<T>, mut drain: Drain<'_>) -> bool {
         enum Event<T> {
             Output(Option<Outgoing>),
             Finished(T),
             Read(std::io::Result<usize>),
         }
-        let mut copy_sender = Some(copy_sender);
-        let (mut gone, mut open, mut copying) = (false, true, false);
-        let mut result = None;
-        while result.is_none() || open {
-            let room = !gone && self.input.len() < READ_AHEAD_BYTES_MAX;
+        loop {
+            if let Drain::Rows(budget) = &drain {
+                if budget.left == 0 {
+                    return true;
+                }
+            }
+            if task.finished.is_some() && !task.open {
+                return false;
+            }
+            let room = !task.gone && self.input.len() < READ_AHEAD_BYTES_MAX;
             let event = tokio::select! {
                 biased;
-                output = receiver.recv(), if open => Event::Output(output),
-                joined = &mut task, if result.is_none() => {
+                output = task.receiver.recv(), if task.open => Event::Output(output),
+                joined = &mut task.handle, if task.finished.is_none() => {
                     Event::Finished(joined.expect("tasks catch their panics"))
                 }
                 read = self.stream.read(&mut self.scratch), if room => Event::Read(read),
             };
             let failed = match event {
                 Event::Output(None) => {
-                    open = false;
+                    task.open = false;
                     false
                 }
-                Event::Output(Some(_)) if gone => false,
+                Event::Output(Some(_)) if task.gone => false,
                 Event::Output(Some(Outgoing::CopyIn)) => {
-                    copying = true;
-                    self.flush().await.is_err() || !self.forward_copy(&mut copy_sender, &mut copying).await
+                    task.copying = true;
+                    self.flush().await.is_err() || !self.forward_copy(&mut task.copy_sender, &mut task.copying).await
                 }
-                Event::Output(Some(Outgoing::Bytes(bytes))) => match collect.as_deref_mut() {
-                    Some(buffer) => {
-                        buffer.extend_from_slice(&bytes);
-                        false
-                    }
-                    None => {
+                Event::Output(Some(Outgoing::Bytes(bytes))) => match &mut drain {
+                    Drain::Socket => {
                         self.output.extend_from_slice(&bytes);
                         self.flush().await.is_err()
                     }
+                    Drain::Collect(buffer) => {
+                        buffer.extend_from_slice(&bytes);
+                        false
+                    }
+                    Drain::Rows(budget) => {
+                        budget.carry.extend_from_slice(&bytes);
+                        budget.send_carried(&mut self.output);
+                        self.flush().await.is_err()
+                    }
+                    Drain::Discard => false,
                 },
                 Event::Finished(value) => {
-                    result = Some(value);
+                    task.finished = Some(value);
                     false
                 }
                 Event::Read(Ok(0) | Err(_)) => true,
                 Event::Read(Ok(read)) => {
                     // Pipelined messages wait for this task to end, COPY messages go to it.
                     self.input.extend_from_slice(&self.scratch[..read]);
-                    copying && !self.forward_copy(&mut copy_sender, &mut copying).await
+                    task.copying && !self.forward_copy(&mut task.copy_sender, &mut task.copying).await
                 }
             };
-            if failed && !gone {
-                gone = true;
+            if failed && !task.gone {
+                task.gone = true;
                 if let Some(control) = self.slot.current() {
                     control.stop(StopReason::ClientGone);
                 }
-                receiver.close();
-                copy_sender = None;
+                task.receiver.close();
+                task.copy_sender = None;
             }
         }
-        (result.expect("the loop ends once the task is done"), gone)
+    }
+
+    /// A message needs the session while a portal is suspended: the rest of the portal's
+    /// rows are collected into memory (as PostgreSQL's portals, it stays open; unlike them,
+    /// its remaining rows are held, bounded by nothing but their size).
+    async fn settle(&mut self) -> Result<(), End> {
+        let Some(mut suspended) = self.suspended.take() else { return Ok(()) };
+        let mut rest = suspended.budget.carried().to_vec();
+        self.drive(&mut suspended.task, Drain::Collect(&mut rest)).await;
+        let end = self.finish_task(suspended.task).await?;
+        self.drain_notices().await;
+        if let Some(portal) = self.portals.get_mut(&suspended.portal) {
+            portal.pending = Some(PendingRows { bytes: rest, offset: 0, end });
+        }
+        Ok(())
+    }
+
+    /// Ends a suspended portal's statement early (Close, the Sync of an implicit transaction,
+    /// the client leaving): its sink stops taking rows and the statement ends without error.
+    async fn close_suspended(&mut self) -> Result<(), End> {
+        let Some(mut suspended) = self.suspended.take() else { return Ok(()) };
+        suspended.task.closed.store(true, Ordering::Release);
+        suspended.task.receiver.close();
+        self.drive(&mut suspended.task, Drain::Discard).await;
+        self.finish_task(suspended.task).await?;
+        self.drain_notices().await;
+        Ok(())
     }
 
     /// Hands the buffered COPY messages to the task; stops copying at CopyDone, CopyFail or a
@@ -514,9 +755,10 @@ impl Connection {
             let message = match tag {
                 b'd' => CopyMessage::Data(body),
                 b'c' => CopyMessage::Done,
-                b'f' => {
-                    CopyMessage::Fail(String::from_utf8_lossy(body.strip_suffix(&[0]).unwrap_or(&body)).into_owned())
-                }
+                b'f' => match crate::error::utf8(body.strip_suffix(&[0]).unwrap_or(&body)) {
+                    Ok(reason) => CopyMessage::Fail(reason.to_string()),
+                    Err(error) => CopyMessage::Invalid(error),
+                },
                 // Flush and Sync mean nothing during COPY FROM STDIN.
                 b'H' | b'S' => continue,
                 other => {
@@ -541,15 +783,18 @@ impl Connection {
     }
 
     async fn parse(&mut self, parse: &Parse<'_>) -> Result<(), EngineError> {
-        let name = String::from_utf8_lossy(parse.name).into_owned();
+        let name = protocol_name(parse.name)?;
         if !name.is_empty() && self.statements.contains_key(&name) {
             return Err(EngineError::PreparedStatement(format!("prepared statement \"{name}\" already exists")));
         }
         let sql = crate::error::utf8(parse.query)?.to_string();
         let sentinels = params::with_sentinels(&sql);
-        let count = self
+        let (count, query) = self
             .with_session(move |_, _| {
-                crate::depth::with_statement_stack(&sentinels, || Engine::parse(&sentinels).map(|s| s.len()))?
+                crate::depth::with_statement_stack(&sentinels, || {
+                    let statements = Engine::parse(&sentinels)?;
+                    Ok((statements.len(), matches!(statements.first(), Some(ast::Statement::Query(_)))))
+                })?
             })
             .await?;
         if count > 1 {
@@ -557,7 +802,7 @@ impl Connection {
         }
         let parameters = params::placeholder_count(&sql);
         let declared: Vec<u32> = parse.param_types().collect();
-        self.statements.insert(name, Prepared { sql, empty: count == 0, declared, parameters, inferred: None });
+        self.statements.insert(name, Prepared { sql, empty: count == 0, declared, parameters, inferred: None, query });
         encode::empty_message(&mut self.output, b'1');
         Ok(())
     }
@@ -606,8 +851,8 @@ impl Connection {
     }
 
     async fn bind(&mut self, bind: &Bind<'_>) -> Result<(), EngineError> {
-        let portal_name = String::from_utf8_lossy(bind.portal).into_owned();
-        let statement_name = String::from_utf8_lossy(bind.statement).into_owned();
+        let portal_name = protocol_name(bind.portal)?;
+        let statement_name = protocol_name(bind.statement)?;
         let prepared = self.prepared(&statement_name)?;
         let values: Vec<Option<&[u8]>> = bind.params.iter().collect();
         if values.len() != prepared.parameters {
@@ -620,12 +865,12 @@ impl Connection {
         if !portal_name.is_empty() && self.portals.contains_key(&portal_name) {
             return Err(EngineError::InvalidParameterValue(format!("portal \"{portal_name}\" already exists")));
         }
-        let (empty, sql) = (prepared.empty, prepared.sql.clone());
+        let (empty, sql, query) = (prepared.empty, prepared.sql.clone(), prepared.query);
         let types = self.parameter_types(&statement_name).await?;
         let formats: Vec<i16> = bind.param_formats.iter().collect();
         let sql = if empty { None } else { Some(params::substitute(&sql, &types, &formats, &values)?) };
         let result_formats = bind.result_formats.iter().collect();
-        self.portals.insert(portal_name, Portal { sql, result_formats, executed: false, pending: None });
+        self.portals.insert(portal_name, Portal { sql, result_formats, executed: false, query, pending: None });
         encode::empty_message(&mut self.output, b'2');
         Ok(())
     }
@@ -666,12 +911,15 @@ impl Connection {
     }
 
     async fn execute(&mut self, name: &str, max_rows: usize) -> Result<Result<(), EngineError>, End> {
+        if self.suspended.as_ref().is_some_and(|s| s.portal == name) {
+            let suspended = self.suspended.take().expect("checked");
+            return self.resume(suspended, max_rows).await;
+        }
         let Some(portal) = self.portals.get_mut(name) else {
             return Ok(Err(EngineError::UnknownPortal(name.to_string())));
         };
         if portal.pending.is_some() {
-            self.send_pending(name, max_rows);
-            return Ok(Ok(()));
+            return Ok(self.send_pending(name, max_rows));
         }
         let Some(sql) = portal.sql.clone() else {
             encode::empty_message(&mut self.output, b'I');
@@ -682,31 +930,63 @@ impl Connection {
             encode::command_complete(&mut self.output, "SELECT 0");
             return Ok(Ok(()));
         }
-        let formats = portal.result_formats.clone();
+        let (formats, query) = (portal.result_formats.clone(), portal.query);
         if !self.in_block {
             self.in_block = true;
             self.session().begin_implicit_block();
         }
-        let mut rows = Vec::new();
-        let collect = (max_rows > 0).then_some(&mut rows);
-        let limited = collect.is_some();
-        let end =
-            self.run_task(collect, move |session, engine, io| run_portal(session, engine, io, &sql, formats)).await?;
-        self.drain_notices().await;
-        match end {
-            StatementEnd::Done(tag) if limited && !rows.is_empty() => {
-                if let Some(portal) = self.portals.get_mut(name) {
-                    portal.pending = Some(PendingRows { bytes: rows, offset: 0, tag });
-                }
-                self.send_pending(name, max_rows);
-                Ok(Ok(()))
-            }
-            StatementEnd::Done(tag) => {
-                encode::command_complete(&mut self.output, &tag);
-                Ok(Ok(()))
-            }
-            StatementEnd::Failed(error) => Ok(Err(error)),
+        let explicit = self.session().in_explicit_transaction();
+        let idle_limit = self.session().settings.idle_in_transaction_session_timeout;
+        let mut task = self.start_task(move |session, engine, io| run_portal(session, engine, io, &sql, formats));
+        if max_rows > 0 && query {
+            let suspended =
+                Suspended { portal: name.to_string(), task, budget: RowBudget::new(max_rows), explicit, idle_limit };
+            return self.resume(suspended, max_rows).await;
         }
+        if max_rows == 0 {
+            self.drive(&mut task, Drain::Socket).await;
+            let end = self.finish_task(task).await?;
+            self.drain_notices().await;
+            return Ok(match end {
+                StatementEnd::Done(tag) => {
+                    encode::command_complete(&mut self.output, &tag);
+                    Ok(())
+                }
+                StatementEnd::Failed(error) => Err(error),
+            });
+        }
+        // DML … RETURNING under a row limit runs to its end first (as PostgreSQL's portals).
+        let mut rows = Vec::new();
+        self.drive(&mut task, Drain::Collect(&mut rows)).await;
+        let end = self.finish_task(task).await?;
+        self.drain_notices().await;
+        if let Some(portal) = self.portals.get_mut(name) {
+            portal.pending = Some(PendingRows { bytes: rows, offset: 0, end });
+        }
+        Ok(self.send_pending(name, max_rows))
+    }
+
+    /// Sends up to `max_rows` more rows of a query portal as its statement produces them, then
+    /// PortalSuspended (the statement waits) or the statement's end.
+    async fn resume(&mut self, mut suspended: Suspended, max_rows: usize) -> Result<Result<(), EngineError>, End> {
+        suspended.budget.renew(max_rows);
+        suspended.budget.send_carried(&mut self.output);
+        if self.drive(&mut suspended.task, Drain::Rows(&mut suspended.budget)).await {
+            encode::empty_message(&mut self.output, b's');
+            self.in_block = true;
+            self.suspended = Some(suspended);
+            return Ok(Ok(()));
+        }
+        let sent = suspended.budget.sent;
+        let end = self.finish_task(suspended.task).await?;
+        self.drain_notices().await;
+        Ok(match end {
+            StatementEnd::Done(tag) => {
+                encode::command_complete(&mut self.output, &execute_tag(&tag, sent));
+                Ok(())
+            }
+            StatementEnd::Failed(error) => Err(error),
+        })
     }
 
     async fn drain_notices(&mut self) {
@@ -716,32 +996,33 @@ impl Connection {
     }
 
     /// Sends up to `max_rows` rows of a portal's pending result (0 = all), then PortalSuspended
-    /// or CommandComplete.
-    fn send_pending(&mut self, name: &str, max_rows: usize) {
-        let Some(portal) = self.portals.get_mut(name) else { return };
-        let Some(pending) = portal.pending.as_mut() else { return };
-        let mut end = pending.offset;
-        let mut rows = 0;
-        while end + 5 <= pending.bytes.len() && (max_rows == 0 || rows < max_rows) {
-            let length = u32::from_be_bytes([
-                pending.bytes[end + 1],
-                pending.bytes[end + 2],
-                pending.bytes[end + 3],
-                pending.bytes[end + 4],
-            ]);
-            end += 1 + length as usize;
-            rows += 1;
-        }
+    /// (once `max_rows` rows went, as PostgreSQL, which does not look ahead) or the end.
+    fn send_pending(&mut self, name: &str, max_rows: usize) -> Result<(), EngineError> {
+        let Some(portal) = self.portals.get_mut(name) else { return Ok(()) };
+        let Some(pending) = portal.pending.as_mut() else { return Ok(()) };
+        let limit = if max_rows == 0 { usize::MAX } else { max_rows };
+        let (end, rows) = split_rows(&pending.bytes, pending.offset, limit);
         self.output.extend_from_slice(&pending.bytes[pending.offset..end]);
         pending.offset = end;
-        if end < pending.bytes.len() {
+        if rows == limit {
             encode::empty_message(&mut self.output, b's');
-        } else {
-            let tag = pending.tag.clone();
-            portal.pending = None;
-            encode::command_complete(&mut self.output, &tag);
+            return Ok(());
+        }
+        match portal.pending.take().map(|p| p.end) {
+            Some(StatementEnd::Done(tag)) => {
+                encode::command_complete(&mut self.output, &execute_tag(&tag, rows));
+                Ok(())
+            }
+            Some(StatementEnd::Failed(error)) => Err(error),
+            None => Ok(()),
         }
     }
+}
+
+/// A statement or portal name (or another protocol string) as text: PostgreSQL checks the
+/// encoding of every string it reads from a message (22021).
+fn protocol_name(bytes: &[u8]) -> Result<String, EngineError> {
+    crate::error::utf8(bytes).map(str::to_string)
 }
 
 /// One Query message on its task: parse, then each statement in order (an implicit block when
@@ -830,7 +1111,13 @@ fn run_statement(
     io.slot.set(Some(Arc::clone(&control)));
     // Counted once a CancelRequest can reach it (tests wait for this).
     io.shared.running.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let sink = WireSink { output: io.output.clone(), describe, result_formats, encoding: OnceLock::new() };
+    let sink = WireSink {
+        output: io.output.clone(),
+        closed: Arc::clone(&io.closed),
+        describe,
+        result_formats,
+        encoding: OnceLock::new(),
+    };
     let outcome = crate::control::enter(&control, || session.execute(engine, statement, &sink));
     drop(sink);
     let outcome = match outcome {
@@ -870,6 +1157,10 @@ fn copy_in(
                 return session.copy_in_done(engine, copy);
             }
             Some(CopyMessage::Fail(reason)) => return Err(session.copy_in_fail(engine, copy, &reason)),
+            Some(CopyMessage::Invalid(error)) => {
+                session.copy_in_fail(engine, copy, "invalid CopyFail message");
+                return Err(error);
+            }
             None => return Err(session.copy_in_fail(engine, copy, "the client disconnected")),
         }
     }
@@ -902,6 +1193,8 @@ enum Encoding {
 /// The sink of one statement: encodes on the engine's workers, sends through the channel.
 struct WireSink {
     output: mpsc::Sender<Outgoing>,
+    /// See [`TaskIo::closed`].
+    closed: Arc<AtomicBool>,
     /// Send RowDescription (simple query; the extended protocol sends it on Describe).
     describe: bool,
     result_formats: Vec<i16>,
@@ -909,10 +1202,13 @@ struct WireSink {
 }
 
 impl WireSink {
-    fn send(&self, bytes: Vec<u8>) -> crate::error::Result<()> {
-        self.output
-            .blocking_send(Outgoing::Bytes(bytes))
-            .map_err(|_| EngineError::QueryCanceled("canceling statement: the client disconnected".into()))
+    /// Sends bytes; `false` when the client closed the portal (the statement ends early).
+    fn send(&self, bytes: Vec<u8>) -> crate::error::Result<bool> {
+        match self.output.blocking_send(Outgoing::Bytes(bytes)) {
+            Ok(()) => Ok(true),
+            Err(_) if self.closed.load(Ordering::Acquire) => Ok(false),
+            Err(_) => Err(EngineError::QueryCanceled("canceling statement: the client disconnected".into())),
+        }
     }
 
     fn encode_batch(&self, batch: &Batch) -> crate::error::Result<Vec<u8>> {
@@ -954,7 +1250,7 @@ impl ResultSink for WireSink {
         if out.is_empty() {
             Ok(())
         } else {
-            self.send(out)
+            self.send(out).map(|_| ())
         }
     }
 
@@ -971,7 +1267,7 @@ impl ResultSink for WireSink {
             encode::row_description(&mut out, &names, &column_types, &formats);
         }
         encode::catalog_rows(&mut out, &types, rows, &formats)?;
-        self.send(out)
+        self.send(out).map(|_| ())
     }
 
     fn encode(&self, batch: Batch) -> crate::error::Result<Piece> {
@@ -979,7 +1275,7 @@ impl ResultSink for WireSink {
         Ok(Piece::Encoded { bytes: self.encode_batch(&batch)?, rows })
     }
 
-    fn emit(&self, piece: Piece) -> crate::error::Result<()> {
+    fn emit(&self, piece: Piece) -> crate::error::Result<bool> {
         match piece {
             Piece::Encoded { bytes, .. } => self.send(bytes),
             Piece::Rows(batch) => {

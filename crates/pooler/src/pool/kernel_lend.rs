@@ -4,10 +4,11 @@
 //! kernel released while clients waited).
 
 use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
 
-use bypass_fastpath::abi::CLIENT_SLOTS;
-use bypass_fastpath::{FastPath, ServerSlot};
+use bypass_fastpath::FastPath;
 use tokio::io::unix::AsyncFd;
+use tokio::io::Interest;
 
 use super::{lock, Pool, PoolState};
 use crate::server::ServerConn;
@@ -43,8 +44,10 @@ impl Pool {
         }
     }
 
-    /// Runs this pool's transactions in the kernel from now on.
-    pub fn enable_kernel(&self, kernel: crate::kernel::KernelPool) {
+    /// Runs this pool's transactions in the kernel from now on; `pools` routes the handoffs
+    /// this pool's clients drain from the ring (of any pool) to their pools.
+    pub fn enable_kernel(&self, kernel: crate::kernel::KernelPool, pools: Arc<KernelPools>) {
+        let _ = self.handoff_pools.set(pools);
         let _ = self.kernel.set(kernel);
     }
 
@@ -71,27 +74,55 @@ impl Pool {
 /// Pools by kernel index, for the handoff ring.
 pub type KernelPools = Mutex<Vec<Weak<Pool>>>;
 
-/// Hands every server the kernel released while clients waited to the pool's queue.
+/// While some pool's handoffs go without a wake-up: the longest a released server waits in the
+/// ring when no passed request drains it first.
+const QUIET_TICK: Duration = Duration::from_millis(1);
+
+/// Otherwise every handoff wakes the task; this bounds the wait of a record a race left
+/// unannounced (the kernel read a waiter count an instant before user space changed it).
+const BACKSTOP_TICK: Duration = Duration::from_millis(100);
+
+/// Hands every server the kernel released while clients waited to the pool's queue: on each
+/// wake-up of the ring, and on a tick while handoffs are quiet (see `bypass_fastpath::handoff`).
 pub async fn serve_handoffs(fast: Arc<FastPath>, pools: Arc<KernelPools>) {
-    let Some(ring) = fast.take_handoffs() else { return };
-    // SAFETY: the AsyncFd owns the ring, which owns the descriptor: it stays open while registered.
-    let mut ring = match unsafe { AsyncFd::register(ring) } {
+    // SAFETY: the descriptor belongs to the ring inside `fast`, which this task holds: it stays
+    // open as long as it is registered here.
+    let ring = match unsafe { AsyncFd::register_with_interest(fast.handoff_fd(), Interest::READABLE) } {
         Ok(ring) => ring,
         Err(error) => return tracing::error!(%error, "cannot watch the fast path's handoff ring"),
     };
     loop {
-        let Ok(mut ready) = ring.readable_mut().await else { return };
-        let ring = ready.get_inner_mut();
-        while let Some(item) = ring.next() {
-            let Some(bytes) = item.get(..4) else { continue };
-            let index = u32::from_ne_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
-            let slot = ServerSlot(index.wrapping_sub(CLIENT_SLOTS));
-            let pool = lock(&pools).get(slot.pool() as usize).and_then(Weak::upgrade);
-            match pool {
-                Some(pool) => pool.accept_handoff(slot),
-                None => tracing::debug!(slot = slot.0, "handoff for a pool that is gone"),
-            }
+        let tick = if fast.handoffs_quiet() { QUIET_TICK } else { BACKSTOP_TICK };
+        drain_handoffs(&fast, &pools);
+        tokio::select! {
+            ready = ring.readable() => match ready {
+                Ok(mut ready) => ready.clear_ready(),
+                Err(error) => return tracing::error!(%error, "the fast path's handoff ring failed"),
+            },
+            () = fast.quiet_started().notified() => {}
+            () = tokio::time::sleep(tick) => {}
         }
-        ready.clear_ready();
+    }
+}
+
+/// Gives each server announced on the ring to the first client waiting in its pool.
+fn drain_handoffs(fast: &FastPath, pools: &KernelPools) {
+    fast.drain_handoffs(|slot| {
+        let pool = lock(pools).get(slot.pool() as usize).and_then(Weak::upgrade);
+        match pool {
+            Some(pool) => pool.accept_handoff(slot),
+            None => tracing::debug!(slot = slot.0, "handoff for a pool that is gone"),
+        }
+    });
+}
+
+impl Pool {
+    /// Before a client queues: servers the kernel announced without a wake-up go to the clients
+    /// ahead of it first (FIFO), and may leave one for it.
+    pub(super) fn drain_kernel_handoffs(&self) {
+        let (Some(kernel), Some(pools)) = (self.kernel.get(), self.handoff_pools.get()) else { return };
+        if kernel.fast.handoffs_quiet() {
+            drain_handoffs(&kernel.fast, pools);
+        }
     }
 }

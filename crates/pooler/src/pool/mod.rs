@@ -120,6 +120,8 @@ pub struct Pool {
     myself: Weak<Pool>,
     /// Set when this pool's transactions run in the kernel: its idle servers are lent there.
     kernel: OnceLock<crate::kernel::KernelPool>,
+    /// Every kernel pool by index, set with `kernel`: handoffs drained here go to their pool.
+    handoff_pools: OnceLock<Arc<KernelPools>>,
 }
 
 pub(crate) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -150,6 +152,7 @@ impl Pool {
             successor: OnceLock::new(),
             myself: myself.clone(),
             kernel: OnceLock::new(),
+            handoff_pools: OnceLock::new(),
         });
         let owner: Weak<dyn SlotOwner> = Arc::downgrade(&pool) as Weak<Pool>;
         shared_limits.register(owner);
@@ -160,6 +163,7 @@ impl Pool {
     /// `query_wait_timeout`. Must run on that shard's runtime.
     /// `None` means a reload replaced this pool: ask [`Pool::successor`] (see [`acquire_current`]).
     pub async fn acquire(&self, shard: usize, waiter: &Arc<Waiter>) -> Result<Option<Box<ServerConn>>, PoolerError> {
+        self.drain_kernel_handoffs();
         loop {
             let grant = match self.try_grant(shard, waiter) {
                 Some(grant) => {
