@@ -254,6 +254,22 @@ pub fn bench_serving(args: &bypass_bench::engine::serving::ServingArgs) -> anyho
     Ok(())
 }
 
+/// `bypass bench engine-regress`: PostgreSQL's regression queries, the engine against PostgreSQL.
+pub fn bench_regress(args: &bypass_bench::engine::regress::RegressArgs) -> anyhow::Result<()> {
+    let report = bypass_bench::engine::regress::run(args)?;
+    println!(
+        "matched {} of {} in-scope statements ({:.1}%; {} refused, {} wrong, {} out of scope); results in {}",
+        report.total.matched,
+        report.total.run,
+        100.0 * report.total.share(),
+        report.total.refused,
+        report.total.wrong,
+        report.total.out_of_scope,
+        args.out_dir.join("engine-regress.md").display()
+    );
+    Ok(())
+}
+
 fn default_python() -> Option<std::path::PathBuf> {
     let venv = std::env::var("BYPASS_ENGINE_VENV")
         .ok()

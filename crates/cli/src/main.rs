@@ -84,6 +84,9 @@ enum BenchCommand {
     /// The engine as a server: first-row latency of a large scan, `select 1` while another
     /// client streams, resident memory against DuckDB, memory after DROP TABLE.
     EngineServing(bypass_bench::engine::serving::ServingArgs),
+    /// The engine on PostgreSQL's own regression files (select, union, case, join, aggregates,
+    /// subselect, window) with a real PostgreSQL 15 as the oracle: share run and matched.
+    EngineRegress(bypass_bench::engine::regress::RegressArgs),
     /// The pod store against 2PL+2PC and OCC on TPC-C and YCSB.
     Pod(bypass_cli::pod::BenchArgs),
     /// The dispatcher (relay, hand-over, hybrid) against HAProxy in the lab.
@@ -126,6 +129,7 @@ fn run() -> Result<()> {
         }
         Command::Bench { which: BenchCommand::Engine(args) } => bypass_cli::engine::bench(args),
         Command::Bench { which: BenchCommand::EngineServing(args) } => bypass_cli::engine::bench_serving(&args),
+        Command::Bench { which: BenchCommand::EngineRegress(args) } => bypass_cli::engine::bench_regress(&args),
         Command::Bench { which: BenchCommand::Pod(args) } => bypass_cli::pod::bench(args),
         Command::Engine(command) => bypass_cli::engine::run(command),
         Command::Pod(command) => bypass_cli::pod::run(command),

@@ -130,6 +130,10 @@ pub struct RunArgs {
     pub measure_ms: u64,
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Record the id of every acknowledged transaction in --log-dir (`acked-H.ids`), so that
+    /// `recover` after a crash (kill -9) checks each one survived.
+    #[arg(long)]
+    pub record_acked: bool,
     /// Print the full report as JSON.
     #[arg(long)]
     pub json: bool,
@@ -180,6 +184,7 @@ impl RunArgs {
         config.shortcut = !self.no_shortcut;
         config.pre_migrate = self.pre_migrate;
         config.log_dir = self.log_dir.clone();
+        config.record_acked = self.record_acked;
         config.epoch_ms = self.epoch_ms;
         config.warmup_ms = self.warmup_ms;
         config.measure_ms = self.measure_ms;
@@ -201,7 +206,14 @@ pub fn run(command: Command) -> anyhow::Result<()> {
             config.warmup_ms = 0;
             config.measure_ms = 0;
             let report = Pod::run(config).context("recovery failed")?;
-            print_report(&report, args.json)
+            print_report(&report, args.json)?;
+            let lost = report.recovery.map_or(0, |plan| plan.acked_lost);
+            let receipts_missing = report.total.receipts_missing;
+            anyhow::ensure!(
+                lost == 0 && receipts_missing == 0,
+                "{lost} acknowledged transactions lost, {receipts_missing} receipts missing"
+            );
+            Ok(())
         }
         Command::Layout(args) => {
             let config = args.config();
@@ -262,6 +274,17 @@ fn print_report(report: &RunReport, json: bool) -> anyhow::Result<()> {
         println!(
             "recovered: pod-wide durable epoch {}, {} transactions, {} records dropped",
             plan.pod_durable_epoch, plan.committed_txns, plan.dropped_records
+        );
+        println!(
+            "acknowledged before the crash: {} recorded, {} in logs, {} in checkpoints, {} lost; receipts {} checked, \
+             {} missing; recovery took {} ms",
+            plan.acked_recorded,
+            plan.acked_in_logs,
+            plan.acked_in_checkpoints,
+            plan.acked_lost,
+            total.receipts_checked,
+            total.receipts_missing,
+            report.recovery_ms.unwrap_or(0)
         );
     }
     Ok(())

@@ -31,7 +31,8 @@ fn parse(args: &[&str]) -> Command {
 fn run_then_recover_from_the_command_line() {
     // Goal: the command-line path starts hosts, logs, and recovers with the workload's checks.
     // Method: `run` a cross-host bank on simulated incoherent caches with a log directory, then
-    // `recover` from it; both must succeed and the recovery must leave a non-empty log behind.
+    // `recover` from it; both must succeed and the recovery must leave a non-empty log behind;
+    // with --record-acked the run records acknowledged ids and recover checks each one survived.
     let _pod = exclusive();
     let dir = tempfile::tempdir().expect("tempdir");
     let log_dir = dir.path().to_str().expect("utf-8 temp path");
@@ -53,13 +54,16 @@ fn run_then_recover_from_the_command_line() {
         "--epoch-ms",
         "4",
     ];
-    let run: Vec<&str> = ["run", "--warmup-ms", "50", "--measure-ms", "300"].iter().chain(&common).copied().collect();
+    let run: Vec<&str> =
+        ["run", "--warmup-ms", "50", "--measure-ms", "300", "--record-acked"].iter().chain(&common).copied().collect();
     pod::run(parse(&run)).expect("pod run");
     let logged: u64 = std::fs::read_dir(dir.path())
         .expect("log dir")
         .map(|entry| entry.expect("entry").metadata().expect("metadata").len())
         .sum();
     assert!(logged > 0, "the run wrote no log");
+    let recorded = dir.path().join("acked-0.ids").metadata().map(|m| m.len()).unwrap_or(0);
+    assert!(recorded > 0, "--record-acked wrote no acknowledged ids");
     let recover: Vec<&str> = std::iter::once("recover").chain(common).collect();
     pod::run(parse(&recover)).expect("pod recover");
     pod::run(parse(&["layout", "--hosts", "4"])).expect("pod layout");

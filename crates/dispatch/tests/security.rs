@@ -135,3 +135,77 @@ fn the_dispatcher_refuses_wrong_passwords_and_survives_hostile_bytes() -> anyhow
     assert_eq!(connection.query("select 'still serving'")?.rows[0][0].as_deref(), Some("still serving"));
     Ok(())
 }
+
+/// Logs in on a raw socket the way a client does and returns the socket.
+fn raw_login(address: SocketAddr) -> anyhow::Result<std::net::TcpStream> {
+    use bypass_dispatch::pglogin::{Login, LoginStep};
+    let mut stream = std::net::TcpStream::connect(address)?;
+    stream.set_read_timeout(Some(Duration::from_secs(20)))?;
+    let (mut login, startup) = Login::start(login());
+    stream.write_all(&startup)?;
+    let mut input = Vec::new();
+    loop {
+        let (tag, body) = next_message(&mut stream, &mut input)?.ok_or_else(|| anyhow::anyhow!("closed in login"))?;
+        match login.on_message(bypass_wire::BackendMessage::decode(tag, &body)?)? {
+            LoginStep::Send(bytes) => stream.write_all(&bytes)?,
+            LoginStep::Continue => {}
+            LoginStep::Done(_) => return Ok(stream),
+        }
+    }
+}
+
+/// The next backend message, or `None` once the peer closed.
+fn next_message(stream: &mut std::net::TcpStream, input: &mut Vec<u8>) -> anyhow::Result<Option<(u8, Vec<u8>)>> {
+    loop {
+        if input.len() >= 5 {
+            let length = u32::from_be_bytes([input[1], input[2], input[3], input[4]]) as usize;
+            if input.len() > length {
+                let body = input[5..1 + length].to_vec();
+                let tag = input[0];
+                input.drain(..1 + length);
+                return Ok(Some((tag, body)));
+            }
+        }
+        let mut chunk = [0u8; 8192];
+        match stream.read(&mut chunk) {
+            Ok(0) => return Ok(None),
+            Ok(read) => input.extend_from_slice(&chunk[..read]),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return Ok(None),
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+// Goal: a logged-in client whose message does not decode gets a FATAL 08P01 saying why before
+// the dispatcher closes (it used to close without a word), and the dispatcher goes on. Method:
+// a bad length, a length of 1 GiB, an unknown tag, a Query without its terminator and a Describe
+// of an unknown kind, each on a fresh raw connection after a real login.
+#[test]
+fn undecodable_messages_after_login_are_answered_with_08p01() -> anyhow::Result<()> {
+    let postgres = logged_postgres()?;
+    let agent = start_agent(postgres.port())?;
+    let dispatcher = dispatcher::start(dispatcher_config(&[agent.ready], 0, &[])?, None)?;
+    let address = dispatcher.ready.local_addr;
+    let mut describe_unknown_kind = vec![b'D', 0, 0, 0, 6, b'X', 0];
+    describe_unknown_kind.extend_from_slice(&[b'S', 0, 0, 0, 4]);
+    let inputs: [Vec<u8>; 5] = [
+        vec![b'Q', 0, 0, 0, 2],
+        vec![b'Q', 0x40, 0, 0, 0],
+        vec![b'!', 0, 0, 0, 4],
+        vec![b'Q', 0, 0, 0, 8, b'a', b'b', b'c', b'd'],
+        describe_unknown_kind,
+    ];
+    for input in inputs {
+        let mut stream = raw_login(address)?;
+        stream.write_all(&input)?;
+        let mut pending = Vec::new();
+        let answer = next_message(&mut stream, &mut pending)?;
+        let Some((b'E', body)) = answer else { anyhow::bail!("{input:?}: no ErrorResponse but {answer:?}") };
+        let text = String::from_utf8_lossy(&body).into_owned();
+        assert!(text.contains("C08P01"), "{input:?}: {text}");
+        assert!(next_message(&mut stream, &mut pending)?.is_none(), "{input:?}: the connection closes");
+    }
+    let mut connection = connect(address)?;
+    assert_eq!(connection.query("select 'still serving'")?.rows[0][0].as_deref(), Some("still serving"));
+    Ok(())
+}

@@ -129,6 +129,8 @@ pub struct ExprBinder<'s> {
     /// Where references to the enclosing query's columns (the scope's outer part) go: they
     /// become parameters of this query block.
     pub correlation: Option<&'s Correlation>,
+    /// Where window function calls of a select list go (None: they are not allowed here).
+    pub windows: Option<&'s crate::window_bind::WindowContext<'s>>,
 }
 
 /// The enclosing query's columns a correlated query block reads: `Expr::Param { index }` is
@@ -174,7 +176,7 @@ pub fn object_name(name: &ast::ObjectName) -> Result<String> {
 impl<'s> ExprBinder<'s> {
     /// A binder of plain expressions over `scope` (no subqueries, no enclosing query).
     pub fn new(scope: &'s Scope) -> ExprBinder<'s> {
-        ExprBinder { scope, queries: None, correlation: None }
+        ExprBinder { scope, queries: None, correlation: None, windows: None }
     }
 
     /// Binds a scalar expression (no aggregates allowed).
@@ -187,10 +189,16 @@ impl<'s> ExprBinder<'s> {
         self.bind_in(expr, &mut Some(context))
     }
 
-    fn bind_in(&self, expr: &ast::Expr, context: &mut Option<&mut AggregateContext<'_>>) -> Result<Expr> {
+    pub(crate) fn bind_in(&self, expr: &ast::Expr, context: &mut Option<&mut AggregateContext<'_>>) -> Result<Expr> {
         let _depth = crate::depth::enter()?;
+        if let ast::Expr::Function(function) = expr {
+            if function.over.is_some() {
+                return self.window(function, context);
+            }
+        }
         if let Some(aggregate) = context.as_deref_mut() {
-            if !contains_aggregate(expr) {
+            // (A window call's arguments are over the aggregate's output: bound below.)
+            if !contains_aggregate(expr) && !contains_window(expr) {
                 let bound = self.bind_in(expr, &mut None)?;
                 if let Some(position) = aggregate.groups.iter().position(|g| *g == bound) {
                     return Ok(Expr::Column { index: position, data_type: bound.data_type() });
@@ -237,7 +245,7 @@ impl<'s> ExprBinder<'s> {
                 let value = self.bind_in(expr, context)?;
                 let low = self.bind_in(low, context)?;
                 let high = self.bind_in(high, context)?;
-                let lower = comparison(BinaryOp::GtEq, value.clone(), low)?;
+                let lower = comparison(BinaryOp::GtEq, copy_bounded(&value)?, low)?;
                 let upper = comparison(BinaryOp::LtEq, value, high)?;
                 let both = Expr::binary(BinaryOp::And, lower, upper, DataType::Bool);
                 Ok(if *negated { Expr::Not(Box::new(both)) } else { both })
@@ -539,8 +547,10 @@ impl<'s> ExprBinder<'s> {
             let list = items.iter().map(evaluate_constant).collect::<Result<Vec<_>>>()?;
             return fold(Expr::InList { expr: Box::new(value), list, negated });
         }
-        let comparisons =
-            items.into_iter().map(|item| comparison(BinaryOp::Eq, value.clone(), item)).collect::<Result<Vec<_>>>()?;
+        let comparisons = items
+            .into_iter()
+            .map(|item| comparison(BinaryOp::Eq, copy_bounded(&value)?, item))
+            .collect::<Result<Vec<_>>>()?;
         let any = disjunction(comparisons).ok_or_else(|| EngineError::Syntax("empty IN list".into()))?;
         Ok(if negated { Expr::Not(Box::new(any)) } else { any })
     }
@@ -557,7 +567,7 @@ impl<'s> ExprBinder<'s> {
         for when in conditions {
             let condition = self.bind_in(&when.condition, context)?;
             let condition = match &operand {
-                Some(value) => comparison(BinaryOp::Eq, value.clone(), condition)?,
+                Some(value) => comparison(BinaryOp::Eq, copy_bounded(value)?, condition)?,
                 None => condition,
             };
             expect_type(&condition, DataType::Bool, "CASE WHEN")?;
@@ -601,14 +611,6 @@ impl<'s> ExprBinder<'s> {
                 let start = self.constant_integer(start)?;
                 let length = rest.first().map(|l| self.constant_integer(l)).transpose()?;
                 Ok(Expr::Substring { expr: Box::new(value), start, length })
-            }
-            ("abs", [value]) => {
-                let value = self.bind_in(value, context)?;
-                let zero = cast_expr(Expr::literal(Value::Int32(0), DataType::Int32), value.data_type())?;
-                let negative = comparison(BinaryOp::Lt, value.clone(), zero)?;
-                let data_type = value.data_type();
-                let branches = vec![(negative, Expr::Negate(Box::new(value.clone())))];
-                Ok(Expr::Case { branches, otherwise: Box::new(value), data_type })
             }
             (name, args) => match ScalarFunction::named(name) {
                 Some(function) => {
@@ -693,7 +695,7 @@ fn group_reference(aggregate: &AggregateContext<'_>, expr: Expr) -> Result<Expr>
     }
 }
 
-fn aggregate_function(name: &str) -> Option<AggregateFunction> {
+pub(crate) fn aggregate_function(name: &str) -> Option<AggregateFunction> {
     Some(match name {
         "sum" => AggregateFunction::Sum,
         "avg" => AggregateFunction::Avg,
@@ -706,7 +708,7 @@ fn aggregate_function(name: &str) -> Option<AggregateFunction> {
 
 /// PostgreSQL's result types: sum of int4 is bigint, of bigint and numerics numeric; avg of
 /// exact numbers numeric, of floats double.
-fn aggregate_type(function: AggregateFunction, input: DataType) -> Result<DataType> {
+pub(crate) fn aggregate_type(function: AggregateFunction, input: DataType) -> Result<DataType> {
     Ok(match (function, input) {
         (AggregateFunction::Count | AggregateFunction::CountStar, _) => DataType::Int64,
         (AggregateFunction::Min | AggregateFunction::Max, t) => t,
@@ -717,7 +719,7 @@ fn aggregate_type(function: AggregateFunction, input: DataType) -> Result<DataTy
     })
 }
 
-fn function_args(function: &ast::Function) -> Result<Vec<&ast::Expr>> {
+pub(crate) fn function_args(function: &ast::Function) -> Result<Vec<&ast::Expr>> {
     match &function.args {
         ast::FunctionArguments::None => Ok(Vec::new()),
         ast::FunctionArguments::List(list) => list
@@ -763,16 +765,31 @@ pub fn contains_subquery_ast(expr: &ast::Expr) -> bool {
 /// Whether an AST expression contains an aggregate call (outside subqueries). Iterative: the
 /// expression may be a left-deep chain as long as the statement.
 pub fn contains_aggregate(expr: &ast::Expr) -> bool {
+    contains_call(expr, &|f| {
+        f.over.is_none() && aggregate_function(&object_name(&f.name).unwrap_or_default()).is_some()
+    })
+}
+
+/// Whether an AST expression contains a window function call (outside subqueries).
+pub fn contains_window(expr: &ast::Expr) -> bool {
+    contains_call(expr, &|f| f.over.is_some())
+}
+
+/// Whether a call `is_wanted` accepts occurs in the expression (outside subqueries).
+fn contains_call(expr: &ast::Expr, is_wanted: &dyn Fn(&ast::Function) -> bool) -> bool {
     use ast::Expr as E;
     let mut pending = vec![expr];
     while let Some(expr) = pending.pop() {
         match expr {
             E::Function(f) => {
-                let name = object_name(&f.name).unwrap_or_default();
-                if aggregate_function(&name).is_some() && f.over.is_none() {
+                if is_wanted(f) {
                     return true;
                 }
                 pending.extend(function_args(f).unwrap_or_default());
+                if let Some(ast::WindowType::WindowSpec(spec)) = &f.over {
+                    pending.extend(&spec.partition_by);
+                    pending.extend(spec.order_by.iter().map(|o| &o.expr));
+                }
             }
             E::BinaryOp { left, right, .. } => pending.extend([left.as_ref(), right.as_ref()]),
             E::UnaryOp { expr, .. } | E::Nested(expr) | E::Cast { expr, .. } => pending.push(expr),
@@ -831,6 +848,26 @@ pub fn number_literal(text: &str) -> Result<Expr> {
     Ok(Expr::literal(Value::Numeric(Numeric::parse(text)?), DataType::Numeric))
 }
 
+/// Most nodes an expression the binder copies may have (BETWEEN, IN lists and CASE with an
+/// operand compare one value several times): nested, the copies multiply, so without a bound a
+/// few hundred bytes of SQL would build billions of nodes.
+const COPIED_EXPR_NODES_MAX: usize = 100_000;
+
+/// A copy of `expr`, refused with 54001 when it is larger than [`COPIED_EXPR_NODES_MAX`].
+fn copy_bounded(expr: &Expr) -> Result<Expr> {
+    let (mut pending, mut nodes) = (vec![expr], 0usize);
+    while let Some(next) = pending.pop() {
+        nodes += 1;
+        if nodes > COPIED_EXPR_NODES_MAX {
+            return Err(crate::depth::too_deep(format!(
+                "an expression compared several times has more than {COPIED_EXPR_NODES_MAX} nodes"
+            )));
+        }
+        pending.extend(next.children());
+    }
+    Ok(expr.clone())
+}
+
 fn typed_string(data_type: &ast::DataType, value: &ast::Value) -> Result<Expr> {
     let ast::Value::SingleQuotedString(text) = value else {
         return Err(EngineError::unsupported(format!("typed literal {value}")));
@@ -849,6 +886,11 @@ pub fn sql_type(data_type: &ast::DataType) -> Result<DataType> {
         T::Double(_) | T::DoublePrecision | T::Float8 | T::Real | T::Float4 | T::Float(_) => DataType::Float64,
         T::Date => DataType::Date,
         T::Text | T::Varchar(_) | T::Char(_) | T::Character(_) | T::CharacterVarying(_) | T::String(_) => {
+            DataType::Text
+        }
+        // PostgreSQL's `name` (identifiers, and columns of its regression tables) compares as
+        // text in the C collation, which is the engine's byte order.
+        T::Custom(name, modifiers) if modifiers.is_empty() && name.to_string().eq_ignore_ascii_case("name") => {
             DataType::Text
         }
         T::Numeric(info) | T::Decimal(info) => match info {

@@ -96,7 +96,7 @@ impl<'c> QueryBinder<'c> {
         let scope = with_outer(&from.scope, Some(outer));
         let mut conjuncts = from.on_conjuncts.clone();
         if let Some(selection) = &select.selection {
-            let binder = ExprBinder { scope: &scope, queries: Some(self), correlation: None };
+            let binder = ExprBinder { scope: &scope, queries: Some(self), correlation: None, windows: None };
             split_conjuncts(binder.bind(selection)?, &mut conjuncts);
         }
         let reaches_further = |e: &Expr| e.columns().iter().any(|&c| c >= inner_width + block.inner_width);
@@ -336,7 +336,7 @@ impl<'c> QueryBinder<'c> {
             return Ok(None);
         }
         let Ok(from) = self.bind_from(&select.from, None, None) else { return Ok(None) };
-        let inner = ExprBinder { scope: &from.scope, queries: Some(self), correlation: None };
+        let inner = ExprBinder { scope: &from.scope, queries: Some(self), correlation: None, windows: None };
         let outer_binder = ExprBinder::new(outer.scope);
         let mut conjuncts = Vec::new();
         if let Some(selection) = &select.selection {
@@ -416,7 +416,7 @@ impl<'c> QueryBinder<'c> {
                 continue;
             }
             let Ok(alone) = self.bind_from(std::slice::from_ref(item), None, None) else { continue };
-            let binder = ExprBinder { scope: &alone.scope, queries: Some(self), correlation: None };
+            let binder = ExprBinder { scope: &alone.scope, queries: Some(self), correlation: None, windows: None };
             let own: Vec<ast::Expr> = outer
                 .conditions
                 .iter()

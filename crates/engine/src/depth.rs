@@ -9,8 +9,9 @@
 //!   expressions are at most [`EXPR_DEPTH_MAX`] deep (AND/OR chains are bound iteratively into
 //!   balanced trees and do not count, as PostgreSQL flattens them); the executor's recursion
 //!   follows the bound tree;
-//! - a statement longer than [`INLINE_SQL_BYTES_MAX`] or with parentheses nested deeper than
-//!   [`INLINE_NESTING_MAX`] runs on a thread of its own whose stack grows with the text
+//! - a statement longer than [`INLINE_SQL_BYTES_MAX`] or that may nest deeper than
+//!   [`INLINE_NESTING_MAX`] (brackets, and prefix operators such as `NOT`, which nest without
+//!   them) runs on a thread of its own whose stack grows with the text
 //!   ([`statement_stack_bytes`]): the syntax tree of such a text may be as deep as the text is
 //!   long, dropping it recurses once per level, and the parser may nest
 //!   [`PARSER_NESTING_MAX`] deep there (PostgreSQL takes 1,000 nested parentheses), against
@@ -26,10 +27,12 @@ pub const EXPR_DEPTH_MAX: usize = 4500;
 /// Statements up to this length parse and run on the caller's thread: their syntax trees are
 /// at most about half as deep, which a 2 MiB stack holds.
 pub const INLINE_SQL_BYTES_MAX: usize = 1024;
-/// Parenthesis nesting up to which a short statement parses on the caller's thread.
-pub const INLINE_NESTING_MAX: usize = 16;
-/// The parser's recursion limit on a statement thread (each level of it can take tens of KiB
-/// of stack in a debug build: [`STATEMENT_STACK_BASE_BYTES`] holds it).
+/// Nesting up to which a short statement parses on the caller's thread: a parser level takes
+/// up to ~100 KiB of stack in a debug build (`abs(` 80 KiB, `NOT` 75 KiB, measured), and the
+/// caller's thread may have only 2 MiB.
+pub const INLINE_NESTING_MAX: usize = 8;
+/// The parser's recursion limit on a statement thread (each level of it can take ~100 KiB of
+/// stack in a debug build: [`STATEMENT_STACK_BASE_BYTES`] holds it).
 pub const PARSER_NESTING_MAX: usize = 1100;
 /// The parser's recursion limit on the caller's thread (sqlparser's default).
 const PARSER_NESTING_INLINE: usize = 50;
@@ -41,7 +44,9 @@ const STACK_RED_ZONE_BYTES: usize = 256 << 10;
 /// at least two bytes of text and its recursive drop well under this much stack), on top of
 /// [`STATEMENT_STACK_BASE_BYTES`]. The reservation is virtual: only touched pages cost memory.
 const STACK_BYTES_PER_SQL_BYTE: usize = 512;
-const STATEMENT_STACK_BASE_BYTES: usize = 64 << 20;
+/// Holds [`PARSER_NESTING_MAX`] parser levels of the costliest kind (~100 KiB each in a debug
+/// build: 110 MiB) with room to spare; 64 MiB let `NOT` or `abs(` nested 900 deep overflow it.
+const STATEMENT_STACK_BASE_BYTES: usize = 256 << 20;
 
 thread_local! {
     static DEPTH: Cell<usize> = const { Cell::new(0) };
@@ -58,21 +63,27 @@ pub fn parser_recursion_limit() -> usize {
     }
 }
 
-/// The deepest nesting of parentheses in `sql` (quotes and comments not told apart: an
-/// overestimate only moves a statement to a statement thread).
-fn paren_depth(sql: &str) -> usize {
-    let (mut depth, mut deepest) = (0usize, 0usize);
+/// An upper bound on how deep the parser may nest for `sql`: the deepest nesting of brackets
+/// plus every prefix operator and keyword that nests without one (`NOT`, `CASE`, `EXISTS`,
+/// unary `-`, `+`, `~`), counted wherever it appears. Quotes and comments are not told apart:
+/// an overestimate only moves a statement to a statement thread.
+fn nesting_bound(sql: &str) -> usize {
+    let (mut depth, mut deepest, mut prefixes) = (0usize, 0usize, 0usize);
     for byte in sql.bytes() {
         match byte {
-            b'(' => {
+            b'(' | b'[' => {
                 depth += 1;
                 deepest = deepest.max(depth);
             }
-            b')' => depth = depth.saturating_sub(1),
+            b')' | b']' => depth = depth.saturating_sub(1),
+            b'-' | b'+' | b'~' => prefixes += 1,
             _ => {}
         }
     }
-    deepest
+    let words = sql.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'));
+    let nesting_words = ["not", "case", "exists"];
+    prefixes += words.filter(|word| nesting_words.iter().any(|n| word.eq_ignore_ascii_case(n))).count();
+    deepest + prefixes
 }
 
 /// The stack a statement thread gets for a text of `sql_bytes`.
@@ -157,7 +168,7 @@ fn page_size() -> usize {
 /// stack sized for the text (see the module docs).
 pub fn with_statement_stack<R: Send>(sql: &str, f: impl FnOnce() -> R + Send) -> Result<R> {
     if ON_STATEMENT_THREAD.with(Cell::get)
-        || (sql.len() <= INLINE_SQL_BYTES_MAX && paren_depth(sql) <= INLINE_NESTING_MAX)
+        || (sql.len() <= INLINE_SQL_BYTES_MAX && nesting_bound(sql) <= INLINE_NESTING_MAX)
     {
         return Ok(f());
     }

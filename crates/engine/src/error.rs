@@ -130,6 +130,12 @@ pub enum EngineError {
     /// A column outside GROUP BY in an aggregated query, or an aggregate where none may be.
     #[error("{0}")]
     Grouping(String),
+    /// A reference that does not fit where it stands (DISTINCT ON against ORDER BY: 42P10).
+    #[error("{0}")]
+    InvalidColumnReference(String),
+    /// A window function where none may be, or a frame PostgreSQL rejects (42P20).
+    #[error("{0}")]
+    Windowing(String),
     /// A function or operator with no variant for these argument types.
     #[error("{0}")]
     UndefinedFunction(String),
@@ -185,6 +191,8 @@ impl EngineError {
             EngineError::NegativeRowCount { offset: true } => "2201X",
             EngineError::CardinalityViolation => "21000",
             EngineError::Grouping(_) => "42803",
+            EngineError::Windowing(_) => "42P20",
+            EngineError::InvalidColumnReference(_) => "42P10",
             EngineError::UndefinedFunction(_) => "42883",
             EngineError::AmbiguousColumn(_) => "42702",
         }

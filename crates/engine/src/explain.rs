@@ -106,6 +106,11 @@ fn render(
             lines.push(tag(format!("Limit {limit:?} offset={offset}")));
             render(input, tier, depth + 1, next, None, lines);
         }
+        Plan::Window { input, calls } => {
+            let names: Vec<String> = calls.iter().map(|c| format!("{:?}", c.function)).collect();
+            lines.push(tag(format!("Window [{}]", names.join(", "))));
+            render(input, tier, depth + 1, next, None, lines);
+        }
         Plan::SetOperation { op, all, left, right } => {
             lines.push(tag(format!("{}{}", op.sql_name(), if *all { " ALL" } else { "" })));
             render(left, tier, depth + 1, next, None, lines);

@@ -60,7 +60,7 @@ impl<'c> QueryBinder<'c> {
                     ast::JoinConstraint::On(expr) => {
                         let scope = with_outer(&bound.scope, outer);
                         let mut conjuncts = Vec::new();
-                        let binder = ExprBinder { scope: &scope, queries: Some(self), correlation };
+                        let binder = ExprBinder { scope: &scope, queries: Some(self), correlation, windows: None };
                         split_conjuncts(binder.bind(expr)?, &mut conjuncts);
                         conjuncts
                     }

@@ -26,6 +26,9 @@ pub enum ScalarFunction {
     Trunc,
     Floor,
     Ceil,
+    /// `abs(x)`: its argument evaluated once (binding it as a CASE copied the argument three
+    /// times, so nested calls grew as 3^depth).
+    Abs,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,6 +57,7 @@ impl ScalarFunction {
             "trunc" => F::Trunc,
             "floor" => F::Floor,
             "ceil" | "ceiling" => F::Ceil,
+            "abs" => F::Abs,
             _ => return None,
         })
     }
@@ -76,6 +80,7 @@ impl ScalarFunction {
             F::Trunc => "trunc",
             F::Floor => "floor",
             F::Ceil => "ceil",
+            F::Abs => "abs",
         }
     }
 }
@@ -93,6 +98,14 @@ pub fn call(function: ScalarFunction, args: Vec<Expr>) -> Result<Expr> {
         F::Trim(_) if (1..=2).contains(&args.len()) => (texts(function, args)?, DataType::Text),
         F::Concat if args.len() == 2 => (concat_operands(args)?, DataType::Text),
         F::Round | F::Trunc | F::Floor | F::Ceil => rounding(function, args)?,
+        F::Abs if args.len() == 1 && args[0].data_type().is_numeric() => {
+            let data_type = args[0].data_type();
+            (args, data_type)
+        }
+        // An untyped literal resolves to abs(float8), as in PostgreSQL.
+        F::Abs if args.len() == 1 && is_untyped(&args[0]) => {
+            (args.into_iter().map(|a| cast_expr(a, DataType::Float64)).collect::<Result<_>>()?, DataType::Float64)
+        }
         _ => return Err(no_signature(function, &args)),
     };
     fold(Expr::Function { function, args, data_type })
@@ -186,7 +199,23 @@ fn apply(function: ScalarFunction, args: &[Value]) -> Result<Value> {
         F::Position => Ok(Value::Int32(position(text(&args[0]), text(&args[1])))),
         F::Trim(side) => Ok(Value::Text(trim(text(&args[0]), args.get(1).map_or(" ", text), side))),
         F::Round | F::Trunc | F::Floor | F::Ceil => round(function, args),
+        F::Abs => abs(&args[0]),
     }
+}
+
+/// PostgreSQL's abs: integer minimums have no absolute value in their type (22003).
+fn abs(value: &Value) -> Result<Value> {
+    let out_of_range = |name: &str| EngineError::Overflow(format!("{name} out of range"));
+    Ok(match value {
+        Value::Int32(x) => Value::Int32(x.checked_abs().ok_or_else(|| out_of_range("integer"))?),
+        Value::Int64(x) => Value::Int64(x.checked_abs().ok_or_else(|| out_of_range("bigint"))?),
+        Value::Decimal { value, scale } => {
+            Value::Decimal { value: value.checked_abs().ok_or_else(|| out_of_range("numeric"))?, scale: *scale }
+        }
+        Value::Float64(x) => Value::Float64(x.abs()),
+        Value::Numeric(n) if n.signum() < 0 => Value::Numeric(n.negated()),
+        other => other.clone(),
+    })
 }
 
 fn text(value: &Value) -> &str {

@@ -62,6 +62,8 @@ pub mod stream;
 pub mod tpch;
 pub mod types;
 pub mod vector;
+pub mod window;
+pub mod window_bind;
 
 pub use engine::{Engine, EngineSettings, QueryResult};
 pub use error::EngineError;

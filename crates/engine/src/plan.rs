@@ -69,6 +69,63 @@ pub struct AggregateCall {
     pub filter: Option<Expr>,
 }
 
+/// A window function: ranking, offset, frame value, or an aggregate over the frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WindowFunction {
+    RowNumber,
+    Rank,
+    DenseRank,
+    PercentRank,
+    CumeDist,
+    Ntile,
+    Lag,
+    Lead,
+    FirstValue,
+    LastValue,
+    NthValue,
+    Aggregate(AggregateFunction),
+}
+
+/// One end of a window frame (offsets only in ROWS mode).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FrameBound {
+    UnboundedPreceding,
+    Preceding(u64),
+    CurrentRow,
+    Following(u64),
+    UnboundedFollowing,
+}
+
+/// ROWS (`rows`: the current row is itself) or RANGE (the current row is its peers) frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WindowFrame {
+    pub rows: bool,
+    pub start: FrameBound,
+    pub end: FrameBound,
+}
+
+impl WindowFrame {
+    /// PostgreSQL's default: RANGE BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW.
+    pub const DEFAULT: WindowFrame =
+        WindowFrame { rows: false, start: FrameBound::UnboundedPreceding, end: FrameBound::CurrentRow };
+}
+
+/// `function(args) OVER (PARTITION BY partition ORDER BY order frame)`; expressions over the
+/// window node's input.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WindowCall {
+    pub function: WindowFunction,
+    pub args: Vec<Expr>,
+    pub partition: Vec<Expr>,
+    pub order: Vec<SortKey>,
+    pub frame: WindowFrame,
+    pub data_type: DataType,
+}
+
+/// While a select list is bound, window call `k` stands as column `WINDOW_COLUMN_BASE + k`
+/// (placed after the window node's input columns once the input is planned).
+pub const WINDOW_COLUMN_BASE: usize = 1 << 40;
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct SortKey {
     pub expr: Expr,
@@ -123,6 +180,11 @@ pub enum Plan {
         limit: Option<usize>,
         offset: usize,
     },
+    /// Output: the input's columns, then one column per window call.
+    Window {
+        input: Box<Plan>,
+        calls: Vec<WindowCall>,
+    },
     /// `left op [ALL] right` over inputs of the same column types; rows are compared whole,
     /// NULLs equal to NULLs (as SQL's set operations do).
     SetOperation {
@@ -149,6 +211,11 @@ impl Plan {
             },
             Plan::Aggregate { groups, aggregates, .. } => {
                 groups.iter().map(Expr::data_type).chain(aggregates.iter().map(|a| a.data_type)).collect()
+            }
+            Plan::Window { input, calls } => {
+                let mut types = input.output_types();
+                types.extend(calls.iter().map(|c| c.data_type));
+                types
             }
         }
     }
@@ -189,6 +256,12 @@ impl Plan {
             Plan::SetOperation { left, right, .. } => {
                 left.visit_exprs(f);
                 right.visit_exprs(f);
+            }
+            Plan::Window { input, calls } => {
+                for call in calls {
+                    call.args.iter().chain(&call.partition).chain(call.order.iter().map(|k| &k.expr)).for_each(&mut *f);
+                }
+                input.visit_exprs(f);
             }
         }
     }
@@ -240,6 +313,18 @@ impl Plan {
                 all: *all,
                 left: Box::new(left.map_exprs(f)),
                 right: Box::new(right.map_exprs(f)),
+            },
+            Plan::Window { input, calls } => Plan::Window {
+                input: Box::new(input.map_exprs(f)),
+                calls: calls
+                    .iter()
+                    .map(|c| WindowCall {
+                        args: map_all(&c.args),
+                        partition: map_all(&c.partition),
+                        order: c.order.iter().map(|k| SortKey { expr: f(&k.expr), ..k.clone() }).collect(),
+                        ..c.clone()
+                    })
+                    .collect(),
             },
         }
     }

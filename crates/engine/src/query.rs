@@ -10,6 +10,7 @@
 //! become `Expr::Param`s, listed in `BoundQuery::params` as columns of the enclosing row.
 
 use std::borrow::Cow;
+use std::cell::RefCell;
 use std::sync::Arc;
 
 use sqlparser::ast;
@@ -20,12 +21,16 @@ use crate::bind::{
 };
 use crate::decorrelate::{apply_subquery_joins, SubqueryJoin};
 use crate::error::{EngineError, Result};
+use crate::expr::BinaryOp;
 use crate::expr::{evaluate_constant, Expr};
 use crate::from::{with_outer, From};
 use crate::joins::{factor_or, split_conjuncts, Planned};
-use crate::plan::{AggregateCall, Plan, SetOperator, SortKey};
+use crate::plan::{
+    AggregateCall, Plan, SetOperator, SortKey, WindowCall, WindowFrame, WindowFunction, WINDOW_COLUMN_BASE,
+};
 use crate::storage::Catalog;
 use crate::types::{DataType, Value};
+use crate::window_bind::WindowContext;
 
 /// A bound query: its plan, output column names, and the enclosing row's columns its
 /// `Expr::Param`s stand for (empty unless correlated).
@@ -57,7 +62,7 @@ pub(crate) struct Block<'a> {
 
 impl Block<'_> {
     pub fn binder<'b>(&'b self, queries: &'b QueryBinder<'_>) -> ExprBinder<'b> {
-        ExprBinder { scope: &self.scope, queries: Some(queries), correlation: Some(self.correlation) }
+        ExprBinder { scope: &self.scope, queries: Some(queries), correlation: Some(self.correlation), windows: None }
     }
 }
 
@@ -129,7 +134,10 @@ impl<'c> QueryBinder<'c> {
                 let bound = self.bind_set_expr(query.body.as_ref(), outer)?;
                 order_and_limit(bound, order_by, limit, offset)
             }
-            ast::SetExpr::Values(_) => Err(EngineError::unsupported("VALUES as a query")),
+            ast::SetExpr::Values(values) => {
+                let bound = self.bind_values(values)?;
+                order_and_limit(bound, order_by, limit, offset)
+            }
             other => Err(EngineError::unsupported(format!("query body {other}"))),
         }
     }
@@ -141,7 +149,7 @@ impl<'c> QueryBinder<'c> {
             ast::SetExpr::Select(select) => return self.bind_select(select, &[], None, 0, outer),
             ast::SetExpr::Query(inner) => return self.bind_query_in(inner, outer),
             ast::SetExpr::SetOperation { op, set_quantifier, left, right } => (op, set_quantifier, left, right),
-            ast::SetExpr::Values(_) => return Err(EngineError::unsupported("VALUES as a query")),
+            ast::SetExpr::Values(values) => return self.bind_values(values),
             other => return Err(EngineError::unsupported(format!("query body {other}"))),
         };
         let op = match op {
@@ -168,6 +176,41 @@ impl<'c> QueryBinder<'c> {
         let (left_plan, right_plan) = common_columns(op, left.plan, right.plan)?;
         let plan = Plan::SetOperation { op, all, left: Box::new(left_plan), right: Box::new(right_plan) };
         Ok(BoundQuery { plan, names: left.names, params: Vec::new() })
+    }
+
+    /// `VALUES (…), (…)`: each row a projection of the single row, the rows concatenated (UNION
+    /// ALL); each column takes the rows' common type, as PostgreSQL's VALUES does; the columns
+    /// are named column1, column2, ….
+    fn bind_values(&self, values: &ast::Values) -> Result<BoundQuery> {
+        let width = values.rows.first().map_or(0, |row| row.content.len());
+        if values.rows.iter().any(|row| row.content.len() != width) {
+            return Err(EngineError::Syntax("VALUES lists must all be the same length".into()));
+        }
+        let scope = Scope::default();
+        let binder = ExprBinder { scope: &scope, queries: Some(self), correlation: None, windows: None };
+        let mut columns: Vec<Vec<Expr>> = vec![Vec::with_capacity(values.rows.len()); width];
+        for row in &values.rows {
+            for (column, expr) in columns.iter_mut().zip(&row.content) {
+                column.push(binder.bind(expr)?);
+            }
+        }
+        let mut unified = Vec::with_capacity(width);
+        for column in columns {
+            let types: Vec<DataType> = column.iter().filter(|e| !is_untyped(e)).map(Expr::data_type).collect();
+            let (exprs, _) = unify(column).map_err(|_| {
+                let names: Vec<String> = types.iter().map(|t| t.sql_name()).collect();
+                EngineError::Type(format!("VALUES types {} cannot be matched", names.join(" and ")))
+            })?;
+            unified.push(exprs);
+        }
+        let rows: Vec<Plan> = (0..values.rows.len())
+            .map(|row| Plan::Project {
+                input: Box::new(Plan::SingleRow),
+                exprs: unified.iter().map(|column| column[row].clone()).collect(),
+            })
+            .collect();
+        let names = (1..=width).map(|i| format!("column{i}")).collect();
+        Ok(BoundQuery { plan: union_all(rows), names, params: Vec::new() })
     }
 
     fn bind_select(
@@ -209,7 +252,21 @@ impl<'c> QueryBinder<'c> {
     }
 
     fn bind_outputs(&self, select: &ast::Select, order_by: &[ast::OrderByExpr], block: &Block<'_>) -> Result<Outputs> {
-        let binder = block.binder(self);
+        let windows = WindowContext { calls: RefCell::new(Vec::new()), named: &select.named_window };
+        let mut outputs = self.bind_outputs_with(select, order_by, block, &windows)?;
+        outputs.windows = windows.calls.into_inner();
+        Ok(outputs)
+    }
+
+    /// The select list, ORDER BY and aggregation; window calls go to `windows`.
+    fn bind_outputs_with(
+        &self,
+        select: &ast::Select,
+        order_by: &[ast::OrderByExpr],
+        block: &Block<'_>,
+        windows: &WindowContext<'_>,
+    ) -> Result<Outputs> {
+        let binder = ExprBinder { windows: Some(windows), ..block.binder(self) };
         let scope = &block.scope;
         let items = expand_select_items(&select.projection, scope)?;
         let group_exprs = match &select.group_by {
@@ -223,8 +280,17 @@ impl<'c> QueryBinder<'c> {
         let names: Vec<String> = items.iter().map(|(_, n)| n.clone()).collect();
         if !aggregated {
             let exprs = items.iter().map(|(e, _)| binder.bind(e)).collect::<Result<Vec<_>>>()?;
-            let order = bind_order(order_by, &names, &exprs, |e| binder.bind(e))?;
-            return Ok(Outputs { names, exprs, order, aggregate: None, having: None });
+            let order = bind_order(&order_items(order_by), &names, &exprs, |e| binder.bind(e))?;
+            let distinct_on = bind_distinct_on(select, &names, &exprs, |e| binder.bind(e))?;
+            return Ok(Outputs {
+                names,
+                exprs,
+                order,
+                distinct_on,
+                aggregate: None,
+                having: None,
+                windows: Vec::new(),
+            });
         }
         let groups = group_exprs
             .iter()
@@ -232,11 +298,44 @@ impl<'c> QueryBinder<'c> {
             .collect::<Result<Vec<_>>>()?;
         let mut context = AggregateContext { groups: &groups, aggregates: Vec::new() };
         let exprs = items.iter().map(|(e, _)| binder.bind_aggregated(e, &mut context)).collect::<Result<Vec<_>>>()?;
-        let having = select.having.as_ref().map(|h| binder.bind_aggregated(h, &mut context)).transpose()?;
-        let order = bind_order(order_by, &names, &exprs, |e| binder.bind_aggregated(e, &mut context))?;
+        // Window functions are computed after HAVING: not allowed in it.
+        let having_binder = ExprBinder { windows: None, ..binder };
+        let having = select.having.as_ref().map(|h| having_binder.bind_aggregated(h, &mut context)).transpose()?;
+        let order = bind_order(&order_items(order_by), &names, &exprs, |e| binder.bind_aggregated(e, &mut context))?;
+        let distinct_on = bind_distinct_on(select, &names, &exprs, |e| binder.bind_aggregated(e, &mut context))?;
         let aggregates = context.aggregates;
-        Ok(Outputs { names, exprs, order, aggregate: Some((groups, aggregates)), having })
+        Ok(Outputs {
+            names,
+            exprs,
+            order,
+            distinct_on,
+            aggregate: Some((groups, aggregates)),
+            having,
+            windows: Vec::new(),
+        })
     }
+}
+
+/// Rows of the same types concatenated as a balanced tree of UNION ALLs (depth log2 n, so a
+/// VALUES list of any length executes without deep recursion).
+fn union_all(mut plans: Vec<Plan>) -> Plan {
+    while plans.len() > 1 {
+        let mut pairs = Vec::with_capacity(plans.len().div_ceil(2));
+        let mut items = plans.into_iter();
+        while let Some(left) = items.next() {
+            pairs.push(match items.next() {
+                Some(right) => Plan::SetOperation {
+                    op: SetOperator::Union,
+                    all: true,
+                    left: Box::new(left),
+                    right: Box::new(right),
+                },
+                None => left,
+            });
+        }
+        plans = pairs;
+    }
+    plans.pop().unwrap_or(Plan::SingleRow)
 }
 
 /// A sort key: output index, descending, nulls first, or a hidden expression to append.
@@ -248,8 +347,12 @@ struct Outputs {
     exprs: Vec<Expr>,
     /// Sort keys: output index, descending, nulls first, or a hidden expression to append.
     order: Vec<OrderKey>,
+    /// `DISTINCT ON (…)` keys, as sort keys.
+    distinct_on: Vec<OrderKey>,
     aggregate: Option<(Vec<Expr>, Vec<AggregateCall>)>,
     having: Option<Expr>,
+    /// Window calls; call k stands in the expressions as column WINDOW_COLUMN_BASE + k.
+    windows: Vec<WindowCall>,
 }
 
 /// Both operands' columns converted to their common types (PostgreSQL's select_common_type: an
@@ -302,7 +405,7 @@ fn order_and_limit(
     let refuse = |_: &ast::Expr| -> Result<Expr> {
         Err(EngineError::unsupported("ORDER BY on a UNION/INTERSECT/EXCEPT result other than by column name or number"))
     };
-    let order = bind_order(order_by, &bound.names, &columns, refuse)?;
+    let order = bind_order(&order_items(order_by), &bound.names, &columns, refuse)?;
     let mut plan = bound.plan;
     if !order.is_empty() {
         let keys = order
@@ -321,18 +424,29 @@ fn order_and_limit(
     Ok(BoundQuery { plan, names: bound.names, params: Vec::new() })
 }
 
+/// ORDER BY items as (expression, descending, nulls first).
+fn order_items(order_by: &[ast::OrderByExpr]) -> Vec<(&ast::Expr, bool, bool)> {
+    order_by
+        .iter()
+        .map(|item| {
+            let descending = matches!(item.options.sort, Some(ast::OrderBySort::Desc));
+            // PostgreSQL: NULLs sort as larger than everything, so first when descending.
+            (&item.expr, descending, item.options.nulls_first.unwrap_or(descending))
+        })
+        .collect()
+}
+
+/// Sort keys (or DISTINCT ON keys): by output name or position, an output's expression, or
+/// a hidden expression.
 fn bind_order(
-    order_by: &[ast::OrderByExpr],
+    items: &[(&ast::Expr, bool, bool)],
     names: &[String],
     exprs: &[Expr],
     mut bind: impl FnMut(&ast::Expr) -> Result<Expr>,
 ) -> Result<Vec<OrderKey>> {
     let mut keys = Vec::new();
-    for item in order_by {
-        let descending = matches!(item.options.sort, Some(ast::OrderBySort::Desc));
-        // PostgreSQL: NULLs sort as larger than everything, so first when descending.
-        let nulls_first = item.options.nulls_first.unwrap_or(descending);
-        let by_name = match &item.expr {
+    for &(expr, descending, nulls_first) in items {
+        let by_name = match expr {
             ast::Expr::Identifier(ident) => names.iter().position(|n| *n == identifier(ident)),
             ast::Expr::Value(v) => match &v.value {
                 ast::Value::Number(n, _) => {
@@ -349,7 +463,7 @@ fn bind_order(
         match by_name {
             Some(index) => keys.push((index, descending, nulls_first, None)),
             None => {
-                let bound = bind(&item.expr)?;
+                let bound = bind(expr)?;
                 match exprs.iter().position(|e| *e == bound) {
                     Some(index) => keys.push((index, descending, nulls_first, None)),
                     None => keys.push((usize::MAX, descending, nulls_first, Some(bound))),
@@ -378,11 +492,15 @@ fn used_columns(from: &From, conjuncts: &[Expr], subqueries: &[SubqueryJoin], ou
         }
         None => {
             exprs.extend(output.all_exprs());
-            exprs.extend(output.order.iter().filter_map(|(_, _, _, hidden)| hidden.as_ref()));
+            let keys = output.order.iter().chain(&output.distinct_on);
+            exprs.extend(keys.filter_map(|(_, _, _, hidden)| hidden.as_ref()));
+            for call in &output.windows {
+                exprs.extend(call.args.iter().chain(&call.partition).chain(call.order.iter().map(|k| &k.expr)));
+            }
         }
     }
     for expr in exprs {
-        expr.columns().into_iter().for_each(|c| used[c] = true);
+        expr.columns().into_iter().filter(|&c| c < WINDOW_COLUMN_BASE).for_each(|c| used[c] = true);
     }
     for join in subqueries {
         if let Some(residual) = &join.residual {
@@ -402,20 +520,19 @@ fn finish_select(
     let visible = output.exprs.len();
     let mut sort_keys = Vec::new();
     for (index, descending, nulls_first, hidden) in std::mem::take(&mut output.order_keys()) {
-        let index = match hidden {
-            Some(expr) => {
-                if distinct {
-                    return Err(EngineError::Syntax(
-                        "for SELECT DISTINCT, ORDER BY expressions must appear in select list".into(),
-                    ));
-                }
-                output.exprs.push(expr);
-                output.exprs.len() - 1
-            }
-            None => index,
-        };
-        sort_keys.push((index, descending, nulls_first));
+        if hidden.is_some() && distinct {
+            return Err(EngineError::Syntax(
+                "for SELECT DISTINCT, ORDER BY expressions must appear in select list".into(),
+            ));
+        }
+        sort_keys.push((output.column_of(index, hidden), descending, nulls_first));
     }
+    let on_keys: Vec<usize> = std::mem::take(&mut output.distinct_on)
+        .into_iter()
+        .map(|(index, _, _, hidden)| output.column_of(index, hidden))
+        .collect();
+    check_distinct_on(&on_keys, &sort_keys)?;
+    let windows = std::mem::take(&mut output.windows);
     let mut plan = match output.aggregate.take() {
         Some((groups, aggregates)) => {
             let groups = groups.iter().map(|g| planned.localize(g)).collect();
@@ -430,16 +547,22 @@ fn finish_select(
             if let Some(having) = output.having.take() {
                 plan = Plan::Filter { input: Box::new(plan), predicate: having };
             }
-            Plan::Project { input: Box::new(plan), exprs: output.exprs.clone() }
+            let (plan, exprs) = with_windows(plan, windows, &output.exprs, |e| e.clone());
+            Plan::Project { input: Box::new(plan), exprs }
         }
         None => {
-            let exprs = output.exprs.iter().map(|e| planned.localize(e)).collect();
-            Plan::Project { input: Box::new(planned.plan), exprs }
+            let windows = windows.into_iter().map(|call| localize_call(&planned, call)).collect();
+            let exprs: Vec<Expr> = output.exprs.iter().map(|e| localize(&planned, e)).collect();
+            let (plan, exprs) = with_windows(planned.plan, windows, &exprs, Expr::clone);
+            Plan::Project { input: Box::new(plan), exprs }
         }
     };
     if distinct {
         let groups = (0..visible).map(|i| Expr::Column { index: i, data_type: output.exprs[i].data_type() }).collect();
         plan = Plan::Aggregate { input: Box::new(plan), groups, aggregates: Vec::new() };
+    }
+    if !on_keys.is_empty() {
+        plan = first_of_each(plan, &on_keys, &sort_keys);
     }
     let types = plan.output_types();
     if !sort_keys.is_empty() {
@@ -463,7 +586,114 @@ fn finish_select(
     Ok(BoundQuery { plan, names: output.names, params: Vec::new() })
 }
 
+/// `plan` with a Window node for `windows` on top (if any), and `exprs` over its output: the
+/// placeholder of call k becomes the column after the input's columns plus k.
+fn with_windows(
+    plan: Plan,
+    windows: Vec<WindowCall>,
+    exprs: &[Expr],
+    over_input: impl Fn(&Expr) -> Expr,
+) -> (Plan, Vec<Expr>) {
+    let width = plan.width();
+    let exprs = exprs
+        .iter()
+        .map(|e| {
+            over_input(e).map_columns(&|c| if c >= WINDOW_COLUMN_BASE { width + (c - WINDOW_COLUMN_BASE) } else { c })
+        })
+        .collect();
+    if windows.is_empty() {
+        return (plan, exprs);
+    }
+    (Plan::Window { input: Box::new(plan), calls: windows }, exprs)
+}
+
+/// `planned.localize`, leaving window placeholders as they are.
+fn localize(planned: &Planned, expr: &Expr) -> Expr {
+    let positions: std::collections::HashMap<usize, usize> =
+        planned.layout.iter().enumerate().map(|(i, &w)| (w, i)).collect();
+    expr.map_columns(&|wide| if wide >= WINDOW_COLUMN_BASE { wide } else { positions[&wide] })
+}
+
+fn localize_call(planned: &Planned, call: WindowCall) -> WindowCall {
+    WindowCall {
+        args: call.args.iter().map(|e| planned.localize(e)).collect(),
+        partition: call.partition.iter().map(|e| planned.localize(e)).collect(),
+        order: call.order.iter().map(|k| SortKey { expr: planned.localize(&k.expr), ..k.clone() }).collect(),
+        ..call
+    }
+}
+
+/// PostgreSQL: the DISTINCT ON keys must be the leading ORDER BY keys (in any order) — 42P10.
+fn check_distinct_on(on_keys: &[usize], sort_keys: &[(usize, bool, bool)]) -> Result<()> {
+    let mut covered = std::collections::HashSet::new();
+    for &(index, _, _) in sort_keys {
+        if on_keys.iter().all(|k| covered.contains(k)) {
+            break;
+        }
+        if !on_keys.contains(&index) {
+            return Err(EngineError::InvalidColumnReference(
+                "SELECT DISTINCT ON expressions must match initial ORDER BY expressions".into(),
+            ));
+        }
+        covered.insert(index);
+    }
+    Ok(())
+}
+
+/// DISTINCT ON: the first row (in ORDER BY order) of each set of rows equal on `on_keys`, as
+/// `row_number() OVER (PARTITION BY on ORDER BY …) = 1`.
+fn first_of_each(plan: Plan, on_keys: &[usize], sort_keys: &[(usize, bool, bool)]) -> Plan {
+    let types = plan.output_types();
+    let column = |index: usize| Expr::Column { index, data_type: types[index] };
+    let call = WindowCall {
+        function: WindowFunction::RowNumber,
+        args: Vec::new(),
+        partition: on_keys.iter().map(|&i| column(i)).collect(),
+        order: sort_keys
+            .iter()
+            .map(|&(index, descending, nulls_first)| SortKey { expr: column(index), descending, nulls_first })
+            .collect(),
+        frame: WindowFrame::DEFAULT,
+        data_type: DataType::Int64,
+    };
+    let width = types.len();
+    let first = Expr::binary(
+        BinaryOp::Eq,
+        Expr::Column { index: width, data_type: DataType::Int64 },
+        Expr::literal(Value::Int64(1), DataType::Int64),
+        DataType::Bool,
+    );
+    let numbered = Plan::Window { input: Box::new(plan), calls: vec![call] };
+    let filtered = Plan::Filter { input: Box::new(numbered), predicate: first };
+    Plan::Project { input: Box::new(filtered), exprs: (0..width).map(column).collect() }
+}
+
+/// DISTINCT ON (…) bound as sort keys (PostgreSQL resolves them as ORDER BY items).
+fn bind_distinct_on(
+    select: &ast::Select,
+    names: &[String],
+    exprs: &[Expr],
+    bind: impl FnMut(&ast::Expr) -> Result<Expr>,
+) -> Result<Vec<OrderKey>> {
+    let Some(ast::Distinct::On(on)) = &select.distinct else { return Ok(Vec::new()) };
+    let items: Vec<(&ast::Expr, bool, bool)> = on.iter().map(|e| (e, false, false)).collect();
+    bind_order(&items, names, exprs, bind)
+}
+
 impl Outputs {
+    /// The output column of a sort key: its index, or a hidden column (appended once) for its
+    /// expression.
+    fn column_of(&mut self, index: usize, hidden: Option<Expr>) -> usize {
+        let Some(expr) = hidden else { return index };
+        match self.exprs.iter().position(|e| *e == expr) {
+            Some(existing) => existing,
+            None => {
+                self.exprs.push(expr);
+                self.exprs.len() - 1
+            }
+        }
+    }
+
     fn order_keys(&mut self) -> Vec<OrderKey> {
         std::mem::take(&mut self.order)
     }
@@ -500,14 +730,11 @@ fn limit_offset(query: &ast::Query) -> Result<(Option<usize>, usize)> {
 }
 
 fn reject_unsupported_select(select: &ast::Select) -> Result<()> {
-    if matches!(select.distinct, Some(ast::Distinct::On(_))) {
-        return Err(EngineError::unsupported("DISTINCT ON"));
-    }
     if select.top.is_some() || select.into.is_some() || !select.lateral_views.is_empty() {
         return Err(EngineError::unsupported("TOP, SELECT INTO or LATERAL VIEW"));
     }
-    if !select.named_window.is_empty() || select.qualify.is_some() {
-        return Err(EngineError::unsupported("window functions"));
+    if select.qualify.is_some() {
+        return Err(EngineError::unsupported("QUALIFY"));
     }
     Ok(())
 }

@@ -85,3 +85,45 @@ fn nested_parentheses_answer_or_refuse() {
     let refused = on_small_stack(&engine, &negations).err();
     assert!(matches!(refused.as_deref(), Some("54001" | "42601")), "refused: {refused:?}");
 }
+
+// Goal: prefix operators nest without parentheses and must not overflow either (45 NOTs, 185
+// bytes, overflowed the server's 2 MiB stack and aborted it; 900 overflowed a 64 MiB statement
+// thread); method: NOT and CASE chains, answered as PostgreSQL answers them.
+#[test]
+fn prefix_operator_chains_answer() {
+    let engine = engine_with_table();
+    for (levels, expected) in [(45, "f"), (1000, "t")] {
+        let sql = format!("select {}true", "not ".repeat(levels));
+        assert_eq!(single_value(on_small_stack(&engine, &sql)), expected, "{levels} NOTs");
+    }
+    let cases = format!("select {}1{}", "case when true then ".repeat(1000), " end".repeat(1000));
+    assert_eq!(single_value(on_small_stack(&engine, &cases)), "1");
+}
+
+// Goal: nested function calls cost time linear in their depth (abs( was bound as a CASE that
+// copied its argument three times: 16 levels over a column took seconds, 30 would take hours);
+// method: abs( nested 1,000 deep over a constant and 100 deep over a column answer.
+#[test]
+fn nested_function_calls_answer() {
+    let engine = engine_with_table();
+    let nested =
+        |levels: usize, inner: &str| format!("select {}{inner}{} from t", "abs(".repeat(levels), ")".repeat(levels));
+    assert_eq!(single_value(on_small_stack(&engine, &nested(1000, "-1"))), "1");
+    let over_column = format!("{} order by 1", nested(100, "-x"));
+    assert_eq!(single_value(on_small_stack(&engine, &over_column)), "1");
+}
+
+// Goal: an expression compared several times (CASE with an operand, BETWEEN, IN) is copied, and
+// nested copies multiply; they stay bounded: 3 levels of a 10-branch CASE answer, 8 levels
+// (10^8 copies) are refused with 54001 instead of building them.
+#[test]
+fn nested_case_operands_answer_or_refuse() {
+    let engine = engine_with_table();
+    let whens: Vec<String> = (0..10).map(|i| format!("when {i} then {i}")).collect();
+    let nested = |levels: usize| {
+        let close = format!(" {} end)", whens.join(" "));
+        format!("select {}x{} from t order by 1", "(case ".repeat(levels), close.repeat(levels))
+    };
+    assert_eq!(single_value(on_small_stack(&engine, &nested(3))), "1");
+    assert_eq!(on_small_stack(&engine, &nested(8)).err().as_deref(), Some("54001"));
+}

@@ -256,3 +256,102 @@ async fn garbage_does_not_disturb_concurrent_clients() {
     }
     vandal.join().expect("vandal thread");
 }
+
+/// Inserts rows through the pooler until `stop`, reconnecting after every failure; returns the
+/// ids whose INSERT was acknowledged (CommandComplete and ReadyForQuery reached the client).
+async fn insert_until_stopped(
+    port: u16,
+    writer: i64,
+    acked: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> Vec<i64> {
+    use std::sync::atomic::Ordering;
+    let mut mine = Vec::new();
+    let mut next = writer * 1_000_000;
+    let mut client = None;
+    while !stop.load(Ordering::Relaxed) {
+        let Some(connected) = client.as_ref() else {
+            client = connect(port, "postgres", None).await.ok();
+            if client.is_none() {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            continue;
+        };
+        next += 1;
+        match connected.simple_query(&format!("insert into acked values ({next}, {writer})")).await {
+            Ok(_) => {
+                mine.push(next);
+                acked.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(_) => client = None,
+        }
+    }
+    mine
+}
+
+/// Waits until `count` grew by `more` since the call (the load goes on through a disruption).
+async fn progress(count: &std::sync::atomic::AtomicUsize, more: usize, what: &str) {
+    let target = count.load(std::sync::atomic::Ordering::Relaxed) + more;
+    let started = Instant::now();
+    while count.load(std::sync::atomic::Ordering::Relaxed) < target {
+        assert!(started.elapsed() < Duration::from_secs(120), "no progress after {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn acknowledged_rows_survive_backend_kills_and_a_restart_under_load() {
+    // Goal: under load, kill -9 of a backend (PostgreSQL then resets every backend), termination
+    // of every backend and a PostgreSQL crash and restart lose no row whose INSERT the pooler
+    // acknowledged, and the pooler keeps serving. Method: 8 clients insert numbered rows through
+    // the pooler (transaction mode: a pool of 4) and keep the ids that were acknowledged; between disruptions the
+    // load must make progress; at the end every acknowledged id must be in the table, both modes.
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::Arc;
+    const WRITERS: i64 = 8;
+    let mut postgres = postgres();
+    postgres.psql("create table acked (id bigint primary key, writer int)").expect("table");
+    for mode in BOTH_MODES {
+        postgres.psql("truncate acked").expect("empty table");
+        // Session mode holds a server per client: as many as there are writers.
+        let pool_size = if mode == PoolMode::Session { WRITERS as u32 } else { 4 };
+        let pooler = Pooler::start(config(&postgres, mode, pool_size));
+        let (acked, stop) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicBool::new(false)));
+        let writers: Vec<_> = (0..WRITERS)
+            .map(|writer| tokio::spawn(insert_until_stopped(pooler.port, writer, acked.clone(), stop.clone())))
+            .collect();
+        progress(&acked, 200, "the start").await;
+        let victim = *postgres.backend_pids().expect("pids").first().expect("a backend serves the load");
+        let killed = std::process::Command::new("kill").args(["-9", &victim.to_string()]).status().expect("kill");
+        assert!(killed.success(), "kill -9 {victim}");
+        progress(&acked, 200, "kill -9 of a backend").await;
+        // PostgreSQL may still be resetting its backends after the kill: retry while it refuses.
+        let terminate = "select pg_terminate_backend(pid) from pg_stat_activity \
+                         where backend_type = 'client backend' and pid <> pg_backend_pid()";
+        let started = Instant::now();
+        while let Err(error) = postgres.psql(terminate) {
+            assert!(started.elapsed() < Duration::from_secs(60), "terminate: {error}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        progress(&acked, 200, "pg_terminate_backend of every backend").await;
+        postgres.kill();
+        postgres.start_again().expect("PostgreSQL starts again");
+        progress(&acked, 200, "a PostgreSQL crash and restart").await;
+        stop.store(true, Ordering::Relaxed);
+        let mut acknowledged = Vec::new();
+        for writer in writers {
+            acknowledged.extend(writer.await.expect("writer"));
+        }
+        let stored: std::collections::HashSet<i64> = postgres
+            .psql("select id from acked")
+            .expect("rows")
+            .lines()
+            .map(|line| line.trim().parse().expect("an id"))
+            .collect();
+        let lost: Vec<i64> = acknowledged.iter().copied().filter(|id| !stored.contains(id)).collect();
+        assert!(lost.is_empty(), "{mode:?}: {} of {} acknowledged rows lost: {lost:?}", lost.len(), acknowledged.len());
+        eprintln!("{mode:?}: {} acknowledged rows, {} stored, none lost", acknowledged.len(), stored.len());
+        let client = connect_ok(pooler.port).await;
+        assert_eq!(client.query_one("select 7", &[]).await.expect("still serving").get::<_, i32>(0), 7);
+    }
+}

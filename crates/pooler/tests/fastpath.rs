@@ -50,6 +50,39 @@ fn with_many_clients_waiting_handoffs_skip_the_wake_up_and_every_waiter_is_serve
     assert!(counters.handoffs_quiet <= counters.handoffs, "{counters:?}");
 }
 
+#[test]
+fn requests_sent_while_a_client_waits_and_is_being_linked_are_answered_in_order() {
+    // Goal: a waiting client's requests are answered in the order it sent them, whether they
+    // arrived before its wait, during it, or while user space links it to the released server.
+    // Method: pool of 1, held by client A in an open transaction; client B sends three queries
+    // in three writes (the first two while it waits), A commits, and B's fourth query follows at
+    // once, racing the link; B gets the values 1 to 4 in order, one ReadyForQuery each.
+    let postgres = common::postgres();
+    let pooler = kernel_pooler(&postgres, 1);
+    let mut holder = common::RawClient::login(pooler.port);
+    first_value(&mut holder, "begin");
+    let mut waiter = common::RawClient::login(pooler.port);
+    let query = |n: u32| {
+        let mut message = Vec::new();
+        bypass_wire::frontend::build::query(&mut message, &format!("select {n}"));
+        message
+    };
+    for n in 1..=3 {
+        waiter.send(&query(n));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    first_value(&mut holder, "commit");
+    waiter.send(&query(4));
+    for n in 1..=4u32 {
+        let answers = waiter.read_until(b'Z');
+        let (_, row) = answers.iter().find(|(tag, _)| *tag == b'D').expect("a row");
+        let length = i32::from_be_bytes([row[2], row[3], row[4], row[5]]) as usize;
+        assert_eq!(String::from_utf8_lossy(&row[6..6 + length]), n.to_string(), "answer {n} out of order");
+    }
+    let counters = pooler.shared.fastpath.as_ref().expect("loaded").counters();
+    assert!(counters.passes_no_server > 0, "the waiter's request never went up to wait: {counters:?}");
+}
+
 /// Where the kernel moved the (only) pool's bytes.
 fn pool_counters(pooler: &Pooler) -> bypass_fastpath::PoolCounters {
     let pools = pooler.shared.pools();

@@ -11,6 +11,7 @@
 pub mod alloc;
 pub mod alloc_profile;
 pub mod nautdb;
+pub mod regress;
 mod report;
 pub mod serving;
 pub mod tpch;

@@ -299,6 +299,13 @@ impl Session {
                     self.client.fatal(SqlState::PROTOCOL_VIOLATION.code(), &text).await;
                     return Err(DispatchError::Protocol(text));
                 }
+                // A frame or message that does not decode (bad length, unknown tag, truncated
+                // body): the client is told why before the connection closes.
+                Err(DispatchError::Wire(error)) => {
+                    let text = format!("protocol violation: {error}");
+                    self.client.fatal(SqlState::PROTOCOL_VIOLATION.code(), &text).await;
+                    return Err(DispatchError::Wire(error));
+                }
                 Err(error) => return Err(error),
             };
             if matches!(request.kind, RequestKind::Terminate) {

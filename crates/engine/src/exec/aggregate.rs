@@ -2,7 +2,7 @@
 
 use hashbrown::HashTable;
 
-use super::keys::{hash_words, KeyCache, KeyEncoder};
+use super::keys::{hash_words, same_key, KeyCache, KeyEncoder};
 use crate::error::{EngineError, Result};
 use crate::expr::{evaluate, Expr};
 use std::collections::HashMap;
@@ -40,7 +40,9 @@ impl GroupTable {
     pub fn group_of(&mut self, words: &[u64]) -> Result<u32> {
         let hash = hash_words(words);
         let (keys, width) = (&self.keys, self.width);
-        if let Some(&group) = self.table.find(hash, |&g| &keys[g as usize * width..(g as usize + 1) * width] == words) {
+        if let Some(&group) =
+            self.table.find(hash, |&g| same_key(&keys[g as usize * width..(g as usize + 1) * width], words))
+        {
             return Ok(group);
         }
         if self.hashes.len() >= GROUPS_MAX {
@@ -326,7 +328,7 @@ impl PartialAggregate {
         let mut previous: Option<(&[u64], u32)> = None;
         for key in self.words.chunks_exact(width).take(rows) {
             let group = match previous {
-                Some((words, group)) if words == key => group,
+                Some((words, group)) if same_key(words, key) => group,
                 _ => self.table.group_of(key)?,
             };
             previous = Some((key, group));

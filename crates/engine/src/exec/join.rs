@@ -4,7 +4,7 @@ use std::sync::Mutex;
 
 use hashbrown::HashTable;
 
-use super::keys::{hash_words, KeyCache, KeyEncoder};
+use super::keys::{hash_words, same_key, KeyCache, KeyEncoder};
 use crate::error::{EngineError, Result};
 use crate::expr::{evaluate, Expr};
 use crate::plan::JoinKind;
@@ -16,7 +16,6 @@ use crate::vector::{Batch, Data, Vector};
 pub const JOIN_OUTPUT_ROWS_MAX: usize = 8192;
 /// Rows a build side may hold.
 pub const BUILD_ROWS_MAX: usize = 1 << 30;
-const NO_ROW: u32 = u32::MAX;
 /// Candidate pairs between two cancel/memory checks.
 const CHECK_EVERY_PAIRS: usize = 1 << 16;
 
@@ -45,14 +44,16 @@ pub struct JoinTable {
     build_has_null: bool,
 }
 
-/// One partition: its build rows, their key words (contiguous), a chain per distinct key.
+/// One partition: its build rows grouped by key (a key's rows are contiguous, so a probe
+/// reads one run instead of walking a chain of random accesses) and its distinct keys.
 struct Partition {
+    /// Build rows, the rows of distinct key `d` at `rows[starts[d]..starts[d + 1]]`.
     rows: Vec<u32>,
+    starts: Vec<u32>,
+    /// Distinct keys' words, `width` per key.
     keys: Vec<u64>,
-    /// First local index per distinct key.
-    heads: HashTable<u32>,
-    /// Next local index with the same key.
-    next: Vec<u32>,
+    /// Distinct key index by hash.
+    table: HashTable<u32>,
 }
 
 /// Build rows per partition the partition count aims at (a table of ~32 KiB).
@@ -62,35 +63,57 @@ const PARTITIONS_MAX: usize = 1 << 12;
 const PARTITION_SHIFT: u32 = 40;
 
 impl Partition {
-    fn build(rows: Vec<u32>, words: &[u64], hashes: &[u64], width: usize) -> Result<Partition> {
-        let mut keys = Vec::with_capacity(rows.len() * width);
-        rows.iter().for_each(|&r| keys.extend_from_slice(&words[r as usize * width..(r as usize + 1) * width]));
-        let mut heads: HashTable<u32> = HashTable::with_capacity(rows.len());
-        let mut next = vec![NO_ROW; rows.len()];
-        let key = |local: u32| &keys[local as usize * width..(local as usize + 1) * width];
-        for (local, &row) in rows.iter().enumerate() {
+    fn build(members: Vec<u32>, words: &[u64], hashes: &[u64], width: usize) -> Result<Partition> {
+        let mut keys: Vec<u64> = Vec::new();
+        let mut key_hashes: Vec<u64> = Vec::new();
+        let mut table: HashTable<u32> = HashTable::with_capacity(members.len());
+        let mut distinct_of = Vec::with_capacity(members.len());
+        let mut counts: Vec<u32> = Vec::new();
+        for (local, &row) in members.iter().enumerate() {
             if local % super::CHECK_EVERY_ROWS == 0 {
                 crate::control::check()?;
             }
             let hash = hashes[row as usize];
-            let words = key(local as u32);
-            match heads.find_mut(hash, |&l| key(l) == words) {
-                Some(head) => {
-                    next[local] = *head;
-                    *head = local as u32;
-                }
+            let key = &words[row as usize * width..(row as usize + 1) * width];
+            let found =
+                table.find(hash, |&d| same_key(&keys[d as usize * width..(d as usize + 1) * width], key)).copied();
+            let distinct = match found {
+                Some(d) => d,
                 None => {
-                    heads.insert_unique(hash, local as u32, |&l| hash_words(key(l)));
+                    let d = counts.len() as u32;
+                    table.insert_unique(hash, d, |&d| key_hashes[d as usize]);
+                    keys.extend_from_slice(key);
+                    key_hashes.push(hash);
+                    counts.push(0);
+                    d
                 }
-            }
+            };
+            counts[distinct as usize] += 1;
+            distinct_of.push(distinct);
         }
-        Ok(Partition { rows, keys, heads, next })
+        let mut starts = Vec::with_capacity(counts.len() + 1);
+        let mut total = 0u32;
+        starts.push(0);
+        for count in &counts {
+            total += count;
+            starts.push(total);
+        }
+        let mut fill: Vec<u32> = starts[..counts.len()].to_vec();
+        let mut rows = vec![0u32; members.len()];
+        for (&row, &d) in members.iter().zip(&distinct_of) {
+            rows[fill[d as usize] as usize] = row;
+            fill[d as usize] += 1;
+        }
+        Ok(Partition { rows, starts, keys, table })
     }
 
-    /// The local index of the first row with `key`.
-    fn head(&self, hash: u64, key: &[u64], width: usize) -> Option<u32> {
+    /// The build rows with `key`.
+    fn matches(&self, hash: u64, key: &[u64], width: usize) -> &[u32] {
         let keys = &self.keys;
-        self.heads.find(hash, |&l| &keys[l as usize * width..(l as usize + 1) * width] == key).copied()
+        match self.table.find(hash, |&d| same_key(&keys[d as usize * width..(d as usize + 1) * width], key)) {
+            Some(&d) => &self.rows[self.starts[d as usize] as usize..self.starts[d as usize + 1] as usize],
+            None => &[],
+        }
     }
 }
 
@@ -155,13 +178,9 @@ impl JoinTable {
             let key = &words[row * width..(row + 1) * width];
             let hash = hash_words(key);
             let partition = &self.partitions[(hash >> PARTITION_SHIFT & self.partition_mask) as usize];
-            let Some(head) = partition.head(hash, key, width) else {
-                continue;
-            };
-            let mut local = head;
-            while local != NO_ROW {
+            for &build_row in partition.matches(hash, key, width) {
                 probe_rows.push(row as u32);
-                build_rows.push(partition.rows[local as usize]);
+                build_rows.push(build_row);
                 if probe_rows.len() % CHECK_EVERY_PAIRS == 0 {
                     // A low-cardinality key can make one probe vector produce billions of pairs.
                     crate::control::check()?;
@@ -169,7 +188,6 @@ impl JoinTable {
                 if stop_at_first {
                     break;
                 }
-                local = partition.next[local as usize];
             }
         }
         Ok(Candidates { probe_rows, build_rows, has_null })

@@ -91,6 +91,11 @@ impl Executor<'_> {
                 let right = sort::concat(self.execute(right)?, &types);
                 Ok(vec![set_ops::combine(*op, *all, left, right, &types)?])
             }
+            Plan::Window { input, calls } => {
+                let types = input.output_types();
+                let batch = sort::concat(self.execute(input)?, &types);
+                Ok(vec![crate::window::evaluate_windows(&batch, calls)?])
+            }
             Plan::HashJoin { kind, probe, build, probe_keys, build_keys, residual } if kind.emits_build_rows() => {
                 let table = self.join_table(*kind, build, build_keys, probe_keys, residual.as_ref())?;
                 Ok(vec![self.right_semi_join(&table, probe)?])

@@ -1,0 +1,286 @@
+//! Window functions over a materialized input (the Window plan node).
+//!
+//! ```text
+//!   input rows ─► per call: sort a row permutation by (PARTITION BY, ORDER BY)
+//!     ─► partitions (equal partition keys) ─► peer groups (equal ORDER BY keys)
+//!     ─► ranking / offset / frame values, aggregates over each row's frame
+//!   output: the input's columns, then one column per call (rows keep the input's order)
+//! ```
+//!
+//! Frames are row ranges of the sorted partition: ROWS counts rows, RANGE extends CURRENT ROW
+//! to the row's peers (no ORDER BY: every row is a peer). Aggregates reuse the hash
+//! aggregate's states: a frame that starts at the partition's first row grows row by row
+//! with one state; any other frame is aggregated afresh per row.
+
+use crate::error::{EngineError, Result};
+use crate::exec::aggregate::AggregateState;
+use crate::exec::sort::sort_batch;
+use crate::expr::{evaluate, Expr};
+use crate::plan::{AggregateCall, AggregateFunction, FrameBound, SortKey, WindowCall, WindowFunction};
+use crate::types::{DataType, Value, ValueKey};
+use crate::vector::{Batch, Data, Vector};
+
+/// The input's columns followed by each call's values.
+pub fn evaluate_windows(batch: &Batch, calls: &[WindowCall]) -> Result<Batch> {
+    let mut columns = batch.columns.clone();
+    for call in calls {
+        columns.push(evaluate_call(batch, call)?);
+    }
+    Ok(Batch::new(columns, batch.rows))
+}
+
+/// The call's sorted rows, their partition and peer boundaries, and its arguments.
+struct Sorted {
+    rows: Vec<u32>,
+    partition_keys: Vec<Vec<ValueKey>>,
+    order_keys: Vec<Vec<ValueKey>>,
+}
+
+fn evaluate_call(batch: &Batch, call: &WindowCall) -> Result<Vector> {
+    let sorted = sort_rows(batch, call)?;
+    let args = call.args.iter().map(|e| evaluate(e, batch)).collect::<Result<Vec<_>>>()?;
+    let mut results = vec![Value::Null; batch.rows];
+    let mut start = 0;
+    while start < sorted.rows.len() {
+        crate::control::check()?;
+        let key = &sorted.partition_keys[start];
+        let end = start + sorted.partition_keys[start..].iter().take_while(|k| *k == key).count();
+        let partition = Partition { rows: &sorted.rows[start..end], order_keys: &sorted.order_keys[start..end] };
+        partition.evaluate(call, &args, &mut results)?;
+        start = end;
+    }
+    Ok(Vector::from_values(&results, call.data_type))
+}
+
+/// Rows sorted by partition keys then ORDER BY keys (ties keep the input order), with each
+/// sorted row's keys for boundary tests.
+fn sort_rows(batch: &Batch, call: &WindowCall) -> Result<Sorted> {
+    let mut columns = Vec::new();
+    for expr in call.partition.iter().chain(call.order.iter().map(|k| &k.expr)) {
+        columns.push(evaluate(expr, batch)?);
+    }
+    let index: Vec<Value> = (0..batch.rows).map(|r| Value::Int64(r as i64)).collect();
+    columns.push(Vector::from_values(&index, DataType::Int64));
+    let partitions = call.partition.len();
+    let mut keys: Vec<SortKey> = call
+        .partition
+        .iter()
+        .enumerate()
+        .map(|(i, e)| SortKey {
+            expr: Expr::Column { index: i, data_type: e.data_type() },
+            descending: false,
+            nulls_first: false,
+        })
+        .collect();
+    keys.extend(call.order.iter().enumerate().map(|(i, k)| SortKey {
+        expr: Expr::Column { index: partitions + i, data_type: k.expr.data_type() },
+        ..k.clone()
+    }));
+    let last = columns.len() - 1;
+    keys.push(SortKey {
+        expr: Expr::Column { index: last, data_type: DataType::Int64 },
+        descending: false,
+        nulls_first: false,
+    });
+    let sorted = sort_batch(&Batch::new(columns, batch.rows), &keys, None)?;
+    let rows: Vec<u32> = match &sorted.columns[last].data {
+        Data::I64(values) => values.iter().map(|&v| v as u32).collect(),
+        _ => return Err(EngineError::Runtime("window row numbers are bigint".into())),
+    };
+    let keys_of = |range: std::ops::Range<usize>, row: usize| -> Vec<ValueKey> {
+        range.map(|c| sorted.columns[c].value(row).key()).collect()
+    };
+    let partition_keys = (0..sorted.rows).map(|r| keys_of(0..partitions, r)).collect();
+    let order_keys = (0..sorted.rows).map(|r| keys_of(partitions..last, r)).collect();
+    Ok(Sorted { rows, partition_keys, order_keys })
+}
+
+/// One partition's rows (input row numbers, sorted) and their ORDER BY keys.
+struct Partition<'a> {
+    rows: &'a [u32],
+    order_keys: &'a [Vec<ValueKey>],
+}
+
+impl Partition<'_> {
+    fn len(&self) -> usize {
+        self.rows.len()
+    }
+
+    /// Peer groups as (start, end) positions, in order.
+    fn peer_groups(&self) -> Vec<(usize, usize)> {
+        let mut groups = Vec::new();
+        let mut start = 0;
+        while start < self.len() {
+            let key = &self.order_keys[start];
+            let end = start + self.order_keys[start..].iter().take_while(|k| *k == key).count();
+            groups.push((start, end));
+            start = end;
+        }
+        groups
+    }
+
+    /// The frame of position `i` as a range of positions (empty when it ends before it starts).
+    fn frame(&self, call: &WindowCall, i: usize, peers: (usize, usize)) -> (usize, usize) {
+        let n = self.len();
+        let frame = call.frame;
+        let start = match frame.start {
+            FrameBound::UnboundedPreceding => 0,
+            FrameBound::Preceding(k) => i.saturating_sub(usize::try_from(k).unwrap_or(usize::MAX)),
+            FrameBound::CurrentRow if frame.rows => i,
+            FrameBound::CurrentRow => peers.0,
+            FrameBound::Following(k) => i.saturating_add(usize::try_from(k).unwrap_or(usize::MAX)).min(n),
+            FrameBound::UnboundedFollowing => n,
+        };
+        let end = match frame.end {
+            FrameBound::UnboundedPreceding => 0,
+            FrameBound::Preceding(k) => (i + 1).saturating_sub(usize::try_from(k).unwrap_or(usize::MAX)),
+            FrameBound::CurrentRow if frame.rows => i + 1,
+            FrameBound::CurrentRow => peers.1,
+            FrameBound::Following(k) => {
+                i.saturating_add(usize::try_from(k).unwrap_or(usize::MAX)).saturating_add(1).min(n)
+            }
+            FrameBound::UnboundedFollowing => n,
+        };
+        (start, end.max(start))
+    }
+
+    fn evaluate(&self, call: &WindowCall, args: &[Vector], results: &mut [Value]) -> Result<()> {
+        let groups = self.peer_groups();
+        let n = self.len();
+        let mut rank = 1;
+        for (dense, &(start, end)) in groups.iter().enumerate() {
+            for i in start..end {
+                let value = match call.function {
+                    WindowFunction::RowNumber => Value::Int64(i as i64 + 1),
+                    WindowFunction::Rank => Value::Int64(rank),
+                    WindowFunction::DenseRank => Value::Int64(dense as i64 + 1),
+                    WindowFunction::PercentRank => {
+                        Value::Float64(if n > 1 { (rank - 1) as f64 / (n - 1) as f64 } else { 0.0 })
+                    }
+                    WindowFunction::CumeDist => Value::Float64(end as f64 / n as f64),
+                    WindowFunction::Ntile => ntile(args, self.rows[i], i, n)?,
+                    WindowFunction::Lag | WindowFunction::Lead => self.offset_value(call, args, i)?,
+                    WindowFunction::FirstValue | WindowFunction::LastValue | WindowFunction::NthValue => {
+                        self.frame_value(call, args, i, (start, end))?
+                    }
+                    WindowFunction::Aggregate(_) => continue,
+                };
+                results[self.rows[i] as usize] = value;
+            }
+            rank += (end - start) as i64;
+        }
+        if let WindowFunction::Aggregate(function) = call.function {
+            self.aggregate(call, function, args, &groups, results)?;
+        }
+        Ok(())
+    }
+
+    /// lag/lead: the value `offset` rows before/after (default 1), else the default (NULL).
+    fn offset_value(&self, call: &WindowCall, args: &[Vector], i: usize) -> Result<Value> {
+        let row = self.rows[i] as usize;
+        let offset = match args.get(1).map(|a| a.value(row)) {
+            None => 1,
+            Some(Value::Null) => return Ok(Value::Null),
+            Some(Value::Int32(k)) => i64::from(k),
+            Some(Value::Int64(k)) => k,
+            Some(other) => return Err(EngineError::Type(format!("lag/lead offset {other:?}"))),
+        };
+        let offset = if call.function == WindowFunction::Lag { -offset } else { offset };
+        let target = i as i64 + offset;
+        if target >= 0 && (target as usize) < self.len() {
+            return Ok(args[0].value(self.rows[target as usize] as usize));
+        }
+        Ok(args.get(2).map_or(Value::Null, |default| default.value(row)))
+    }
+
+    /// first_value / last_value / nth_value over the row's frame.
+    fn frame_value(&self, call: &WindowCall, args: &[Vector], i: usize, peers: (usize, usize)) -> Result<Value> {
+        let (start, end) = self.frame(call, i, peers);
+        let position = match call.function {
+            WindowFunction::FirstValue => Some(start),
+            WindowFunction::LastValue => end.checked_sub(1),
+            _ => match args[1].value(self.rows[i] as usize) {
+                Value::Null => return Ok(Value::Null),
+                Value::Int32(k) if k > 0 => Some(start + k as usize - 1),
+                Value::Int64(k) if k > 0 => Some(start + k as usize - 1),
+                _ => return Err(EngineError::InvalidValue("argument of nth_value must be greater than zero".into())),
+            },
+        };
+        Ok(match position {
+            Some(p) if p >= start && p < end => args[0].value(self.rows[p] as usize),
+            _ => Value::Null,
+        })
+    }
+
+    /// An aggregate over each row's frame: grown row by row while frames start at the
+    /// partition's first row, else computed afresh per row.
+    fn aggregate(
+        &self,
+        call: &WindowCall,
+        function: AggregateFunction,
+        args: &[Vector],
+        groups: &[(usize, usize)],
+        results: &mut [Value],
+    ) -> Result<()> {
+        let argument = args.first();
+        let aggregate = AggregateCall {
+            function,
+            argument: argument.map(|a| Expr::Column { index: 0, data_type: a.data_type }),
+            data_type: call.data_type,
+            distinct: false,
+            filter: None,
+        };
+        let frames: Vec<(usize, (usize, usize))> = groups
+            .iter()
+            .flat_map(|&peers| (peers.0..peers.1).map(move |i| (i, peers)))
+            .map(|(i, peers)| (i, self.frame(call, i, peers)))
+            .collect();
+        let growing = call.frame.start == FrameBound::UnboundedPreceding;
+        let mut state = new_state(&aggregate);
+        let mut added = 0;
+        for (i, (start, end)) in frames {
+            if i % crate::exec::CHECK_EVERY_ROWS == 0 {
+                crate::control::check()?;
+            }
+            if !growing {
+                state = new_state(&aggregate);
+                added = start;
+            }
+            if end > added {
+                let rows: Vec<u32> = self.rows[added..end].to_vec();
+                let zeros = vec![0u32; rows.len()];
+                let gathered = argument.map(|a| a.gather(&rows));
+                state.update(&zeros, gathered.as_ref())?;
+                added = end;
+            }
+            results[self.rows[i] as usize] = state.finish(&aggregate)?.value(0);
+        }
+        Ok(())
+    }
+}
+
+fn new_state(call: &AggregateCall) -> AggregateState {
+    let mut state = AggregateState::new(call);
+    state.resize(1);
+    state
+}
+
+/// ntile(k): PostgreSQL's buckets (the first n % k buckets one row larger).
+fn ntile(args: &[Vector], row: u32, i: usize, n: usize) -> Result<Value> {
+    let buckets = match args[0].value(row as usize) {
+        Value::Null => return Ok(Value::Null),
+        Value::Int32(k) if k > 0 => k as usize,
+        Value::Int64(k) if k > 0 => k as usize,
+        _ => return Err(EngineError::InvalidValue("argument of ntile must be greater than zero".into())),
+    };
+    let size = n / buckets;
+    let larger = n % buckets;
+    let bucket = if size == 0 {
+        i
+    } else if i < larger * (size + 1) {
+        i / (size + 1)
+    } else {
+        larger + (i - larger * (size + 1)) / size
+    };
+    Ok(Value::Int32(bucket as i32 + 1))
+}
