@@ -241,9 +241,6 @@ fn left_join(probe: Planned, build: Planned, on: Vec<Expr>, inputs: &[JoinInput]
         }
         residual.push(conjunct);
     }
-    if probe_keys.is_empty() {
-        return Err(EngineError::unsupported("LEFT JOIN without an equality condition"));
-    }
     let mut layout = probe.layout.clone();
     layout.extend(&build.layout);
     let width = probe.layout.len();
