@@ -148,7 +148,11 @@ impl<'c> QueryBinder<'c> {
             let relations = relation_set(&conjunct, &inputs);
             for derived in derive_single_relation_filters(&conjunct, &inputs) {
                 let relation = relation_set(&derived, &inputs).trailing_zeros() as usize;
-                per_relation[relation].push(derived);
+                // A WHERE condition holds after null extension: filtering a nullable side's
+                // rows before its join would extend with NULLs rows the condition rejects.
+                if left_relations & (1 << relation) == 0 {
+                    per_relation[relation].push(derived);
+                }
             }
             if relations.count_ones() <= 1 && relations & left_relations == 0 {
                 per_relation[relations.trailing_zeros().min(inputs.len() as u32 - 1) as usize].push(conjunct);
