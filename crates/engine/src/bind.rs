@@ -59,6 +59,10 @@ pub struct Scope {
     /// Relations from this index on belong to the enclosing query (correlated subqueries);
     /// names resolve in the inner relations first.
     pub outer_start: Option<usize>,
+    /// Wide columns unqualified names do not find: the second copy of a JOIN USING column.
+    pub hidden: Vec<usize>,
+    /// What an unqualified `*` lists (relation alias, column), when FROM decided it.
+    pub star: Option<Vec<(String, String)>>,
 }
 
 impl Scope {
@@ -104,9 +108,12 @@ impl Scope {
             if qualifier.is_some_and(|q| q != relation.alias) {
                 continue;
             }
-            if let Some(position) = relation.columns.iter().position(|(c, _)| c == name) {
+            let visible = |&(position, (column, _)): &(usize, &(String, DataType))| {
+                column == name && (qualifier.is_some() || !self.hidden.contains(&(relation.offset + position)))
+            };
+            if let Some((position, _)) = relation.columns.iter().enumerate().find(visible) {
                 if found.is_some() {
-                    return Err(EngineError::UnknownColumn(format!("reference \"{name}\" is ambiguous")));
+                    return Err(EngineError::AmbiguousColumn(name.to_string()));
                 }
                 found = Some((relation.offset + position, relation.columns[position].1));
             }

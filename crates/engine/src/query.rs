@@ -774,6 +774,12 @@ fn expand_select_items<'a>(items: &'a [ast::SelectItem], scope: &Scope) -> Resul
         match item {
             ast::SelectItem::UnnamedExpr(expr) => out.push((Cow::Borrowed(expr), output_name(expr))),
             ast::SelectItem::ExprWithAlias { expr, alias } => out.push((Cow::Borrowed(expr), identifier(alias))),
+            ast::SelectItem::Wildcard(_) if scope.star.is_some() => {
+                for (alias, name) in scope.star.iter().flatten() {
+                    let expr = ast::Expr::CompoundIdentifier(vec![ast::Ident::new(alias), ast::Ident::new(name)]);
+                    out.push((Cow::Owned(expr), name.clone()));
+                }
+            }
             ast::SelectItem::Wildcard(_) => {
                 for relation in &scope.relations {
                     for (name, _) in &relation.columns {
