@@ -15,6 +15,7 @@ use crate::joins::{
 };
 use crate::plan::{JoinKind, Plan};
 use crate::query::QueryBinder;
+use crate::table_functions::bind_table_function;
 use crate::types::DataType;
 
 /// A LEFT JOIN waiting to be applied after the inner joins.
@@ -180,21 +181,40 @@ impl<'c> QueryBinder<'c> {
                     && json_path.is_none()
                     && sample.is_none()
                     && index_hints.is_empty();
-                if !plain {
-                    return Err(EngineError::unsupported(format!("FROM item {factor}")));
+                let function = args.as_ref().filter(|a| a.settings.is_none());
+                let plain_function = function.is_some()
+                    && with_hints.is_empty()
+                    && version.is_none()
+                    && partitions.is_empty()
+                    && json_path.is_none()
+                    && sample.is_none()
+                    && index_hints.is_empty();
+                if let (true, Some(function)) = (plain_function, function) {
+                    let name = object_name(name)?;
+                    let bound = bind_table_function(&name, &function.args, *with_ordinality, &from.scope)?;
+                    // PostgreSQL: a function returning one column names it after the alias.
+                    let mut columns = bound.columns;
+                    if let Some(alias) = alias.as_ref().filter(|a| a.columns.is_empty()) {
+                        columns[0].0 = identifier(&alias.name);
+                    }
+                    (name, alias.as_ref(), columns, RelationSource::Derived(bound.plan))
+                } else {
+                    if !plain {
+                        return Err(EngineError::unsupported(format!("FROM item {factor}")));
+                    }
+                    let (name, columns, source) = match self.cte(name) {
+                        Some(cte) => {
+                            let columns = cte.names.iter().cloned().zip(cte.plan.output_types()).collect();
+                            (cte.name.clone(), columns, RelationSource::Derived(cte.plan.clone()))
+                        }
+                        None => {
+                            let table = self.catalog.get(&object_name(name)?)?;
+                            let columns = table.schema.iter().map(|c| (c.name.clone(), c.data_type)).collect();
+                            (table.name.clone(), columns, RelationSource::Table(Arc::clone(&table)))
+                        }
+                    };
+                    (name, alias.as_ref(), columns, source)
                 }
-                let (name, columns, source) = match self.cte(name) {
-                    Some(cte) => {
-                        let columns = cte.names.iter().cloned().zip(cte.plan.output_types()).collect();
-                        (cte.name.clone(), columns, RelationSource::Derived(cte.plan.clone()))
-                    }
-                    None => {
-                        let table = self.catalog.get(&object_name(name)?)?;
-                        let columns = table.schema.iter().map(|c| (c.name.clone(), c.data_type)).collect();
-                        (table.name.clone(), columns, RelationSource::Table(Arc::clone(&table)))
-                    }
-                };
-                (name, alias.as_ref(), columns, source)
             }
             ast::TableFactor::Derived { subquery, alias, lateral: false, sample: None } => {
                 let alias =

@@ -181,6 +181,7 @@ pub fn estimate_rows(plan: &Plan) -> f64 {
             }
         }
         Plan::SingleRow => 1.0,
+        Plan::Constant { batches, .. } => batches.iter().map(|b| b.rows).sum::<usize>().max(1) as f64,
         Plan::Filter { input, .. } => (estimate_rows(input) / 3.0).max(1.0),
         Plan::Project { input, .. } => estimate_rows(input),
         Plan::HashJoin { kind, probe, build, .. } => match kind {

@@ -59,6 +59,7 @@ pub mod session;
 pub mod settings;
 pub mod storage;
 pub mod stream;
+pub mod table_functions;
 pub mod tpch;
 pub mod types;
 pub mod vector;
