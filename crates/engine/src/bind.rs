@@ -655,6 +655,13 @@ impl<'s> ExprBinder<'s> {
             .transpose()?;
         let star = matches!(&function.args, ast::FunctionArguments::List(list)
             if matches!(list.args.as_slice(), [ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Wildcard)]));
+        let args = if star { Vec::new() } else { function_args(function)? };
+        let bound_args = args.iter().map(|a| self.bind(a)).collect::<Result<Vec<_>>>()?;
+        if reads_only_enclosing_query(bound_args.iter().chain(&filter)) {
+            // PostgreSQL computes such an aggregate in the enclosing query (which becomes an
+            // aggregate query); computing it here, per inner row, would answer differently.
+            return Err(EngineError::unsupported(format!("{name}(…) over only the enclosing query's columns")));
+        }
         if star {
             return match kind {
                 AggregateFunction::Count if !distinct => Ok(Some(AggregateCall {
@@ -667,14 +674,21 @@ impl<'s> ExprBinder<'s> {
                 _ => Err(EngineError::Syntax(format!("{name}(*) is only valid for count"))),
             };
         }
-        let args = function_args(function)?;
-        let [argument] = args.as_slice() else {
+        let Ok([argument]) = <[Expr; 1]>::try_from(bound_args) else {
             return Err(EngineError::unsupported(format!("{name} with {} arguments", args.len())));
         };
-        let argument = self.bind(argument)?;
         let data_type = aggregate_type(kind, argument.data_type())?;
         Ok(Some(AggregateCall { function: kind, argument: Some(argument), data_type, distinct, filter }))
     }
+}
+
+/// Whether an aggregate's arguments and FILTER read the enclosing query's row (parameters) and
+/// none of this query block's columns: PostgreSQL's rule makes it the enclosing query's.
+fn reads_only_enclosing_query<'e>(exprs: impl Iterator<Item = &'e Expr> + Clone) -> bool {
+    fn has_param(expr: &Expr) -> bool {
+        matches!(expr, Expr::Param { .. }) || expr.children().into_iter().any(has_param)
+    }
+    exprs.clone().any(has_param) && exprs.clone().all(|e| e.columns().is_empty())
 }
 
 /// A comparison operator of the AST.
