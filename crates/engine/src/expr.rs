@@ -759,10 +759,13 @@ impl CaseResults {
     }
 
     fn finish(self, data_type: DataType) -> Vector {
-        match self.values {
-            Some(values) if values.len() == self.positions.len() && self.positions.iter().enumerate().all(|(i, &p)| p as usize == i) => values,
-            Some(values) => values.gather(&self.positions),
-            None => Vector::empty(data_type),
+        let Some(values) = self.values else { return Vector::empty(data_type) };
+        // Every row took exactly one result; one branch taking all of them needs no gather.
+        let in_order = self.positions.iter().enumerate().all(|(i, &p)| p as usize == i);
+        if in_order {
+            values
+        } else {
+            values.gather(&self.positions)
         }
     }
 }

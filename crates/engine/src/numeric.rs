@@ -480,7 +480,10 @@ mod tests {
         assert_eq!(n("2.5").to_i64(), Some(3));
         assert_eq!(n("2").sqrt_to_scale(16).expect("root").to_string(), "1.4142135623730950");
         assert_eq!(n("1.6666666666666667").sqrt_to_scale(16).expect("root").to_string(), "1.2909944487358056");
-        assert_eq!(n("123456789012345678901234").sqrt_to_scale(20).expect("wide").to_string(), "351364182882.01442531112143004817");
+        assert_eq!(
+            n("123456789012345678901234").sqrt_to_scale(20).expect("wide").to_string(),
+            "351364182882.01442531112143004817"
+        );
         assert!(n("-1").sqrt_to_scale(2).is_err());
         assert_eq!(n("99999999999999999999").to_i64(), None);
     }

@@ -8,8 +8,8 @@ use crate::expr::{evaluate, Expr};
 use std::collections::HashMap;
 
 use crate::numeric::Numeric;
-use crate::statistics::Moments;
 use crate::plan::{AggregateCall, AggregateFunction};
+use crate::statistics::Moments;
 use crate::types::{DataType, Value, ValueKey};
 use crate::vector::{Batch, Data, Vector};
 
