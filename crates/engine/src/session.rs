@@ -38,6 +38,23 @@ pub enum Outcome {
     CopyIn(Box<crate::copy::CopyIn>),
 }
 
+/// A query bound under the session's transaction that streams without the session: a portal
+/// suspended under a row limit keeps it while the session runs other statements (as
+/// PostgreSQL keeps several portals open). It reads the table versions it was bound to.
+pub struct DetachedQuery {
+    bound: crate::query::BoundQuery,
+}
+
+impl DetachedQuery {
+    /// Streams the rows to `sink`; the command tag.
+    pub fn stream(&self, engine: &Engine, sink: &dyn ResultSink) -> Result<String> {
+        let types = self.bound.plan.output_types();
+        sink.start(ResultShape::Rows { names: &self.bound.names, types: &types })?;
+        let rows = crate::stream::stream_plan(&engine.executor(), &self.bound.plan, sink)?;
+        Ok(format!("SELECT {rows}"))
+    }
+}
+
 /// A transaction in progress.
 pub struct Transaction {
     pub(crate) id: TransactionId,
@@ -165,6 +182,27 @@ impl Session {
         }
         let outcome = self.dispatch(engine, statement, sink);
         self.after_statement(engine, outcome)
+    }
+
+    /// Binds a plain query to stream apart from the session ([`DetachedQuery`]); `None` for
+    /// other statements (catalog queries included), which run with [`Session::execute`].
+    /// An error leaves the transaction to the caller to fail (as a failed statement).
+    pub fn bind_detached(&mut self, engine: &Engine, statement: &ast::Statement) -> Result<Option<DetachedQuery>> {
+        let ast::Statement::Query(query) = statement else { return Ok(None) };
+        if crate::pg_catalog::handles(query) {
+            return Ok(None);
+        }
+        if matches!(self.state, State::Failed(_)) {
+            return Err(EngineError::InFailedTransaction);
+        }
+        if matches!(self.state, State::Idle) {
+            self.state = State::Open(self.new_transaction(engine, false));
+        }
+        let bound = engine.bind(&self.catalog(engine), query)?;
+        if let State::Open(t) = &mut self.state {
+            t.fresh = false;
+        }
+        Ok(Some(DetachedQuery { bound }))
     }
 
     /// Runs one statement and collects its rows (embedded use, tests).
