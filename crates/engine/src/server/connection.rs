@@ -45,7 +45,7 @@ use super::params;
 use super::{CancelSlot, Shared};
 use crate::control::{QueryControl, StopReason};
 use crate::copy::{CopyFormat, CopyIn};
-use crate::engine::{ColumnType, Description, Engine};
+use crate::engine::{ColumnType, Engine};
 use crate::error::EngineError;
 use crate::session::{DetachedQuery, Outcome, Session, Status};
 use crate::stream::{Piece, ResultShape, ResultSink};
@@ -906,12 +906,12 @@ impl Connection {
                 (portal.sql.clone(), portal.result_formats.clone())
             }
         };
-        let described: Option<Description> = match sql {
+        let described = match sql {
             None => None,
             Some(sql) => {
                 self.with_session(move |session, engine| {
                     crate::depth::with_statement_stack(&sql, || match Engine::parse(&sql)?.pop() {
-                        Some(statement) => session.describe(engine, &statement),
+                        Some(statement) => session.describe_with_origins(engine, &statement),
                         None => Ok(None),
                     })?
                 })
@@ -920,9 +920,9 @@ impl Connection {
         };
         match described {
             None => encode::empty_message(&mut self.output, b'n'),
-            Some((names, types)) => {
+            Some(((names, types), origins)) => {
                 let formats = Format::expand(&formats, names.len())?;
-                encode::row_description(&mut self.output, &names, &types, &formats);
+                encode::row_description(&mut self.output, &names, &types, &origins, &formats);
             }
         }
         Ok(())
@@ -1319,11 +1319,11 @@ impl ResultSink for WireSink {
     fn start(&self, shape: ResultShape<'_>) -> crate::error::Result<()> {
         let mut out = Vec::new();
         let encoding = match shape {
-            ResultShape::Rows { names, types } => {
+            ResultShape::Rows { names, types, origins } => {
                 let formats = Format::expand(&self.result_formats, names.len())?;
                 if self.describe {
                     let column_types: Vec<ColumnType> = types.iter().map(|t| ColumnType::Engine(*t)).collect();
-                    encode::row_description(&mut out, names, &column_types, &formats);
+                    encode::row_description(&mut out, names, &column_types, origins, &formats);
                 }
                 Encoding::Rows(formats)
             }
@@ -1355,7 +1355,7 @@ impl ResultSink for WireSink {
         let mut out = Vec::new();
         if self.describe {
             let column_types: Vec<ColumnType> = types.iter().map(|t| ColumnType::Catalog(*t)).collect();
-            encode::row_description(&mut out, &names, &column_types, &formats);
+            encode::row_description(&mut out, &names, &column_types, &[], &formats);
         }
         encode::catalog_rows(&mut out, &types, rows, &formats)?;
         self.send(out).map(|_| ())
