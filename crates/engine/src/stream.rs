@@ -115,7 +115,7 @@ pub fn column_origins(plan: &Plan) -> Vec<Option<ColumnOrigin>> {
         },
         Plan::Aggregate { input, groups, .. } => through(input, &mut groups.iter()),
         Plan::Window { input, .. } => column_origins(input),
-        Plan::SingleRow | Plan::SetOperation { .. } => Vec::new(),
+        Plan::SingleRow | Plan::Constant { .. } | Plan::SetOperation { .. } => Vec::new(),
     }
 }
 
