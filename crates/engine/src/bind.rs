@@ -61,8 +61,12 @@ pub struct Scope {
     pub outer_start: Option<usize>,
     /// Wide columns unqualified names do not find: the second copy of a JOIN USING column.
     pub hidden: Vec<usize>,
-    /// What an unqualified `*` lists (relation alias, column), when FROM decided it.
+    /// What an unqualified `*` lists (relation alias, column), when FROM decided it; an empty
+    /// alias names a computed column.
     pub star: Option<Vec<(String, String)>>,
+    /// Unqualified names that stand for an expression: FULL JOIN USING's merged columns
+    /// (`COALESCE(left.c, right.c)`).
+    pub computed: Vec<(String, ast::Expr)>,
 }
 
 impl Scope {
@@ -237,7 +241,10 @@ impl<'s> ExprBinder<'s> {
     fn bind_node(&self, expr: &ast::Expr, context: &mut Option<&mut AggregateContext<'_>>) -> Result<Expr> {
         use ast::Expr as E;
         match expr {
-            E::Identifier(ident) => self.column(None, ident),
+            E::Identifier(ident) => match self.scope.computed.iter().find(|(name, _)| *name == identifier(ident)) {
+                Some((_, merged)) => self.bind_in(merged, context),
+                None => self.column(None, ident),
+            },
             E::CompoundIdentifier(parts) => {
                 let qualifier = parts.len().checked_sub(2).map(|i| identifier(&parts[i]));
                 let last = parts.last().ok_or_else(|| EngineError::Syntax("empty identifier".into()))?;
