@@ -154,6 +154,11 @@ impl Status {
                 "  handoffs {} (without a wake-up {}) redirect failures {}",
                 c.handoffs, c.handoffs_quiet, c.redirect_failures
             );
+            let _ = writeln!(
+                text,
+                "  requests queued behind a busy server {} (queues broken {})",
+                c.queued, c.queue_broken
+            );
         }
         for p in &self.pools {
             let c = &p.counters;

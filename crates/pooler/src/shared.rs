@@ -131,6 +131,9 @@ impl Shared {
         let live_settings = live.settings.clone();
         let fastpath =
             (live.settings.fast_path == crate::config::FastPathMode::Kernel).then(crate::kernel::load).flatten();
+        if let Some(fast) = &fastpath {
+            fast.set_queue_behind(live.settings.fast_path_queue_behind);
+        }
         Arc::new(Shared {
             fastpath,
             kernel_pools: Arc::default(),
