@@ -358,6 +358,7 @@ static __always_inline void walk_commit(struct walk *w, struct fp_slot *s)
 /* What answer_requests did: nothing, released the link, released a link a client queued behind. */
 #define ANSWER_RELEASED 1
 #define ANSWER_RELEASED_CLOSED 3
+#define ANSWER_RELEASED_QUEUEABLE 5
 
 /* The skb's ReadyForQuery messages answer as many requests; when the last one says idle and
  * answers the last outstanding request, the link is released, in the same compare-and-swap
@@ -376,7 +377,9 @@ static __always_inline int answer_requests(struct fp_slot *c, __u32 server_index
 		int release = w->last_status == 'I' && answered == outstanding;
 		__u64 next = release ? 0 : link - answered;
 		if (CAS(&c->link, link, next) == link)
-			return !release ? 0 : (link & FP_LINK_CLOSED) ? ANSWER_RELEASED_CLOSED : ANSWER_RELEASED;
+			return !release ? 0 : (link & FP_LINK_CLOSED)    ? ANSWER_RELEASED_CLOSED
+					     : (link & FP_LINK_QUEUEABLE) ? ANSWER_RELEASED_QUEUEABLE
+									  : ANSWER_RELEASED;
 	}
 	return 0;
 }
@@ -398,7 +401,7 @@ static __always_inline void announce_handoff(__u32 index, struct fp_pool *pool, 
  * there (FIFO order is theirs) or its session state changed (user space closes it). The second
  * look at `waiters` closes the race with a client that queued between the first look and the
  * store. */
-static __always_inline void server_give_back(struct fp_slot *s, __u32 index, struct fp_counters *n)
+static __always_inline void server_give_back(struct fp_slot *s, __u32 index, struct fp_counters *n, int takeable)
 {
 	__u32 pool_index = s->pool;
 	struct fp_pool *pool = bpf_map_lookup_elem(&fp_pools, &pool_index);
@@ -409,6 +412,8 @@ static __always_inline void server_give_back(struct fp_slot *s, __u32 index, str
 		if (pool->waiters == 0 || CAS(&s->owner, FP_OWNER_FREE, FP_OWNER_HANDOFF) != FP_OWNER_FREE)
 			return;
 	} else {
+		if (takeable && pool && pool->queue_behind && !(s->flags & (FP_FLAG_DIRTY | FP_FLAG_QUEUE_BROKEN)))
+			s->flags |= FP_FLAG_TAKEABLE;
 		s->owner = FP_OWNER_HANDOFF;
 	}
 	if (n)
@@ -561,7 +566,7 @@ int fp_server(struct __sk_buff *skb)
 	if (released) {
 		count_transaction(s->pool);
 		if (released != ANSWER_RELEASED_CLOSED || serve_queued(s, index) < 0)
-			server_give_back(s, index, n);
+			server_give_back(s, index, n, released == ANSWER_RELEASED_QUEUEABLE);
 	}
 	return SK_PASS;
 }
@@ -586,13 +591,19 @@ static __always_inline int client_pass(struct fp_slot *c, struct __sk_buff *skb,
 }
 
 /* Takes a free server of the pool with the client's parameter values, unless clients already
- * wait for one in user space. */
-static __always_inline int take_server(__u32 pool_index, __u32 client_index, __u16 params, __u32 *server_index)
+ * wait for one in user space: then, with queue_behind, only a server handed off to them that is
+ * FP_FLAG_TAKEABLE (user space finds its ring record stale). */
+static __always_inline int take_server(__u32 pool_index, __u32 client_index, __u16 params, __u32 *server_index,
+				       struct fp_counters *n)
 {
 	struct fp_pool *pool = bpf_map_lookup_elem(&fp_pools, &pool_index);
 	__u32 i;
-	if (!pool || pool->waiters || params == FP_PARAMS_UNKNOWN)
+	if (!pool || params == FP_PARAMS_UNKNOWN)
 		return -1;
+	__u32 waiting = pool->waiters != 0;
+	if (waiting && (!pool->queue_behind || pool->waiters == FP_WAITERS_PAUSED))
+		return -1;
+	__u32 owner = waiting ? FP_OWNER_HANDOFF : FP_OWNER_FREE;
 	__u32 count = pool->servers;
 	if (count > FP_POOL_SERVERS_MAX)
 		count = FP_POOL_SERVERS_MAX;
@@ -601,10 +612,15 @@ static __always_inline int take_server(__u32 pool_index, __u32 client_index, __u
 			break;
 		__u32 index = FP_CLIENT_SLOTS + pool_index * FP_POOL_SERVERS_MAX + i;
 		struct fp_slot *s = slot_at(index);
-		if (!s || s->owner != FP_OWNER_FREE || s->params != params)
+		if (!s || s->owner != owner || s->params != params || (waiting && !(s->flags & FP_FLAG_TAKEABLE)))
 			continue;
-		if (CAS(&s->owner, FP_OWNER_FREE, FP_OWNER_KERNEL) != FP_OWNER_FREE)
+		if (CAS(&s->owner, owner, FP_OWNER_KERNEL) != owner)
 			continue;
+		if (waiting) {
+			s->flags &= ~FP_FLAG_TAKEABLE;
+			if (n)
+				n->taken_from_handoff++;
+		}
 		s->peer = client_index;
 		*server_index = pool_index * FP_POOL_SERVERS_MAX + i;
 		return 0;
@@ -803,7 +819,7 @@ int fp_client(struct __sk_buff *skb)
 	if (added < 0) {
 		if (w.skip)
 			return client_pass_no_server(c, skb, &w, n);
-		if (take_server(c->pool, index, c->params, &server) == 0) {
+		if (take_server(c->pool, index, c->params, &server, n) == 0) {
 			c->link = ((__u64)(server + 1) << 32) | w.requests;
 		} else if (w.requests == 0 || queue_behind(c, index, w.requests, &server) < 0) {
 			return client_pass_no_server(c, skb, &w, n);

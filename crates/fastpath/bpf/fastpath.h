@@ -55,6 +55,11 @@ enum fp_owner {
  * with the queued client's, or the current client was gone): user space wakes both clients'
  * sessions with an error and closes the server. */
 #define FP_FLAG_QUEUE_BROKEN 4
+/* Servers handed off (FP_OWNER_HANDOFF) at the end of a link user space wrote and made
+ * queueable: with fp_pool.queue_behind a client whose request finds no free server may take it
+ * in the kernel before user space does. A server released by a link the kernel made never is,
+ * so servers alternate between the clients queued in user space and the kernel's arrivals. */
+#define FP_FLAG_TAKEABLE 8
 
 /* fp_slot.params: which tracked parameter values (client_encoding, DateStyle, TimeZone, ...) a
  * client wants or a server has, as an id user space interns per pool. The kernel links a client
@@ -134,6 +139,7 @@ struct fp_counters {
 	__u64 handoffs_quiet; /* handoffs announced without waking user space (see fp_pool.quiet_from) */
 	__u64 queued;         /* requests queued behind a busy server (fp_pool.queue_behind) */
 	__u64 queue_broken;   /* queues that broke (FP_FLAG_QUEUE_BROKEN) */
+	__u64 taken_from_handoff; /* handed-off servers a client took in the kernel (FP_FLAG_TAKEABLE) */
 };
 
 /* ---- Workload mirroring (mirror.bpf.c, crates/fastpath/src/mirror.rs) ----------------------- */

@@ -170,6 +170,8 @@ pub struct Counters {
     pub queued: u64,
     /// Queues behind a server that broke (both clients got an error, the server was closed).
     pub queue_broken: u64,
+    /// Servers handed off to user space that a client took in the kernel first (`queue_behind`).
+    pub taken_from_handoff: u64,
 }
 
 // SAFETY: plain old data of u64 fields, any bit pattern is valid.
@@ -187,7 +189,7 @@ const _: () = {
     assert!(size_of::<PoolCounters>() == 104);
     assert!(offset_of!(PoolCounters, request_bytes_passed) == 32);
     assert!(offset_of!(PoolCounters, answers_passed) == 96);
-    assert!(size_of::<Counters>() == 112);
+    assert!(size_of::<Counters>() == 120);
 };
 
 /// The peer server slot (relative to the server range) of a client link word.

@@ -348,6 +348,7 @@ fn add_counters(total: &mut Counters, cpu: &Counters) {
     total.handoffs_quiet += cpu.handoffs_quiet;
     total.queued += cpu.queued;
     total.queue_broken += cpu.queue_broken;
+    total.taken_from_handoff += cpu.taken_from_handoff;
 }
 
 pub fn reset_framing(slot: &Slot) {

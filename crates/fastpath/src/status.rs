@@ -156,8 +156,8 @@ impl Status {
             );
             let _ = writeln!(
                 text,
-                "  requests queued behind a busy server {} (queues broken {})",
-                c.queued, c.queue_broken
+                "  queue behind: requests queued behind a busy server {} (queues broken {}), handed-off servers taken {}",
+                c.queued, c.queue_broken, c.taken_from_handoff
             );
         }
         for p in &self.pools {

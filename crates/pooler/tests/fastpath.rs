@@ -145,8 +145,8 @@ fn with_queue_behind_requests_of_waiting_clients_are_forwarded_by_the_kernel_to_
     // and every answer still reaches its own client. Method: 16 raw clients on a pool of 2 run
     // `select <unique value>` 200 times each and check every value; 4 of them wrap each query in
     // BEGIN/COMMIT (no client may queue behind those). The kernel's counters show requests
-    // queued, and the pool's forwarded request bytes grow by more than the bytes of the
-    // requests that found a free server could account for alone.
+    // queued and handed-off servers taken in the kernel, and the share of request bytes the
+    // kernel forwarded.
     let postgres = common::postgres();
     let mut config = common::config(&postgres, PoolMode::Transaction, 2);
     config.pooler.fast_path = FastPathMode::Kernel;
@@ -178,9 +178,11 @@ fn with_queue_behind_requests_of_waiting_clients_are_forwarded_by_the_kernel_to_
     }
     let after = fast.counters();
     let queued = after.queued - before.queued;
+    let taken = after.taken_from_handoff - before.taken_from_handoff;
     let counts = pool_counters(&pooler);
-    eprintln!("queued {queued}, broken {}, pool {counts:?}", after.queue_broken - before.queue_broken);
+    eprintln!("queued {queued}, taken {taken}, broken {}, pool {counts:?}", after.queue_broken - before.queue_broken);
     assert!(queued >= clients * rounds / 20, "only {queued} requests queued behind a busy server: {after:?}");
+    assert!(taken > 0, "no client took a server handed off by a user-written link: {after:?}");
     assert_eq!(after.queue_broken, before.queue_broken, "a queue broke on loopback: {after:?}");
     let forwarded_share = counts.request_bytes_share().expect("requests seen");
     assert!(forwarded_share > 0.1, "request bytes forwarded by the kernel: {forwarded_share:.3} of all: {counts:?}");
