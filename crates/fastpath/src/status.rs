@@ -69,10 +69,12 @@ pub fn status() -> Result<Status> {
             continue;
         }
         let kind = info.map_type().map(|kind| format!("{kind:?}")).unwrap_or_else(|_| "unknown".into());
-        if name == "fp_pool_counts" {
+        // A pooler of another version (its counters have another layout) is listed, not read.
+        let size = info.value_size() as usize;
+        if name == "fp_pool_counts" && size == std::mem::size_of::<PoolCounters>() {
             status.pools.extend(read_pool_counters(info.id())?);
         }
-        if name == "fp_counters" {
+        if name == "fp_counters" && size == std::mem::size_of::<Counters>() {
             let counters = read_counters(info.id())?;
             add_counters(status.counters.get_or_insert_with(Counters::default), &counters);
         }
