@@ -41,6 +41,9 @@ fn render(
             lines.push(tag(format!("Scan {} columns=[{}]{filter}", table.name, names.join(", "))));
         }
         Plan::SingleRow => lines.push(tag("SingleRow".into())),
+        Plan::Constant { batches, .. } => {
+            lines.push(tag(format!("Constant rows={}", batches.iter().map(|b| b.rows).sum::<usize>())))
+        }
         Plan::Filter { input, predicate } => {
             lines.push(tag(format!("Filter {predicate}")));
             render(input, tier, depth + 1, next, Some((pipeline_id, pipeline_tier)), lines);
@@ -84,6 +87,7 @@ fn render(
                 .map(|a| {
                     let distinct = if a.distinct { "DISTINCT " } else { "" };
                     let argument = a.argument.as_ref().map_or("*".into(), |e| e.to_string());
+                    let argument = a.second.as_ref().map_or(argument.clone(), |x| format!("{argument}, {x}"));
                     let filter = a.filter.as_ref().map_or(String::new(), |f| format!(" FILTER (WHERE {f})"));
                     format!("{:?}({distinct}{argument}){filter}", a.function)
                 })

@@ -37,6 +37,8 @@ pub enum AggregateFunction {
     CountStar,
     Min,
     Max,
+    /// var_pop, stddev, regr_slope, corr, … (see `statistics`).
+    Statistic(crate::statistics::Statistic),
 }
 
 /// UNION, INTERSECT or EXCEPT.
@@ -67,6 +69,8 @@ pub struct AggregateCall {
     pub distinct: bool,
     /// `agg(…) FILTER (WHERE condition)`: only rows where the condition is true.
     pub filter: Option<Expr>,
+    /// The second argument of two-argument aggregates (`regr_slope(y, x)`: x).
+    pub second: Option<Expr>,
 }
 
 /// A window function: ranking, offset, frame value, or an aggregate over the frame.
@@ -144,6 +148,11 @@ pub enum Plan {
     },
     /// One row with no columns (SELECT without FROM).
     SingleRow,
+    /// Rows computed while binding (a set-returning function with constant arguments).
+    Constant {
+        types: Vec<DataType>,
+        batches: Arc<Vec<crate::vector::Batch>>,
+    },
     Filter {
         input: Box<Plan>,
         predicate: Expr,
@@ -201,6 +210,7 @@ impl Plan {
         match self {
             Plan::Scan { table, columns, .. } => columns.iter().map(|&c| table.schema[c].data_type).collect(),
             Plan::SingleRow => Vec::new(),
+            Plan::Constant { types, .. } => types.clone(),
             Plan::Filter { input, .. } | Plan::Sort { input, .. } | Plan::Limit { input, .. } => input.output_types(),
             Plan::SetOperation { left, .. } => left.output_types(),
             Plan::Project { exprs, .. } => exprs.iter().map(Expr::data_type).collect(),
@@ -229,7 +239,7 @@ impl Plan {
     pub fn visit_exprs(&self, f: &mut dyn FnMut(&Expr)) {
         match self {
             Plan::Scan { filter, .. } => filter.iter().for_each(&mut *f),
-            Plan::SingleRow => {}
+            Plan::SingleRow | Plan::Constant { .. } => {}
             Plan::Filter { input, predicate } => {
                 f(predicate);
                 input.visit_exprs(f);
@@ -244,7 +254,7 @@ impl Plan {
                 build.visit_exprs(f);
             }
             Plan::Aggregate { input, groups, aggregates } => {
-                let calls = aggregates.iter().flat_map(|a| a.argument.iter().chain(&a.filter));
+                let calls = aggregates.iter().flat_map(|a| a.argument.iter().chain(&a.second).chain(&a.filter));
                 groups.iter().chain(calls).for_each(&mut *f);
                 input.visit_exprs(f);
             }
@@ -274,6 +284,7 @@ impl Plan {
                 Plan::Scan { table: Arc::clone(table), columns: columns.clone(), filter: filter.as_ref().map(f) }
             }
             Plan::SingleRow => Plan::SingleRow,
+            Plan::Constant { types, batches } => Plan::Constant { types: types.clone(), batches: Arc::clone(batches) },
             Plan::Filter { input, predicate } => {
                 Plan::Filter { input: Box::new(input.map_exprs(f)), predicate: f(predicate) }
             }
@@ -295,6 +306,7 @@ impl Plan {
                     .iter()
                     .map(|a| AggregateCall {
                         argument: a.argument.as_ref().map(f),
+                        second: a.second.as_ref().map(f),
                         filter: a.filter.as_ref().map(f),
                         ..a.clone()
                     })
