@@ -931,12 +931,7 @@ impl LiteralRuns {
             finders = &finders[..finders.len() - 1];
         }
         for (run, finder) in runs.iter().zip(finders) {
-            let found = if crate::exec::ab_off("finder") {
-                text[start..end].find(run.as_str())
-            } else {
-                finder.find(&text.as_bytes()[start..end])
-            };
-            match found {
+            match finder.find(&text.as_bytes()[start..end]) {
                 Some(at) => start += at + run.len(),
                 None => return false,
             }

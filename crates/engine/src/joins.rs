@@ -317,9 +317,8 @@ fn close_edges(edges: &mut Vec<Edge>, inputs: &[JoinInput]) {
             for &(b, _) in &members[i + 1..] {
                 let (left, right) = (Expr::Column { index: a, data_type }, Expr::Column { index: b, data_type });
                 let (left_set, right_set) = (relation_set(&left, inputs), relation_set(&right, inputs));
-                let present = edges.iter().any(|e| {
-                    (e.left == left && e.right == right) || (e.left == right && e.right == left)
-                });
+                let present =
+                    edges.iter().any(|e| (e.left == left && e.right == right) || (e.left == right && e.right == left));
                 if left_set != right_set && !present {
                     edges.push(Edge { left, right, left_set, right_set, class: Some(class) });
                 }
@@ -353,14 +352,9 @@ pub fn join_all(items: Vec<Planned>, conjuncts: Vec<Conjunct>, inputs: &[JoinInp
             None => pending.push(conjunct),
         }
     }
-    if !crate::exec::ab_off("closure") {
-        close_edges(&mut edges, inputs);
-    }
-    let order = if items.len() > 2 && items.len() <= DP_RELATIONS_MAX && !crate::exec::ab_off("dp") {
-        best_order(&items, &edges, &pending)
-    } else {
-        None
-    };
+    close_edges(&mut edges, inputs);
+    let order =
+        if items.len() > 2 && items.len() <= DP_RELATIONS_MAX { best_order(&items, &edges, &pending) } else { None };
     let mut result = match order {
         Some(order) => {
             let mut slots: Vec<Option<Planned>> = items.into_iter().map(Some).collect();
@@ -497,7 +491,7 @@ fn push_steps(best: &[Option<(Planned, f64, usize)>], set: usize, order: &mut Ve
     order.len() - 1
 }
 
-fn connecting<'e>(edges: &'e [Edge], a: u64, b: u64) -> Vec<(&'e Expr, &'e Expr)> {
+fn connecting(edges: &[Edge], a: u64, b: u64) -> Vec<(&Expr, &Expr)> {
     let inside = |set: u64, side: u64| set & !side == 0;
     edges
         .iter()
@@ -554,8 +548,7 @@ fn join_estimate(a: &Planned, b: &Planned, keys: &[(&Expr, &Expr)], edges: &[Edg
             None => per_class.push((None, ndv)),
         }
     }
-    let denominator =
-        per_class.iter().map(|(_, ndv)| ndv).product::<f64>().min(a.rows.max(b.rows)).max(1.0);
+    let denominator = per_class.iter().map(|(_, ndv)| ndv).product::<f64>().min(a.rows.max(b.rows)).max(1.0);
     (a.rows * b.rows / denominator).max(1.0)
 }
 

@@ -464,7 +464,7 @@ pub fn merge_and_finish(
 ) -> Result<Vec<Batch>> {
     let groups: usize = partials.iter().map(|p| p.table.len()).sum();
     let text_keys = encoder.types.contains(&DataType::Text);
-    if partials.len() == 1 || groups < PARTITIONED_MERGE_GROUPS_MIN || text_keys || crate::exec::ab_off("pmerge") {
+    if partials.len() == 1 || groups < PARTITIONED_MERGE_GROUPS_MIN || text_keys {
         let mut partials = partials.into_iter();
         let mut total = partials.next().expect("at least one worker");
         for partial in partials {

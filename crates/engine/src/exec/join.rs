@@ -61,9 +61,8 @@ const BITMAP_SPAN_MAX: u64 = 1 << 23;
 impl KeyBitmap {
     fn of(words: &[u64], has_null: &[bool]) -> Option<KeyBitmap> {
         let keys = || words.iter().zip(has_null).filter(|(_, &null)| !null).map(|(&w, _)| w as i64);
-        let (min, max) = keys().fold(None, |range: Option<(i64, i64)>, k| {
-            Some(range.map_or((k, k), |(lo, hi)| (lo.min(k), hi.max(k))))
-        })?;
+        let (min, max) = keys()
+            .fold(None, |range: Option<(i64, i64)>, k| Some(range.map_or((k, k), |(lo, hi)| (lo.min(k), hi.max(k)))))?;
         let span = u64::try_from(i128::from(max) - i128::from(min) + 1).ok().filter(|&s| s <= BITMAP_SPAN_MAX)?;
         let mut bits = vec![0u64; span.div_ceil(64) as usize];
         for key in keys() {
@@ -193,7 +192,7 @@ impl JoinTable {
             .map(|s| s.into_inner().unwrap_or_else(|e| e.into_inner()).expect("every partition is built"))
             .collect();
         let build_has_null = has_null.iter().any(|&n| n);
-        let bitmap = if width == 1 && !super::ab_off("bitmap") { KeyBitmap::of(&words, &has_null) } else { None };
+        let bitmap = if width == 1 { KeyBitmap::of(&words, &has_null) } else { None };
         Ok(JoinTable {
             kind,
             build,

@@ -236,7 +236,7 @@ impl Executor<'_> {
 /// by doubling from empty rehashed and copied ~20 times on Q18's 1.5M orders.
 fn presized_groups(input: &Plan, groups: &[Expr], workers: usize) -> usize {
     const PRESIZED_GROUPS_MAX: f64 = (1 << 20) as f64;
-    if groups.is_empty() || crate::exec::ab_off("presize") {
+    if groups.is_empty() {
         return 0;
     }
     crate::joins::estimate_groups(input, groups).map_or(0, |g| (g / workers as f64).min(PRESIZED_GROUPS_MAX) as usize)
@@ -260,9 +260,6 @@ pub fn for_each_vector(source: &Source, morsel: usize, mut f: impl FnMut(Batch) 
                 let end = (start + VECTOR_ROWS).min(rows);
                 let batch = match (filter, &narrowed) {
                     (Some(predicate), None) => apply_filter(predicate, scan_chunk(table, morsel, columns, start, end))?,
-                    (Some(predicate), _) if crate::exec::ab_off("late") => {
-                        apply_filter(predicate, scan_chunk(table, morsel, columns, start, end))?
-                    }
                     (_, Some((read, local))) => {
                         let condition = evaluate(local, &scan_chunk(table, morsel, read, start, end))?;
                         let selection = selected_rows(&condition)?;
@@ -289,12 +286,6 @@ pub fn selected_rows(condition: &Vector) -> Result<Vec<u32>> {
     let Data::Bool(values) = &condition.data else {
         return Err(EngineError::Type("condition is not boolean".into()));
     };
-    if crate::exec::ab_off("selrows") {
-        return Ok(match &condition.validity {
-            None => (0..values.len() as u32).filter(|&r| values[r as usize]).collect(),
-            Some(valid) => (0..values.len() as u32).filter(|&r| values[r as usize] && valid[r as usize]).collect(),
-        });
-    }
     // Branch-free: every row index is written, the end advances only past selected rows (a
     // filter passing about half the rows mispredicts a branch per row; it was 8–18% of Q3,
     // Q4, Q21).
@@ -360,12 +351,4 @@ pub(crate) fn run_operators(
         }
     }
     Ok(())
-}
-
-/// TEMPORARY (A/B of engine-perf, removed before landing): whether env `AB_OFF` lists `name`.
-pub(crate) fn ab_off(name: &str) -> bool {
-    static OFF: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
-    OFF.get_or_init(|| std::env::var("AB_OFF").unwrap_or_default().split(',').map(str::to_owned).collect())
-        .iter()
-        .any(|n| n == name)
 }
