@@ -1,6 +1,8 @@
-//! Join planning: pushes single-relation predicates into scans, then builds a join tree
-//! greedily — always the connected pair with the smallest estimated result, the smaller input
-//! as the build side. Filter selectivities are measured on a sample of the table (no stale
+//! Join planning: pushes single-relation predicates into scans, adds the equalities implied
+//! by transitivity, then picks the join tree with the least estimated intermediate rows by
+//! dynamic programming over connected splits (greedily — the connected pair with the smallest
+//! estimated result — beyond 10 relations or for cross joins), the smaller input as the build
+//! side. Filter selectivities are measured on a sample of the table (no stale
 //! statistics to keep), distinct counts come from the table (cached).
 
 use std::collections::HashMap;
