@@ -734,8 +734,9 @@ pub(crate) fn aggregate_type(function: AggregateFunction, input: DataType) -> Re
     Ok(match (function, input) {
         (AggregateFunction::Count | AggregateFunction::CountStar, _) => DataType::Int64,
         (AggregateFunction::Min | AggregateFunction::Max, t) => t,
-        (AggregateFunction::Sum, DataType::Int32) => DataType::Int64,
-        (AggregateFunction::Sum | AggregateFunction::Avg, DataType::Float64) => DataType::Float64,
+        (AggregateFunction::Sum, DataType::Int32 | DataType::Int16) => DataType::Int64,
+        (AggregateFunction::Sum, DataType::Float32) => DataType::Float32,
+        (AggregateFunction::Sum | AggregateFunction::Avg, DataType::Float64 | DataType::Float32) => DataType::Float64,
         (AggregateFunction::Sum | AggregateFunction::Avg, t) if t.is_numeric() => DataType::Numeric,
         (f, t) => return Err(EngineError::Type(format!("{f:?} of {}", t.sql_name()))),
     })
@@ -903,9 +904,15 @@ pub fn sql_type(data_type: &ast::DataType) -> Result<DataType> {
     use ast::DataType as T;
     Ok(match data_type {
         T::Boolean | T::Bool => DataType::Bool,
-        T::Int(_) | T::Integer(_) | T::Int4(_) | T::SmallInt(_) | T::Int2(_) => DataType::Int32,
+        T::Int(_) | T::Integer(_) | T::Int4(_) => DataType::Int32,
+        T::SmallInt(_) | T::Int2(_) => DataType::Int16,
         T::BigInt(_) | T::Int8(_) => DataType::Int64,
-        T::Double(_) | T::DoublePrecision | T::Float8 | T::Real | T::Float4 | T::Float(_) => DataType::Float64,
+        T::Real | T::Float4 => DataType::Float32,
+        // float(p): real for p ≤ 24, double precision up to 53 (PostgreSQL's rule).
+        T::Float(ast::ExactNumberInfo::Precision(p)) if (1..=24).contains(p) => DataType::Float32,
+        T::Float(ast::ExactNumberInfo::Precision(p)) if (25..=53).contains(p) => DataType::Float64,
+        T::Float(ast::ExactNumberInfo::None) => DataType::Float64,
+        T::Double(_) | T::DoublePrecision | T::Float8 => DataType::Float64,
         T::Date => DataType::Date,
         T::Text | T::Varchar(_) | T::Char(_) | T::Character(_) | T::CharacterVarying(_) | T::String(_) => {
             DataType::Text
@@ -1015,11 +1022,14 @@ pub fn common_type(a: DataType, b: DataType, _op: BinaryOp) -> Result<DataType> 
         }
         _ if a == b => a,
         (T::Float64, t) | (t, T::Float64) if t.is_numeric() => T::Float64,
+        // real with any other number: PostgreSQL picks the float4/float8 operators.
+        (T::Float32, t) | (t, T::Float32) if t.is_numeric() => T::Float64,
         (T::Numeric, t) | (t, T::Numeric) if t.is_numeric() => T::Numeric,
         (T::Decimal { .. }, t) | (t, T::Decimal { .. }) if t.is_numeric() => {
             T::Decimal { precision: DECIMAL_PRECISION_MAX, scale: a.scale().max(b.scale()) }
         }
-        (T::Int32, T::Int64) | (T::Int64, T::Int32) => T::Int64,
+        (T::Int32 | T::Int16, T::Int64) | (T::Int64, T::Int32 | T::Int16) => T::Int64,
+        (T::Int16, T::Int32) | (T::Int32, T::Int16) => T::Int32,
         _ => return Err(EngineError::Type(format!("types {} and {} cannot be matched", a.sql_name(), b.sql_name()))),
     })
 }
@@ -1094,7 +1104,8 @@ fn settle_operands(left: Expr, right: Expr) -> Result<(Expr, Expr)> {
     if is_untyped(&right) && !is_untyped(&left) {
         return Ok((left, cast_expr(right, lt)?));
     }
-    let exact = |t: DataType| matches!(t, DataType::Decimal { .. } | DataType::Int32 | DataType::Int64);
+    let exact =
+        |t: DataType| matches!(t, DataType::Decimal { .. } | DataType::Int16 | DataType::Int32 | DataType::Int64);
     if exact(lt) {
         if let Some(constant) = as_decimal_constant(&right) {
             return Ok((left, constant));
@@ -1129,7 +1140,7 @@ pub fn arithmetic(op: BinaryOp, left: Expr, right: Expr) -> Result<Expr> {
     use DataType as T;
     let (left, right) = settle_operands(left, right)?;
     let (lt, rt) = (left.data_type(), right.data_type());
-    let inexact = lt == T::Float64 || rt == T::Float64;
+    let inexact = matches!(lt, T::Float64 | T::Float32) || matches!(rt, T::Float64 | T::Float32);
     let expr = match (lt, rt) {
         (T::Date, T::Int32) if matches!(op, BinaryOp::Add | BinaryOp::Sub) => Expr::binary(op, left, right, T::Date),
         (T::Int32, T::Date) if op == BinaryOp::Add => Expr::binary(op, right, left, T::Date),
@@ -1142,7 +1153,8 @@ pub fn arithmetic(op: BinaryOp, left: Expr, right: Expr) -> Result<Expr> {
         {
             Expr::binary(op, cast_expr(left, T::Numeric)?, cast_expr(right, T::Numeric)?, T::Numeric)
         }
-        (T::Decimal { .. }, T::Decimal { .. } | T::Int32 | T::Int64) | (T::Int32 | T::Int64, T::Decimal { .. })
+        (T::Decimal { .. }, T::Decimal { .. } | T::Int16 | T::Int32 | T::Int64)
+        | (T::Int16 | T::Int32 | T::Int64, T::Decimal { .. })
             if op == BinaryOp::Mul =>
         {
             let scale = lt.scale() + rt.scale();

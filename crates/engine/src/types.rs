@@ -15,8 +15,12 @@ pub const DECIMAL_PRECISION_MAX: u8 = 18;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum DataType {
     Bool,
+    /// `smallint`: stored as an i32, every result checked against its range.
+    Int16,
     Int32,
     Int64,
+    /// `real`: stored as an f64 that always holds an exact f32.
+    Float32,
     Float64,
     Date,
     /// Scaled integer: value = stored / 10^scale.
@@ -34,8 +38,10 @@ impl DataType {
     pub fn pg_oid(self) -> u32 {
         match self {
             DataType::Bool => 16,
+            DataType::Int16 => 21,
             DataType::Int32 => 23,
             DataType::Int64 => 20,
+            DataType::Float32 => 700,
             DataType::Float64 => 701,
             DataType::Date => 1082,
             DataType::Decimal { .. } | DataType::Numeric => 1700,
@@ -46,7 +52,13 @@ impl DataType {
     pub fn is_numeric(self) -> bool {
         matches!(
             self,
-            DataType::Int32 | DataType::Int64 | DataType::Float64 | DataType::Decimal { .. } | DataType::Numeric
+            DataType::Int16
+                | DataType::Int32
+                | DataType::Int64
+                | DataType::Float32
+                | DataType::Float64
+                | DataType::Decimal { .. }
+                | DataType::Numeric
         )
     }
 
@@ -62,8 +74,10 @@ impl DataType {
     pub fn sql_name(self) -> String {
         match self {
             DataType::Bool => "boolean".into(),
+            DataType::Int16 => "smallint".into(),
             DataType::Int32 => "integer".into(),
             DataType::Int64 => "bigint".into(),
+            DataType::Float32 => "real".into(),
             DataType::Float64 => "double precision".into(),
             DataType::Date => "date".into(),
             DataType::Decimal { precision, scale } => format!("numeric({precision},{scale})"),
@@ -80,6 +94,7 @@ pub enum Value {
     Bool(bool),
     Int32(i32),
     Int64(i64),
+    Float32(f32),
     Float64(f64),
     Date(i32),
     Decimal { value: i64, scale: u8 },
@@ -97,6 +112,7 @@ impl Value {
         match self {
             Value::Int32(v) => Some(f64::from(*v)),
             Value::Int64(v) => Some(*v as f64),
+            Value::Float32(v) => Some(f64::from(*v)),
             Value::Float64(v) => Some(*v),
             Value::Decimal { value, scale } => Some(*value as f64 / 10f64.powi(i32::from(*scale))),
             Value::Numeric(n) => Some(n.to_f64()),
@@ -113,6 +129,7 @@ impl fmt::Display for Value {
             Value::Bool(v) => write!(f, "{}", if *v { "t" } else { "f" }),
             Value::Int32(v) => write!(f, "{v}"),
             Value::Int64(v) => write!(f, "{v}"),
+            Value::Float32(v) => write!(f, "{}", format_float32(*v)),
             Value::Float64(v) => write!(f, "{}", format_float(*v)),
             Value::Date(days) => write!(f, "{}", format_date(*days)),
             Value::Decimal { value, scale } => write!(f, "{}", format_decimal(*value, *scale)),
@@ -141,6 +158,7 @@ impl Value {
             Value::Bool(b) => ValueKey::Bool(*b),
             Value::Int32(v) | Value::Date(v) => ValueKey::Int(i64::from(*v)),
             Value::Int64(v) => ValueKey::Int(*v),
+            Value::Float32(v) => Value::Float64(f64::from(*v)).key(),
             Value::Float64(v) if v.is_nan() => ValueKey::Float(f64::NAN.to_bits()),
             Value::Float64(v) => ValueKey::Float((v + 0.0).to_bits()),
             Value::Decimal { value, scale } => ValueKey::Numeric(Numeric::new(i128::from(*value), *scale).normalized()),
@@ -190,6 +208,22 @@ pub fn format_float(v: f64) -> String {
     let (mantissa, exponent) = scientific.split_once('e').expect("{:e} has an exponent");
     let exponent: i32 = exponent.parse().expect("{:e} exponent is an integer");
     if (-4..15).contains(&exponent) {
+        return format!("{v}");
+    }
+    let sign = if exponent < 0 { '-' } else { '+' };
+    format!("{mantissa}e{sign}{:02}", exponent.unsigned_abs())
+}
+
+/// Floats the way PostgreSQL prints float4: the shortest text that reads back as the same
+/// f32, in fixed notation when the decimal exponent is in -4..6 (`1e+06`), else exponential.
+pub fn format_float32(v: f32) -> String {
+    if !v.is_finite() || v == 0.0 {
+        return format_float(f64::from(v));
+    }
+    let scientific = format!("{v:e}");
+    let (mantissa, exponent) = scientific.split_once('e').expect("{:e} has an exponent");
+    let exponent: i32 = exponent.parse().expect("{:e} exponent is an integer");
+    if (-4..6).contains(&exponent) {
         return format!("{v}");
     }
     let sign = if exponent < 0 { '-' } else { '+' };

@@ -100,7 +100,9 @@ impl AggregateState {
             (AggregateFunction::Statistic(statistic), input) => {
                 AggregateState::Statistics(Moments::new(statistic, input.unwrap_or(DataType::Float64)))
             }
-            (_, Some(DataType::Float64)) => AggregateState::SumFloat { sums: Vec::new(), counts: Vec::new() },
+            (_, Some(DataType::Float64 | DataType::Float32)) => {
+                AggregateState::SumFloat { sums: Vec::new(), counts: Vec::new() }
+            }
             (_, Some(DataType::Numeric)) => AggregateState::SumNumeric { sums: Vec::new(), counts: Vec::new() },
             _ => AggregateState::SumInt { sums: Vec::new(), counts: Vec::new() },
         }
@@ -135,6 +137,10 @@ impl AggregateState {
             let first = argument.as_ref().expect("statistical aggregates have an argument");
             let second = call.second.as_ref().map(|x| evaluate(x, batch)).transpose()?;
             return moments.update(groups, first, second.as_ref());
+        }
+        if let (AggregateState::SumFloat { sums, counts }, DataType::Float32) = (&mut *self, call.data_type) {
+            let argument = argument.expect("sum has an argument");
+            return sum_real(sums, counts, groups, &argument);
         }
         self.update(groups, argument.as_ref())
     }
@@ -265,6 +271,9 @@ impl AggregateState {
             AggregateState::SumFloat { sums, counts } => {
                 let values = if is_avg {
                     sums.iter().zip(counts).map(|(&s, &c)| if c == 0 { 0.0 } else { s / c as f64 }).collect()
+                } else if data_type == DataType::Float32 {
+                    // Partial sums of workers were merged in double precision.
+                    sums.iter().map(|&s| f64::from(s as f32)).collect()
                 } else {
                     sums.clone()
                 };
@@ -279,6 +288,24 @@ impl AggregateState {
         };
         Ok(Vector { data_type, data, validity })
     }
+}
+
+/// sum(real) adds in single precision, as PostgreSQL's float4pl (22003 when finite inputs
+/// overflow).
+fn sum_real(sums: &mut [f64], counts: &mut [i64], groups: &[u32], argument: &Vector) -> Result<()> {
+    let Data::F64(values) = &argument.data else { panic!("real values are f64 vectors") };
+    for (r, (&g, &v)) in groups.iter().zip(values).enumerate() {
+        if argument.is_valid(r) {
+            let (sum, value) = (sums[g as usize] as f32, v as f32);
+            let result = sum + value;
+            if result.is_infinite() && sum.is_finite() && value.is_finite() {
+                return Err(EngineError::Overflow("value out of range: overflow".into()));
+            }
+            sums[g as usize] = f64::from(result);
+            counts[g as usize] += 1;
+        }
+    }
+    Ok(())
 }
 
 /// A DISTINCT aggregate: the plain aggregate over each group's distinct values.

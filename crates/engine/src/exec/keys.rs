@@ -198,9 +198,9 @@ impl KeyEncoder {
         let column = (0..rows).map(|r| words[r * width + key]);
         let data = match data_type {
             DataType::Bool => Data::Bool(column.map(|w| w != 0).collect()),
-            DataType::Int32 | DataType::Date => Data::I32(column.map(|w| w as i64 as i32).collect()),
+            DataType::Int16 | DataType::Int32 | DataType::Date => Data::I32(column.map(|w| w as i64 as i32).collect()),
             DataType::Int64 | DataType::Decimal { .. } => Data::I64(column.map(|w| w as i64).collect()),
-            DataType::Float64 => Data::F64(column.map(f64::from_bits).collect()),
+            DataType::Float64 | DataType::Float32 => Data::F64(column.map(f64::from_bits).collect()),
             DataType::Text => Data::Text(column.map(|w| w as u32).collect(), self.output_dictionary(key)),
             DataType::Numeric => {
                 let codes = self.numerics[key]

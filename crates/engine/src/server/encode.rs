@@ -9,7 +9,7 @@ use bypass_wire::write::{message, put_cstr, put_i16, put_i32};
 use crate::engine::ColumnType;
 use crate::error::EngineError;
 use crate::pg_catalog::{Datum, PgType};
-use crate::types::{format_date, format_decimal, format_float, DataType};
+use crate::types::{format_date, format_decimal, format_float, format_float32, DataType};
 use crate::vector::{Batch, Data, Vector};
 
 /// Days from 1970-01-01 to 2000-01-01 (PostgreSQL's date epoch).
@@ -52,7 +52,8 @@ impl Format {
 fn type_size(data_type: DataType) -> i16 {
     match data_type {
         DataType::Bool => 1,
-        DataType::Int32 | DataType::Date => 4,
+        DataType::Int16 => 2,
+        DataType::Int32 | DataType::Date | DataType::Float32 => 4,
         DataType::Int64 | DataType::Float64 => 8,
         DataType::Decimal { .. } | DataType::Numeric | DataType::Text => -1,
     }
@@ -242,6 +243,7 @@ fn text_cell(out: &mut Vec<u8>, vector: &Vector, row: usize) {
         (Data::I32(v), _) => write!(out, "{}", v[row]),
         (Data::I64(v), DataType::Decimal { scale, .. }) => out.write_all(format_decimal(v[row], scale).as_bytes()),
         (Data::I64(v), _) => write!(out, "{}", v[row]),
+        (Data::F64(v), DataType::Float32) => out.write_all(format_float32(v[row] as f32).as_bytes()),
         (Data::F64(v), _) => out.write_all(format_float(v[row]).as_bytes()),
         (Data::Text(codes, dictionary), _) => out.write_all(dictionary.get(codes[row]).as_bytes()),
         (Data::Numeric(v), _) => write!(out, "{}", v[row]),
@@ -253,9 +255,11 @@ fn binary_cell(out: &mut Vec<u8>, vector: &Vector, row: usize) {
     match (&vector.data, vector.data_type) {
         (Data::Bool(v), _) => out.push(u8::from(v[row])),
         (Data::I32(v), DataType::Date) => out.extend_from_slice(&(v[row] - POSTGRES_EPOCH_DAYS).to_be_bytes()),
+        (Data::I32(v), DataType::Int16) => out.extend_from_slice(&(v[row] as i16).to_be_bytes()),
         (Data::I32(v), _) => out.extend_from_slice(&v[row].to_be_bytes()),
         (Data::I64(v), DataType::Decimal { scale, .. }) => encode_numeric(i128::from(v[row]), scale, out),
         (Data::I64(v), _) => out.extend_from_slice(&v[row].to_be_bytes()),
+        (Data::F64(v), DataType::Float32) => out.extend_from_slice(&(v[row] as f32).to_bits().to_be_bytes()),
         (Data::F64(v), _) => out.extend_from_slice(&v[row].to_bits().to_be_bytes()),
         (Data::Text(codes, dictionary), _) => out.extend_from_slice(dictionary.get(codes[row]).as_bytes()),
         (Data::Numeric(v), _) => encode_numeric(v[row].mantissa, v[row].scale, out),
