@@ -263,6 +263,15 @@ impl<'s> ExprBinder<'s> {
             E::Cast { expr, data_type, .. } => {
                 let to = sql_type(data_type)?;
                 let value = self.bind_in(expr, context)?;
+                // An explicit cast to character(n) / varchar(n) cuts the value to n characters
+                // (assignment, which casts do elsewhere, refuses longer values with 22001).
+                let value = match to {
+                    DataType::Char(n) | DataType::Varchar(n) => {
+                        let text = cast_expr(value, DataType::Text)?;
+                        fold(Expr::Substring { expr: Box::new(text), start: 1, length: Some(i64::from(n)) })?
+                    }
+                    _ => value,
+                };
                 cast_expr(value, to)
             }
             E::Extract { field, expr, .. } => {
@@ -339,6 +348,10 @@ impl<'s> ExprBinder<'s> {
         context: &mut Option<&mut AggregateContext<'_>>,
     ) -> Result<Expr> {
         let mut value = self.bind_in(value, context)?;
+        if let DataType::Char(_) = value.data_type() {
+            // PostgreSQL matches the blank-padded value; the engine holds it without blanks.
+            return Err(EngineError::unsupported("LIKE on character(n)"));
+        }
         expect_type(&value, DataType::Text, "LIKE")?;
         let ast::Expr::Value(ast::ValueWithSpan { value: ast::Value::SingleQuotedString(pattern), .. }) = pattern
         else {
@@ -539,6 +552,15 @@ impl<'s> ExprBinder<'s> {
         let mut all = vec![self.bind_in(expr, context)?];
         for item in list {
             all.push(self.bind_in(item, context)?);
+        }
+        if matches!(all[0].data_type(), DataType::Char(_) | DataType::Varchar(_)) {
+            // Each item compares with the value as `=` would (character: blanks insignificant).
+            let probe = all[0].clone();
+            for item in all.iter_mut().skip(1) {
+                let taken = std::mem::replace(item, Expr::literal(Value::Null, DataType::Text));
+                *item = text_comparands(probe.clone(), taken)?.1;
+            }
+            all[0] = text_comparands(probe, Expr::literal(Value::Null, DataType::Text))?.0;
         }
         let (mut all, _) = unify(all)?;
         let items = all.split_off(1);
@@ -834,7 +856,8 @@ fn contains_call(expr: &ast::Expr, is_wanted: &dyn Fn(&ast::Function) -> bool) -
 }
 
 fn expect_type(expr: &Expr, expected: DataType, what: &str) -> Result<()> {
-    if expr.data_type() == expected || (expected == DataType::Bool && is_null_literal(expr)) {
+    let text_like = expected == DataType::Text && expr.data_type().is_text();
+    if expr.data_type() == expected || text_like || (expected == DataType::Bool && is_null_literal(expr)) {
         Ok(())
     } else {
         Err(EngineError::Type(format!("{what} expects {}, got {}", expected.sql_name(), expr.data_type().sql_name())))
@@ -914,9 +937,13 @@ pub fn sql_type(data_type: &ast::DataType) -> Result<DataType> {
         T::Float(ast::ExactNumberInfo::None) => DataType::Float64,
         T::Double(_) | T::DoublePrecision | T::Float8 => DataType::Float64,
         T::Date => DataType::Date,
-        T::Text | T::Varchar(_) | T::Char(_) | T::Character(_) | T::CharacterVarying(_) | T::String(_) => {
-            DataType::Text
-        }
+        T::Text | T::String(None) => DataType::Text,
+        T::Varchar(length) | T::CharacterVarying(length) => match character_length(length)? {
+            Some(n) => DataType::Varchar(n),
+            None => DataType::Text,
+        },
+        // character without a length is character(1).
+        T::Char(length) | T::Character(length) => DataType::Char(character_length(length)?.unwrap_or(1)),
         // PostgreSQL's `name` (identifiers, and columns of its regression tables) compares as
         // text in the C collation, which is the engine's byte order.
         T::Custom(name, modifiers) if modifiers.is_empty() && name.to_string().eq_ignore_ascii_case("name") => {
@@ -932,6 +959,20 @@ pub fn sql_type(data_type: &ast::DataType) -> Result<DataType> {
         },
         other => return Err(EngineError::unsupported(format!("type {other}"))),
     })
+}
+
+/// The n of character(n) / character varying(n) (PostgreSQL: 1 ..= 10,485,760).
+fn character_length(length: &Option<ast::CharacterLength>) -> Result<Option<u32>> {
+    match length {
+        None => Ok(None),
+        Some(ast::CharacterLength::IntegerLength { length, unit: None }) if (1..=10_485_760).contains(length) => {
+            Ok(Some(*length as u32))
+        }
+        Some(ast::CharacterLength::IntegerLength { length: 0, .. }) => {
+            Err(EngineError::Syntax("length for type character must be at least 1".into()))
+        }
+        Some(other) => Err(EngineError::unsupported(format!("character length {other}"))),
+    }
 }
 
 fn interval_value(interval: &ast::Interval) -> Result<(i32, i32)> {
@@ -1021,6 +1062,8 @@ pub fn common_type(a: DataType, b: DataType, _op: BinaryOp) -> Result<DataType> 
             T::Decimal { precision: DECIMAL_PRECISION_MAX, scale: a.scale().max(b.scale()) }
         }
         _ if a == b => a,
+        (T::Char(_), T::Char(_)) => T::Char(0),
+        _ if a.is_text() && b.is_text() => T::Text,
         (T::Float64, t) | (t, T::Float64) if t.is_numeric() => T::Float64,
         // real with any other number: PostgreSQL picks the float4/float8 operators.
         (T::Float32, t) | (t, T::Float32) if t.is_numeric() => T::Float64,
@@ -1044,7 +1087,13 @@ pub fn unify(exprs: Vec<Expr>) -> Result<(Vec<Expr>, DataType)> {
             Some(t) => common_type(t, expr.data_type(), BinaryOp::Eq)?,
         });
     }
-    let target = target.unwrap_or(DataType::Text);
+    let mut target = target.unwrap_or(DataType::Text);
+    // character(n) beside a string literal: PostgreSQL's bpchar without a length, where each
+    // value keeps its own padding (the column's values padded to n, the literal as written).
+    let literal = |e: &Expr| matches!(e, Expr::Literal { value: Value::Text(_), .. });
+    if matches!(target, DataType::Char(_)) && exprs.iter().any(literal) {
+        target = DataType::Char(0);
+    }
     let exprs = exprs.into_iter().map(|e| cast_expr(e, target)).collect::<Result<Vec<_>>>()?;
     Ok((exprs, target))
 }
@@ -1096,6 +1145,39 @@ fn as_decimal_constant(expr: &Expr) -> Option<Expr> {
 
 /// Fixes untyped operands from the other side and moves numeric constants next to decimal
 /// or integer columns onto the decimal fast path.
+/// character(n) and varchar(n) compare as text: character(n) values are held without their
+/// insignificant trailing blanks, and an untyped literal compared with one loses its own (it
+/// becomes character, as in PostgreSQL).
+fn text_comparands(left: Expr, right: Expr) -> Result<(Expr, Expr)> {
+    let (lt, rt) = (left.data_type(), right.data_type());
+    let sized = |t: DataType| matches!(t, DataType::Char(_) | DataType::Varchar(_));
+    if !sized(lt) && !sized(rt) {
+        return Ok((left, right));
+    }
+    let as_text = |expr: Expr, other: DataType| -> Result<Expr> {
+        if is_untyped(&expr) {
+            let text = cast_expr(expr, DataType::Text)?;
+            return match other {
+                DataType::Char(_) => functions::call(ScalarFunction::Trim(TrimSide::Trailing), vec![text]),
+                _ => Ok(text),
+            };
+        }
+        let data_type = expr.data_type();
+        if data_type.is_text() {
+            let text = cast_expr(expr, DataType::Text)?;
+            // varchar against character is compared as character (PostgreSQL casts it).
+            return match (data_type, other) {
+                (DataType::Varchar(_), DataType::Char(_)) => {
+                    functions::call(ScalarFunction::Trim(TrimSide::Trailing), vec![text])
+                }
+                _ => Ok(text),
+            };
+        }
+        Ok(expr)
+    };
+    Ok((as_text(left, rt)?, as_text(right, lt)?))
+}
+
 fn settle_operands(left: Expr, right: Expr) -> Result<(Expr, Expr)> {
     let (lt, rt) = (left.data_type(), right.data_type());
     if is_untyped(&left) && !is_untyped(&right) {
@@ -1129,6 +1211,7 @@ fn undefined_operator(op: BinaryOp, left: DataType, right: DataType) -> EngineEr
 }
 
 pub fn comparison(op: BinaryOp, left: Expr, right: Expr) -> Result<Expr> {
+    let (left, right) = text_comparands(left, right)?;
     let (left, right) = settle_operands(left, right)?;
     let (lt, rt) = (left.data_type(), right.data_type());
     let target = common_type(lt, rt, op).map_err(|_| undefined_operator(op, lt, rt))?;

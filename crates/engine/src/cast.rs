@@ -15,8 +15,8 @@ use crate::vector::{Data, Vector};
 pub fn can_cast(from: DataType, to: DataType) -> bool {
     use DataType as T;
     from == to
-        || from == T::Text
-        || to == T::Text
+        || from.is_text()
+        || to.is_text()
         || (from.is_numeric() && to.is_numeric())
         || matches!((from, to), (T::Bool, T::Int32) | (T::Int32, T::Bool))
 }
@@ -50,7 +50,12 @@ pub fn cast(vector: Vector, to: DataType) -> Result<Vector> {
     }
     let valid = |row: usize| vector.is_valid(row);
     let data = match (&vector.data, to) {
+        (Data::Text(codes, dictionary), _) if to.is_text() => limit_text(codes, dictionary, &vector, to)?,
         (_, DataType::Text) => to_text(&vector),
+        (_, DataType::Char(_) | DataType::Varchar(_)) => {
+            let text = Vector { data_type: DataType::Text, data: to_text(&vector), validity: vector.validity.clone() };
+            return cast(text, to);
+        }
         (Data::Text(codes, dictionary), _) => from_text(codes, dictionary, &vector, to)?,
         (Data::Bool(v), DataType::Int32) => Data::I32(v.iter().map(|&b| i32::from(b)).collect()),
         (Data::I32(v), DataType::Bool) => Data::Bool(v.iter().map(|&x| x != 0).collect()),
@@ -213,6 +218,51 @@ fn to_text(vector: &Vector) -> Data {
     Data::Text(codes, Arc::new(dictionary))
 }
 
+/// Text to text, character(n) or character varying(n), with PostgreSQL's assignment rule:
+/// a longer value is an error (22001) unless the excess is blanks, which are cut off;
+/// character(n) keeps no trailing blanks (they are insignificant and padded back on output).
+/// Explicit casts, which truncate instead, cut the value first (`Binder` does).
+fn limit_text(codes: &[u32], dictionary: &Arc<Dictionary>, vector: &Vector, to: DataType) -> Result<Data> {
+    let from = vector.data_type;
+    if to == DataType::Text && !matches!(from, DataType::Char(0)) {
+        return Ok(Data::Text(codes.to_vec(), Arc::clone(dictionary)));
+    }
+    let convert = |text: &str| -> Result<String> {
+        match (from, to) {
+            // character(n) to bpchar: padded as it would be output.
+            (DataType::Char(n), DataType::Char(0)) => Ok(crate::types::pad_char(text, n)),
+            // bpchar to other strings: without its trailing blanks.
+            (DataType::Char(0), _) => fit_text(text.trim_end_matches(' '), to),
+            _ => fit_text(text, to),
+        }
+    };
+    let mut limited: Vec<Option<String>> = vec![None; dictionary.len()];
+    for (row, &code) in codes.iter().enumerate() {
+        if vector.is_valid(row) && limited[code as usize].is_none() {
+            limited[code as usize] = Some(convert(dictionary.get(code))?);
+        }
+    }
+    let mut out = Dictionary::new();
+    let codes = codes.iter().map(|&code| out.intern(limited[code as usize].as_deref().unwrap_or(""))).collect();
+    Ok(Data::Text(codes, Arc::new(out)))
+}
+
+/// One string stored as `to` (see `limit_text`).
+pub fn fit_text(text: &str, to: DataType) -> Result<String> {
+    let (length, padded) = match to {
+        DataType::Char(0) => return Ok(text.to_string()),
+        DataType::Char(length) => (length as usize, true),
+        DataType::Varchar(length) => (length as usize, false),
+        _ => return Ok(text.to_string()),
+    };
+    let cut = text.char_indices().nth(length).map_or(text.len(), |(at, _)| at);
+    if !text[cut..].chars().all(|c| c == ' ') {
+        return Err(EngineError::StringTooLong(format!("value too long for type {}", to.sql_name())));
+    }
+    let kept = &text[..cut];
+    Ok(if padded { kept.trim_end_matches(' ') } else { kept }.to_string())
+}
+
 /// Parses every dictionary entry a valid row uses, once.
 fn from_text(codes: &[u32], dictionary: &Dictionary, vector: &Vector, to: DataType) -> Result<Data> {
     let mut parsed: Vec<Option<Value>> = vec![None; dictionary.len()];
@@ -249,6 +299,7 @@ pub fn parse_value(text: &str, to: DataType) -> Result<Value> {
             Value::Decimal { value: decimal_from_numeric(Numeric::parse(text)?, to)?, scale }
         }
         DataType::Text => Value::Text(text.to_string()),
+        DataType::Char(_) | DataType::Varchar(_) => Value::Text(fit_text(text, to)?),
     })
 }
 

@@ -118,7 +118,7 @@ fn no_signature(function: ScalarFunction, args: &[Expr]) -> EngineError {
 
 /// Arguments of a text function: text, or untyped literals taken as text.
 fn texts(function: ScalarFunction, args: Vec<Expr>) -> Result<Vec<Expr>> {
-    if args.iter().any(|a| a.data_type() != DataType::Text && !is_untyped(a)) {
+    if args.iter().any(|a| !a.data_type().is_text() && !is_untyped(a)) {
         return Err(no_signature(function, &args));
     }
     args.into_iter().map(|a| cast_expr(a, DataType::Text)).collect()
@@ -127,7 +127,7 @@ fn texts(function: ScalarFunction, args: Vec<Expr>) -> Result<Vec<Expr>> {
 /// `||`: text with text, or text with any other value, which is converted to its text form
 /// (PostgreSQL's `anynonarray || text`).
 fn concat_operands(args: Vec<Expr>) -> Result<Vec<Expr>> {
-    let textual = |a: &Expr| a.data_type() == DataType::Text || is_untyped(a);
+    let textual = |a: &Expr| a.data_type().is_text() || is_untyped(a);
     if !args.iter().any(textual) {
         return Err(EngineError::UndefinedFunction(format!(
             "operator does not exist: {} || {}",

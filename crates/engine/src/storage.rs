@@ -509,8 +509,7 @@ impl TableBuilder {
     ) -> TableBuilder {
         assert!(chunk_rows > 0, "chunks hold at least one row");
         assert_eq!(constraints.not_null.len(), schema.len(), "one NOT NULL flag per column");
-        let dictionaries =
-            schema.iter().map(|c| (c.data_type == DataType::Text).then(|| Arc::new(Dictionary::new()))).collect();
+        let dictionaries = schema.iter().map(|c| c.data_type.is_text().then(|| Arc::new(Dictionary::new()))).collect();
         let indexes = constraints.unique.iter().map(|_| Arc::new(UniqueIndex::default())).collect();
         TableBuilder {
             pool,
@@ -815,7 +814,7 @@ fn new_chunk_data(pool: &Arc<ChunkPool>, data_type: DataType, rows: usize) -> Re
         DataType::Int16 | DataType::Int32 | DataType::Date => ChunkData::I32(pool.buffer(rows)?),
         DataType::Int64 | DataType::Decimal { .. } => ChunkData::I64(pool.buffer(rows)?),
         DataType::Float64 | DataType::Float32 => ChunkData::F64(pool.buffer(rows)?),
-        DataType::Text => ChunkData::Text(pool.buffer(rows)?),
+        DataType::Text | DataType::Char(_) | DataType::Varchar(_) => ChunkData::Text(pool.buffer(rows)?),
         DataType::Numeric => return Err(EngineError::unsupported("columns of unconstrained numeric")),
     })
 }

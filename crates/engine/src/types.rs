@@ -29,6 +29,13 @@ pub enum DataType {
         scale: u8,
     },
     Text,
+    /// `character(n)`: text of at most n characters, held without trailing blanks (which
+    /// are insignificant) and padded to n when output, as PostgreSQL's bpchar. `Char(0)` is
+    /// bpchar without a length (CASE/UNION of character with a literal): values held as
+    /// they are output, trailing blanks still insignificant.
+    Char(u32),
+    /// `character varying(n)`: text of at most n characters.
+    Varchar(u32),
     /// Unconstrained `numeric`: exact, each value with its own display scale (see `numeric`).
     Numeric,
 }
@@ -46,6 +53,8 @@ impl DataType {
             DataType::Date => 1082,
             DataType::Decimal { .. } | DataType::Numeric => 1700,
             DataType::Text => 25,
+            DataType::Char(_) => 1042,
+            DataType::Varchar(_) => 1043,
         }
     }
 
@@ -60,6 +69,11 @@ impl DataType {
                 | DataType::Decimal { .. }
                 | DataType::Numeric
         )
+    }
+
+    /// Text, character(n) or character varying(n): strings held as text vectors.
+    pub fn is_text(self) -> bool {
+        matches!(self, DataType::Text | DataType::Char(_) | DataType::Varchar(_))
     }
 
     /// The decimal scale, 0 for integers.
@@ -82,6 +96,9 @@ impl DataType {
             DataType::Date => "date".into(),
             DataType::Decimal { precision, scale } => format!("numeric({precision},{scale})"),
             DataType::Text => "text".into(),
+            DataType::Char(0) => "bpchar".into(),
+            DataType::Char(length) => format!("character({length})"),
+            DataType::Varchar(length) => format!("character varying({length})"),
             DataType::Numeric => "numeric".into(),
         }
     }
@@ -228,6 +245,12 @@ pub fn format_float32(v: f32) -> String {
     }
     let sign = if exponent < 0 { '-' } else { '+' };
     format!("{mantissa}e{sign}{:02}", exponent.unsigned_abs())
+}
+
+/// A character(n) value as output: padded with blanks to n characters.
+pub fn pad_char(text: &str, length: u32) -> String {
+    let missing = (length as usize).saturating_sub(text.chars().count());
+    format!("{text}{}", " ".repeat(missing))
 }
 
 /// `1234` with scale 2 → `"12.34"`.

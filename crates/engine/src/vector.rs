@@ -70,6 +70,14 @@ impl Vector {
         }
     }
 
+    /// The value at `row` as a client sees it (character(n) padded to n).
+    pub fn output_value(&self, row: usize) -> Value {
+        match (self.value(row), self.data_type) {
+            (Value::Text(text), DataType::Char(length)) => Value::Text(crate::types::pad_char(&text, length)),
+            (value, _) => value,
+        }
+    }
+
     /// `n` copies of a scalar (constants in the interpreter).
     pub fn broadcast(value: &Value, data_type: DataType, n: usize) -> Vector {
         let validity = value.is_null().then(|| vec![false; n]);
@@ -89,7 +97,7 @@ impl Vector {
             (DataType::Float64 | DataType::Float32, _) => Data::F64(vec![0.0; n]),
             (DataType::Numeric, Value::Numeric(v)) => Data::Numeric(vec![*v; n]),
             (DataType::Numeric, _) => Data::Numeric(vec![Numeric::ZERO; n]),
-            (DataType::Text, value) => {
+            (DataType::Text | DataType::Char(_) | DataType::Varchar(_), value) => {
                 let mut dictionary = Dictionary::new();
                 let code = match value {
                     Value::Text(text) => dictionary.intern(text),
@@ -126,7 +134,7 @@ impl Vector {
             DataType::Numeric => {
                 Data::Numeric(typed(values, Numeric::ZERO, |v| if let Value::Numeric(x) = v { Some(*x) } else { None }))
             }
-            DataType::Text => {
+            DataType::Text | DataType::Char(_) | DataType::Varchar(_) => {
                 let mut dictionary = Dictionary::new();
                 let codes = values
                     .iter()
@@ -243,6 +251,11 @@ impl Batch {
 
     pub fn row(&self, row: usize) -> Vec<Value> {
         self.columns.iter().map(|c| c.value(row)).collect()
+    }
+
+    /// A row as a client sees it (`Vector::output_value`).
+    pub fn output_row(&self, row: usize) -> Vec<Value> {
+        self.columns.iter().map(|c| c.output_value(row)).collect()
     }
 }
 
