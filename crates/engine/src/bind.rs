@@ -666,6 +666,13 @@ impl<'s> ExprBinder<'s> {
         if function.over.is_some() {
             return Err(EngineError::unsupported("window functions (OVER)"));
         }
+        if let AggregateFunction::Ordered(kind) = kind {
+            let filter = function.filter.as_deref().map(|c| self.bind(c)).transpose()?;
+            if let Some(filter) = &filter {
+                expect_type(filter, DataType::Bool, "FILTER")?;
+            }
+            return self.ordered_set_call(&name, kind, function, distinct, filter).map(Some);
+        }
         if matches!(&function.args, ast::FunctionArguments::List(list) if !list.clauses.is_empty()) {
             return Err(EngineError::unsupported(format!("ORDER BY or other clauses inside {name}(…)")));
         }
@@ -714,6 +721,65 @@ impl<'s> ExprBinder<'s> {
     }
 }
 
+impl ExprBinder<'_> {
+    /// string_agg / percentile_* / mode: direct arguments, the WITHIN GROUP key, and ORDER BY
+    /// inside string_agg when it orders by the aggregated value itself.
+    fn ordered_set_call(
+        &self,
+        name: &str,
+        mut kind: crate::ordered_set::OrderedSet,
+        function: &ast::Function,
+        distinct: bool,
+        filter: Option<Expr>,
+    ) -> Result<AggregateCall> {
+        use crate::ordered_set::OrderedSet;
+        let args = function_args(function)?.into_iter().map(|a| self.bind(a)).collect::<Result<Vec<_>>>()?;
+        let ascending_key = |key: &ast::OrderByExpr| -> Result<Expr> {
+            let plain =
+                matches!(key.options.sort, None | Some(ast::OrderBySort::Asc)) && key.options.nulls_first.is_none();
+            if !plain {
+                return Err(EngineError::unsupported(format!("DESC, USING or NULLS in WITHIN GROUP of {name}")));
+            }
+            self.bind(&key.expr)
+        };
+        let within = match function.within_group.as_slice() {
+            [] => None,
+            [key] => Some(ascending_key(key)?),
+            _ => return Err(EngineError::unsupported(format!("{name} with several WITHIN GROUP keys"))),
+        };
+        let mut order_keys = Vec::new();
+        if let ast::FunctionArguments::List(list) = &function.args {
+            for clause in &list.clauses {
+                match clause {
+                    ast::FunctionArgumentClause::OrderBy(keys) => order_keys.extend(keys),
+                    other => return Err(EngineError::unsupported(format!("{other} inside {name}(…)"))),
+                }
+            }
+        }
+        let (argument, second, data_type) = kind.bind(name, args, within)?;
+        match (order_keys.as_slice(), &mut kind) {
+            ([], _) => {}
+            ([key], OrderedSet::StringAgg { order }) if key.options.nulls_first.is_none() => {
+                let descending = match key.options.sort {
+                    None | Some(ast::OrderBySort::Asc) => false,
+                    Some(ast::OrderBySort::Desc) => true,
+                    Some(ast::OrderBySort::Using(_)) => return Err(EngineError::unsupported("ORDER BY … USING")),
+                };
+                if cast_expr(self.bind(&key.expr)?, DataType::Text)? != argument {
+                    return Err(EngineError::unsupported(format!("ORDER BY inside {name} by other than its value")));
+                }
+                *order = Some(descending);
+            }
+            _ => return Err(EngineError::unsupported(format!("ORDER BY inside {name}(…)"))),
+        }
+        if distinct && !matches!(kind, OrderedSet::StringAgg { order: Some(_) }) {
+            return Err(EngineError::unsupported(format!("DISTINCT in {name} without ORDER BY its value")));
+        }
+        let function = AggregateFunction::Ordered(kind);
+        Ok(AggregateCall { function, argument: Some(argument), data_type, distinct, filter, second })
+    }
+}
+
 /// A comparison operator of the AST.
 fn comparison_operator(op: &ast::BinaryOperator) -> Result<BinaryOp> {
     use ast::BinaryOperator as B;
@@ -746,7 +812,10 @@ pub(crate) fn aggregate_function(name: &str) -> Option<AggregateFunction> {
         "count" => AggregateFunction::Count,
         "min" => AggregateFunction::Min,
         "max" => AggregateFunction::Max,
-        _ => AggregateFunction::Statistic(crate::statistics::Statistic::named(name)?),
+        _ => match crate::ordered_set::OrderedSet::named(name) {
+            Some(kind) => AggregateFunction::Ordered(kind),
+            None => AggregateFunction::Statistic(crate::statistics::Statistic::named(name)?),
+        },
     })
 }
 

@@ -302,29 +302,16 @@ pub fn parse_decimal(text: &str, scale: u8) -> Result<i64> {
     i64::try_from(value).map_err(|_| overflow())
 }
 
-/// Days since 1970-01-01 for a proleptic Gregorian date (Howard Hinnant's algorithm).
+/// Days since 1970-01-01 of a proleptic Gregorian date (the shared `bypass_wire::civil`),
+/// for dates in the `date` type's range.
 pub fn days_from_civil(year: i32, month: u32, day: u32) -> i32 {
-    let year = if month <= 2 { year - 1 } else { year };
-    let era = if year >= 0 { year } else { year - 399 } / 400;
-    let year_of_era = year - era * 400;
-    let month_index = (month + 9) % 12; // March = 0
-    let day_of_year = (153 * month_index + 2) / 5 + day - 1;
-    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year as i32;
-    era * 146_097 + day_of_era - 719_468
+    bypass_wire::civil::days_from_civil(i64::from(year), month, day) as i32
 }
 
 /// The inverse of [`days_from_civil`]: (year, month 1..=12, day 1..=31).
 pub fn civil_from_days(days: i32) -> (i32, u32, u32) {
-    let z = days + 719_468;
-    let era = if z >= 0 { z } else { z - 146_096 } / 146_097;
-    let day_of_era = z - era * 146_097;
-    let year_of_era = (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let month_index = (5 * day_of_year + 2) / 153;
-    let day = (day_of_year - (153 * month_index + 2) / 5 + 1) as u32;
-    let month = if month_index < 10 { month_index + 3 } else { month_index - 9 } as u32;
-    let year = year_of_era + era * 400 + i32::from(month <= 2);
-    (year, month, day)
+    let (year, month, day) = bypass_wire::civil::civil_from_days(i64::from(days));
+    (year as i32, month, day)
 }
 
 fn days_in_month(year: i32, month: u32) -> u32 {

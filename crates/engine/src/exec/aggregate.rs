@@ -85,6 +85,8 @@ pub enum AggregateState {
     Distinct(Vec<HashMap<ValueKey, Value>>),
     /// var_pop, regr_slope, … (`crate::statistics`).
     Statistics(Moments),
+    /// Every non-null value of each group (string_agg, percentiles, mode: `ordered_set`).
+    Values(Vec<Vec<Value>>),
 }
 
 impl AggregateState {
@@ -97,6 +99,7 @@ impl AggregateState {
             (AggregateFunction::Count | AggregateFunction::CountStar, _) => AggregateState::Count(Vec::new()),
             (AggregateFunction::Min, _) => AggregateState::MinMax { values: Vec::new(), is_min: true },
             (AggregateFunction::Max, _) => AggregateState::MinMax { values: Vec::new(), is_min: false },
+            (AggregateFunction::Ordered(_), _) => AggregateState::Values(Vec::new()),
             (AggregateFunction::Statistic(statistic), input) => {
                 AggregateState::Statistics(Moments::new(statistic, input.unwrap_or(DataType::Float64)))
             }
@@ -126,6 +129,7 @@ impl AggregateState {
             AggregateState::MinMax { values, .. } => values.resize(groups, Value::Null),
             AggregateState::Distinct(seen) => seen.resize_with(groups, HashMap::new),
             AggregateState::Statistics(moments) => moments.resize(groups),
+            AggregateState::Values(lists) => lists.resize_with(groups, Vec::new),
         }
     }
 
@@ -186,6 +190,9 @@ impl AggregateState {
                     }
                 }
             }
+            (AggregateState::Values(lists), Some(_)) => {
+                crate::ordered_set::collect(lists, groups, argument.expect("collected aggregates have an argument"));
+            }
             (AggregateState::Distinct(seen), Some(_)) => {
                 let argument = argument.expect("distinct aggregates have an argument");
                 for (r, &g) in groups.iter().enumerate() {
@@ -236,6 +243,9 @@ impl AggregateState {
             (AggregateState::Statistics(moments), AggregateState::Statistics(other)) => {
                 moments.merge_group(to, other, from)?;
             }
+            (AggregateState::Values(lists), AggregateState::Values(other)) => {
+                lists[to].extend(other[from].iter().cloned());
+            }
             (AggregateState::MinMax { values, is_min }, AggregateState::MinMax { values: v, .. }) => {
                 if !v[from].is_null() && (values[to].is_null() || better(&v[from], &values[to], *is_min)) {
                     values[to] = v[from].clone();
@@ -281,6 +291,14 @@ impl AggregateState {
             }
             AggregateState::MinMax { values, .. } => return Ok(Vector::from_values(values, data_type)),
             AggregateState::Distinct(seen) => return finish_distinct(seen, call),
+            AggregateState::Values(lists) => {
+                let AggregateFunction::Ordered(kind) = call.function else { panic!("values state for {call:?}") };
+                let results = lists
+                    .iter()
+                    .map(|values| kind.finish(values.clone(), call.second.as_ref()))
+                    .collect::<Result<Vec<_>>>()?;
+                return Ok(Vector::from_values(&results, data_type));
+            }
             AggregateState::Statistics(moments) => match call.function {
                 AggregateFunction::Statistic(statistic) => return moments.finish(statistic),
                 other => panic!("statistics state for {other:?}"),
