@@ -80,7 +80,12 @@ pub struct Session {
     /// Prepared statements DEALLOCATE named (`None`: all), drained by the server, which keeps
     /// the protocol's prepared statements.
     deallocations: Vec<Option<String>>,
+    /// Prefix of the keys of this session's temporary tables (see `catalog`).
+    temp_namespace: String,
 }
+
+/// Numbers sessions for their temporary tables' keys.
+static SESSIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 /// A NoticeResponse for the client.
 #[derive(Debug, Clone)]
@@ -100,6 +105,11 @@ impl Session {
             implicit_block: false,
             notices: Vec::new(),
             deallocations: Vec::new(),
+            temp_namespace: format!(
+                "{}pg_temp_{}.",
+                crate::catalog::TEMP_KEY_START,
+                SESSIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            ),
         }
     }
 
@@ -150,6 +160,24 @@ impl Session {
     pub fn close(&mut self, engine: &Engine) {
         self.implicit_block = false;
         self.roll_back(engine);
+        crate::ddl::drop_temporary_tables(self, engine);
+    }
+
+    /// The key a new temporary table `name` is stored under.
+    pub(crate) fn temp_key(&self, name: &str) -> String {
+        format!("{}{name}", self.temp_namespace)
+    }
+
+    /// Opens a transaction for work outside a statement (dropping temporary tables at the end).
+    pub(crate) fn open_internal_transaction(&mut self, engine: &Engine) {
+        if matches!(self.state, State::Idle) {
+            self.state = State::Open(self.new_transaction(engine, false));
+        }
+    }
+
+    /// Commits what `open_internal_transaction` opened.
+    pub(crate) fn commit_internal_transaction(&mut self, engine: &Engine) {
+        let _ = self.commit_open(engine);
     }
 
     /// Runs one statement, streaming its rows (if any) to `sink`.
@@ -429,7 +457,7 @@ impl Session {
             }
             Isolation::ReadCommitted => engine.database().snapshot(),
         };
-        Catalog::new(snapshot, transaction.changes.clone())
+        Catalog::new(snapshot, transaction.changes.clone()).with_temp_namespace(&self.temp_namespace)
     }
 
     /// Locks `name` for writing and returns the version to build on: this transaction's own,
