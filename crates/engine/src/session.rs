@@ -20,7 +20,7 @@ use std::sync::Arc;
 use sqlparser::ast;
 
 use crate::catalog::{Catalog, CatalogVersion, Changes, TransactionId};
-use crate::control::QueryControl;
+use crate::control::{MemoryBudget, QueryControl};
 use crate::engine::{describe_columns, ColumnType, Description, Engine, QueryResult};
 use crate::error::{EngineError, Result};
 use crate::explain::explain_plan;
@@ -80,6 +80,8 @@ pub struct Session {
     /// Prepared statements DEALLOCATE named (`None`: all), drained by the server, which keeps
     /// the protocol's prepared statements.
     deallocations: Vec<Option<String>>,
+    /// The server-wide budget its statements' memory counts against.
+    memory_budget: Option<Arc<MemoryBudget>>,
 }
 
 /// A NoticeResponse for the client.
@@ -100,6 +102,7 @@ impl Session {
             implicit_block: false,
             notices: Vec::new(),
             deallocations: Vec::new(),
+            memory_budget: None,
         }
     }
 
@@ -127,9 +130,17 @@ impl Session {
         std::mem::take(&mut self.notices)
     }
 
-    /// A control for the next statement, with this session's timeout and memory limit.
+    /// The session's statements count against `budget` too.
+    pub fn within_budget(mut self, budget: Arc<MemoryBudget>) -> Session {
+        self.memory_budget = Some(budget);
+        self
+    }
+
+    /// A control for the next statement, with this session's timeout and memory limit and the
+    /// server's budget.
     pub fn new_control(&self) -> Arc<QueryControl> {
-        QueryControl::new(self.settings.statement_timeout, self.settings.memory_limit)
+        let budget = self.memory_budget.clone();
+        QueryControl::with_budget(self.settings.statement_timeout, self.settings.memory_limit, budget)
     }
 
     /// Starts an implicit block: statements until `end_implicit_block` share one transaction.

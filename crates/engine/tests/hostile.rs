@@ -11,12 +11,20 @@ use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+#[cfg(not(feature = "global-mimalloc"))]
+use bypass_engine::control::TrackingAllocator;
 use bypass_engine::{tpch, Engine, EngineSettings};
 use bypass_testkit::Postgres;
 use bypass_wire::frontend::build;
 use bypass_wire::login::{Login, LoginRequest, LoginStep};
 use bypass_wire::BackendMessage;
 use common::{start_server, ENGINE_DATABASE, ENGINE_PASSWORD, ENGINE_USER};
+
+// Memory is charged to statements by the allocator the `bypass` binary installs (the library
+// installs it itself when a workspace build turns on `global-mimalloc`).
+#[cfg(not(feature = "global-mimalloc"))]
+#[global_allocator]
+static ALLOCATOR: TrackingAllocator<std::alloc::System> = TrackingAllocator(std::alloc::System);
 
 /// Bound on every read: an answer comes within milliseconds when the server works.
 const READ_TIMEOUT: Duration = Duration::from_secs(30);
@@ -415,4 +423,42 @@ fn listener_survives_hostile_clients() -> anyhow::Result<()> {
         assert_eq!(server.statements_running(), 0, "a statement kept running after its client left");
     }
     answers_select_1(address)
+}
+
+// Goal: the server-wide memory_budget bounds what running statements hold together, whatever
+// each statement's memory_limit: N runaway statements cannot take N × memory_limit; the server
+// goes on and the budget is given back when they end; method: a 64 MiB budget, and the runaway
+// self-join (its pairs need gigabytes) from three clients at once under memory_limit = 1GB,
+// each refused with 53200 naming memory_budget.
+#[test]
+fn a_server_memory_budget_bounds_concurrent_runaway_statements() -> anyhow::Result<()> {
+    let settings = EngineSettings { memory_budget: 64 << 20, ..EngineSettings::default() };
+    let engine = Arc::new(Engine::new(settings)?);
+    tpch::load(&engine, 0.01)?;
+    let server = start_server(Arc::clone(&engine))?;
+    let address = server.address;
+    let runaway = b"select l1.l_orderkey, l2.l_orderkey from lineitem l1 join lineitem l2 \
+                    on l1.l_returnflag = l2.l_returnflag order by 1, 2";
+    let answers: Vec<Vec<Answer>> = std::thread::scope(|scope| {
+        let client = || {
+            let mut raw = Raw::engine(address)?;
+            // A bound that holds without the budget too (a failing run takes 3 GiB, not 3 × 80% of RAM).
+            raw.query(b"set memory_limit = '1GB'")?;
+            raw.query(runaway)
+        };
+        let clients: Vec<_> = (0..3).map(|_| scope.spawn(client)).collect();
+        clients.into_iter().map(|c| c.join().expect("client thread")).collect::<anyhow::Result<_>>()
+    })?;
+    for answer in &answers {
+        let error = answer.iter().find(|a| a.tag == 'E').expect("refused");
+        assert_eq!(error.code.as_deref(), Some("53200"), "{answer:?}");
+        assert!(error.message.as_deref().is_some_and(|m| m.contains("memory_budget")), "{answer:?}");
+    }
+    answers_select_1(address)?;
+    let started = Instant::now();
+    while engine.memory_budget().used() != 0 && started.elapsed() < READ_TIMEOUT {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(engine.memory_budget().used(), 0, "ended statements hold nothing of the budget");
+    Ok(())
 }
