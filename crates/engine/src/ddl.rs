@@ -225,7 +225,7 @@ pub fn drop_tables(
 ) -> Result<String> {
     for name in names {
         let name = user_table_name(name)?;
-        if session.table_for_write(engine, &name)?.is_none() {
+        if session.table_for_drop(engine, &name)?.is_none() {
             if if_exists {
                 session.notice("00000", format!("table \"{name}\" does not exist, skipping"));
                 continue;
@@ -244,7 +244,7 @@ pub fn truncate(session: &mut Session, engine: &Engine, truncate: &ast::Truncate
     }
     for target in &truncate.table_names {
         let name = user_table_name(&target.name)?;
-        let Some(table) = session.table_for_write(engine, &name)? else {
+        let Some(table) = session.table_for_drop(engine, &name)? else {
             if truncate.if_exists {
                 continue;
             }

@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use sqlparser::ast;
 
-use crate::catalog::{Catalog, CatalogVersion, Changes, TransactionId};
+use crate::catalog::{Catalog, CatalogVersion, Changes, LockMode, TransactionId};
 use crate::control::{MemoryBudget, QueryControl};
 use crate::engine::{describe_columns, ColumnType, Description, Engine, QueryResult};
 use crate::error::{EngineError, Result};
@@ -174,7 +174,7 @@ impl Session {
         if matches!(self.state, State::Idle) {
             self.state = State::Open(self.new_transaction(engine, false));
         }
-        let outcome = self.dispatch(engine, statement, sink);
+        let outcome = self.share_lock_reads(engine, statement).and_then(|()| self.dispatch(engine, statement, sink));
         self.after_statement(engine, outcome)
     }
 
@@ -467,6 +467,35 @@ impl Session {
             }
         }
         Ok(newest)
+    }
+
+    /// Share-locks every existing table `statement` names, before it takes its snapshot, until
+    /// the transaction ends: a DROP or TRUNCATE of them waits for this transaction (catalog.rs).
+    /// Names of no table (CTEs, typos) are not locked, so a transaction's locks stay bounded by
+    /// the tables there are.
+    fn share_lock_reads(&mut self, engine: &Engine, statement: &ast::Statement) -> Result<()> {
+        let names = crate::catalog::named_tables(statement);
+        if names.is_empty() {
+            return Ok(());
+        }
+        let lock_timeout = self.settings.lock_timeout;
+        let newest = engine.database().snapshot();
+        let transaction = self.transaction();
+        for name in names {
+            if newest.get(&name).is_some() || transaction.changes.contains_key(&name) {
+                engine.database().lock_mode(transaction.id, &name, LockMode::Share, lock_timeout)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Like [`Session::table_for_write`], for replacing the table whole (DROP, TRUNCATE): also
+    /// waits until no other transaction that read the table is open.
+    pub(crate) fn table_for_drop(&mut self, engine: &Engine, name: &str) -> Result<Option<Arc<Table>>> {
+        let lock_timeout = self.settings.lock_timeout;
+        let transaction = self.transaction().id;
+        engine.database().lock_mode(transaction, name, LockMode::Exclusive, lock_timeout)?;
+        self.table_for_write(engine, name)
     }
 
     /// Like [`Session::table_for_write`], but takes the transaction's own version out of it, so

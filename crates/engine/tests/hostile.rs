@@ -462,3 +462,82 @@ fn a_server_memory_budget_bounds_concurrent_runaway_statements() -> anyhow::Resu
     assert_eq!(engine.memory_budget().used(), 0, "ended statements hold nothing of the budget");
     Ok(())
 }
+
+/// The first column of the first row `sql` answers with, or the SQLSTATE of its error.
+fn first_value(raw: &mut Raw, sql: &str) -> anyhow::Result<Result<String, String>> {
+    raw.send(&query_message(sql.as_bytes()))?;
+    let mut outcome = Err("no row".to_string());
+    while let Some((tag, body)) = raw.message()? {
+        match BackendMessage::decode(tag, &body)? {
+            BackendMessage::ErrorResponse(fields) => {
+                outcome = Err(fields.code().map(|c| String::from_utf8_lossy(c).into_owned()).unwrap_or_default());
+            }
+            _ if tag == b'D' && outcome.is_err() => {
+                let length = i32::from_be_bytes([body[2], body[3], body[4], body[5]]);
+                let value = usize::try_from(length)
+                    .map_or(String::new(), |l| String::from_utf8_lossy(&body[6..6 + l]).into_owned());
+                outcome = Ok(value);
+            }
+            _ if tag == b'C' && outcome.is_err() => {
+                outcome = Ok(String::from_utf8_lossy(&body).trim_end_matches('\0').into())
+            }
+            _ if tag == b'Z' => break,
+            _ => {}
+        }
+    }
+    Ok(outcome)
+}
+
+/// Waits until `count` transactions wait for a table lock (bounded by READ_TIMEOUT).
+fn until_lock_waiters(engine: &Engine, count: usize) -> bool {
+    let started = Instant::now();
+    while engine.database().lock_waiters() != count {
+        if started.elapsed() > READ_TIMEOUT {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    true
+}
+
+// Goal: DROP TABLE and TRUNCATE wait for open transactions that read the table, as in
+// PostgreSQL, so a reader never sees the table vanish (42P01) or emptied mid-transaction (it
+// did: readers took no locks); lock_timeout (55P03) and statement_timeout (57014) bound the
+// wait, and two readers that both truncate deadlock (40P01); method: sessions on one server.
+#[test]
+fn drop_and_truncate_wait_for_transactions_that_read_the_table() -> anyhow::Result<()> {
+    let engine = Arc::new(Engine::new(EngineSettings::default())?);
+    engine.execute("create table t (x int); insert into t values (1), (2), (3)")?;
+    let server = start_server(Arc::clone(&engine))?;
+    let (mut reader, mut other) = (Raw::engine(server.address)?, Raw::engine(server.address)?);
+    let count = "select count(*) from t";
+    first_value(&mut reader, "begin")?.expect("begin");
+    assert_eq!(first_value(&mut reader, count)?, Ok("3".into()));
+    first_value(&mut other, "set lock_timeout = '50ms'")?.expect("set");
+    assert_eq!(first_value(&mut other, "truncate t")?, Err("55P03".into()));
+    first_value(&mut other, "set lock_timeout = 0")?.expect("set");
+    first_value(&mut other, "set statement_timeout = '50ms'")?.expect("set");
+    assert_eq!(first_value(&mut other, "drop table t")?, Err("57014".into()));
+    first_value(&mut other, "set statement_timeout = 0")?.expect("set");
+    other.send(&query_message(b"truncate t"))?;
+    assert!(until_lock_waiters(&engine, 1), "the TRUNCATE waits for the reader");
+    assert_eq!(first_value(&mut reader, count)?, Ok("3".into()), "the reader's table is whole");
+    first_value(&mut reader, "commit")?.expect("commit");
+    let truncated: String = other.answers()?.iter().map(|a| a.tag).collect();
+    assert_eq!(truncated, "CZ", "the TRUNCATE ran once the reader ended");
+    assert_eq!(first_value(&mut reader, count)?, Ok("0".into()));
+
+    for raw in [&mut reader, &mut other] {
+        first_value(raw, "begin")?.expect("begin");
+        assert_eq!(first_value(raw, count)?, Ok("0".into()));
+    }
+    reader.send(&query_message(b"drop table t"))?;
+    assert!(until_lock_waiters(&engine, 1), "the DROP waits for the other reader");
+    assert_eq!(first_value(&mut other, "truncate t")?, Err("40P01".into()));
+    first_value(&mut other, "rollback")?.expect("rollback");
+    let dropped: String = reader.answers()?.iter().map(|a| a.tag).collect();
+    assert_eq!(dropped, "CZ", "the DROP ran once the deadlocked reader rolled back");
+    first_value(&mut reader, "commit")?.expect("commit");
+    assert_eq!(first_value(&mut other, count)?, Err("42P01".into()));
+    Ok(())
+}
