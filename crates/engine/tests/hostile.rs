@@ -245,6 +245,8 @@ fn protocol_cases() -> Vec<(&'static str, Vec<u8>)> {
     build::parse(&mut bind_invalid, "", "select $1::text", &[25]);
     build::bind(&mut bind_invalid, "", "", &[Some(b"\xff\xfe")]);
     build::sync(&mut bind_invalid);
+    let mut startup_again = Vec::new();
+    bypass_wire::startup::encode_startup(&mut startup_again, &[("user", "postgres")]);
     let mut cases = vec![
         ("invalid UTF-8 in a query", query_message(b"select 'caf\xc3\x28'")),
         ("a lone continuation byte", query_message(b"select '\x80'")),
@@ -256,6 +258,9 @@ fn protocol_cases() -> Vec<(&'static str, Vec<u8>)> {
         ("comment-only Parse/Bind/Execute", extended_comment),
         ("invalid UTF-8 in Parse", extended_invalid),
         ("invalid UTF-8 in a text parameter", bind_invalid),
+        // Type byte 0 after login: PostgreSQL refuses at once ("invalid frontend message type 0").
+        ("a StartupPacket after login", startup_again),
+        ("an SSLRequest after login", vec![0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f]),
     ];
     cases.extend(invalid_name_cases());
     cases.extend(suspended_portal_cases());

@@ -218,3 +218,37 @@ async fn malformed_oversized_and_random_bytes_leave_the_pooler_serving() {
     client.simple_query("select 1").await.expect("query");
     assert_eq!(pool_keys(&pooler).len(), 1);
 }
+
+#[test]
+fn a_startup_packet_after_login_is_refused_at_once() {
+    // Goal: a StartupPacket or SSLRequest sent again after login (type byte 0) gets FATAL 08P01
+    // at once and the connection closes, as PostgreSQL answers "invalid frontend message type
+    // 0" (the pooler took it for the header of a message ~2-10 KB long and waited for the
+    // rest). Method: raw logins in both pool modes, idle and after a query (linked in session
+    // mode); the answer must arrive without another byte sent (RawClient's 10 s read bound).
+    let postgres = postgres();
+    let mut startup = Vec::new();
+    bypass_wire::startup::encode_startup(&mut startup, &[("user", "postgres"), ("database", "postgres")]);
+    let ssl_request = vec![0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f];
+    let mut query = Vec::new();
+    bypass_wire::frontend::build::query(&mut query, "select 1");
+    for mode in [PoolMode::Session, PoolMode::Transaction] {
+        let pooler = Pooler::start(config(&postgres, mode, 2));
+        for (input, after_query) in [(&startup, false), (&ssl_request, false), (&startup, true), (&ssl_request, true)] {
+            let mut raw = RawClient::login(pooler.port);
+            if after_query {
+                raw.send(&query);
+                assert_eq!(raw.read_until(b'Z').last().map(|m| m.0), Some(b'Z'), "{mode:?}");
+            }
+            raw.send(input);
+            let answer = raw.read_message();
+            let Some((b'E', body)) = answer else { panic!("{mode:?} {input:?}: no ErrorResponse but {answer:?}") };
+            assert_eq!(error_code(&body), "08P01", "{mode:?} {input:?}");
+            assert!(raw.read_message().is_none(), "{mode:?} {input:?}: the connection closes");
+        }
+        let mut client = RawClient::login(pooler.port);
+        client.send(&query);
+        let tags: Vec<u8> = client.read_until(b'Z').iter().map(|m| m.0).collect();
+        assert_eq!(tags, b"TDCZ", "{mode:?}: still serving");
+    }
+}
