@@ -564,6 +564,10 @@ impl<'s> ExprBinder<'s> {
     ) -> Result<Expr> {
         let operand = operand.as_deref().map(|o| self.bind_in(o, context)).transpose()?;
         let mut branches = Vec::new();
+        // Like PostgreSQL's constant folding: a result no row can reach (its condition is a
+        // constant false or NULL, or an earlier one a constant true) is bound without raising
+        // the errors of folding it (`WHEN 1=0 THEN 1/0`); any other result folds as usual.
+        let mut decided = false;
         for when in conditions {
             let condition = self.bind_in(&when.condition, context)?;
             let condition = match &operand {
@@ -571,10 +575,17 @@ impl<'s> ExprBinder<'s> {
                 None => condition,
             };
             expect_type(&condition, DataType::Bool, "CASE WHEN")?;
-            branches.push((condition, self.bind_in(&when.result, context)?));
+            let constant = match &condition {
+                Expr::Literal { value: Value::Bool(b), .. } => Some(*b),
+                Expr::Literal { value: Value::Null, .. } => Some(false),
+                _ => None,
+            };
+            let unreachable = decided || constant == Some(false);
+            decided |= constant == Some(true);
+            branches.push((condition, folding_errors_deferred(unreachable, || self.bind_in(&when.result, context))?));
         }
         let otherwise = match else_result {
-            Some(e) => self.bind_in(e, context)?,
+            Some(e) => folding_errors_deferred(decided, || self.bind_in(e, context))?,
             None => Expr::literal(Value::Null, DataType::Int32),
         };
         let (conditions, results): (Vec<Expr>, Vec<Expr>) = branches.into_iter().unzip();
@@ -656,17 +667,28 @@ impl<'s> ExprBinder<'s> {
                     data_type: DataType::Int64,
                     distinct,
                     filter,
+                    second: None,
                 })),
                 _ => Err(EngineError::Syntax(format!("{name}(*) is only valid for count"))),
             };
         }
         let args = function_args(function)?;
+        if let AggregateFunction::Statistic(statistic) = kind {
+            if distinct {
+                return Err(EngineError::unsupported(format!("DISTINCT in a call of {name}")));
+            }
+            let args = args.iter().map(|a| self.bind(a)).collect::<Result<Vec<_>>>()?;
+            let (mut args, data_type) = statistic.bind(&name, args)?;
+            let second = (args.len() == 2).then(|| args.pop().expect("two arguments"));
+            let argument = args.pop();
+            return Ok(Some(AggregateCall { function: kind, argument, data_type, distinct, filter, second }));
+        }
         let [argument] = args.as_slice() else {
             return Err(EngineError::unsupported(format!("{name} with {} arguments", args.len())));
         };
         let argument = self.bind(argument)?;
         let data_type = aggregate_type(kind, argument.data_type())?;
-        Ok(Some(AggregateCall { function: kind, argument: Some(argument), data_type, distinct, filter }))
+        Ok(Some(AggregateCall { function: kind, argument: Some(argument), data_type, distinct, filter, second: None }))
     }
 }
 
@@ -702,7 +724,7 @@ pub(crate) fn aggregate_function(name: &str) -> Option<AggregateFunction> {
         "count" => AggregateFunction::Count,
         "min" => AggregateFunction::Min,
         "max" => AggregateFunction::Max,
-        _ => return None,
+        _ => AggregateFunction::Statistic(crate::statistics::Statistic::named(name)?),
     })
 }
 
@@ -948,11 +970,37 @@ fn date_plus_interval(date: Expr, months: i32, days: i32) -> Result<Expr> {
     Ok(result)
 }
 
+thread_local! {
+    /// Nonzero while binding a CASE result that no row can reach (see `Binder::case`).
+    static FOLDING_ERRORS_DEFERRED: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// Runs `bind` with folding errors deferred to execution when `deferred` (a CASE result that
+/// is never evaluated then never raises them).
+fn folding_errors_deferred<T>(deferred: bool, bind: impl FnOnce() -> Result<T>) -> Result<T> {
+    if !deferred {
+        return bind();
+    }
+    struct Restore;
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            FOLDING_ERRORS_DEFERRED.with(|d| d.set(d.get() - 1));
+        }
+    }
+    FOLDING_ERRORS_DEFERRED.with(|d| d.set(d.get() + 1));
+    let _restore = Restore;
+    bind()
+}
+
 /// Folds an expression to a literal when it has no column references.
 pub fn fold(expr: Expr) -> Result<Expr> {
     if expr.is_constant() && !matches!(expr, Expr::Literal { .. }) {
         let data_type = expr.data_type();
-        return Ok(Expr::literal(evaluate_constant(&expr)?, data_type));
+        return match evaluate_constant(&expr) {
+            Ok(value) => Ok(Expr::literal(value, data_type)),
+            Err(_) if FOLDING_ERRORS_DEFERRED.with(|d| d.get() > 0) => Ok(expr),
+            Err(error) => Err(error),
+        };
     }
     Ok(expr)
 }

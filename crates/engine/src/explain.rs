@@ -84,6 +84,7 @@ fn render(
                 .map(|a| {
                     let distinct = if a.distinct { "DISTINCT " } else { "" };
                     let argument = a.argument.as_ref().map_or("*".into(), |e| e.to_string());
+                    let argument = a.second.as_ref().map_or(argument.clone(), |x| format!("{argument}, {x}"));
                     let filter = a.filter.as_ref().map_or(String::new(), |f| format!(" FILTER (WHERE {f})"));
                     format!("{:?}({distinct}{argument}){filter}", a.function)
                 })

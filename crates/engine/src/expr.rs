@@ -692,47 +692,81 @@ fn negate(mut vector: Vector) -> Result<Vector> {
 
 pub use crate::cast::cast;
 
+/// CASE as PostgreSQL runs it: each condition sees only the rows no earlier branch took, and
+/// each result only the rows that take it (`1/0` in a branch no row reaches raises nothing).
 fn case(branches: &[(Expr, Expr)], otherwise: &Expr, data_type: DataType, batch: &Batch) -> Result<Vector> {
-    let mut result = evaluate(otherwise, batch)?;
-    let mut decided = vec![false; batch.rows];
+    let mut pending: Vec<u32> = (0..batch.rows as u32).collect();
+    let mut results = CaseResults::new(batch.rows);
     for (condition, value) in branches {
-        let condition = evaluate(condition, batch)?;
-        let value = evaluate(value, batch)?;
-        let holds = bools(&condition);
-        let rows: Vec<u32> = (0..batch.rows)
-            .filter(|&row| !decided[row] && holds[row] && condition.is_valid(row))
-            .map(|row| row as u32)
-            .collect();
-        for &row in &rows {
-            decided[row as usize] = true;
+        if pending.is_empty() {
+            break;
         }
-        overwrite_rows(&mut result, &value, &rows);
+        let reaching = rows_of(batch, &pending);
+        let condition = evaluate(condition, &reaching)?;
+        let holds = bools(&condition);
+        let (mut taken, mut taken_here, mut rest) = (Vec::new(), Vec::new(), Vec::new());
+        for (here, &row) in pending.iter().enumerate() {
+            if holds[here] && condition.is_valid(here) {
+                taken.push(row);
+                taken_here.push(here as u32);
+            } else {
+                rest.push(row);
+            }
+        }
+        if !taken.is_empty() {
+            results.add(&taken, evaluate(value, &rows_of(&reaching, &taken_here))?);
+        }
+        pending = rest;
     }
+    if !pending.is_empty() {
+        results.add(&pending, evaluate(otherwise, &rows_of(batch, &pending))?);
+    }
+    let mut result = results.finish(data_type);
     result.data_type = data_type;
     Ok(result)
 }
 
-/// `target[row] = source[row]` for the listed rows.
-fn overwrite_rows(target: &mut Vector, source: &Vector, rows: &[u32]) {
-    if rows.is_empty() {
-        return;
+/// The rows `rows` of a batch (the batch itself when that is all of them).
+fn rows_of<'a>(batch: &'a Batch, rows: &[u32]) -> std::borrow::Cow<'a, Batch> {
+    if rows.len() == batch.rows {
+        std::borrow::Cow::Borrowed(batch)
+    } else {
+        std::borrow::Cow::Owned(batch.gather(rows))
     }
-    match (&mut target.data, &source.data) {
-        (Data::Bool(t), Data::Bool(s)) => rows.iter().for_each(|&r| t[r as usize] = s[r as usize]),
-        (Data::I32(t), Data::I32(s)) => rows.iter().for_each(|&r| t[r as usize] = s[r as usize]),
-        (Data::I64(t), Data::I64(s)) => rows.iter().for_each(|&r| t[r as usize] = s[r as usize]),
-        (Data::F64(t), Data::F64(s)) => rows.iter().for_each(|&r| t[r as usize] = s[r as usize]),
-        (Data::Numeric(t), Data::Numeric(s)) => rows.iter().for_each(|&r| t[r as usize] = s[r as usize]),
-        (Data::Text(t, td), Data::Text(s, sd)) => {
-            let merged = Arc::make_mut(td);
-            rows.iter().for_each(|&r| t[r as usize] = merged.intern(sd.get(s[r as usize])));
+}
+
+/// CASE results computed per branch, then put back in row order.
+struct CaseResults {
+    values: Option<Vector>,
+    /// Row → its position in `values`.
+    positions: Vec<u32>,
+}
+
+impl CaseResults {
+    fn new(rows: usize) -> CaseResults {
+        CaseResults { values: None, positions: vec![0; rows] }
+    }
+
+    fn add(&mut self, rows: &[u32], values: Vector) {
+        let start = self.values.as_ref().map_or(0, Vector::len);
+        for (offset, &row) in rows.iter().enumerate() {
+            self.positions[row as usize] = (start + offset) as u32;
         }
-        _ => panic!("the binder gives CASE branches one type"),
+        match &mut self.values {
+            None => self.values = Some(values),
+            Some(all) => all.append(&values),
+        }
     }
-    if target.validity.is_some() || source.validity.is_some() {
-        let n = target.len();
-        let validity = target.validity.get_or_insert_with(|| vec![true; n]);
-        rows.iter().for_each(|&r| validity[r as usize] = source.is_valid(r as usize));
+
+    fn finish(self, data_type: DataType) -> Vector {
+        let Some(values) = self.values else { return Vector::empty(data_type) };
+        // Every row took exactly one result; one branch taking all of them needs no gather.
+        let in_order = self.positions.iter().enumerate().all(|(i, &p)| p as usize == i);
+        if in_order {
+            values
+        } else {
+            values.gather(&self.positions)
+        }
     }
 }
 

@@ -57,6 +57,7 @@ pub mod runtime;
 pub mod server;
 pub mod session;
 pub mod settings;
+pub mod statistics;
 pub mod storage;
 pub mod stream;
 pub mod tpch;

@@ -231,6 +231,24 @@ impl Numeric {
         self.negated().floor().negated()
     }
 
+    /// The square root rounded (half up) to `scale` fractional digits, as PostgreSQL's
+    /// sqrt_var at a given result scale (the variance it is called on is never negative).
+    pub fn sqrt_to_scale(self, scale: u8) -> Result<Numeric> {
+        if self.mantissa < 0 {
+            return Err(EngineError::Runtime("square root of a negative numeric".into()));
+        }
+        // sqrt(m / 10^s) · 10^(scale+1) = sqrt(m · 10^(2·scale + 2 − s)): one digit more, to round.
+        let exponent = 2 * i32::from(scale) + 2 - i32::from(self.scale);
+        let root = if exponent >= 0 {
+            wide::sqrt_scaled(self.mantissa.unsigned_abs(), exponent as u32)?
+        } else {
+            let divisor = pow10_wide(exponent.unsigned_abs()).ok_or_else(overflow)?;
+            (self.mantissa / divisor).unsigned_abs().isqrt()
+        };
+        let rounded = root / 10 + u128::from(root % 10 >= 5);
+        Ok(Numeric { mantissa: i128::try_from(rounded).map_err(|_| overflow())?, scale })
+    }
+
     pub fn signum(self) -> i32 {
         self.mantissa.signum() as i32
     }
@@ -342,6 +360,38 @@ mod wide {
         Ok(if negative { -value } else { value })
     }
 
+    /// floor(sqrt(a · 10^exponent)), computed in 256 bits.
+    pub fn sqrt_scaled(a: u128, exponent: u32) -> Result<u128> {
+        let (mut high, mut low) = (0u128, a);
+        for _ in 0..exponent {
+            (high, low) = times_ten(high, low).ok_or_else(overflow)?;
+        }
+        // The largest r with r² ≤ (high, low), by binary search over r < 2^128.
+        let (mut below, mut above) = (0u128, u128::MAX);
+        while below < above {
+            let middle = below + (above - below).div_ceil(2);
+            if square_at_most(middle, high, low) {
+                below = middle;
+            } else {
+                above = middle - 1;
+            }
+        }
+        Ok(below)
+    }
+
+    /// Whether r² ≤ high·2^128 + low.
+    fn square_at_most(r: u128, high: u128, low: u128) -> bool {
+        let (r_high, r_low) = (r >> 64, r & u128::from(u64::MAX));
+        let low_low = r_low * r_low;
+        let cross = r_high * r_low;
+        let high_high = r_high * r_high;
+        // r² = high_high·2^128 + 2·cross·2^64 + low_low.
+        let (cross_low, cross_high) = (cross << 65, cross >> 63);
+        let (square_low, carry) = low_low.overflowing_add(cross_low);
+        let square_high = high_high + cross_high + u128::from(carry);
+        (square_high, square_low) <= (high, low)
+    }
+
     fn times_ten(high: u128, low: u128) -> Option<(u128, u128)> {
         let (low8, carry8) = (low << 3, low >> 125);
         let (low2, carry2) = (low << 1, low >> 127);
@@ -428,6 +478,13 @@ mod tests {
         assert_eq!(Numeric::from_f64(0.1).expect("finite").to_string(), "0.1");
         assert_eq!(Numeric::from_f64(1.0 / 3.0).expect("finite").to_string(), "0.333333333333333");
         assert_eq!(n("2.5").to_i64(), Some(3));
+        assert_eq!(n("2").sqrt_to_scale(16).expect("root").to_string(), "1.4142135623730950");
+        assert_eq!(n("1.6666666666666667").sqrt_to_scale(16).expect("root").to_string(), "1.2909944487358056");
+        assert_eq!(
+            n("123456789012345678901234").sqrt_to_scale(20).expect("wide").to_string(),
+            "351364182882.01442531112143004817"
+        );
+        assert!(n("-1").sqrt_to_scale(2).is_err());
         assert_eq!(n("99999999999999999999").to_i64(), None);
     }
 }

@@ -37,6 +37,8 @@ pub enum AggregateFunction {
     CountStar,
     Min,
     Max,
+    /// var_pop, stddev, regr_slope, corr, … (see `statistics`).
+    Statistic(crate::statistics::Statistic),
 }
 
 /// UNION, INTERSECT or EXCEPT.
@@ -67,6 +69,8 @@ pub struct AggregateCall {
     pub distinct: bool,
     /// `agg(…) FILTER (WHERE condition)`: only rows where the condition is true.
     pub filter: Option<Expr>,
+    /// The second argument of two-argument aggregates (`regr_slope(y, x)`: x).
+    pub second: Option<Expr>,
 }
 
 /// A window function: ranking, offset, frame value, or an aggregate over the frame.
@@ -249,7 +253,7 @@ impl Plan {
                 build.visit_exprs(f);
             }
             Plan::Aggregate { input, groups, aggregates } => {
-                let calls = aggregates.iter().flat_map(|a| a.argument.iter().chain(&a.filter));
+                let calls = aggregates.iter().flat_map(|a| a.argument.iter().chain(&a.second).chain(&a.filter));
                 groups.iter().chain(calls).for_each(&mut *f);
                 input.visit_exprs(f);
             }
@@ -301,6 +305,7 @@ impl Plan {
                     .iter()
                     .map(|a| AggregateCall {
                         argument: a.argument.as_ref().map(f),
+                        second: a.second.as_ref().map(f),
                         filter: a.filter.as_ref().map(f),
                         ..a.clone()
                     })

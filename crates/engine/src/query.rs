@@ -500,7 +500,7 @@ fn used_columns(from: &From, conjuncts: &[Expr], subqueries: &[SubqueryJoin], ou
     match &output.aggregate {
         Some((groups, aggregates)) => {
             exprs.extend(groups);
-            exprs.extend(aggregates.iter().filter_map(|a| a.argument.as_ref()));
+            exprs.extend(aggregates.iter().flat_map(|a| a.argument.iter().chain(&a.second).chain(&a.filter)));
         }
         None => {
             exprs.extend(output.all_exprs());
@@ -552,6 +552,8 @@ fn finish_select(
                 .into_iter()
                 .map(|mut a| {
                     a.argument = a.argument.map(|e| planned.localize(&e));
+                    a.second = a.second.map(|e| planned.localize(&e));
+                    a.filter = a.filter.map(|e| planned.localize(&e));
                     a
                 })
                 .collect();

@@ -222,13 +222,14 @@ impl Partition<'_> {
         groups: &[(usize, usize)],
         results: &mut [Value],
     ) -> Result<()> {
-        let argument = args.first();
+        let column = |index: usize| args.get(index).map(|a| Expr::Column { index, data_type: a.data_type });
         let aggregate = AggregateCall {
             function,
-            argument: argument.map(|a| Expr::Column { index: 0, data_type: a.data_type }),
+            argument: column(0),
             data_type: call.data_type,
             distinct: false,
             filter: None,
+            second: column(1),
         };
         let frames: Vec<(usize, (usize, usize))> = groups
             .iter()
@@ -249,8 +250,8 @@ impl Partition<'_> {
             if end > added {
                 let rows: Vec<u32> = self.rows[added..end].to_vec();
                 let zeros = vec![0u32; rows.len()];
-                let gathered = argument.map(|a| a.gather(&rows));
-                state.update(&zeros, gathered.as_ref())?;
+                let gathered = Batch::new(args.iter().map(|a| a.gather(&rows)).collect(), rows.len());
+                state.update_call(&aggregate, &zeros, &gathered)?;
                 added = end;
             }
             results[self.rows[i] as usize] = state.finish(&aggregate)?.value(0);

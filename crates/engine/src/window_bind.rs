@@ -216,6 +216,10 @@ fn signature(name: &str, args: Vec<Expr>, star: bool) -> Result<(WindowFunction,
                     _ => Err(EngineError::Syntax(format!("{name}(*) is only valid for count"))),
                 };
             }
+            if let AggregateFunction::Statistic(statistic) = kind {
+                let (args, data_type) = statistic.bind(name, args)?;
+                return Ok((W::Aggregate(kind), args, data_type));
+            }
             arity(1..=1)?;
             let data_type = aggregate_type(kind, args[0].data_type())?;
             Ok((W::Aggregate(kind), args, data_type))

@@ -9,6 +9,7 @@ use std::collections::HashMap;
 
 use crate::numeric::Numeric;
 use crate::plan::{AggregateCall, AggregateFunction};
+use crate::statistics::Moments;
 use crate::types::{DataType, Value, ValueKey};
 use crate::vector::{Batch, Data, Vector};
 
@@ -82,6 +83,8 @@ pub enum AggregateState {
     /// `agg(DISTINCT x)`: the distinct non-null values per group; the aggregate runs over
     /// them at the end (partial states merge by union).
     Distinct(Vec<HashMap<ValueKey, Value>>),
+    /// var_pop, regr_slope, … (`crate::statistics`).
+    Statistics(Moments),
 }
 
 impl AggregateState {
@@ -94,6 +97,9 @@ impl AggregateState {
             (AggregateFunction::Count | AggregateFunction::CountStar, _) => AggregateState::Count(Vec::new()),
             (AggregateFunction::Min, _) => AggregateState::MinMax { values: Vec::new(), is_min: true },
             (AggregateFunction::Max, _) => AggregateState::MinMax { values: Vec::new(), is_min: false },
+            (AggregateFunction::Statistic(statistic), input) => {
+                AggregateState::Statistics(Moments::new(statistic, input.unwrap_or(DataType::Float64)))
+            }
             (_, Some(DataType::Float64)) => AggregateState::SumFloat { sums: Vec::new(), counts: Vec::new() },
             (_, Some(DataType::Numeric)) => AggregateState::SumNumeric { sums: Vec::new(), counts: Vec::new() },
             _ => AggregateState::SumInt { sums: Vec::new(), counts: Vec::new() },
@@ -117,7 +123,20 @@ impl AggregateState {
             }
             AggregateState::MinMax { values, .. } => values.resize(groups, Value::Null),
             AggregateState::Distinct(seen) => seen.resize_with(groups, HashMap::new),
+            AggregateState::Statistics(moments) => moments.resize(groups),
         }
+    }
+
+    /// Adds the rows of `batch` (the aggregate's input): evaluates the call's arguments and
+    /// updates group `groups[r]` with row `r`.
+    pub fn update_call(&mut self, call: &AggregateCall, groups: &[u32], batch: &Batch) -> Result<()> {
+        let argument = call.argument.as_ref().map(|a| evaluate(a, batch)).transpose()?;
+        if let AggregateState::Statistics(moments) = self {
+            let first = argument.as_ref().expect("statistical aggregates have an argument");
+            let second = call.second.as_ref().map(|x| evaluate(x, batch)).transpose()?;
+            return moments.update(groups, first, second.as_ref());
+        }
+        self.update(groups, argument.as_ref())
     }
 
     /// Adds the rows of one batch: row `r` belongs to group `groups[r]`.
@@ -208,6 +227,9 @@ impl AggregateState {
                     seen[to].entry(key.clone()).or_insert_with(|| value.clone());
                 }
             }
+            (AggregateState::Statistics(moments), AggregateState::Statistics(other)) => {
+                moments.merge_group(to, other, from)?;
+            }
             (AggregateState::MinMax { values, is_min }, AggregateState::MinMax { values: v, .. }) => {
                 if !v[from].is_null() && (values[to].is_null() || better(&v[from], &values[to], *is_min)) {
                     values[to] = v[from].clone();
@@ -250,6 +272,10 @@ impl AggregateState {
             }
             AggregateState::MinMax { values, .. } => return Ok(Vector::from_values(values, data_type)),
             AggregateState::Distinct(seen) => return finish_distinct(seen, call),
+            AggregateState::Statistics(moments) => match call.function {
+                AggregateFunction::Statistic(statistic) => return moments.finish(statistic),
+                other => panic!("statistics state for {other:?}"),
+            },
         };
         Ok(Vector { data_type, data, validity })
     }
@@ -349,13 +375,13 @@ impl PartialAggregate {
         let keys = group_exprs.iter().map(|g| evaluate(g, batch)).collect::<Result<Vec<_>>>()?;
         let groups = self.assign_groups(encoder, &keys, batch.rows)?;
         for (state, call) in self.states.iter_mut().zip(aggregates) {
-            let argument = call.argument.as_ref().map(|a| evaluate(a, batch)).transpose()?;
             match &call.filter {
-                None => state.update(&groups, argument.as_ref())?,
+                None => state.update_call(call, &groups, batch)?,
                 Some(filter) => {
+                    // Arguments only for the rows FILTER keeps (`sum(1/x) filter (where x > 0)`).
                     let rows = crate::exec::selected_rows(&evaluate(filter, batch)?)?;
                     let groups: Vec<u32> = rows.iter().map(|&r| groups[r as usize]).collect();
-                    state.update(&groups, argument.map(|a| a.gather(&rows)).as_ref())?;
+                    state.update_call(call, &groups, &batch.gather(&rows))?;
                 }
             }
         }
