@@ -6,10 +6,14 @@
 
 use std::sync::Arc;
 
-use bypass_engine::control::{self, QueryControl, TrackingAllocator};
+#[cfg(not(feature = "global-mimalloc"))]
+use bypass_engine::control::TrackingAllocator;
+use bypass_engine::control::{self, QueryControl};
 use bypass_engine::{Engine, EngineSettings, QueryResult};
 
-// Charges allocations to the statement's control, as the `bypass` binary does.
+// Charges allocations to the statement's control, as the `bypass` binary does (the library
+// installs it itself when a workspace build turns on `global-mimalloc`).
+#[cfg(not(feature = "global-mimalloc"))]
 #[global_allocator]
 static ALLOCATOR: TrackingAllocator<std::alloc::System> = TrackingAllocator(std::alloc::System);
 
