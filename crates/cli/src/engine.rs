@@ -121,7 +121,8 @@ impl AccessArgs {
             };
             Some(ServerTls::from_files(&files).map_err(|e| anyhow::anyhow!("{}: {}", e.path, e.message))?)
         };
-        Ok(FrontDoorConfig { tls, method, ..FrontDoorConfig::scram(users) })
+        let mock = self.auth_file.as_deref().map(bypass_frontdoor::mock_key).transpose()?;
+        Ok(FrontDoorConfig { tls, method, mock, ..FrontDoorConfig::scram(users) })
     }
 }
 

@@ -252,3 +252,47 @@ fn a_startup_packet_after_login_is_refused_at_once() {
         assert_eq!(tags, b"TDCZ", "{mode:?}: still serving");
     }
 }
+
+/// The salt the pooler's SCRAM server-first message gives `user` (known or not).
+fn scram_salt(port: u16, user: &str) -> String {
+    use bypass_wire::scram::{ClientExchange, ClientSecret, MECHANISM};
+    let mut raw = RawClient::connect(port);
+    let mut startup = Vec::new();
+    bypass_wire::startup::encode_startup(&mut startup, &[("user", user), ("database", "postgres")]);
+    raw.send(&startup);
+    let (tag, _) = raw.read_message().expect("authentication request");
+    assert_eq!(tag, b'R');
+    let (_exchange, first) = ClientExchange::start(ClientSecret::Password(b"wrong".to_vec()));
+    let mut reply = Vec::new();
+    bypass_wire::auth_messages::encode_sasl_initial(&mut reply, MECHANISM, first.as_bytes());
+    raw.send(&reply);
+    let (tag, body) = raw.read_message().expect("server-first message");
+    assert_eq!((tag, i32::from_be_bytes([body[0], body[1], body[2], body[3]])), (b'R', 11), "SASLContinue");
+    let server_first = String::from_utf8_lossy(&body[4..]).into_owned();
+    let salt = server_first.split(',').find_map(|field| field.strip_prefix("s=")).expect("a salt");
+    salt.to_owned()
+}
+
+#[test]
+fn mock_salts_are_stable_across_restarts_and_differ_between_names() {
+    // Goal: an unknown user's SCRAM salt is the same after a restart, as a known user's is, so
+    // two logins a restart apart cannot tell them apart (the mock key was random per process;
+    // PostgreSQL keeps its mock nonce in pg_control); salts differ between names. Method: the
+    // pooler started twice on one auth file (plaintext secret), salts of a known and two
+    // unknown users each time; the key file beside the auth file is only readable by its owner.
+    let postgres = postgres();
+    let (config, dir) = stranger_config(&postgres, AuthType::ScramSha256);
+    let users = ["postgres", "nobody", "someone_else"];
+    let salts_of_one_start = || {
+        let pooler = Pooler::start(config.clone());
+        users.map(|user| scram_salt(pooler.port, user))
+    };
+    let first = salts_of_one_start();
+    let second = salts_of_one_start();
+    assert_eq!(first, second, "salts after a restart");
+    assert_ne!(first[1], first[2], "unknown names get different salts");
+    assert_ne!(first[0], first[1], "a known and an unknown name get different salts");
+    let key_file = bypass_frontdoor::mock::mock_key_path(&dir.path().join("userlist.txt"));
+    let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&key_file).expect("key file").permissions());
+    assert_eq!(mode & 0o077, 0, "{}", key_file.display());
+}
