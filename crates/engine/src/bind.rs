@@ -59,6 +59,10 @@ pub struct Scope {
     /// Relations from this index on belong to the enclosing query (correlated subqueries);
     /// names resolve in the inner relations first.
     pub outer_start: Option<usize>,
+    /// Wide columns unqualified names do not find: the second copy of a JOIN USING column.
+    pub hidden: Vec<usize>,
+    /// What an unqualified `*` lists (relation alias, column), when FROM decided it.
+    pub star: Option<Vec<(String, String)>>,
 }
 
 impl Scope {
@@ -104,9 +108,12 @@ impl Scope {
             if qualifier.is_some_and(|q| q != relation.alias) {
                 continue;
             }
-            if let Some(position) = relation.columns.iter().position(|(c, _)| c == name) {
+            let visible = |&(position, (column, _)): &(usize, &(String, DataType))| {
+                column == name && (qualifier.is_some() || !self.hidden.contains(&(relation.offset + position)))
+            };
+            if let Some((position, _)) = relation.columns.iter().enumerate().find(visible) {
                 if found.is_some() {
-                    return Err(EngineError::UnknownColumn(format!("reference \"{name}\" is ambiguous")));
+                    return Err(EngineError::AmbiguousColumn(name.to_string()));
                 }
                 found = Some((relation.offset + position, relation.columns[position].1));
             }
@@ -659,6 +666,13 @@ impl<'s> ExprBinder<'s> {
             .transpose()?;
         let star = matches!(&function.args, ast::FunctionArguments::List(list)
             if matches!(list.args.as_slice(), [ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Wildcard)]));
+        let args = if star { Vec::new() } else { function_args(function)? };
+        let bound_args = args.iter().map(|a| self.bind(a)).collect::<Result<Vec<_>>>()?;
+        if reads_only_enclosing_query(bound_args.iter().chain(&filter)) {
+            // PostgreSQL computes such an aggregate in the enclosing query (which becomes an
+            // aggregate query); computing it here, per inner row, would answer differently.
+            return Err(EngineError::unsupported(format!("{name}(…) over only the enclosing query's columns")));
+        }
         if star {
             return match kind {
                 AggregateFunction::Count if !distinct => Ok(Some(AggregateCall {
@@ -672,24 +686,30 @@ impl<'s> ExprBinder<'s> {
                 _ => Err(EngineError::Syntax(format!("{name}(*) is only valid for count"))),
             };
         }
-        let args = function_args(function)?;
         if let AggregateFunction::Statistic(statistic) = kind {
             if distinct {
                 return Err(EngineError::unsupported(format!("DISTINCT in a call of {name}")));
             }
-            let args = args.iter().map(|a| self.bind(a)).collect::<Result<Vec<_>>>()?;
-            let (mut args, data_type) = statistic.bind(&name, args)?;
+            let (mut args, data_type) = statistic.bind(&name, bound_args)?;
             let second = (args.len() == 2).then(|| args.pop().expect("two arguments"));
             let argument = args.pop();
             return Ok(Some(AggregateCall { function: kind, argument, data_type, distinct, filter, second }));
         }
-        let [argument] = args.as_slice() else {
+        let Ok([argument]) = <[Expr; 1]>::try_from(bound_args) else {
             return Err(EngineError::unsupported(format!("{name} with {} arguments", args.len())));
         };
-        let argument = self.bind(argument)?;
         let data_type = aggregate_type(kind, argument.data_type())?;
         Ok(Some(AggregateCall { function: kind, argument: Some(argument), data_type, distinct, filter, second: None }))
     }
+}
+
+/// Whether an aggregate's arguments and FILTER read the enclosing query's row (parameters) and
+/// none of this query block's columns: PostgreSQL's rule makes it the enclosing query's.
+fn reads_only_enclosing_query<'e>(exprs: impl Iterator<Item = &'e Expr> + Clone) -> bool {
+    fn has_param(expr: &Expr) -> bool {
+        matches!(expr, Expr::Param { .. }) || expr.children().into_iter().any(has_param)
+    }
+    exprs.clone().any(has_param) && exprs.clone().all(|e| e.columns().is_empty())
 }
 
 /// A comparison operator of the AST.

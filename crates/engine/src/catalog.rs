@@ -80,11 +80,34 @@ pub type Changes = BTreeMap<String, Option<Arc<Table>>>;
 pub struct Catalog {
     snapshot: Arc<CatalogVersion>,
     changes: Changes,
+    /// The session's temporary tables are kept under `temp_namespace + name` and found before
+    /// tables of the same name (PostgreSQL's pg_temp comes first in the search path).
+    temp_namespace: String,
 }
+
+/// Keys of temporary tables start with this byte, which no SQL identifier contains.
+pub const TEMP_KEY_START: char = '\0';
 
 impl Catalog {
     pub fn new(snapshot: Arc<CatalogVersion>, changes: Changes) -> Catalog {
-        Catalog { snapshot, changes }
+        Catalog { snapshot, changes, temp_namespace: String::new() }
+    }
+
+    /// The same view, with the temporary tables of the session whose keys start with `namespace`.
+    pub fn with_temp_namespace(mut self, namespace: &str) -> Catalog {
+        self.temp_namespace = namespace.to_string();
+        self
+    }
+
+    /// The key a table is stored under: its temporary table's, if the session has one.
+    pub fn key_of(&self, name: &str) -> String {
+        if !self.temp_namespace.is_empty() && !name.starts_with(TEMP_KEY_START) {
+            let key = format!("{}{name}", self.temp_namespace);
+            if self.find_key(&key).is_some() {
+                return key;
+            }
+        }
+        name.to_string()
     }
 
     /// The table visible under `name`.
@@ -93,6 +116,10 @@ impl Catalog {
     }
 
     pub fn find(&self, name: &str) -> Option<Arc<Table>> {
+        self.find_key(&self.key_of(name))
+    }
+
+    fn find_key(&self, name: &str) -> Option<Arc<Table>> {
         match self.changes.get(name) {
             Some(change) => change.clone(),
             None => self.snapshot.get(name).cloned(),
@@ -113,6 +140,9 @@ impl Catalog {
                 None => tables.remove(name.as_str()),
             };
         }
+        // Other sessions' temporary tables are not visible.
+        let own = |key: &str| !self.temp_namespace.is_empty() && key.starts_with(self.temp_namespace.as_str());
+        tables.retain(|key, _| !key.starts_with(TEMP_KEY_START) || own(key));
         tables.into_values().collect()
     }
 

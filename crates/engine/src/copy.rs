@@ -136,7 +136,7 @@ pub fn start(
     let ast::CopySource::Table { table_name, columns } = copy.source else {
         return Err(EngineError::unsupported("COPY (query) FROM"));
     };
-    let name = user_table_name(table_name)?;
+    let name = crate::ddl::storage_key(session, engine, &user_table_name(table_name)?);
     let base = session.take_for_write(engine, &name)?.ok_or_else(|| EngineError::UnknownTable(name.clone()))?;
     let columns: Vec<ast::ObjectName> = columns.iter().map(|c| ast::ObjectName::from(vec![c.clone()])).collect();
     let targets = target_columns(&base.schema, &columns)?;

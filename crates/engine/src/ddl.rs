@@ -36,7 +36,6 @@ pub fn user_table_name(name: &ast::ObjectName) -> Result<String> {
 
 fn check_create_options(create: &ast::CreateTable) -> Result<()> {
     let refused = [
-        (create.temporary, "CREATE TEMPORARY TABLE"),
         (create.or_replace, "CREATE OR REPLACE TABLE"),
         (create.external, "CREATE EXTERNAL TABLE"),
         (create.like.is_some(), "CREATE TABLE … LIKE"),
@@ -53,15 +52,23 @@ fn check_create_options(create: &ast::CreateTable) -> Result<()> {
     }
 }
 
-/// CREATE TABLE [IF NOT EXISTS] name (columns, constraints) | AS query.
+/// The key the table `name` is stored under: the session's temporary table of that name if it
+/// has one (found first, as PostgreSQL's search path puts pg_temp first), else `name`.
+pub(crate) fn storage_key(session: &mut Session, engine: &Engine, name: &str) -> String {
+    session.catalog(engine).key_of(name)
+}
+
+/// CREATE [TEMPORARY] TABLE [IF NOT EXISTS] name (columns, constraints) | AS query. A
+/// temporary table belongs to the session and is dropped when it ends.
 pub fn create_table(session: &mut Session, engine: &Engine, create: &ast::CreateTable) -> Result<String> {
     check_create_options(create)?;
     let name = user_table_name(&create.name)?;
+    let key = if create.temporary { session.temp_key(&name) } else { name.clone() };
     if let Some(query) = &create.query {
-        return create_table_as(session, engine, &name, create, query);
+        return create_table_as(session, engine, (&name, &key), create, query);
     }
     let (schema, constraints) = table_definition(&name, create)?;
-    if session.table_for_write(engine, &name)?.is_some() {
+    if session.table_for_write(engine, &key)?.is_some() {
         if create.if_not_exists {
             session.notice("42P07", format!("relation \"{name}\" already exists, skipping"));
             return Ok("CREATE TABLE".into());
@@ -71,14 +78,14 @@ pub fn create_table(session: &mut Session, engine: &Engine, create: &ast::Create
     let oid = engine.database().new_oid();
     let pool = Arc::clone(engine.runtime().pool());
     let table = TableBuilder::with_constraints(pool, &name, oid, schema, constraints, engine.chunk_rows()).finish();
-    session.write(&name, Some(table));
+    session.write(&key, Some(table));
     Ok("CREATE TABLE".into())
 }
 
 fn create_table_as(
     session: &mut Session,
     engine: &Engine,
-    name: &str,
+    (name, key): (&str, &str),
     create: &ast::CreateTable,
     query: &ast::Query,
 ) -> Result<String> {
@@ -87,7 +94,7 @@ fn create_table_as(
     }
     let catalog = session.catalog(engine);
     let result = engine.collect_query(&catalog, query)?;
-    if session.table_for_write(engine, name)?.is_some() {
+    if session.table_for_write(engine, key)?.is_some() {
         if create.if_not_exists {
             return Ok("CREATE TABLE AS".into());
         }
@@ -108,7 +115,7 @@ fn create_table_as(
     for row in result.rows() {
         builder.push_row(&row)?;
     }
-    session.write(name, Some(builder.finish()));
+    session.write(key, Some(builder.finish()));
     Ok(format!("SELECT {rows}"))
 }
 
@@ -225,16 +232,38 @@ pub fn drop_tables(
 ) -> Result<String> {
     for name in names {
         let name = user_table_name(name)?;
-        if session.table_for_drop(engine, &name)?.is_none() {
+        let key = storage_key(session, engine, &name);
+        if session.table_for_drop(engine, &key)?.is_none() {
             if if_exists {
                 session.notice("00000", format!("table \"{name}\" does not exist, skipping"));
                 continue;
             }
             return Err(EngineError::UnknownTable(name));
         }
-        session.write(&name, None);
+        session.write(&key, None);
     }
     Ok("DROP TABLE".into())
+}
+
+/// Drops the session's temporary tables (at its end), in a transaction of their own.
+pub(crate) fn drop_temporary_tables(session: &mut Session, engine: &Engine) {
+    let snapshot = engine.database().snapshot();
+    let keys: Vec<String> = snapshot
+        .tables()
+        .map(|table| session.temp_key(&table.name))
+        .filter(|key| snapshot.get(key).is_some())
+        .collect();
+    if keys.is_empty() {
+        return;
+    }
+    session.open_internal_transaction(engine);
+    for key in keys {
+        // Only this session writes its temporary tables, so the lock is free.
+        if session.table_for_write(engine, &key).is_ok() {
+            session.write(&key, None);
+        }
+    }
+    session.commit_internal_transaction(engine);
 }
 
 /// TRUNCATE [TABLE] names: each becomes an empty version with the same definition.
@@ -244,7 +273,8 @@ pub fn truncate(session: &mut Session, engine: &Engine, truncate: &ast::Truncate
     }
     for target in &truncate.table_names {
         let name = user_table_name(&target.name)?;
-        let Some(table) = session.table_for_drop(engine, &name)? else {
+        let key = storage_key(session, engine, &name);
+        let Some(table) = session.table_for_drop(engine, &key)? else {
             if truncate.if_exists {
                 continue;
             }
@@ -259,7 +289,7 @@ pub fn truncate(session: &mut Session, engine: &Engine, truncate: &ast::Truncate
             Constraints::clone(&table.constraints),
             table.chunk_rows,
         );
-        session.write(&name, Some(empty.finish()));
+        session.write(&key, Some(empty.finish()));
     }
     Ok("TRUNCATE TABLE".into())
 }
@@ -267,12 +297,13 @@ pub fn truncate(session: &mut Session, engine: &Engine, truncate: &ast::Truncate
 /// Unique and plain indexes a table may have (their catalog OIDs are numbered per table).
 const INDEXES_PER_TABLE_MAX: usize = 63;
 
-/// The table that has an index or constraint called `name`, if any.
+/// The storage key of the table that has an index or constraint called `name`, if any.
 fn owner_of_index(session: &mut Session, engine: &Engine, name: &str) -> Option<String> {
-    session.catalog(engine).tables().into_iter().find_map(|table| {
+    let catalog = session.catalog(engine);
+    catalog.tables().into_iter().find_map(|table| {
         let found = table.constraints.unique.iter().any(|u| u.name == name)
             || table.constraints.indexes.iter().any(|i| i.name == name);
-        found.then(|| table.name.clone())
+        found.then(|| catalog.key_of(&table.name))
     })
 }
 
@@ -292,7 +323,7 @@ pub fn create_index(session: &mut Session, engine: &Engine, create: &ast::Create
     if let Some((_, feature)) = refused.iter().find(|(present, _)| *present) {
         return Err(EngineError::unsupported(*feature));
     }
-    let table_name = user_table_name(&create.table_name)?;
+    let table_name = storage_key(session, engine, &user_table_name(&create.table_name)?);
     let table =
         session.table_for_write(engine, &table_name)?.ok_or_else(|| EngineError::UnknownTable(table_name.clone()))?;
     let columns: Vec<usize> = create
@@ -309,7 +340,7 @@ pub fn create_index(session: &mut Session, engine: &Engine, create: &ast::Create
     let names: Vec<&str> = columns.iter().map(|&c| table.schema[c].name.as_str()).collect();
     let name = match &create.name {
         Some(name) => user_table_name(name)?,
-        None => format!("{table_name}_{}_idx", names.join("_")),
+        None => format!("{}_{}_idx", table.name, names.join("_")),
     };
     if owner_of_index(session, engine, &name).is_some() || session.catalog(engine).contains(&name) {
         if create.if_not_exists {
@@ -320,7 +351,8 @@ pub fn create_index(session: &mut Session, engine: &Engine, create: &ast::Create
     }
     if table.constraints.unique.len() + table.constraints.indexes.len() >= INDEXES_PER_TABLE_MAX {
         return Err(EngineError::LimitExceeded(format!(
-            "more than {INDEXES_PER_TABLE_MAX} indexes on \"{table_name}\""
+            "more than {INDEXES_PER_TABLE_MAX} indexes on \"{}\"",
+            table.name
         )));
     }
     let table =
@@ -356,7 +388,8 @@ pub fn drop_indexes(
             .ok_or_else(|| EngineError::UnknownTable(table_name.clone()))?;
         if table.constraints.unique.iter().any(|u| u.name == name && u.constraint) {
             return Err(EngineError::DependentObjects(format!(
-                "cannot drop index {name} because constraint {name} on table {table_name} requires it"
+                "cannot drop index {name} because constraint {name} on table {} requires it",
+                table.name
             )));
         }
         drop(table);

@@ -39,7 +39,7 @@ pub fn insert(session: &mut Session, engine: &Engine, insert: &ast::Insert, sink
     let ast::TableObject::TableName(table_name) = &insert.table else {
         return Err(EngineError::unsupported("INSERT into a table function"));
     };
-    let name = user_table_name(table_name)?;
+    let name = crate::ddl::storage_key(session, engine, &user_table_name(table_name)?);
     let catalog = session.catalog(engine);
     let target = catalog.get(&name)?;
     let targets = target_columns(&target.schema, &insert.columns)?;
@@ -72,7 +72,7 @@ pub fn insert(session: &mut Session, engine: &Engine, insert: &ast::Insert, sink
     }
     let table = builder.finish();
     if let Some(items) = &insert.returning {
-        returning(engine, &table, &name, items, inserted, sink)?;
+        returning(engine, &table, &table.name, items, inserted, sink)?;
     }
     session.write(&name, Some(table));
     Ok(format!("INSERT 0 {count}"))
@@ -149,7 +149,8 @@ fn is_default_keyword(expr: &ast::Expr) -> bool {
 }
 
 /// The one table an UPDATE or DELETE names, and the alias its expressions use.
-fn single_table(relation: &ast::TableFactor) -> Result<(String, String)> {
+/// The storage key and the alias of the one table UPDATE or DELETE names.
+fn single_table(session: &mut Session, engine: &Engine, relation: &ast::TableFactor) -> Result<(String, String)> {
     let ast::TableFactor::Table { name, alias, args: None, with_hints, .. } = relation else {
         return Err(EngineError::unsupported("UPDATE/DELETE of anything but a plain table"));
     };
@@ -158,7 +159,7 @@ fn single_table(relation: &ast::TableFactor) -> Result<(String, String)> {
     }
     let table = user_table_name(name)?;
     let alias = alias.as_ref().map_or_else(|| table.clone(), |a| identifier(&a.name));
-    Ok((table, alias))
+    Ok((crate::ddl::storage_key(session, engine, &table), alias))
 }
 
 fn table_scope(alias: &str, schema: &[ColumnDef]) -> Scope {
@@ -173,7 +174,7 @@ pub fn update(session: &mut Session, engine: &Engine, update: &ast::Update, sink
     {
         return Err(EngineError::unsupported("UPDATE … FROM, joins, ORDER BY or LIMIT"));
     }
-    let (name, alias) = single_table(&update.table.relation)?;
+    let (name, alias) = single_table(session, engine, &update.table.relation)?;
     let base = session.take_for_write(engine, &name)?.ok_or_else(|| EngineError::UnknownTable(name.clone()))?;
     let scope = table_scope(&alias, &base.schema);
     let binder = ExprBinder::new(&scope);
@@ -185,7 +186,7 @@ pub fn update(session: &mut Session, engine: &Engine, update: &ast::Update, sink
         };
         let column_name = object_name(column)?;
         let index = base.column_index(&column_name).ok_or_else(|| {
-            EngineError::UnknownColumn(format!("\"{column_name}\" of relation \"{name}\" does not exist"))
+            EngineError::UnknownColumn(format!("\"{column_name}\" of relation \"{}\" does not exist", base.name))
         })?;
         if assignments.iter().any(|(c, _)| *c == index) {
             return Err(EngineError::Syntax(format!("multiple assignments to same column \"{column_name}\"")));
@@ -237,7 +238,7 @@ pub fn delete(session: &mut Session, engine: &Engine, delete: &ast::Delete, sink
     if delete.limit.is_some() || !delete.order_by.is_empty() {
         return Err(EngineError::unsupported("DELETE … ORDER BY or LIMIT"));
     }
-    let (name, alias) = single_table(&from[0].relation)?;
+    let (name, alias) = single_table(session, engine, &from[0].relation)?;
     let base = session.take_for_write(engine, &name)?.ok_or_else(|| EngineError::UnknownTable(name.clone()))?;
     let scope = table_scope(&alias, &base.schema);
     let predicate = delete.selection.as_ref().map(|e| ExprBinder::new(&scope).bind(e)).transpose()?;
@@ -377,7 +378,7 @@ pub fn describe_returning(
         },
         ast::Statement::Update(update) => match &update.returning {
             Some(items) => {
-                let (name, alias) = single_table(&update.table.relation)?;
+                let (name, alias) = single_table(session, engine, &update.table.relation)?;
                 (name, alias, items)
             }
             None => return Ok(None),
@@ -386,7 +387,7 @@ pub fn describe_returning(
             (ast::FromTable::WithFromKeyword(from) | ast::FromTable::WithoutKeyword(from), Some(items))
                 if from.len() == 1 =>
             {
-                let (name, alias) = single_table(&from[0].relation)?;
+                let (name, alias) = single_table(session, engine, &from[0].relation)?;
                 (name, alias, items)
             }
             _ => return Ok(None),

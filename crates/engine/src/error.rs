@@ -142,6 +142,9 @@ pub enum EngineError {
     /// A column name that more than one relation in scope has.
     #[error("column reference \"{0}\" is ambiguous")]
     AmbiguousColumn(String),
+    /// A column named twice where names must differ (JOIN USING).
+    #[error("{0}")]
+    DuplicateColumn(String),
 }
 
 impl EngineError {
@@ -195,6 +198,7 @@ impl EngineError {
             EngineError::InvalidColumnReference(_) => "42P10",
             EngineError::UndefinedFunction(_) => "42883",
             EngineError::AmbiguousColumn(_) => "42702",
+            EngineError::DuplicateColumn(_) => "42701",
         }
     }
 

@@ -41,6 +41,9 @@ fn render(
             lines.push(tag(format!("Scan {} columns=[{}]{filter}", table.name, names.join(", "))));
         }
         Plan::SingleRow => lines.push(tag("SingleRow".into())),
+        Plan::Constant { batches, .. } => {
+            lines.push(tag(format!("Constant rows={}", batches.iter().map(|b| b.rows).sum::<usize>())))
+        }
         Plan::Filter { input, predicate } => {
             lines.push(tag(format!("Filter {predicate}")));
             render(input, tier, depth + 1, next, Some((pipeline_id, pipeline_tier)), lines);

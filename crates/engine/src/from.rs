@@ -15,6 +15,7 @@ use crate::joins::{
 };
 use crate::plan::{JoinKind, Plan};
 use crate::query::QueryBinder;
+use crate::table_functions::bind_table_function;
 use crate::types::DataType;
 
 /// A LEFT JOIN waiting to be applied after the inner joins.
@@ -31,6 +32,19 @@ pub(crate) struct From {
     pub left_joins: Vec<LeftJoin>,
 }
 
+/// The columns an unqualified `*` lists for one FROM item, as (relation alias, column name,
+/// wide column), in order; JOIN USING / NATURAL JOIN list each merged column once, first.
+type Visible = Vec<(String, String, usize)>;
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum JoinSide {
+    Inner,
+    /// LEFT JOIN: the right side is null-extended.
+    Left,
+    /// RIGHT JOIN: the left side is null-extended.
+    Right,
+}
+
 impl<'c> QueryBinder<'c> {
     /// Binds FROM; ON conditions see `outer` (the enclosing query's row), whose columns become
     /// the block's parameters through `correlation`.
@@ -42,42 +56,107 @@ impl<'c> QueryBinder<'c> {
     ) -> Result<From> {
         let mut bound =
             From { scope: Scope::default(), inputs: Vec::new(), on_conjuncts: Vec::new(), left_joins: Vec::new() };
+        let mut star = Vec::new();
         for item in from {
-            self.add_relation(&mut bound, &item.relation)?;
-            for join in &item.joins {
-                let relation = self.add_relation(&mut bound, &join.relation)?;
-                let (left, constraint) = match &join.join_operator {
-                    ast::JoinOperator::Join(c) | ast::JoinOperator::Inner(c) => (false, c),
-                    ast::JoinOperator::Left(c) | ast::JoinOperator::LeftOuter(c) => (true, c),
-                    ast::JoinOperator::CrossJoin(c) => (false, c),
-                    other => {
-                        return Err(EngineError::unsupported(
-                            format!("join type {other:?}").chars().take(60).collect::<String>(),
-                        ))
-                    }
-                };
-                let on = match constraint {
-                    ast::JoinConstraint::On(expr) => {
-                        let scope = with_outer(&bound.scope, outer);
-                        let mut conjuncts = Vec::new();
-                        let binder = ExprBinder { scope: &scope, queries: Some(self), correlation, windows: None };
-                        split_conjuncts(binder.bind(expr)?, &mut conjuncts);
-                        conjuncts
-                    }
-                    ast::JoinConstraint::None => Vec::new(),
-                    _ => return Err(EngineError::unsupported("JOIN USING or NATURAL JOIN")),
-                };
-                if left {
-                    bound.left_joins.push(LeftJoin { relation, on });
-                } else {
-                    bound.on_conjuncts.extend(on);
-                }
-            }
+            let visible = self.add_join_tree(&mut bound, item, outer, correlation)?;
+            star.extend(visible.into_iter().map(|(alias, column, _)| (alias, column)));
         }
+        bound.scope.star = Some(star);
         if bound.inputs.len() > RELATIONS_MAX {
             return Err(EngineError::LimitExceeded(format!("more than {RELATIONS_MAX} relations in one query block")));
         }
         Ok(bound)
+    }
+
+    /// One FROM item: a relation and its joins, left to right. Inner joins (also inside
+    /// parentheses) are flattened into the block's join graph; the null-extended side of a
+    /// LEFT or RIGHT JOIN must be one relation.
+    fn add_join_tree(
+        &self,
+        bound: &mut From,
+        item: &ast::TableWithJoins,
+        outer: Option<&Scope>,
+        correlation: Option<&Correlation>,
+    ) -> Result<Visible> {
+        let start = bound.scope.relations.len();
+        let mut visible = self.add_factor(bound, &item.relation, outer, correlation)?;
+        for join in &item.joins {
+            let (side, constraint) = match &join.join_operator {
+                ast::JoinOperator::Join(c) | ast::JoinOperator::Inner(c) | ast::JoinOperator::CrossJoin(c) => {
+                    (JoinSide::Inner, c)
+                }
+                ast::JoinOperator::Left(c) | ast::JoinOperator::LeftOuter(c) => (JoinSide::Left, c),
+                ast::JoinOperator::Right(c) | ast::JoinOperator::RightOuter(c) => (JoinSide::Right, c),
+                ast::JoinOperator::FullOuter(_) => return Err(EngineError::unsupported("FULL JOIN")),
+                other => {
+                    return Err(EngineError::unsupported(
+                        format!("join type {other:?}").chars().take(60).collect::<String>(),
+                    ))
+                }
+            };
+            let first_right = bound.scope.relations.len();
+            let right = self.add_factor(bound, &join.relation, outer, correlation)?;
+            let (on, merged) = match constraint {
+                ast::JoinConstraint::On(expr) => {
+                    let scope = with_outer(&bound.scope, outer);
+                    let mut conjuncts = Vec::new();
+                    let binder = ExprBinder { scope: &scope, queries: Some(self), correlation, windows: None };
+                    split_conjuncts(binder.bind(expr)?, &mut conjuncts);
+                    (conjuncts, visible.into_iter().chain(right).collect())
+                }
+                ast::JoinConstraint::None => (Vec::new(), visible.into_iter().chain(right).collect()),
+                ast::JoinConstraint::Using(names) => {
+                    let names = names.iter().map(object_name).collect::<Result<Vec<_>>>()?;
+                    merge_columns(&mut bound.scope, &names, visible, right, side)?
+                }
+                ast::JoinConstraint::Natural => {
+                    let names = visible
+                        .iter()
+                        .filter(|(_, name, _)| right.iter().any(|(_, other, _)| other == name))
+                        .map(|(_, name, _)| name.clone())
+                        .collect::<Vec<_>>();
+                    merge_columns(&mut bound.scope, &names, visible, right, side)?
+                }
+            };
+            visible = merged;
+            let nullable = match side {
+                JoinSide::Inner => {
+                    bound.on_conjuncts.extend(on);
+                    continue;
+                }
+                JoinSide::Left => first_right..bound.scope.relations.len(),
+                JoinSide::Right => start..first_right,
+            };
+            if nullable.len() != 1 {
+                return Err(EngineError::unsupported("an outer join whose null-extended side is itself a join"));
+            }
+            bound.left_joins.push(LeftJoin { relation: nullable.start, on });
+        }
+        Ok(visible)
+    }
+
+    /// A relation, or a parenthesized join (flattened).
+    fn add_factor(
+        &self,
+        bound: &mut From,
+        factor: &ast::TableFactor,
+        outer: Option<&Scope>,
+        correlation: Option<&Correlation>,
+    ) -> Result<Visible> {
+        if let ast::TableFactor::NestedJoin { table_with_joins, alias } = factor {
+            if alias.is_some() {
+                return Err(EngineError::unsupported("an alias on a parenthesized join"));
+            }
+            return self.add_join_tree(bound, table_with_joins, outer, correlation);
+        }
+        let index = self.add_relation(bound, factor)?;
+        let relation = &bound.scope.relations[index];
+        Ok(relation
+            .columns
+            .iter()
+            .enumerate()
+            .map(|(position, (name, _))| (relation.alias.clone(), name.clone(), relation.offset + position))
+            .collect())
     }
 
     fn add_relation(&self, from: &mut From, factor: &ast::TableFactor) -> Result<usize> {
@@ -102,21 +181,40 @@ impl<'c> QueryBinder<'c> {
                     && json_path.is_none()
                     && sample.is_none()
                     && index_hints.is_empty();
-                if !plain {
-                    return Err(EngineError::unsupported(format!("FROM item {factor}")));
+                let function = args.as_ref().filter(|a| a.settings.is_none());
+                let plain_function = function.is_some()
+                    && with_hints.is_empty()
+                    && version.is_none()
+                    && partitions.is_empty()
+                    && json_path.is_none()
+                    && sample.is_none()
+                    && index_hints.is_empty();
+                if let (true, Some(function)) = (plain_function, function) {
+                    let name = object_name(name)?;
+                    let bound = bind_table_function(&name, &function.args, *with_ordinality, &from.scope)?;
+                    // PostgreSQL: a function returning one column names it after the alias.
+                    let mut columns = bound.columns;
+                    if let Some(alias) = alias.as_ref().filter(|a| a.columns.is_empty()) {
+                        columns[0].0 = identifier(&alias.name);
+                    }
+                    (name, alias.as_ref(), columns, RelationSource::Derived(bound.plan))
+                } else {
+                    if !plain {
+                        return Err(EngineError::unsupported(format!("FROM item {factor}")));
+                    }
+                    let (name, columns, source) = match self.cte(name) {
+                        Some(cte) => {
+                            let columns = cte.names.iter().cloned().zip(cte.plan.output_types()).collect();
+                            (cte.name.clone(), columns, RelationSource::Derived(cte.reference()))
+                        }
+                        None => {
+                            let table = self.catalog.get(&object_name(name)?)?;
+                            let columns = table.schema.iter().map(|c| (c.name.clone(), c.data_type)).collect();
+                            (table.name.clone(), columns, RelationSource::Table(Arc::clone(&table)))
+                        }
+                    };
+                    (name, alias.as_ref(), columns, source)
                 }
-                let (name, columns, source) = match self.cte(name) {
-                    Some(cte) => {
-                        let columns = cte.names.iter().cloned().zip(cte.plan.output_types()).collect();
-                        (cte.name.clone(), columns, RelationSource::Derived(cte.reference()))
-                    }
-                    None => {
-                        let table = self.catalog.get(&object_name(name)?)?;
-                        let columns = table.schema.iter().map(|c| (c.name.clone(), c.data_type)).collect();
-                        (table.name.clone(), columns, RelationSource::Table(Arc::clone(&table)))
-                    }
-                };
-                (name, alias.as_ref(), columns, source)
             }
             ast::TableFactor::Derived { subquery, alias, lateral: false, sample: None } => {
                 let alias =
@@ -148,7 +246,11 @@ impl<'c> QueryBinder<'c> {
             let relations = relation_set(&conjunct, &inputs);
             for derived in derive_single_relation_filters(&conjunct, &inputs) {
                 let relation = relation_set(&derived, &inputs).trailing_zeros() as usize;
-                per_relation[relation].push(derived);
+                // A WHERE condition holds after null extension: filtering a nullable side's
+                // rows before its join would extend with NULLs rows the condition rejects.
+                if left_relations & (1 << relation) == 0 {
+                    per_relation[relation].push(derived);
+                }
             }
             if relations.count_ones() <= 1 && relations & left_relations == 0 {
                 per_relation[relations.trailing_zeros().min(inputs.len() as u32 - 1) as usize].push(conjunct);
@@ -189,6 +291,58 @@ impl<'c> QueryBinder<'c> {
     }
 }
 
+/// JOIN USING (names) / NATURAL JOIN: one equality per name between the two sides' columns,
+/// and the joined item's columns: the merged ones first (the left side's, the right side's for
+/// RIGHT JOIN), then the rest of each side. The other side's copy is hidden from unqualified
+/// names (`t.name` still finds it).
+fn merge_columns(
+    scope: &mut Scope,
+    names: &[String],
+    left: Visible,
+    right: Visible,
+    side: JoinSide,
+) -> Result<(Vec<Expr>, Visible)> {
+    let find = |visible: &Visible, name: &str, which: &str| -> Result<usize> {
+        let mut found = visible.iter().enumerate().filter(|(_, (_, column, _))| column == name);
+        match (found.next(), found.next()) {
+            (Some((index, _)), None) => Ok(index),
+            (Some(_), Some(_)) => Err(EngineError::AmbiguousColumn(name.to_string())),
+            (None, _) => Err(EngineError::UnknownColumn(format!(
+                "column \"{name}\" specified in USING clause does not exist in {which} table"
+            ))),
+        }
+    };
+    let mut on = Vec::new();
+    let mut merged = Vec::new();
+    let (mut left_used, mut right_used) = (Vec::new(), Vec::new());
+    for (number, name) in names.iter().enumerate() {
+        if names[..number].contains(name) {
+            return Err(EngineError::DuplicateColumn(format!(
+                "column name \"{name}\" appears more than once in USING clause"
+            )));
+        }
+        let (l, r) = (find(&left, name, "left")?, find(&right, name, "right")?);
+        let column = |entry: &(String, String, usize)| {
+            ast::Expr::CompoundIdentifier(vec![ast::Ident::new(&entry.0), ast::Ident::new(&entry.1)])
+        };
+        let equality = ast::Expr::BinaryOp {
+            left: Box::new(column(&left[l])),
+            op: ast::BinaryOperator::Eq,
+            right: Box::new(column(&right[r])),
+        };
+        on.push(ExprBinder::new(scope).bind(&equality)?);
+        let (kept, hidden) = if side == JoinSide::Right { (&right[r], &left[l]) } else { (&left[l], &right[r]) };
+        merged.push(kept.clone());
+        scope.hidden.push(hidden.2);
+        left_used.push(l);
+        right_used.push(r);
+    }
+    for (visible, used) in [(left, left_used), (right, right_used)] {
+        merged.extend(visible.into_iter().enumerate().filter(|(index, _)| !used.contains(index)).map(|(_, e)| e));
+    }
+    Ok((on, merged))
+}
+
 /// A relation's name and columns under its alias: `t AS u (a, b)` renames the first columns.
 fn apply_alias(
     name: String,
@@ -214,6 +368,8 @@ pub(crate) fn with_outer(scope: &Scope, outer: Option<&Scope>) -> Scope {
     let mut combined = scope.clone();
     if let Some(outer) = outer {
         combined.outer_start = Some(combined.relations.len());
+        let shift = combined.width();
+        combined.hidden.extend(outer.hidden.iter().map(|column| column + shift));
         for relation in &outer.relations {
             combined.add(&relation.alias, relation.columns.clone());
         }
@@ -240,9 +396,6 @@ fn left_join(probe: Planned, build: Planned, on: Vec<Expr>, inputs: &[JoinInput]
             }
         }
         residual.push(conjunct);
-    }
-    if probe_keys.is_empty() {
-        return Err(EngineError::unsupported("LEFT JOIN without an equality condition"));
     }
     let mut layout = probe.layout.clone();
     layout.extend(&build.layout);

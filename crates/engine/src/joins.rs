@@ -181,6 +181,7 @@ pub fn estimate_rows(plan: &Plan) -> f64 {
             }
         }
         Plan::SingleRow => 1.0,
+        Plan::Constant { batches, .. } => batches.iter().map(|b| b.rows).sum::<usize>().max(1) as f64,
         Plan::Filter { input, .. } => (estimate_rows(input) / 3.0).max(1.0),
         Plan::Project { input, .. } => estimate_rows(input),
         Plan::HashJoin { kind, probe, build, .. } => match kind {
@@ -329,7 +330,16 @@ fn best_pair(items: &[Planned], edges: &[Edge]) -> Result<(usize, usize, f64)> {
             }
         }
     }
-    best.ok_or_else(|| EngineError::unsupported("joins without an equality condition (cross joins)"))
+    // No equality connects any two items: a cross join (hash join without keys) of the
+    // smallest pair; conditions over both wait above it as filters.
+    Ok(best.unwrap_or_else(|| {
+        let product = |(i, j): (usize, usize)| items[i].rows * items[j].rows;
+        let (i, j) = (0..items.len())
+            .flat_map(|i| (i + 1..items.len()).map(move |j| (i, j)))
+            .min_by(|&a, &b| product(a).total_cmp(&product(b)))
+            .unwrap_or((0, 1));
+        (i, j, product((i, j)))
+    }))
 }
 
 /// |A ⋈ B| ≈ |A|·|B| / Π max(ndv_A(k), ndv_B(k)), the denominator capped by the larger input.

@@ -60,6 +60,7 @@ pub mod settings;
 pub mod statistics;
 pub mod storage;
 pub mod stream;
+pub mod table_functions;
 pub mod tpch;
 pub mod types;
 pub mod vector;

@@ -148,6 +148,11 @@ pub enum Plan {
     },
     /// One row with no columns (SELECT without FROM).
     SingleRow,
+    /// Rows computed while binding (a set-returning function with constant arguments).
+    Constant {
+        types: Vec<DataType>,
+        batches: Arc<Vec<crate::vector::Batch>>,
+    },
     Filter {
         input: Box<Plan>,
         predicate: Expr,
@@ -209,6 +214,7 @@ impl Plan {
         match self {
             Plan::Scan { table, columns, .. } => columns.iter().map(|&c| table.schema[c].data_type).collect(),
             Plan::SingleRow => Vec::new(),
+            Plan::Constant { types, .. } => types.clone(),
             Plan::Filter { input, .. } | Plan::Sort { input, .. } | Plan::Limit { input, .. } => input.output_types(),
             Plan::SetOperation { left, .. } => left.output_types(),
             Plan::Shared(inner) => inner.output_types(),
@@ -238,7 +244,7 @@ impl Plan {
     pub fn visit_exprs(&self, f: &mut dyn FnMut(&Expr)) {
         match self {
             Plan::Scan { filter, .. } => filter.iter().for_each(&mut *f),
-            Plan::SingleRow => {}
+            Plan::SingleRow | Plan::Constant { .. } => {}
             Plan::Filter { input, predicate } => {
                 f(predicate);
                 input.visit_exprs(f);
@@ -284,6 +290,7 @@ impl Plan {
                 Plan::Scan { table: Arc::clone(table), columns: columns.clone(), filter: filter.as_ref().map(f) }
             }
             Plan::SingleRow => Plan::SingleRow,
+            Plan::Constant { types, batches } => Plan::Constant { types: types.clone(), batches: Arc::clone(batches) },
             Plan::Filter { input, predicate } => {
                 Plan::Filter { input: Box::new(input.map_exprs(f)), predicate: f(predicate) }
             }

@@ -292,7 +292,7 @@ impl<'c> QueryBinder<'c> {
         let names: Vec<String> = items.iter().map(|(_, n)| n.clone()).collect();
         if !aggregated {
             let exprs = items.iter().map(|(e, _)| binder.bind(e)).collect::<Result<Vec<_>>>()?;
-            let order = bind_order(&order_items(order_by), &names, &exprs, |e| binder.bind(e))?;
+            let order = bind_order(&order_items(order_by)?, &names, &exprs, |e| binder.bind(e))?;
             let distinct_on = bind_distinct_on(select, &names, &exprs, |e| binder.bind(e))?;
             return Ok(Outputs {
                 names,
@@ -313,7 +313,7 @@ impl<'c> QueryBinder<'c> {
         // Window functions are computed after HAVING: not allowed in it.
         let having_binder = ExprBinder { windows: None, ..binder };
         let having = select.having.as_ref().map(|h| having_binder.bind_aggregated(h, &mut context)).transpose()?;
-        let order = bind_order(&order_items(order_by), &names, &exprs, |e| binder.bind_aggregated(e, &mut context))?;
+        let order = bind_order(&order_items(order_by)?, &names, &exprs, |e| binder.bind_aggregated(e, &mut context))?;
         let distinct_on = bind_distinct_on(select, &names, &exprs, |e| binder.bind_aggregated(e, &mut context))?;
         let aggregates = context.aggregates;
         Ok(Outputs {
@@ -417,7 +417,7 @@ fn order_and_limit(
     let refuse = |_: &ast::Expr| -> Result<Expr> {
         Err(EngineError::unsupported("ORDER BY on a UNION/INTERSECT/EXCEPT result other than by column name or number"))
     };
-    let order = bind_order(&order_items(order_by), &bound.names, &columns, refuse)?;
+    let order = bind_order(&order_items(order_by)?, &bound.names, &columns, refuse)?;
     let mut plan = bound.plan;
     if !order.is_empty() {
         let keys = order
@@ -437,13 +437,22 @@ fn order_and_limit(
 }
 
 /// ORDER BY items as (expression, descending, nulls first).
-fn order_items(order_by: &[ast::OrderByExpr]) -> Vec<(&ast::Expr, bool, bool)> {
+pub(crate) fn order_items(order_by: &[ast::OrderByExpr]) -> Result<Vec<(&ast::Expr, bool, bool)>> {
     order_by
         .iter()
         .map(|item| {
-            let descending = matches!(item.options.sort, Some(ast::OrderBySort::Desc));
+            let descending = match &item.options.sort {
+                None | Some(ast::OrderBySort::Asc) => false,
+                Some(ast::OrderBySort::Desc) => true,
+                // `USING <` / `USING >`: the ordering operators of ascending / descending order.
+                Some(ast::OrderBySort::Using(operator)) => match operator.to_string().as_str() {
+                    "<" => false,
+                    ">" => true,
+                    other => return Err(EngineError::unsupported(format!("ORDER BY … USING {other}"))),
+                },
+            };
             // PostgreSQL: NULLs sort as larger than everything, so first when descending.
-            (&item.expr, descending, item.options.nulls_first.unwrap_or(descending))
+            Ok((&item.expr, descending, item.options.nulls_first.unwrap_or(descending)))
         })
         .collect()
 }
@@ -779,6 +788,12 @@ fn expand_select_items<'a>(items: &'a [ast::SelectItem], scope: &Scope) -> Resul
         match item {
             ast::SelectItem::UnnamedExpr(expr) => out.push((Cow::Borrowed(expr), output_name(expr))),
             ast::SelectItem::ExprWithAlias { expr, alias } => out.push((Cow::Borrowed(expr), identifier(alias))),
+            ast::SelectItem::Wildcard(_) if scope.star.is_some() => {
+                for (alias, name) in scope.star.iter().flatten() {
+                    let expr = ast::Expr::CompoundIdentifier(vec![ast::Ident::new(alias), ast::Ident::new(name)]);
+                    out.push((Cow::Owned(expr), name.clone()));
+                }
+            }
             ast::SelectItem::Wildcard(_) => {
                 for relation in &scope.relations {
                     for (name, _) in &relation.columns {

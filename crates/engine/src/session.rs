@@ -82,7 +82,12 @@ pub struct Session {
     deallocations: Vec<Option<String>>,
     /// The server-wide budget its statements' memory counts against.
     memory_budget: Option<Arc<MemoryBudget>>,
+    /// Prefix of the keys of this session's temporary tables (see `catalog`).
+    temp_namespace: String,
 }
+
+/// Numbers sessions for their temporary tables' keys.
+static SESSIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 /// A NoticeResponse for the client.
 #[derive(Debug, Clone)]
@@ -103,6 +108,11 @@ impl Session {
             notices: Vec::new(),
             deallocations: Vec::new(),
             memory_budget: None,
+            temp_namespace: format!(
+                "{}pg_temp_{}.",
+                crate::catalog::TEMP_KEY_START,
+                SESSIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            ),
         }
     }
 
@@ -161,6 +171,24 @@ impl Session {
     pub fn close(&mut self, engine: &Engine) {
         self.implicit_block = false;
         self.roll_back(engine);
+        crate::ddl::drop_temporary_tables(self, engine);
+    }
+
+    /// The key a new temporary table `name` is stored under.
+    pub(crate) fn temp_key(&self, name: &str) -> String {
+        format!("{}{name}", self.temp_namespace)
+    }
+
+    /// Opens a transaction for work outside a statement (dropping temporary tables at the end).
+    pub(crate) fn open_internal_transaction(&mut self, engine: &Engine) {
+        if matches!(self.state, State::Idle) {
+            self.state = State::Open(self.new_transaction(engine, false));
+        }
+    }
+
+    /// Commits what `open_internal_transaction` opened.
+    pub(crate) fn commit_internal_transaction(&mut self, engine: &Engine) {
+        let _ = self.commit_open(engine);
     }
 
     /// Runs one statement, streaming its rows (if any) to `sink`.
@@ -440,7 +468,7 @@ impl Session {
             }
             Isolation::ReadCommitted => engine.database().snapshot(),
         };
-        Catalog::new(snapshot, transaction.changes.clone())
+        Catalog::new(snapshot, transaction.changes.clone()).with_temp_namespace(&self.temp_namespace)
     }
 
     /// Locks `name` for writing and returns the version to build on: this transaction's own,
@@ -472,17 +500,20 @@ impl Session {
     /// Share-locks every existing table `statement` names, before it takes its snapshot, until
     /// the transaction ends: a DROP or TRUNCATE of them waits for this transaction (catalog.rs).
     /// Names of no table (CTEs, typos) are not locked, so a transaction's locks stay bounded by
-    /// the tables there are.
+    /// the tables there are; nor are temporary tables (no other session sees them).
     fn share_lock_reads(&mut self, engine: &Engine, statement: &ast::Statement) -> Result<()> {
         let names = crate::catalog::named_tables(statement);
         if names.is_empty() {
             return Ok(());
         }
         let lock_timeout = self.settings.lock_timeout;
-        let newest = engine.database().snapshot();
+        let namespace = self.temp_namespace.clone();
         let transaction = self.transaction();
+        let newest = Catalog::new(engine.database().snapshot(), transaction.changes.clone());
+        let newest = newest.with_temp_namespace(&namespace);
         for name in names {
-            if newest.get(&name).is_some() || transaction.changes.contains_key(&name) {
+            // A temporary table is the session's own: no other transaction can drop it.
+            if newest.key_of(&name) == name && newest.contains(&name) {
                 engine.database().lock_mode(transaction.id, &name, LockMode::Share, lock_timeout)?;
             }
         }

@@ -96,10 +96,8 @@ impl ExprBinder<'_> {
         let args = args.into_iter().map(|a| inner.nested(a, context)).collect::<Result<Vec<_>>>()?;
         let partition = spec.partition_by.iter().map(|e| inner.nested(e, context)).collect::<Result<Vec<_>>>()?;
         let mut order = Vec::with_capacity(spec.order_by.len());
-        for item in &spec.order_by {
-            let descending = matches!(item.options.sort, Some(ast::OrderBySort::Desc));
-            let nulls_first = item.options.nulls_first.unwrap_or(descending);
-            order.push(SortKey { expr: inner.nested(&item.expr, context)?, descending, nulls_first });
+        for (expr, descending, nulls_first) in crate::query::order_items(&spec.order_by)? {
+            order.push(SortKey { expr: inner.nested(expr, context)?, descending, nulls_first });
         }
         let (function, args, data_type) = signature(&name, args, star)?;
         let frame = frame(spec.window_frame.as_ref())?;

@@ -159,7 +159,7 @@ fn constraints_match_postgres() -> anyhow::Result<()> {
             "create table c1 (a integer check (a > 0))",
             "create table c2 (a integer references items (id))",
             "create table c3 (a integer generated always as identity)",
-            "create temporary table c4 (a integer)",
+            "create temporary table c4 (a integer) on commit drop",
         ] {
             assert_eq!(run(&s.engine[0], refused).await, Outcome::Failed("0A000".into()), "{refused}");
         }

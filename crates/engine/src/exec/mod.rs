@@ -138,6 +138,7 @@ impl Executor<'_> {
                 }
                 Plan::SingleRow => break Source::Batches(vec![Batch::new(Vec::new(), 1)]),
                 Plan::Shared(inner) => node = inner,
+                Plan::Constant { batches, .. } => break Source::Batches(batches.to_vec()),
                 breaker => break Source::Batches(self.execute(breaker)?),
             }
         };
