@@ -29,7 +29,7 @@
 
 use std::alloc::{GlobalAlloc, Layout};
 use std::cell::Cell;
-use std::sync::atomic::{AtomicIsize, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicIsize, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -38,6 +38,8 @@ use crate::error::{EngineError, Result};
 /// Bytes a thread charges locally before it adds them to its control (keeps the shared counter
 /// off the allocation fast path).
 const CHARGE_BATCH_BYTES: isize = 256 << 10;
+/// `QueryControl::deadline` when there is none.
+const NO_DEADLINE: u64 = u64::MAX;
 
 /// Why a statement stopped early.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -97,7 +99,10 @@ impl MemoryBudget {
 #[derive(Debug)]
 pub struct QueryControl {
     state: AtomicU8,
-    deadline: Option<Instant>,
+    created: Instant,
+    /// Nanoseconds after `created` when the statement times out (`NO_DEADLINE`: never);
+    /// atomic because a portal's statement gets a new one at each Execute.
+    deadline: AtomicU64,
     memory_limit: usize,
     memory_used: AtomicIsize,
     memory_peak: AtomicIsize,
@@ -116,15 +121,27 @@ impl QueryControl {
         memory_limit: usize,
         budget: Option<Arc<MemoryBudget>>,
     ) -> Arc<QueryControl> {
-        let deadline = timeout.filter(|t| !t.is_zero()).map(|t| Instant::now() + t);
-        Arc::new(QueryControl {
+        let control = QueryControl {
             state: AtomicU8::new(0),
-            deadline,
+            created: Instant::now(),
+            deadline: AtomicU64::new(NO_DEADLINE),
             memory_limit,
             memory_used: AtomicIsize::new(0),
             memory_peak: AtomicIsize::new(0),
             budget,
-        })
+        };
+        control.restart_timeout(timeout);
+        Arc::new(control)
+    }
+
+    /// Starts the statement's clock again: it times out `timeout` from now (`None` or zero:
+    /// never). A suspended portal's statement waits without one and gets a new one at each
+    /// Execute (PostgreSQL counts statement_timeout per protocol message).
+    pub fn restart_timeout(&self, timeout: Option<Duration>) {
+        let deadline = timeout
+            .filter(|t| !t.is_zero())
+            .map_or(NO_DEADLINE, |t| u64::try_from((self.created.elapsed() + t).as_nanos()).unwrap_or(NO_DEADLINE - 1));
+        self.deadline.store(deadline, Ordering::Release);
     }
 
     /// A control that never stops on its own (loaders, tests).
@@ -143,7 +160,10 @@ impl QueryControl {
     }
 
     pub fn deadline(&self) -> Option<Instant> {
-        self.deadline
+        match self.deadline.load(Ordering::Acquire) {
+            NO_DEADLINE => None,
+            nanos => Some(self.created + Duration::from_nanos(nanos)),
+        }
     }
 
     /// Most bytes the statement held at once (as far as the allocator saw).
@@ -156,7 +176,7 @@ impl QueryControl {
         if let Some(reason) = self.stopped() {
             return Err(self.error(reason));
         }
-        if self.deadline.is_some_and(|d| Instant::now() >= d) {
+        if self.deadline().is_some_and(|d| Instant::now() >= d) {
             self.stop(StopReason::Timeout);
             return Err(self.error(self.stopped().unwrap_or(StopReason::Timeout)));
         }
@@ -282,6 +302,13 @@ fn account(bytes: isize) {
             unsafe { &*pointer }.charge(total);
         }
     });
+}
+
+/// Bytes the current statement allocated leave it: they were handed to a thread that frees
+/// them outside any statement (encoded rows sent to the network thread), so they stop counting
+/// against its budget; otherwise a streamed result would be charged for every byte ever sent.
+pub fn hand_off(bytes: usize) {
+    account(-(bytes as isize));
 }
 
 /// A global allocator that charges every allocation to the current statement's control.

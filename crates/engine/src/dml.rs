@@ -325,7 +325,7 @@ fn returning(
     let (catalog, query) = returning_query(engine, table, alias, items, rows)?;
     let bound = engine.bind(&catalog, &query)?;
     let types = bound.plan.output_types();
-    sink.start(ResultShape::Rows { names: &bound.names, types: &types })?;
+    sink.start(ResultShape::Rows { names: &bound.names, types: &types, origins: &[] })?;
     crate::stream::stream_plan(&engine.executor(), &bound.plan, sink)?;
     Ok(())
 }

@@ -38,6 +38,24 @@ pub enum Outcome {
     CopyIn(Box<crate::copy::CopyIn>),
 }
 
+/// A query bound under the session's transaction that streams without the session: a portal
+/// suspended under a row limit keeps it while the session runs other statements (as
+/// PostgreSQL keeps several portals open). It reads the table versions it was bound to.
+pub struct DetachedQuery {
+    bound: crate::query::BoundQuery,
+}
+
+impl DetachedQuery {
+    /// Streams the rows to `sink`; the command tag.
+    pub fn stream(&self, engine: &Engine, sink: &dyn ResultSink) -> Result<String> {
+        let types = self.bound.plan.output_types();
+        let origins = crate::stream::column_origins(&self.bound.plan);
+        sink.start(ResultShape::Rows { names: &self.bound.names, types: &types, origins: &origins })?;
+        let rows = crate::stream::stream_plan(&engine.executor(), &self.bound.plan, sink)?;
+        Ok(format!("SELECT {rows}"))
+    }
+}
+
 /// A transaction in progress.
 pub struct Transaction {
     pub(crate) id: TransactionId,
@@ -204,6 +222,27 @@ impl Session {
         }
         let outcome = self.share_lock_reads(engine, statement).and_then(|()| self.dispatch(engine, statement, sink));
         self.after_statement(engine, outcome)
+    }
+
+    /// Binds a plain query to stream apart from the session ([`DetachedQuery`]); `None` for
+    /// other statements (catalog queries included), which run with [`Session::execute`].
+    /// An error leaves the transaction to the caller to fail (as a failed statement).
+    pub fn bind_detached(&mut self, engine: &Engine, statement: &ast::Statement) -> Result<Option<DetachedQuery>> {
+        let ast::Statement::Query(query) = statement else { return Ok(None) };
+        if crate::pg_catalog::handles(query) {
+            return Ok(None);
+        }
+        if matches!(self.state, State::Failed(_)) {
+            return Err(EngineError::InFailedTransaction);
+        }
+        if matches!(self.state, State::Idle) {
+            self.state = State::Open(self.new_transaction(engine, false));
+        }
+        let bound = engine.bind(&self.catalog(engine), query)?;
+        if let State::Open(t) = &mut self.state {
+            t.fresh = false;
+        }
+        Ok(Some(DetachedQuery { bound }))
     }
 
     /// Runs one statement and collects its rows (embedded use, tests).
@@ -556,6 +595,15 @@ impl Session {
 
     /// Output names and types of a statement without running it (`None` if it returns no rows).
     pub fn describe(&mut self, engine: &Engine, statement: &ast::Statement) -> Result<Option<Description>> {
+        Ok(self.describe_with_origins(engine, statement)?.map(|(description, _)| description))
+    }
+
+    /// [`Session::describe`], with the table column each output column is (RowDescription).
+    pub fn describe_with_origins(
+        &mut self,
+        engine: &Engine,
+        statement: &ast::Statement,
+    ) -> Result<Option<(Description, Vec<Option<crate::stream::ColumnOrigin>>)>> {
         let idle = matches!(self.state, State::Idle | State::Failed(_));
         let saved = if idle {
             let transaction = self.new_transaction(engine, false);
@@ -570,17 +618,24 @@ impl Session {
         described
     }
 
-    fn describe_open(&mut self, engine: &Engine, statement: &ast::Statement) -> Result<Option<Description>> {
-        Ok(match statement {
+    fn describe_open(
+        &mut self,
+        engine: &Engine,
+        statement: &ast::Statement,
+    ) -> Result<Option<(Description, Vec<Option<crate::stream::ColumnOrigin>>)>> {
+        if let ast::Statement::Query(query) = statement {
+            if !crate::pg_catalog::handles(query) {
+                let bound = engine.bind(&self.catalog(engine), query)?;
+                let types = bound.plan.output_types();
+                let origins = crate::stream::column_origins(&bound.plan);
+                return Ok(Some((describe_columns(bound.names, &types), origins)));
+            }
+        }
+        let described = match statement {
             ast::Statement::Query(query) if crate::pg_catalog::handles(query) => {
                 let output = self.catalog_query(engine, query)?;
                 let (names, types) = output.columns.into_iter().map(|(n, t)| (n, ColumnType::Catalog(t))).unzip();
                 Some((names, types))
-            }
-            ast::Statement::Query(query) => {
-                let bound = engine.bind(&self.catalog(engine), query)?;
-                let types = bound.plan.output_types();
-                Some(describe_columns(bound.names, &types))
             }
             ast::Statement::Explain { .. } => Some(describe_columns(vec!["QUERY PLAN".into()], &[DataType::Text])),
             ast::Statement::ShowVariable { variable } => {
@@ -590,7 +645,8 @@ impl Session {
                 crate::dml::describe_returning(self, engine, statement)?
             }
             _ => None,
-        })
+        };
+        Ok(described.map(|description| (description, Vec::new())))
     }
 
     /// Parameter types a statement's `$n` sentinels were bound to (extended protocol Describe).
@@ -614,7 +670,8 @@ impl Session {
                 let catalog = self.catalog(engine);
                 let bound = engine.bind(&catalog, query)?;
                 let types = bound.plan.output_types();
-                sink.start(ResultShape::Rows { names: &bound.names, types: &types })?;
+                let origins = crate::stream::column_origins(&bound.plan);
+                sink.start(ResultShape::Rows { names: &bound.names, types: &types, origins: &origins })?;
                 let rows = crate::stream::stream_plan(&engine.executor(), &bound.plan, sink)?;
                 done(format!("SELECT {rows}"))
             }
@@ -817,7 +874,7 @@ fn setting_value(values: &[ast::Expr]) -> Result<Option<String>> {
 /// Sends one text column of rows (SHOW, EXPLAIN).
 pub(crate) fn send_text_rows(sink: &dyn ResultSink, name: &str, lines: &[String]) -> Result<()> {
     let names = [name.to_string()];
-    sink.start(ResultShape::Rows { names: &names, types: &[DataType::Text] })?;
+    sink.start(ResultShape::Rows { names: &names, types: &[DataType::Text], origins: &[] })?;
     let mut vector = Vector::empty(DataType::Text);
     for line in lines {
         vector.append(&Vector::broadcast(&Value::Text(line.clone()), DataType::Text, 1));
@@ -834,7 +891,7 @@ struct RecordingSink {
 
 impl ResultSink for RecordingSink {
     fn start(&self, shape: ResultShape<'_>) -> Result<()> {
-        if let ResultShape::Rows { names, types } = shape {
+        if let ResultShape::Rows { names, types, .. } = shape {
             *self.shape.lock().unwrap_or_else(|p| p.into_inner()) = Some(describe_columns(names.to_vec(), types));
         }
         Ok(())

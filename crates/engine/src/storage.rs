@@ -328,6 +328,14 @@ pub struct UniqueIndex {
     keys: hashbrown::HashSet<Box<[u8]>>,
 }
 
+impl UniqueIndex {
+    /// Bytes held: the hash table's slots (a boxed key and a control byte each) and the keys.
+    pub fn bytes(&self) -> usize {
+        let slots = self.keys.capacity() * (std::mem::size_of::<Box<[u8]>>() + 1);
+        slots + self.keys.iter().map(|key| key.len()).sum::<usize>()
+    }
+}
+
 /// The key of `row` under `columns` as bytes; `None` when a part is NULL.
 fn unique_key(row: &[Value], columns: &[usize]) -> Option<Box<[u8]>> {
     let mut key = Vec::with_capacity(columns.len() * 9);
@@ -387,6 +395,11 @@ impl std::fmt::Debug for Table {
 impl Table {
     pub fn rows(&self) -> usize {
         self.chunks.iter().map(|c| c.rows).sum()
+    }
+
+    /// Bytes the index of the `k`-th unique constraint holds (pg_relation_size of an index).
+    pub fn unique_index_bytes(&self, k: usize) -> usize {
+        self.indexes.get(k).map_or(0, |index| index.bytes())
     }
 
     pub fn column_index(&self, name: &str) -> Option<usize> {

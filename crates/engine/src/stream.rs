@@ -52,8 +52,10 @@ impl Piece {
 
 /// What a result looks like before its rows.
 pub enum ResultShape<'a> {
-    /// Rows with names and types (RowDescription).
-    Rows { names: &'a [String], types: &'a [DataType] },
+    /// Rows with names and types (RowDescription); `origins` names the table column each
+    /// output column is, where it is one unchanged (may be shorter than `names`: the rest are
+    /// computed).
+    Rows { names: &'a [String], types: &'a [DataType], origins: &'a [Option<ColumnOrigin>] },
     /// COPY … TO STDOUT: one line per row in `format` (CopyOutResponse).
     CopyOut { names: &'a [String], format: &'a crate::copy::CopyFormat },
 }
@@ -71,6 +73,51 @@ pub trait ResultSink: Sync {
     fn emit(&self, piece: Piece) -> Result<bool>;
     /// Sends the whole (small) result of a catalog query: its shape and its rows.
     fn values(&self, columns: &[(String, PgType)], rows: &[Vec<Datum>]) -> Result<()>;
+}
+
+/// The table column a result column is (PostgreSQL's RowDescription sends both, and pgjdbc's
+/// ResultSetMetaData looks them up in pg_class/pg_attribute: table name, nullability).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ColumnOrigin {
+    /// The table's oid (pg_class.oid).
+    pub table: u32,
+    /// The column's number in the table, from 1 (pg_attribute.attnum).
+    pub attribute: i16,
+}
+
+/// For each output column of `plan`, the table column it passes on unchanged, if any
+/// (through filters, projections, joins, sorts and group keys, as PostgreSQL reports them).
+pub fn column_origins(plan: &Plan) -> Vec<Option<ColumnOrigin>> {
+    let through = |input: &Plan, exprs: &mut dyn Iterator<Item = &crate::expr::Expr>| {
+        let inner = column_origins(input);
+        exprs
+            .map(|expr| match expr {
+                crate::expr::Expr::Column { index, .. } => inner.get(*index).copied().flatten(),
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+    };
+    match plan {
+        Plan::Scan { table, columns, .. } => columns
+            .iter()
+            .map(|&column| i16::try_from(column + 1).ok().map(|attribute| ColumnOrigin { table: table.oid, attribute }))
+            .collect(),
+        Plan::Filter { input, .. } | Plan::Sort { input, .. } | Plan::Limit { input, .. } => column_origins(input),
+        Plan::Project { input, exprs } => through(input, &mut exprs.iter()),
+        Plan::HashJoin { kind, probe, build, .. } => match kind {
+            crate::plan::JoinKind::Inner | crate::plan::JoinKind::Left => {
+                [column_origins(probe), column_origins(build)].concat()
+            }
+            crate::plan::JoinKind::RightSemi | crate::plan::JoinKind::RightAnti => column_origins(build),
+            crate::plan::JoinKind::Semi | crate::plan::JoinKind::Anti | crate::plan::JoinKind::NullAwareAnti => {
+                column_origins(probe)
+            }
+        },
+        Plan::Aggregate { input, groups, .. } => through(input, &mut groups.iter()),
+        Plan::Window { input, .. } => column_origins(input),
+        Plan::Shared(inner) => column_origins(inner),
+        Plan::SingleRow | Plan::Constant { .. } | Plan::SetOperation { .. } => Vec::new(),
+    }
 }
 
 /// The engine type closest to a catalog column's (embedded callers get engine values).

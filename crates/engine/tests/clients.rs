@@ -9,6 +9,21 @@ use std::sync::Arc;
 use bypass_engine::{Engine, EngineSettings};
 use common::{engine_psql, start_server};
 
+/// The table the psql and DBeaver tests browse: a primary key, a unique and a NOT NULL column,
+/// a default; and its rows.
+const ITEMS: [&str; 2] = [
+    "create table items (id bigint primary key, code text unique, name text not null, qty integer default 7)",
+    "insert into items values (1, 'a', 'first', 1), (2, 'b', 'second', default), (3, null, 'third', 3)",
+];
+
+/// A server holding [`ITEMS`].
+fn server_with_items() -> anyhow::Result<bypass_engine::server::Server> {
+    let engine = Arc::new(Engine::new(EngineSettings::default())?);
+    let server = start_server(engine)?;
+    psql_ok(server.address, &["-c", ITEMS[0], "-c", ITEMS[1]])?;
+    Ok(server)
+}
+
 fn psql_ok(address: std::net::SocketAddr, args: &[&str]) -> anyhow::Result<String> {
     let mut all = vec!["-v", "ON_ERROR_STOP=1"];
     all.extend_from_slice(args);
@@ -21,16 +36,8 @@ fn psql_ok(address: std::net::SocketAddr, args: &[&str]) -> anyhow::Result<Strin
 // engine's tables, columns, NOT NULL, defaults and keys; method: real psql 15 meta-commands.
 #[test]
 fn psql_describe_commands() -> anyhow::Result<()> {
-    let engine = Arc::new(Engine::new(EngineSettings::default())?);
-    let server = start_server(engine)?;
+    let server = server_with_items()?;
     let address = server.address;
-    psql_ok(
-        address,
-        &[
-            "-c",
-            "create table items (id bigint primary key, code text unique, name text not null, qty integer default 7)",
-        ],
-    )?;
     psql_ok(address, &["-c", "create table notes (body text)"])?;
     let tables = psql_ok(address, &["-c", "\\dt"])?;
     assert!(tables.contains("items") && tables.contains("notes") && tables.contains("table"), "{tables}");
@@ -59,6 +66,35 @@ fn psql_describe_commands() -> anyhow::Result<()> {
     assert!(roles.contains(common::ENGINE_USER), "{roles}");
     let indexes = psql_ok(address, &["-c", "\\di"])?;
     assert!(indexes.contains("items_pkey"), "{indexes}");
+    Ok(())
+}
+
+// Goal: the size functions measure what the engine holds: a unique index (primary key, UNIQUE)
+// reports the bytes of its key set and grows with its rows, an index that is not unique (a
+// catalog entry only) reports 0, pg_indexes_size and pg_total_relation_size add them up;
+// method: psql over a table with both kinds, before and after 2,000 more rows.
+#[test]
+fn relation_sizes_measure_unique_indexes() -> anyhow::Result<()> {
+    let server = server_with_items()?;
+    let address = server.address;
+    psql_ok(address, &["-c", "create index items_name on items (name)"])?;
+    let sizes = |address| -> anyhow::Result<Vec<i64>> {
+        let sql = "select pg_relation_size('items_pkey'::regclass), pg_relation_size('items_code_key'::regclass), \
+                   pg_relation_size('items_name'::regclass), pg_indexes_size('items'::regclass), \
+                   pg_relation_size('items'::regclass), pg_total_relation_size('items'::regclass)";
+        let line = psql_ok(address, &["-At", "-c", sql])?;
+        line.trim().split('|').map(|v| Ok(v.parse::<i64>()?)).collect()
+    };
+    let before = sizes(address)?;
+    let [primary, code, plain, indexes, table, total] = before[..] else { anyhow::bail!("{before:?}") };
+    assert!(primary > 0 && code > 0, "unique indexes are measured: {before:?}");
+    assert_eq!(plain, 0, "an index that is not unique holds nothing");
+    assert_eq!(indexes, primary + code);
+    assert_eq!(total, table + indexes);
+    let rows: Vec<String> = (10..2010).map(|i| format!("({i}, 'code {i}', 'name {i}', {i})")).collect();
+    psql_ok(address, &["-c", &format!("insert into items values {}", rows.join(", "))])?;
+    let after = sizes(address)?;
+    assert!(after[0] > primary && after[1] > code, "indexes grow with their keys: {before:?} then {after:?}");
     Ok(())
 }
 
@@ -214,6 +250,9 @@ const PGJDBC_JAR: &str = "/usr/share/java/postgresql.jar";
 #[derive(Debug, Default)]
 struct Answer {
     columns: Vec<String>,
+    /// Per column, pgjdbc's ResultSetMetaData `getTableName:isNullable` (0 no NULLs, 1 NULLs,
+    /// 2 unknown).
+    origins: Vec<String>,
     rows: Vec<std::collections::HashMap<String, String>>,
     error: Option<String>,
 }
@@ -255,6 +294,8 @@ fn replay_dbeaver(address: std::net::SocketAddr) -> anyhow::Result<Vec<(String, 
         let Some((_, answer)) = answers.last_mut() else { continue };
         if let Some(columns) = line.strip_prefix("columns: ") {
             answer.columns = columns.split(',').map(|c| c.split(':').next().unwrap_or_default().to_string()).collect();
+        } else if let Some(origins) = line.strip_prefix("origins: ") {
+            answer.origins = origins.split(',').map(str::to_string).collect();
         } else if let Some(row) = line.strip_prefix("row: ") {
             let cells =
                 row.split('|').filter_map(|cell| cell.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string()));
@@ -274,18 +315,8 @@ fn replay_dbeaver(address: std::net::SocketAddr) -> anyhow::Result<Vec<(String, 
 // through pgjdbc (prepared statements, typed parameters, every column read with getObject).
 #[test]
 fn dbeaver_metadata_queries_through_pgjdbc() -> anyhow::Result<()> {
-    let engine = Arc::new(Engine::new(EngineSettings::default())?);
-    let server = start_server(engine)?;
+    let server = server_with_items()?;
     let address = server.address;
-    psql_ok(
-        address,
-        &[
-            "-c",
-            "create table items (id bigint primary key, code text unique, name text not null, qty integer default 7)",
-            "-c",
-            "insert into items values (1, 'a', 'first', 1), (2, 'b', 'second', default), (3, null, 'third', 3)",
-        ],
-    )?;
     let fixture =
         std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/dbeaver/queries.sql"))?;
     let expected = fixture.lines().filter(|l| l.starts_with("-- query: ")).count();
@@ -338,5 +369,9 @@ fn dbeaver_metadata_queries_through_pgjdbc() -> anyhow::Result<()> {
     let data = answer("data");
     assert_eq!(data.columns, ["id", "code", "name", "qty"]);
     assert!(data.has_row(&[("id", "2"), ("code", "b"), ("name", "second"), ("qty", "7")]) && data.rows.len() == 3);
+    // RowDescription names each plain column's table and column number, so pgjdbc's
+    // ResultSetMetaData finds the table and the NOT NULL columns (as DBeaver's editor uses them).
+    assert_eq!(data.origins, ["items:0", "items:1", "items:0", "items:1"], "{data:?}");
+    assert_eq!(answer("result origins").origins, ["items:0", ":2", "items:1"]);
     Ok(())
 }

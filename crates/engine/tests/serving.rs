@@ -322,3 +322,168 @@ fn a_portal_with_a_row_limit_streams_and_suspends() -> anyhow::Result<()> {
         Ok(())
     })
 }
+
+/// What the portal scenario saw, step by step (compared between the engine and PostgreSQL).
+type Trace = Vec<String>;
+
+/// Fetches from `portal` in Executes of `max_rows` until it is done or fails; the rows' first
+/// column, and the SQLSTATE that ended it (if any).
+async fn fetch_all(
+    transaction: &tokio_postgres::Transaction<'_>,
+    portal: &tokio_postgres::Portal,
+    max_rows: i32,
+) -> (Vec<i32>, Option<String>) {
+    let mut ids = Vec::new();
+    loop {
+        match transaction.query_portal(portal, max_rows).await {
+            Ok(rows) if rows.is_empty() => return (ids, None),
+            Ok(rows) => ids.extend(rows.iter().map(|r| r.get::<_, i32>(0))),
+            Err(e) => return (ids, Some(e.code().map_or_else(|| e.to_string(), |c| c.code().to_string()))),
+        }
+    }
+}
+
+fn outcome<T: std::fmt::Debug>(result: Result<T, tokio_postgres::Error>) -> String {
+    match result {
+        Ok(value) => format!("{value:?}"),
+        Err(e) => e.code().map_or_else(|| e.to_string(), |c| c.code().to_string()),
+    }
+}
+
+/// A summary of fetched ids: how many, first, last, and whether they rose throughout.
+fn ids_summary(ids: &[i32]) -> String {
+    let rising = ids.windows(2).all(|w| w[0] < w[1]);
+    format!("{} rows {:?}..{:?} rising {rising}", ids.len(), ids.first(), ids.last())
+}
+
+/// Several portals open in one transaction with other statements between their Executes, as
+/// pgjdbc's fetchSize or tokio-postgres' portals use them. `checkpoint` runs at named points
+/// (the engine's side checks that the portals' statements are still running, not collected).
+async fn portal_scenario(conninfo: &str, checkpoint: &dyn Fn(&str)) -> anyhow::Result<Trace> {
+    let (mut client, _connection) = connect(conninfo).await?;
+    let cancel = client.cancel_token();
+    let mut trace = Trace::new();
+    client.batch_execute("drop table if exists big; create table big (id integer, v integer)").await?;
+    let values: Vec<String> = (1..=1000).map(|i| format!("({i}, {})", i % 7)).collect();
+    client.batch_execute(&format!("insert into big values {}", values.join(", "))).await?;
+    for doubling in 0..7 {
+        let offset = 1000 << doubling;
+        client.execute(&format!("insert into big select id + {offset}, v from big"), &[]).await?;
+    }
+    let total = 128_000;
+
+    // Two portals and other statements (reads and an own write) interleaved.
+    let transaction = client.transaction().await?;
+    let all = transaction.prepare("select id, v from big").await?;
+    let threes = transaction.prepare("select id from big where v = 3").await?;
+    let a = transaction.bind(&all, &[]).await?;
+    let b = transaction.bind(&threes, &[]).await?;
+    let first_a: Vec<i32> = transaction.query_portal(&a, 1000).await?.iter().map(|r| r.get(0)).collect();
+    let first_b: Vec<i32> = transaction.query_portal(&b, 10).await?.iter().map(|r| r.get(0)).collect();
+    trace.push(format!("a: {}; b: {}", ids_summary(&first_a), ids_summary(&first_b)));
+    trace.push(outcome(transaction.query_one("select count(*) from big", &[]).await.map(|r| r.get::<_, i64>(0))));
+    checkpoint("two portals suspended");
+    trace.push(outcome(transaction.execute("insert into big values (0, 3)", &[]).await));
+    trace.push(outcome(transaction.query_one("select count(*) from big", &[]).await.map(|r| r.get::<_, i64>(0))));
+    let (rest_a, end_a) = fetch_all(&transaction, &a, 20_000).await;
+    let (rest_b, end_b) = fetch_all(&transaction, &b, 3_000).await;
+    let whole_a: Vec<i32> = first_a.iter().chain(&rest_a).copied().collect();
+    let whole_b: Vec<i32> = first_b.iter().chain(&rest_b).copied().collect();
+    trace.push(format!("a: {} {end_a:?}; b: {} {end_b:?}", ids_summary(&whole_a), ids_summary(&whole_b)));
+    assert_eq!(whole_a.len(), total, "the portal reads the rows as they were when it started");
+    transaction.commit().await?;
+
+    // An error of a portal's statement shows at its own Execute, not at another statement.
+    let transaction = client.transaction().await?;
+    let failing = transaction.prepare(&format!("select id, 1000000 / (id - {total}) from big")).await?;
+    let c = transaction.bind(&failing, &[]).await?;
+    trace.push(outcome(transaction.query_portal(&c, 100).await.map(|rows| rows.len())));
+    trace.push(outcome(
+        transaction.query_one("select count(*) from big where v = 3", &[]).await.map(|r| r.get::<_, i64>(0)),
+    ));
+    let (rest_c, end_c) = fetch_all(&transaction, &c, 20_000).await;
+    trace.push(format!("c: {} then {end_c:?}", rest_c.len() >= 100));
+    trace.push(outcome(transaction.query_one("select 1", &[]).await.map(|r| r.get::<_, i32>(0))));
+    transaction.rollback().await?;
+
+    // A CancelRequest while a portal waits for its next Execute: PostgreSQL ignores it (no
+    // statement runs), and the next Execute goes on.
+    let transaction = client.transaction().await?;
+    let d = transaction.bind(&all, &[]).await?;
+    trace.push(outcome(transaction.query_portal(&d, 10).await.map(|rows| rows.len())));
+    cancel.cancel_query(NoTls).await?;
+    trace.push(outcome(transaction.query_portal(&d, 10).await.map(|rows| rows.len())));
+    transaction.commit().await?;
+
+    // statement_timeout counts per Execute: waiting between Executes longer than the timeout
+    // does not fail the portal (this waits; it does not measure).
+    client.batch_execute("set statement_timeout = '1s'").await?;
+    let transaction = client.transaction().await?;
+    let e = transaction.bind(&all, &[]).await?;
+    trace.push(outcome(transaction.query_portal(&e, 10).await.map(|rows| rows.len())));
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    trace.push(outcome(transaction.query_portal(&e, 10_000).await.map(|rows| rows.len())));
+    transaction.commit().await?;
+    client.batch_execute("reset statement_timeout; drop table big").await?;
+    Ok(trace)
+}
+
+// Goal: portals behave as PostgreSQL's while other statements run between their Executes:
+// both stay open, each keeps streaming from the rows as they were when it started, an error
+// of a portal's statement shows at its own Execute, a CancelRequest while the portal waits is
+// ignored, statement_timeout counts per Execute; and on the engine the suspended portals'
+// statements are still running (streaming, bounded), not collected into memory. Method: the
+// same tokio-postgres script against the engine and a real PostgreSQL 15, traces compared.
+#[test]
+fn portals_stay_open_while_other_statements_run_as_in_postgres() -> anyhow::Result<()> {
+    let postgres = bypass_testkit::Postgres::start()?;
+    let engine = Arc::new(Engine::new(EngineSettings::default())?);
+    let server = common::start_server(Arc::clone(&engine))?;
+    let (ours, theirs) = runtime()?.block_on(async {
+        let running = |point: &str| {
+            assert_eq!(server.statements_running(), 2, "{point}: both portals' statements stream on");
+        };
+        let ours = portal_scenario(&common::engine_conninfo(server.address), &running).await?;
+        let theirs = portal_scenario(&postgres.connection_string("postgres", "postgres"), &|_| {}).await?;
+        anyhow::Ok((ours, theirs))
+    })?;
+    assert_eq!(ours, theirs, "engine vs PostgreSQL");
+    assert!(ours.iter().any(|step| step.contains("Some(\"22012\")")), "{ours:?}");
+    Ok(())
+}
+
+// Goal: memory_limit bounds what a statement holds, not what it has sent: a streamed result
+// larger than the budget goes through (its encoded rows leave the statement's account as
+// they go to the network thread), while rows a portal must keep are charged and refused past
+// the budget (53200) instead of piling up outside it; method: a 4 MB budget, all of lineitem
+// (~9 MB encoded) by simple query; then 8 streaming portals (the per-connection maximum) and
+// a ninth row-limited portal, which must keep its whole result.
+#[test]
+fn streamed_rows_leave_the_budget_and_kept_rows_count_against_it() -> anyhow::Result<()> {
+    let engine = engine_with_tpch()?;
+    let server = common::start_server(engine)?;
+    runtime()?.block_on(async {
+        let (mut client, _connection) = connect(&common::engine_conninfo(server.address)).await?;
+        let total: i64 = client.query_one("select count(*) from lineitem", &[]).await?.get(0);
+        client.batch_execute("set memory_limit = '4MB'").await?;
+        let rows = client.query("select * from lineitem", &[]).await?;
+        assert_eq!(rows.len() as i64, total, "a result larger than the budget streams through");
+
+        let transaction = client.transaction().await?;
+        let scan = transaction.prepare("select * from lineitem").await?;
+        let mut portals = Vec::new();
+        for _ in 0..8 {
+            let portal = transaction.bind(&scan, &[]).await?;
+            assert_eq!(transaction.query_portal(&portal, 10).await?.len(), 10);
+            portals.push(portal);
+        }
+        let ninth = transaction.bind(&scan, &[]).await?;
+        let error = transaction.query_portal(&ninth, 10).await.expect_err("the kept rows exceed the budget");
+        assert_eq!(error.code().map(|c| c.code()), Some("53200"), "{error}");
+        drop((portals, ninth));
+        transaction.rollback().await?;
+        let one: i32 = client.query_one("select 1", &[]).await?.get(0);
+        assert_eq!(one, 1, "the session goes on");
+        anyhow::Ok(())
+    })
+}

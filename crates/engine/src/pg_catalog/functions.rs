@@ -362,9 +362,9 @@ pub fn call(name: &str, args: &[Datum], context: &Context<'_>) -> Result<Datum> 
         "pg_relation_is_publishable" => strict(&|| Datum::Bool(true)),
         "pg_tablespace_location" => Datum::text(""),
         "pg_encoding_max_length" => Datum::Int(4),
-        "pg_relation_size" | "pg_total_relation_size" | "pg_table_size" | "pg_indexes_size" => {
-            relation_size(&arg(0), context)
-        }
+        "pg_relation_size" | "pg_table_size" => relation_size(&arg(0), context, Sizes::Relation),
+        "pg_indexes_size" => relation_size(&arg(0), context, Sizes::Indexes),
+        "pg_total_relation_size" => relation_size(&arg(0), context, Sizes::Total),
         // Scans through an index: none ever (indexes enforce uniqueness; no lookup uses them).
         // Scans of a table are not counted: unknown, not zero.
         "pg_stat_get_numscans" => match arg(0).as_int() {
@@ -539,14 +539,44 @@ fn is_index_oid(oid: i64, context: &Context<'_>) -> bool {
     context.catalog.tables().iter().any(|t| tables::table_indexes(t).iter().any(|i| i.oid == oid))
 }
 
-fn relation_size(oid: &Datum, context: &Context<'_>) -> Datum {
+/// What a size function counts of a table.
+#[derive(Clone, Copy, PartialEq)]
+enum Sizes {
+    /// The relation itself (a table's columns and dictionaries, or one index).
+    Relation,
+    /// A table's indexes.
+    Indexes,
+    /// A table with its indexes.
+    Total,
+}
+
+/// Bytes in memory of a table or index, as the size functions report them. A unique index
+/// (primary key, UNIQUE) holds its keys in a hash set, measured; an index that is not unique is
+/// a catalog entry only (no lookup uses it), 0 bytes. The system catalogs are computed when
+/// read: 0. An unknown oid: NULL, as PostgreSQL.
+fn relation_size(oid: &Datum, context: &Context<'_>, sizes: Sizes) -> Datum {
     let Some(oid) = oid.as_int() else { return Datum::Null };
-    context
-        .catalog
-        .tables()
-        .iter()
-        .find(|t| i64::from(t.oid) == oid)
-        .map_or(Datum::Int(0), |t| Datum::Int(t.bytes() as i64))
+    if CATALOG_OIDS.iter().any(|(_, catalog)| *catalog == oid) {
+        return Datum::Int(0);
+    }
+    for table in context.catalog.tables() {
+        let unique = table.constraints.unique.len();
+        let index_bytes = |k: usize| if k < unique { table.unique_index_bytes(k) } else { 0 };
+        let indexes = tables::table_indexes(&table);
+        if i64::from(table.oid) == oid {
+            let all_indexes: usize = (0..indexes.len()).map(index_bytes).sum();
+            let bytes = match sizes {
+                Sizes::Relation => table.bytes(),
+                Sizes::Indexes => all_indexes,
+                Sizes::Total => table.bytes() + all_indexes,
+            };
+            return Datum::Int(bytes as i64);
+        }
+        if let Some(k) = indexes.iter().position(|index| index.oid == oid) {
+            return Datum::Int(if sizes == Sizes::Indexes { 0 } else { index_bytes(k) as i64 });
+        }
+    }
+    Datum::Null
 }
 
 /// pg_get_indexdef (by index OID) / pg_get_constraintdef (by constraint OID).

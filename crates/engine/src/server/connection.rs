@@ -12,11 +12,24 @@
 //! The network thread never parses SQL nor holds a syntax tree: a deep tree needs a deep stack
 //! to build and to drop, which only statement threads have. Prepared statements and portals
 //! keep SQL text and are parsed again on the task that uses them.
+//!
+//! ```text
+//!   Execute(portal, max_rows > 0) of a plain query:
+//!     session task: bind (snapshot of the transaction) ─► session home at once
+//!     portal thread: stream the plan ─► bounded channel ─► up to max_rows to the socket,
+//!       then PortalSuspended; the thread waits on the full channel until the next Execute
+//!   meanwhile other statements run with the session (several portals open, as PostgreSQL)
+//! ```
+//!
+//! A portal's statement counts `statement_timeout` per Execute and is cancelable only while
+//! one of its Executes runs (PostgreSQL ignores a CancelRequest while it waits for a command);
+//! its errors are reported at its own Execute. Other portals under a row limit (DML …
+//! RETURNING, SHOW, catalog queries) run to their end on their task and keep their rows,
+//! charged to the statement's memory budget (53200 past `memory_limit`).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
-use std::time::Duration;
+use std::sync::{Arc, Mutex, OnceLock};
 
 use bypass_frontdoor::{Admission, CancelKey, Stream};
 use bypass_wire::auth::Refusal;
@@ -30,11 +43,11 @@ use tokio::sync::mpsc;
 use super::encode::{self, Format};
 use super::params;
 use super::{CancelSlot, Shared};
-use crate::control::StopReason;
+use crate::control::{QueryControl, StopReason};
 use crate::copy::{CopyFormat, CopyIn};
-use crate::engine::{ColumnType, Description, Engine};
+use crate::engine::{ColumnType, Engine};
 use crate::error::EngineError;
-use crate::session::{Outcome, Session, Status};
+use crate::session::{DetachedQuery, Outcome, Session, Status};
 use crate::stream::{Piece, ResultShape, ResultSink};
 use crate::vector::Batch;
 
@@ -42,6 +55,9 @@ use crate::vector::Batch;
 const OUTPUT_PIECES_MAX: usize = 4;
 /// COPY messages waiting for the loader.
 const COPY_MESSAGES_MAX: usize = 16;
+/// Portals of one connection streaming at once (each holds a thread); a further row-limited
+/// query portal runs to its end and keeps its rows (charged to its memory budget).
+const STREAMING_PORTALS_MAX: usize = 8;
 /// Bytes read from the socket at a time.
 const READ_BYTES: usize = 64 << 10;
 /// Pipelined input read ahead while a statement runs; beyond it the socket is left unread.
@@ -81,6 +97,9 @@ struct TaskIo {
     shared: Arc<Shared>,
     /// Set by the network side when the client closed the (suspended) portal.
     closed: Arc<AtomicBool>,
+    /// A portal's rows are kept here instead of sent (a non-query portal under a row limit):
+    /// appended on the statement's threads, so charged to its memory budget.
+    collect: Option<Arc<Mutex<Vec<u8>>>>,
 }
 
 impl TaskIo {
@@ -111,8 +130,7 @@ struct Prepared {
 }
 
 /// Rows of a portal held in memory, waiting for the next Execute: the result of a non-query
-/// portal (DML … RETURNING runs to its end first, as in PostgreSQL), or the rest of a
-/// suspended query portal when another statement needed the session.
+/// portal under a row limit (DML … RETURNING runs to its end first, as in PostgreSQL).
 struct PendingRows {
     bytes: Vec<u8>,
     offset: usize,
@@ -128,27 +146,40 @@ struct Portal {
     pending: Option<PendingRows>,
 }
 
-/// A statement task on its blocking thread, seen from the network side.
-struct Task<T> {
+/// What a session task hands back: the session, and the work's result (or its panic).
+type SessionReturn<T> = (Session, std::thread::Result<T>);
+
+/// A task on its thread, seen from the network side: a statement with the session
+/// (`R` = [`SessionReturn`]) or a portal's stream without it (`R` = its [`StatementEnd`]).
+struct Task<R> {
     receiver: mpsc::Receiver<Outgoing>,
     /// The task may still send output.
     open: bool,
     copy_sender: Option<mpsc::Sender<CopyMessage>>,
     copying: bool,
-    handle: tokio::task::JoinHandle<(Session, std::thread::Result<T>)>,
-    finished: Option<(Session, std::thread::Result<T>)>,
+    done: tokio::sync::oneshot::Receiver<R>,
+    finished: Option<R>,
     /// The client left: output is dropped, the statement was stopped.
     gone: bool,
     /// See [`TaskIo::closed`].
     closed: Arc<AtomicBool>,
 }
 
+impl<R> Task<R> {
+    fn new(
+        receiver: mpsc::Receiver<Outgoing>,
+        copy_sender: Option<mpsc::Sender<CopyMessage>>,
+        done: tokio::sync::oneshot::Receiver<R>,
+        closed: Arc<AtomicBool>,
+    ) -> Task<R> {
+        Task { receiver, open: true, copy_sender, copying: false, done, finished: None, gone: false, closed }
+    }
+}
+
 /// Where a task's output goes.
 enum Drain<'a> {
     /// Everything to the socket as it comes.
     Socket,
-    /// Everything into a buffer.
-    Collect(&'a mut Vec<u8>),
     /// To the socket until the budget's rows are sent; the task then waits (bounded channel).
     Rows(&'a mut RowBudget),
     /// Dropped (a portal closed while suspended).
@@ -187,10 +218,6 @@ impl RowBudget {
             self.carry_at = 0;
         }
     }
-
-    fn carried(&self) -> &[u8] {
-        &self.carry[self.carry_at..]
-    }
 }
 
 /// The end of the whole messages in `bytes[start..]` holding at most `rows_max` DataRows
@@ -218,16 +245,13 @@ fn execute_tag(tag: &str, rows: usize) -> String {
     }
 }
 
-/// A query portal whose Execute reached its row limit (PortalSuspended): its statement waits
-/// on its blocking thread, holding the session, until the next Execute, a Close, the Sync of
-/// an implicit transaction, or a message that needs the session (then the rest is collected).
-struct Suspended {
-    portal: String,
+/// A query portal streaming on its own thread without the session (see the module docs):
+/// suspended between its Executes, ended by a Close, a new unnamed Bind (for the unnamed
+/// portal), the end of its transaction, or the client leaving.
+struct PortalStream {
     task: Task<StatementEnd>,
     budget: RowBudget,
-    /// Inside BEGIN … COMMIT: the portal outlives Sync.
-    explicit: bool,
-    idle_limit: Option<Duration>,
+    control: Arc<QueryControl>,
 }
 
 struct Connection {
@@ -245,7 +269,8 @@ struct Connection {
     /// An extended-protocol implicit block is open (since the first Execute after Sync).
     in_block: bool,
     slot: Arc<CancelSlot>,
-    suspended: Option<Suspended>,
+    /// Open query portals by name, each streaming on its own thread.
+    streams: HashMap<String, PortalStream>,
 }
 
 /// Serves one client until it leaves: the front door authenticates it, then the session runs.
@@ -287,11 +312,11 @@ pub(super) async fn serve(shared: Arc<Shared>, tcp: TcpStream) {
             skip_until_sync: false,
             in_block: false,
             slot,
-            suspended: None,
+            streams: HashMap::new(),
         };
         let _ = connection.run().await;
         let _ = connection.flush().await;
-        let _ = connection.close_suspended().await;
+        let _ = connection.close_streams().await;
         if let Some(mut session) = connection.session.take() {
             session.close(&connection.engine);
         }
@@ -386,13 +411,9 @@ impl Connection {
     }
 
     async fn next_message_or_idle_timeout(&mut self) -> Result<(u8, Vec<u8>), End> {
-        let (idle_limit, in_transaction) = match (&self.session, &self.suspended) {
-            (Some(session), _) => {
-                (session.settings.idle_in_transaction_session_timeout, session.status() != Status::Idle)
-            }
-            (None, suspended) => (suspended.as_ref().and_then(|s| s.idle_limit), true),
-        };
-        match idle_limit.filter(|_| in_transaction) {
+        let session = self.session();
+        let in_transaction = session.status() != Status::Idle;
+        match session.settings.idle_in_transaction_session_timeout.filter(|_| in_transaction) {
             None => self.read_message().await,
             Some(limit) => match tokio::time::timeout(limit, self.read_message()).await {
                 Ok(message) => message,
@@ -402,14 +423,9 @@ impl Connection {
     }
 
     async fn handle(&mut self, message: FrontendMessage<'_>) -> Result<(), End> {
-        if self.suspended.is_some() {
-            let unnamed = self.suspended.as_ref().is_some_and(|s| s.portal.is_empty());
-            if unnamed && matches!(&message, FrontendMessage::Bind(b) if b.portal.is_empty()) {
-                // Binding the unnamed portal again replaces it: its rest is not wanted.
-                self.close_suspended().await?;
-            } else if self.needs_session(&message) {
-                self.settle().await?;
-            }
+        if matches!(&message, FrontendMessage::Bind(b) if b.portal.is_empty()) && !self.skip_until_sync {
+            // Binding the unnamed portal again replaces it: its rest is not wanted.
+            self.close_stream("").await?;
         }
         match message {
             FrontendMessage::Terminate => return Err(End::Closed),
@@ -453,34 +469,13 @@ impl Connection {
         Ok(())
     }
 
-    /// Whether `message` needs the session home: everything but what a suspended portal
-    /// allows in between (its own Execute, Close, Sync, Flush, Terminate, stray COPY data).
-    fn needs_session(&self, message: &FrontendMessage<'_>) -> bool {
-        match message {
-            FrontendMessage::Execute { portal, .. } => {
-                self.suspended.as_ref().is_none_or(|s| s.portal.as_bytes() != *portal)
-            }
-            // An invalid name fails the transaction, which needs the session.
-            FrontendMessage::Close { name, .. } => protocol_name(name).is_err(),
-            FrontendMessage::Sync
-            | FrontendMessage::Flush
-            | FrontendMessage::Terminate
-            | FrontendMessage::CopyData(_)
-            | FrontendMessage::CopyDone
-            | FrontendMessage::CopyFail(_) => false,
-            _ => !self.skip_until_sync,
-        }
-    }
-
     async fn close(&mut self, kind: DescribeKind, name: &str) -> Result<(), EngineError> {
         match kind {
             DescribeKind::Statement => {
                 self.statements.remove(name);
             }
             DescribeKind::Portal => {
-                if self.suspended.as_ref().is_some_and(|s| s.portal == name) {
-                    self.close_suspended().await.map_err(|_| EngineError::QueryCanceled("the client left".into()))?;
-                }
+                self.close_stream(name).await.map_err(|_| EngineError::QueryCanceled("the client left".into()))?;
                 self.portals.remove(name);
             }
         }
@@ -498,10 +493,6 @@ impl Connection {
     }
 
     fn status_byte(&mut self) -> u8 {
-        if self.session.is_none() {
-            // Away with a portal suspended inside BEGIN … COMMIT.
-            return b'T';
-        }
         match self.session().status() {
             Status::Idle => b'I',
             Status::InTransaction => b'T',
@@ -511,25 +502,16 @@ impl Connection {
 
     async fn sync(&mut self) -> Result<(), End> {
         self.skip_until_sync = false;
-        match self.suspended.as_ref().map(|s| s.explicit) {
-            Some(true) => {
-                // The portal lives on; the implicit block ends at a Sync with the session home.
-                encode::ready_for_query(&mut self.output, b'T');
-                return self.flush().await;
-            }
-            // The implicit transaction ends here, and its portals with it.
-            Some(false) => self.close_suspended().await?,
-            None => {}
-        }
         if std::mem::take(&mut self.in_block) {
+            if !self.session().in_explicit_transaction() {
+                // The implicit transaction ends here, and its portals with it (before its commit).
+                self.close_streams().await?;
+            }
             if let Err(error) = self.with_session(|session, engine| session.end_implicit_block(engine)).await {
                 encode::error(&mut self.output, &error);
             }
         }
-        if self.session().status() == Status::Idle {
-            // Portals live as long as their transaction.
-            self.portals.clear();
-        }
+        self.end_portals_outside_transactions().await?;
         let status = self.status_byte();
         encode::ready_for_query(&mut self.output, status);
         self.flush().await
@@ -558,6 +540,7 @@ impl Connection {
             Ok(text) => {
                 let text = text.to_string();
                 self.run_task(move |session, engine, io| run_script(session, engine, io, &text)).await?;
+                self.end_portals_outside_transactions().await?;
             }
         }
         let status = self.status_byte();
@@ -572,17 +555,18 @@ impl Connection {
         &mut self,
         work: impl FnOnce(&mut Session, &Engine, &mut TaskIo) -> T + Send + 'static,
     ) -> Result<T, End> {
-        let mut task = self.start_task(work);
+        let mut task = self.start_task(None, work);
         self.drive(&mut task, Drain::Socket).await;
         self.finish_task(task).await
     }
 
     /// Starts `work` on a blocking thread with the session (which stays there until
-    /// `finish_task`).
+    /// `finish_task`); `collect` keeps the rows of its statements instead of sending them.
     fn start_task<T: Send + 'static>(
         &mut self,
+        collect: Option<Arc<Mutex<Vec<u8>>>>,
         work: impl FnOnce(&mut Session, &Engine, &mut TaskIo) -> T + Send + 'static,
-    ) -> Task<T> {
+    ) -> Task<SessionReturn<T>> {
         let mut session = self.session.take().expect("the session is home between tasks");
         let (output, receiver) = mpsc::channel(OUTPUT_PIECES_MAX);
         let (copy_sender, copy) = mpsc::channel(COPY_MESSAGES_MAX);
@@ -593,9 +577,11 @@ impl Connection {
             slot: Arc::clone(&self.slot),
             shared: Arc::clone(&self.shared),
             closed: Arc::clone(&closed),
+            collect,
         };
         let engine = Arc::clone(&self.engine);
-        let handle = tokio::task::spawn_blocking(move || {
+        let (finished, done) = tokio::sync::oneshot::channel();
+        tokio::task::spawn_blocking(move || {
             let result =
                 std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(&mut session, &engine, &mut io)));
             if result.is_err() {
@@ -603,22 +589,54 @@ impl Connection {
                 session.close(&engine);
             }
             drop(io);
-            (session, result)
+            let _ = finished.send((session, result));
         });
-        Task {
-            receiver,
-            open: true,
-            copy_sender: Some(copy_sender),
-            copying: false,
-            handle,
-            finished: None,
-            gone: false,
-            closed,
+        Task::new(receiver, Some(copy_sender), done, closed)
+    }
+
+    /// Starts a portal's stream on its own thread (not Tokio's blocking pool: a suspended
+    /// portal may wait there for as long as its transaction lasts).
+    fn start_stream(
+        &mut self,
+        query: DetachedQuery,
+        control: Arc<QueryControl>,
+        sql: String,
+        formats: Vec<i16>,
+    ) -> Result<PortalStream, EngineError> {
+        let (output, receiver) = mpsc::channel(OUTPUT_PIECES_MAX);
+        let closed = Arc::new(AtomicBool::new(false));
+        let sink = WireSink::new(output, Arc::clone(&closed), false, formats, None);
+        let (engine, shared, thread_control) =
+            (Arc::clone(&self.engine), Arc::clone(&self.shared), Arc::clone(&control));
+        let (finished, done) = tokio::sync::oneshot::channel();
+        shared.running.fetch_add(1, Ordering::Relaxed);
+        let started = std::thread::Builder::new().name("bypass-portal".into()).spawn(move || {
+            let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                // The plan is dropped here too: a deep one needs the statement's stack.
+                crate::depth::with_statement_stack(&sql, move || {
+                    let tag = crate::control::enter(&thread_control, || query.stream(&engine, &sink));
+                    drop((query, sink));
+                    tag
+                })
+            }));
+            shared.running.fetch_sub(1, Ordering::Relaxed);
+            let end = match outcome {
+                Ok(Ok(Ok(tag))) => StatementEnd::Done(tag),
+                Ok(Ok(Err(error)) | Err(error)) => StatementEnd::Failed(error),
+                Err(_) => StatementEnd::Failed(EngineError::Runtime("a portal's statement panicked".into())),
+            };
+            let _ = finished.send(end);
+        });
+        if let Err(error) = started {
+            self.shared.running.fetch_sub(1, Ordering::Relaxed);
+            return Err(EngineError::Runtime(format!("starting a portal thread: {error}")));
         }
+        let task = Task::new(receiver, None, done, closed);
+        Ok(PortalStream { task, budget: RowBudget::new(0), control })
     }
 
     /// Takes the session back from a task that `drive` saw finish.
-    async fn finish_task<T>(&mut self, task: Task<T>) -> Result<T, End> {
+    async fn finish_task<T>(&mut self, task: Task<SessionReturn<T>>) -> Result<T, End> {
         let (mut session, result) = task.finished.expect("drive returns unpaused once the task is done");
         self.slot.set(None);
         for deallocated in session.take_deallocations() {
@@ -641,10 +659,10 @@ impl Connection {
     /// Pumps a task's output to `drain` until the task is done and its output read (false),
     /// or until a row budget is spent (true: paused, the task waits); reads the socket
     /// meanwhile.
-    async fn drive<T: Send + 'static>(&mut self, task: &mut Task<T>, mut drain: Drain<'_>) -> bool {
-        enum Event<T> {
+    async fn drive<R>(&mut self, task: &mut Task<R>, mut drain: Drain<'_>) -> bool {
+        enum Event<R> {
             Output(Option<Outgoing>),
-            Finished(T),
+            Finished(R),
             Read(std::io::Result<usize>),
         }
         loop {
@@ -660,8 +678,8 @@ impl Connection {
             let event = tokio::select! {
                 biased;
                 output = task.receiver.recv(), if task.open => Event::Output(output),
-                joined = &mut task.handle, if task.finished.is_none() => {
-                    Event::Finished(joined.expect("tasks catch their panics"))
+                done = &mut task.done, if task.finished.is_none() => {
+                    Event::Finished(done.expect("tasks catch their panics and always answer"))
                 }
                 read = self.stream.read(&mut self.scratch), if room => Event::Read(read),
             };
@@ -679,10 +697,6 @@ impl Connection {
                     Drain::Socket => {
                         self.output.extend_from_slice(&bytes);
                         self.flush().await.is_err()
-                    }
-                    Drain::Collect(buffer) => {
-                        buffer.extend_from_slice(&bytes);
-                        false
                     }
                     Drain::Rows(budget) => {
                         budget.carry.extend_from_slice(&bytes);
@@ -713,30 +727,34 @@ impl Connection {
         }
     }
 
-    /// A message needs the session while a portal is suspended: the rest of the portal's
-    /// rows are collected into memory (as PostgreSQL's portals, it stays open; unlike them,
-    /// its remaining rows are held, bounded by nothing but their size).
-    async fn settle(&mut self) -> Result<(), End> {
-        let Some(mut suspended) = self.suspended.take() else { return Ok(()) };
-        let mut rest = suspended.budget.carried().to_vec();
-        self.drive(&mut suspended.task, Drain::Collect(&mut rest)).await;
-        let end = self.finish_task(suspended.task).await?;
-        self.drain_notices().await;
-        if let Some(portal) = self.portals.get_mut(&suspended.portal) {
-            portal.pending = Some(PendingRows { bytes: rest, offset: 0, end });
+    /// Ends a portal's stream early (Close, a new unnamed Bind, the end of its transaction, the
+    /// client leaving): its sink stops taking rows, the statement is stopped, its rest dropped.
+    async fn close_stream(&mut self, name: &str) -> Result<(), End> {
+        let Some(mut stream) = self.streams.remove(name) else { return Ok(()) };
+        stream.task.closed.store(true, Ordering::Release);
+        stream.task.receiver.close();
+        stream.control.stop(StopReason::Canceled);
+        self.drive(&mut stream.task, Drain::Discard).await;
+        if stream.task.gone {
+            return Err(End::Closed);
         }
         Ok(())
     }
 
-    /// Ends a suspended portal's statement early (Close, the Sync of an implicit transaction,
-    /// the client leaving): its sink stops taking rows and the statement ends without error.
-    async fn close_suspended(&mut self) -> Result<(), End> {
-        let Some(mut suspended) = self.suspended.take() else { return Ok(()) };
-        suspended.task.closed.store(true, Ordering::Release);
-        suspended.task.receiver.close();
-        self.drive(&mut suspended.task, Drain::Discard).await;
-        self.finish_task(suspended.task).await?;
-        self.drain_notices().await;
+    async fn close_streams(&mut self) -> Result<(), End> {
+        let names: Vec<String> = self.streams.keys().cloned().collect();
+        for name in names {
+            self.close_stream(&name).await?;
+        }
+        Ok(())
+    }
+
+    /// Portals live as long as their transaction: once the session is idle they end.
+    async fn end_portals_outside_transactions(&mut self) -> Result<(), End> {
+        if self.session().status() == Status::Idle {
+            self.close_streams().await?;
+            self.portals.clear();
+        }
         Ok(())
     }
 
@@ -889,12 +907,12 @@ impl Connection {
                 (portal.sql.clone(), portal.result_formats.clone())
             }
         };
-        let described: Option<Description> = match sql {
+        let described = match sql {
             None => None,
             Some(sql) => {
                 self.with_session(move |session, engine| {
                     crate::depth::with_statement_stack(&sql, || match Engine::parse(&sql)?.pop() {
-                        Some(statement) => session.describe(engine, &statement),
+                        Some(statement) => session.describe_with_origins(engine, &statement),
                         None => Ok(None),
                     })?
                 })
@@ -903,18 +921,17 @@ impl Connection {
         };
         match described {
             None => encode::empty_message(&mut self.output, b'n'),
-            Some((names, types)) => {
+            Some(((names, types), origins)) => {
                 let formats = Format::expand(&formats, names.len())?;
-                encode::row_description(&mut self.output, &names, &types, &formats);
+                encode::row_description(&mut self.output, &names, &types, &origins, &formats);
             }
         }
         Ok(())
     }
 
     async fn execute(&mut self, name: &str, max_rows: usize) -> Result<Result<(), EngineError>, End> {
-        if self.suspended.as_ref().is_some_and(|s| s.portal == name) {
-            let suspended = self.suspended.take().expect("checked");
-            return self.resume(suspended, max_rows).await;
+        if let Some(stream) = self.streams.remove(name) {
+            return self.resume(name, stream, max_rows).await;
         }
         let Some(portal) = self.portals.get_mut(name) else {
             return Ok(Err(EngineError::UnknownPortal(name.to_string())));
@@ -936,58 +953,90 @@ impl Connection {
             self.in_block = true;
             self.session().begin_implicit_block();
         }
-        let explicit = self.session().in_explicit_transaction();
-        let idle_limit = self.session().settings.idle_in_transaction_session_timeout;
-        let mut task = self.start_task(move |session, engine, io| run_portal(session, engine, io, &sql, formats));
-        if max_rows > 0 && query {
-            let suspended =
-                Suspended { portal: name.to_string(), task, budget: RowBudget::new(max_rows), explicit, idle_limit };
-            return self.resume(suspended, max_rows).await;
-        }
         if max_rows == 0 {
-            self.drive(&mut task, Drain::Socket).await;
-            let end = self.finish_task(task).await?;
+            let end = self.run_task(move |session, engine, io| run_portal(session, engine, io, &sql, formats)).await?;
             self.drain_notices().await;
-            return Ok(match end {
-                StatementEnd::Done(tag) => {
-                    encode::command_complete(&mut self.output, &tag);
-                    Ok(())
+            return Ok(self.complete(end, None));
+        }
+        let stream = query && self.streams.len() < STREAMING_PORTALS_MAX;
+        let collected = Arc::new(Mutex::new(Vec::new()));
+        let mut task = self.start_task(Some(Arc::clone(&collected)), move |session, engine, io| {
+            start_portal(session, engine, io, sql, formats, stream)
+        });
+        self.drive(&mut task, Drain::Socket).await;
+        match self.finish_task(task).await? {
+            PortalStart::Stream { query, control, sql, formats } => {
+                match self.start_stream(query, control, sql, formats) {
+                    Ok(stream) => self.resume(name, stream, max_rows).await,
+                    Err(error) => Ok(Err(error)),
                 }
-                StatementEnd::Failed(error) => Err(error),
-            });
+            }
+            PortalStart::Ended(end) => {
+                self.drain_notices().await;
+                if let StatementEnd::Failed(error) = end {
+                    // It ran to its end before sending anything: PostgreSQL reports the error
+                    // at once, with no rows.
+                    return Ok(Err(error));
+                }
+                let bytes = std::mem::take(&mut *collected.lock().unwrap_or_else(|p| p.into_inner()));
+                if let Some(portal) = self.portals.get_mut(name) {
+                    portal.pending = Some(PendingRows { bytes, offset: 0, end });
+                }
+                Ok(self.send_pending(name, max_rows))
+            }
         }
-        // DML … RETURNING under a row limit runs to its end first (as PostgreSQL's portals).
-        let mut rows = Vec::new();
-        self.drive(&mut task, Drain::Collect(&mut rows)).await;
-        let end = self.finish_task(task).await?;
-        self.drain_notices().await;
-        if let Some(portal) = self.portals.get_mut(name) {
-            portal.pending = Some(PendingRows { bytes: rows, offset: 0, end });
-        }
-        Ok(self.send_pending(name, max_rows))
     }
 
-    /// Sends up to `max_rows` more rows of a query portal as its statement produces them, then
-    /// PortalSuspended (the statement waits) or the statement's end.
-    async fn resume(&mut self, mut suspended: Suspended, max_rows: usize) -> Result<Result<(), EngineError>, End> {
-        suspended.budget.renew(max_rows);
-        suspended.budget.send_carried(&mut self.output);
-        if self.drive(&mut suspended.task, Drain::Rows(&mut suspended.budget)).await {
+    /// Sends up to `max_rows` more rows of a streaming portal as its statement produces them,
+    /// then PortalSuspended (the statement waits, with no clock running) or its end.
+    async fn resume(
+        &mut self,
+        name: &str,
+        mut stream: PortalStream,
+        max_rows: usize,
+    ) -> Result<Result<(), EngineError>, End> {
+        if self.session().status() == Status::Failed {
+            // As PostgreSQL: nothing runs in a failed transaction; the portal ends with it.
+            self.streams.insert(name.to_string(), stream);
+            return Ok(Err(EngineError::InFailedTransaction));
+        }
+        // statement_timeout counts per Execute, and a CancelRequest reaches the statement
+        // only while an Execute of it runs (PostgreSQL ignores one while it waits).
+        let timeout = self.session().settings.statement_timeout;
+        stream.control.restart_timeout(timeout);
+        self.slot.set(Some(Arc::clone(&stream.control)));
+        stream.budget.renew(max_rows);
+        stream.budget.send_carried(&mut self.output);
+        let paused = self.drive(&mut stream.task, Drain::Rows(&mut stream.budget)).await;
+        self.slot.set(None);
+        if stream.task.gone {
+            return Err(End::Closed);
+        }
+        if paused {
+            stream.control.restart_timeout(None);
             encode::empty_message(&mut self.output, b's');
-            self.in_block = true;
-            self.suspended = Some(suspended);
+            self.streams.insert(name.to_string(), stream);
             return Ok(Ok(()));
         }
-        let sent = suspended.budget.sent;
-        let end = self.finish_task(suspended.task).await?;
-        self.drain_notices().await;
-        Ok(match end {
+        let sent = stream.budget.sent;
+        let end = stream.task.finished.take().expect("drive returns unpaused once the task is done");
+        Ok(self.complete(end, Some(sent)))
+    }
+
+    /// CommandComplete for a statement that ended well (with the rows of this Execute when it
+    /// ran under a row limit), its error otherwise.
+    fn complete(&mut self, end: StatementEnd, rows_sent: Option<usize>) -> Result<(), EngineError> {
+        match end {
             StatementEnd::Done(tag) => {
-                encode::command_complete(&mut self.output, &execute_tag(&tag, sent));
+                let tag = match rows_sent {
+                    Some(rows) => execute_tag(&tag, rows),
+                    None => tag,
+                };
+                encode::command_complete(&mut self.output, &tag);
                 Ok(())
             }
             StatementEnd::Failed(error) => Err(error),
-        })
+        }
     }
 
     async fn drain_notices(&mut self) {
@@ -1009,12 +1058,8 @@ impl Connection {
             encode::empty_message(&mut self.output, b's');
             return Ok(());
         }
-        match portal.pending.take().map(|p| p.end) {
-            Some(StatementEnd::Done(tag)) => {
-                encode::command_complete(&mut self.output, &execute_tag(&tag, rows));
-                Ok(())
-            }
-            Some(StatementEnd::Failed(error)) => Err(error),
+        match portal.pending.take() {
+            Some(pending) => self.complete(pending.end, Some(rows)),
             None => Ok(()),
         }
     }
@@ -1098,6 +1143,37 @@ fn run_portal(session: &mut Session, engine: &Engine, io: &mut TaskIo, sql: &str
     }
 }
 
+/// How a row-limited portal's first Execute starts on its task.
+enum PortalStart {
+    /// A plain query, bound: it streams on its own thread, without the session.
+    Stream { query: DetachedQuery, control: Arc<QueryControl>, sql: String, formats: Vec<i16> },
+    /// Anything else ran to its end; its rows were collected (see [`TaskIo::collect`]).
+    Ended(StatementEnd),
+}
+
+fn start_portal(
+    session: &mut Session,
+    engine: &Engine,
+    io: &mut TaskIo,
+    sql: String,
+    formats: Vec<i16>,
+    stream: bool,
+) -> PortalStart {
+    if stream {
+        let control = session.new_control();
+        let bound = crate::depth::with_statement_stack(&sql, || {
+            let statement = Engine::parse(&sql)?.pop().ok_or_else(|| EngineError::Syntax("empty portal".into()))?;
+            crate::control::enter(&control, || session.bind_detached(engine, &statement))
+        });
+        match bound.and_then(|inner| inner) {
+            Ok(Some(query)) => return PortalStart::Stream { query, control, sql, formats },
+            Ok(None) => {}
+            Err(error) => return PortalStart::Ended(StatementEnd::Failed(error)),
+        }
+    }
+    PortalStart::Ended(run_portal(session, engine, io, &sql, formats))
+}
+
 /// One statement under its own control (cancel slot, timeout, memory budget), including the
 /// data phase of COPY FROM STDIN.
 fn run_statement(
@@ -1112,13 +1188,7 @@ fn run_statement(
     io.slot.set(Some(Arc::clone(&control)));
     // Counted once a CancelRequest can reach it (tests wait for this).
     io.shared.running.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let sink = WireSink {
-        output: io.output.clone(),
-        closed: Arc::clone(&io.closed),
-        describe,
-        result_formats,
-        encoding: OnceLock::new(),
-    };
+    let sink = WireSink::new(io.output.clone(), Arc::clone(&io.closed), describe, result_formats, io.collect.clone());
     let outcome = crate::control::enter(&control, || session.execute(engine, statement, &sink));
     drop(sink);
     let outcome = match outcome {
@@ -1200,11 +1270,32 @@ struct WireSink {
     describe: bool,
     result_formats: Vec<i16>,
     encoding: OnceLock<Encoding>,
+    /// See [`TaskIo::collect`].
+    collect: Option<Arc<Mutex<Vec<u8>>>>,
 }
 
 impl WireSink {
+    fn new(
+        output: mpsc::Sender<Outgoing>,
+        closed: Arc<AtomicBool>,
+        describe: bool,
+        result_formats: Vec<i16>,
+        collect: Option<Arc<Mutex<Vec<u8>>>>,
+    ) -> WireSink {
+        WireSink { output, closed, describe, result_formats, encoding: OnceLock::new(), collect }
+    }
+
     /// Sends bytes; `false` when the client closed the portal (the statement ends early).
     fn send(&self, bytes: Vec<u8>) -> crate::error::Result<bool> {
+        if let Some(collect) = &self.collect {
+            // On the statement's thread: the growing buffer counts against memory_limit.
+            collect.lock().unwrap_or_else(|p| p.into_inner()).extend_from_slice(&bytes);
+            crate::control::check()?;
+            return Ok(true);
+        }
+        // The bytes go to the network thread, which frees them once written: bounded by the
+        // channel, no longer the statement's.
+        crate::control::hand_off(bytes.capacity());
         match self.output.blocking_send(Outgoing::Bytes(bytes)) {
             Ok(()) => Ok(true),
             Err(_) if self.closed.load(Ordering::Acquire) => Ok(false),
@@ -1229,11 +1320,11 @@ impl ResultSink for WireSink {
     fn start(&self, shape: ResultShape<'_>) -> crate::error::Result<()> {
         let mut out = Vec::new();
         let encoding = match shape {
-            ResultShape::Rows { names, types } => {
+            ResultShape::Rows { names, types, origins } => {
                 let formats = Format::expand(&self.result_formats, names.len())?;
                 if self.describe {
                     let column_types: Vec<ColumnType> = types.iter().map(|t| ColumnType::Engine(*t)).collect();
-                    encode::row_description(&mut out, names, &column_types, &formats);
+                    encode::row_description(&mut out, names, &column_types, origins, &formats);
                 }
                 Encoding::Rows(formats)
             }
@@ -1265,7 +1356,7 @@ impl ResultSink for WireSink {
         let mut out = Vec::new();
         if self.describe {
             let column_types: Vec<ColumnType> = types.iter().map(|t| ColumnType::Catalog(*t)).collect();
-            encode::row_description(&mut out, &names, &column_types, &formats);
+            encode::row_description(&mut out, &names, &column_types, &[], &formats);
         }
         encode::catalog_rows(&mut out, &types, rows, &formats)?;
         self.send(out).map(|_| ())

@@ -9,6 +9,7 @@ use bypass_wire::write::{message, put_cstr, put_i16, put_i32};
 use crate::engine::ColumnType;
 use crate::error::EngineError;
 use crate::pg_catalog::{Datum, PgType};
+use crate::stream::ColumnOrigin;
 use crate::types::{format_date, format_decimal, format_float, DataType};
 use crate::vector::{Batch, Data, Vector};
 
@@ -77,17 +78,26 @@ fn catalog_type_size(pg_type: PgType) -> i16 {
     }
 }
 
-pub fn row_description(out: &mut Vec<u8>, names: &[String], types: &[ColumnType], formats: &[Format]) {
+/// `origins[i]` names the table column result column `i` is (table oid and attribute number,
+/// as PostgreSQL sends them); a missing or `None` entry sends zeros (a computed column).
+pub fn row_description(
+    out: &mut Vec<u8>,
+    names: &[String],
+    types: &[ColumnType],
+    origins: &[Option<ColumnOrigin>],
+    formats: &[Format],
+) {
     message(out, Some(b'T'), |out| {
         put_i16(out, i16::try_from(names.len()).expect("fewer than 32768 columns"));
-        for ((name, column_type), format) in names.iter().zip(types).zip(formats) {
+        for (index, ((name, column_type), format)) in names.iter().zip(types).zip(formats).enumerate() {
+            let origin = origins.get(index).copied().flatten();
             let (size, modifier) = match *column_type {
                 ColumnType::Engine(data_type) => (type_size(data_type), type_modifier(data_type)),
                 ColumnType::Catalog(pg_type) => (catalog_type_size(pg_type), -1),
             };
             put_cstr(out, name.replace('\0', "").as_bytes());
-            put_i32(out, 0);
-            put_i16(out, 0);
+            put_i32(out, origin.map_or(0, |o| o.table as i32));
+            put_i16(out, origin.map_or(0, |o| o.attribute));
             put_i32(out, column_type.oid() as i32);
             put_i16(out, size);
             put_i32(out, modifier);

@@ -3,6 +3,8 @@
 // ResultSetMetaData. Prints each answer for tests/clients.rs to check:
 //   == <label>
 //   columns: <name>:<type name>,...
+//   origins: <table name>:<nullable>,...  (ResultSetMetaData.getTableName and isNullable,
+//            which pgjdbc answers from RowDescription's table oid and column number)
 //   row: <name>=<value>|...
 //   error: <SQLSTATE> <message>      (instead of columns and rows)
 // Usage: java -cp <dir>:postgresql.jar DbeaverReplay <queries.sql> <jdbc url> <user> <password>
@@ -98,6 +100,11 @@ public class DbeaverReplay {
             columns.add(meta.getColumnLabel(i) + ":" + meta.getColumnTypeName(i));
         }
         System.out.println("columns: " + String.join(",", columns));
+        List<String> origins = new ArrayList<>();
+        for (int i = 1; i <= meta.getColumnCount(); i++) {
+            origins.add(meta.getTableName(i) + ":" + meta.isNullable(i));
+        }
+        System.out.println("origins: " + String.join(",", origins));
         while (rows.next()) {
             Map<String, String> row = new HashMap<>();
             List<String> cells = new ArrayList<>();

@@ -87,3 +87,5 @@ SELECT COUNT(*) FROM public.items
 -- query: data (the data editor's first page)
 SELECT * FROM public.items
 LIMIT 200
+-- query: result origins (not DBeaver's: what pgjdbc's ResultSetMetaData says of a join and a computed column)
+SELECT i.name, i.qty * 2 AS twice, j.code FROM public.items i JOIN public.items j ON i.id = j.id ORDER BY i.id
