@@ -25,7 +25,7 @@ use crate::expr::{evaluate, evaluate_constant, Expr};
 use crate::session::Session;
 use crate::storage::{ColumnDef, Constraints, Table, TableBuilder};
 use crate::stream::{ResultShape, ResultSink};
-use crate::types::{DataType, Value};
+use crate::types::{DataType, Value, ValueKey};
 use crate::vector::{scan_chunk, Data, VECTOR_ROWS};
 
 /// INSERT INTO t [(columns)] VALUES … | query | DEFAULT VALUES [RETURNING …].
@@ -170,11 +170,13 @@ fn table_scope(alias: &str, schema: &[ColumnDef]) -> Scope {
 
 /// UPDATE t [AS a] SET c = expr, … [WHERE …] [RETURNING …].
 pub fn update(session: &mut Session, engine: &Engine, update: &ast::Update, sink: &dyn ResultSink) -> Result<String> {
-    if update.from.is_some() || !update.table.joins.is_empty() || update.limit.is_some() || !update.order_by.is_empty()
-    {
-        return Err(EngineError::unsupported("UPDATE … FROM, joins, ORDER BY or LIMIT"));
+    if !update.table.joins.is_empty() || update.limit.is_some() || !update.order_by.is_empty() {
+        return Err(EngineError::unsupported("UPDATE of a join, ORDER BY or LIMIT"));
     }
     let (name, alias) = single_table(session, engine, &update.table.relation)?;
+    if let Some(ast::UpdateTableFromKind::AfterSet(items) | ast::UpdateTableFromKind::BeforeSet(items)) = &update.from {
+        return update_from(session, engine, update, (&name, &alias), items);
+    }
     let base = session.take_for_write(engine, &name)?.ok_or_else(|| EngineError::UnknownTable(name.clone()))?;
     let scope = table_scope(&alias, &base.schema);
     let binder = ExprBinder::new(&scope);
@@ -232,13 +234,16 @@ pub fn update(session: &mut Session, engine: &Engine, update: &ast::Update, sink
 /// DELETE FROM t [AS a] [WHERE …] [RETURNING …].
 pub fn delete(session: &mut Session, engine: &Engine, delete: &ast::Delete, sink: &dyn ResultSink) -> Result<String> {
     let (ast::FromTable::WithFromKeyword(from) | ast::FromTable::WithoutKeyword(from)) = &delete.from;
-    if from.len() != 1 || !from[0].joins.is_empty() || delete.using.is_some() || !delete.tables.is_empty() {
-        return Err(EngineError::unsupported("DELETE … USING or of several tables"));
+    if from.len() != 1 || !from[0].joins.is_empty() || !delete.tables.is_empty() {
+        return Err(EngineError::unsupported("DELETE of several tables"));
     }
     if delete.limit.is_some() || !delete.order_by.is_empty() {
         return Err(EngineError::unsupported("DELETE … ORDER BY or LIMIT"));
     }
     let (name, alias) = single_table(session, engine, &from[0].relation)?;
+    if let Some(items) = &delete.using {
+        return delete_using(session, engine, delete, (&name, &alias), &from[0].relation, items);
+    }
     let base = session.take_for_write(engine, &name)?.ok_or_else(|| EngineError::UnknownTable(name.clone()))?;
     let scope = table_scope(&alias, &base.schema);
     let predicate = delete.selection.as_ref().map(|e| ExprBinder::new(&scope).bind(e)).transpose()?;
@@ -264,6 +269,157 @@ pub fn delete(session: &mut Session, engine: &Engine, delete: &ast::Delete, sink
     let count = affected.len();
     session.write(&name, Some(table));
     Ok(format!("DELETE {count}"))
+}
+
+/// The key of a whole row: rows with equal values behave alike in any condition over them.
+fn row_key(row: &[Value]) -> Vec<ValueKey> {
+    row.iter().map(Value::key).collect()
+}
+
+/// UPDATE … FROM / DELETE … USING: `SELECT <target row>, <values> FROM <target>, <items> WHERE
+/// <selection>` under the statement's catalog, run while the target's write lock is held.
+/// A target row is affected when it joins a row of the items; the rows come back whole (with
+/// equal values, rows behave alike, so the row's values identify what happens to it).
+fn joined_rows(
+    session: &mut Session,
+    engine: &Engine,
+    (target, alias, schema): (&ast::TableFactor, &str, &[ColumnDef]),
+    items: &[ast::TableWithJoins],
+    selection: Option<&ast::Expr>,
+    values: &[&ast::Expr],
+) -> Result<crate::engine::QueryResult> {
+    let quoted = |name: &str| ast::Ident::with_quote('"', name).to_string();
+    let mut outputs: Vec<String> = schema.iter().map(|c| format!("{}.{}", quoted(alias), quoted(&c.name))).collect();
+    outputs.extend(values.iter().map(|v| v.to_string()));
+    let items: Vec<String> = std::iter::once(target.to_string()).chain(items.iter().map(|i| i.to_string())).collect();
+    let filter = selection.map_or(String::new(), |s| format!(" WHERE {s}"));
+    let sql = format!("SELECT {} FROM {}{filter}", outputs.join(", "), items.join(", "));
+    let statements = Engine::parse(&sql)?;
+    let [ast::Statement::Query(query)] = statements.as_slice() else {
+        return Err(EngineError::Syntax(format!("cannot rewrite as a query: {sql}")));
+    };
+    let catalog = session.catalog(engine);
+    engine.collect_query(&catalog, query)
+}
+
+/// UPDATE t SET … FROM items WHERE …: each target row joining some row of the items takes the
+/// values computed over the first such join row (PostgreSQL: an unspecified one).
+fn update_from(
+    session: &mut Session,
+    engine: &Engine,
+    update: &ast::Update,
+    (name, alias): (&str, &str),
+    items: &[ast::TableWithJoins],
+) -> Result<String> {
+    if update.returning.is_some() {
+        return Err(EngineError::unsupported("UPDATE … FROM … RETURNING"));
+    }
+    let locked = session.table_for_write(engine, name)?.ok_or_else(|| EngineError::UnknownTable(name.to_string()))?;
+    let mut targets = Vec::new();
+    let mut computed = Vec::new();
+    for assignment in &update.assignments {
+        let ast::AssignmentTarget::ColumnName(column) = &assignment.target else {
+            return Err(EngineError::unsupported("UPDATE of a column tuple"));
+        };
+        let column_name = object_name(column)?;
+        let index = locked.column_index(&column_name).ok_or_else(|| {
+            EngineError::UnknownColumn(format!("\"{column_name}\" of relation \"{}\" does not exist", locked.name))
+        })?;
+        if targets.contains(&index) {
+            return Err(EngineError::Syntax(format!("multiple assignments to same column \"{column_name}\"")));
+        }
+        if is_default_keyword(&assignment.value) {
+            return Err(EngineError::unsupported("SET column = DEFAULT with UPDATE … FROM"));
+        }
+        targets.push(index);
+        computed.push(&assignment.value);
+    }
+    let width = locked.schema.len();
+    let result = joined_rows(
+        session,
+        engine,
+        (&update.table.relation, alias, &locked.schema),
+        items,
+        update.selection.as_ref(),
+        &computed,
+    )?;
+    let mut new_values: std::collections::HashMap<Vec<ValueKey>, Vec<Value>> = std::collections::HashMap::new();
+    for batch in &result.batches {
+        let casts = targets
+            .iter()
+            .enumerate()
+            .map(|(i, &column)| {
+                let value = Expr::Column { index: width + i, data_type: result.types[width + i] };
+                evaluate(&cast_expr(value, locked.schema[column].data_type)?, batch)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        for row in 0..batch.rows {
+            let values = batch.row(row);
+            new_values
+                .entry(row_key(&values[..width]))
+                .or_insert_with(|| casts.iter().map(|vector| vector.value(row)).collect());
+        }
+    }
+    drop(locked);
+    let base = session.take_for_write(engine, name)?.ok_or_else(|| EngineError::UnknownTable(name.to_string()))?;
+    let rewrite = |table: &Table, chunk: usize| -> Result<Rewritten> {
+        let (mut kept, mut changed) = (Vec::new(), Vec::new());
+        for_each_slice(table, chunk, |batch| {
+            for row in 0..batch.rows {
+                let mut values = batch.row(row);
+                if let Some(assigned) = new_values.get(&row_key(&values)) {
+                    for (&column, value) in targets.iter().zip(assigned) {
+                        values[column] = value.clone();
+                    }
+                    changed.push(values.clone());
+                }
+                kept.push(values);
+            }
+            Ok(())
+        })?;
+        Ok((!changed.is_empty()).then_some((kept, changed)))
+    };
+    let (table, affected) = rewrite_table(engine, base, &rewrite)?;
+    session.write(name, Some(table));
+    Ok(format!("UPDATE {}", affected.len()))
+}
+
+/// DELETE FROM t USING items WHERE …: the target rows joining some row of the items.
+fn delete_using(
+    session: &mut Session,
+    engine: &Engine,
+    delete: &ast::Delete,
+    (name, alias): (&str, &str),
+    relation: &ast::TableFactor,
+    items: &[ast::TableWithJoins],
+) -> Result<String> {
+    if delete.returning.is_some() {
+        return Err(EngineError::unsupported("DELETE … USING … RETURNING"));
+    }
+    let locked = session.table_for_write(engine, name)?.ok_or_else(|| EngineError::UnknownTable(name.to_string()))?;
+    let result =
+        joined_rows(session, engine, (relation, alias, &locked.schema), items, delete.selection.as_ref(), &[])?;
+    let doomed: std::collections::HashSet<Vec<ValueKey>> = result.rows().iter().map(|row| row_key(row)).collect();
+    drop(locked);
+    let base = session.take_for_write(engine, name)?.ok_or_else(|| EngineError::UnknownTable(name.to_string()))?;
+    let rewrite = |table: &Table, chunk: usize| -> Result<Rewritten> {
+        let (mut kept, mut removed) = (Vec::new(), Vec::new());
+        for_each_slice(table, chunk, |batch| {
+            for row in 0..batch.rows {
+                let values = batch.row(row);
+                if doomed.contains(&row_key(&values)) {
+                    removed.push(values);
+                } else {
+                    kept.push(values);
+                }
+            }
+            Ok(())
+        })?;
+        Ok((!removed.is_empty()).then_some((kept, removed)))
+    };
+    let (table, affected) = rewrite_table(engine, base, &rewrite)?;
+    session.write(name, Some(table));
+    Ok(format!("DELETE {}", affected.len()))
 }
 
 /// Chunk rewrite: `None` leaves the chunk as it is, `Some((rows to keep, rows affected))`

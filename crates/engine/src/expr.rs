@@ -880,6 +880,8 @@ pub struct LikePattern {
 #[derive(Debug, Clone)]
 struct LiteralRuns {
     runs: Vec<String>,
+    /// A substring searcher per run, built once per pattern (`str::find` builds one per value).
+    finders: Vec<memchr::memmem::Finder<'static>>,
     anchored_start: bool,
     anchored_end: bool,
 }
@@ -898,11 +900,13 @@ impl LiteralRuns {
         let anchored_start = tokens.first() != Some(&LikeToken::Any);
         let anchored_end = tokens.last() != Some(&LikeToken::Any);
         runs.retain(|run| !run.is_empty());
-        Some(LiteralRuns { runs, anchored_start, anchored_end })
+        let finders = runs.iter().map(|run| memchr::memmem::Finder::new(run.as_bytes()).into_owned()).collect();
+        Some(LiteralRuns { runs, finders, anchored_start, anchored_end })
     }
 
     fn matches(&self, text: &str) -> bool {
         let mut runs = self.runs.as_slice();
+        let mut finders = self.finders.as_slice();
         let (mut start, mut end) = (0, text.len());
         if self.anchored_start {
             let Some((first, rest)) = runs.split_first() else { return text.is_empty() };
@@ -911,6 +915,7 @@ impl LiteralRuns {
             }
             start = first.len();
             runs = rest;
+            finders = &finders[1..];
             if runs.is_empty() {
                 // The whole pattern is one literal (`abc`) or a prefix (`abc%`).
                 return !self.anchored_end || text.len() == start;
@@ -923,9 +928,10 @@ impl LiteralRuns {
             }
             end -= last.len();
             runs = rest;
+            finders = &finders[..finders.len() - 1];
         }
-        for run in runs {
-            match text[start..end].find(run.as_str()) {
+        for (run, finder) in runs.iter().zip(finders) {
+            match finder.find(&text.as_bytes()[start..end]) {
                 Some(at) => start += at + run.len(),
                 None => return false,
             }

@@ -18,10 +18,13 @@ use crate::query::QueryBinder;
 use crate::table_functions::bind_table_function;
 use crate::types::DataType;
 
-/// A LEFT JOIN waiting to be applied after the inner joins.
+/// A LEFT JOIN waiting to be applied after the inner joins: `relation` (an input) is
+/// null-extended. A FULL JOIN of input `full_with` and `relation` is planned before any other
+/// join (both sides null-extended).
 pub(crate) struct LeftJoin {
     pub relation: usize,
     pub on: Vec<Expr>,
+    pub full_with: Option<usize>,
 }
 
 /// The FROM clause, bound.
@@ -43,6 +46,8 @@ enum JoinSide {
     Left,
     /// RIGHT JOIN: the left side is null-extended.
     Right,
+    /// FULL JOIN: both sides are.
+    Full,
 }
 
 impl<'c> QueryBinder<'c> {
@@ -69,8 +74,9 @@ impl<'c> QueryBinder<'c> {
     }
 
     /// One FROM item: a relation and its joins, left to right. Inner joins (also inside
-    /// parentheses) are flattened into the block's join graph; the null-extended side of a
-    /// LEFT or RIGHT JOIN must be one relation.
+    /// parentheses) are flattened into the block's join graph; a side that an outer join
+    /// null-extends and that is itself a join (or an aliased join) becomes a unit: planned on
+    /// its own, one input of the block.
     fn add_join_tree(
         &self,
         bound: &mut From,
@@ -78,24 +84,24 @@ impl<'c> QueryBinder<'c> {
         outer: Option<&Scope>,
         correlation: Option<&Correlation>,
     ) -> Result<Visible> {
-        let start = bound.scope.relations.len();
-        let mut visible = self.add_factor(bound, &item.relation, outer, correlation)?;
-        for join in &item.joins {
-            let (side, constraint) = match &join.join_operator {
-                ast::JoinOperator::Join(c) | ast::JoinOperator::Inner(c) | ast::JoinOperator::CrossJoin(c) => {
-                    (JoinSide::Inner, c)
-                }
-                ast::JoinOperator::Left(c) | ast::JoinOperator::LeftOuter(c) => (JoinSide::Left, c),
-                ast::JoinOperator::Right(c) | ast::JoinOperator::RightOuter(c) => (JoinSide::Right, c),
-                ast::JoinOperator::FullOuter(_) => return Err(EngineError::unsupported("FULL JOIN")),
-                other => {
-                    return Err(EngineError::unsupported(
-                        format!("join type {other:?}").chars().take(60).collect::<String>(),
-                    ))
-                }
-            };
-            let first_right = bound.scope.relations.len();
-            let right = self.add_factor(bound, &join.relation, outer, correlation)?;
+        let start = bound.inputs.len();
+        // The left side of the last RIGHT/FULL JOIN is null-extended: when it is a join, it is a unit.
+        let split = item
+            .joins
+            .iter()
+            .rposition(|j| matches!(join_side(&j.join_operator), Ok((JoinSide::Right | JoinSide::Full, _))))
+            .filter(|&k| k > 0 || matches!(item.relation, ast::TableFactor::NestedJoin { .. }));
+        let (mut visible, joins) = match split {
+            Some(k) => {
+                let prefix = ast::TableWithJoins { relation: item.relation.clone(), joins: item.joins[..k].to_vec() };
+                (self.add_unit(bound, &prefix, None, outer, correlation)?, &item.joins[k..])
+            }
+            None => (self.add_factor(bound, &item.relation, true, outer, correlation)?, &item.joins[..]),
+        };
+        for join in joins {
+            let (side, constraint) = join_side(&join.join_operator)?;
+            let first_right = bound.inputs.len();
+            let right = self.add_factor(bound, &join.relation, side == JoinSide::Inner, outer, correlation)?;
             let (on, merged) = match constraint {
                 ast::JoinConstraint::On(expr) => {
                     let scope = with_outer(&bound.scope, outer);
@@ -105,6 +111,7 @@ impl<'c> QueryBinder<'c> {
                     (conjuncts, visible.into_iter().chain(right).collect())
                 }
                 ast::JoinConstraint::None => (Vec::new(), visible.into_iter().chain(right).collect()),
+                _ if side == JoinSide::Full => return Err(EngineError::unsupported("FULL JOIN with USING or NATURAL")),
                 ast::JoinConstraint::Using(names) => {
                     let names = names.iter().map(object_name).collect::<Result<Vec<_>>>()?;
                     merge_columns(&mut bound.scope, &names, visible, right, side)?
@@ -119,35 +126,106 @@ impl<'c> QueryBinder<'c> {
                 }
             };
             visible = merged;
-            let nullable = match side {
+            let (relation, full_with) = match side {
                 JoinSide::Inner => {
                     bound.on_conjuncts.extend(on);
                     continue;
                 }
-                JoinSide::Left => first_right..bound.scope.relations.len(),
-                JoinSide::Right => start..first_right,
+                JoinSide::Left => (first_right, None),
+                JoinSide::Right => (start, None),
+                JoinSide::Full => (first_right, Some(start)),
             };
-            if nullable.len() != 1 {
+            let one_input = |range: std::ops::Range<usize>| range.len() == 1;
+            if !one_input(first_right..bound.inputs.len()) || !one_input(start..first_right) && side != JoinSide::Left {
                 return Err(EngineError::unsupported("an outer join whose null-extended side is itself a join"));
             }
-            bound.left_joins.push(LeftJoin { relation: nullable.start, on });
+            bound.left_joins.push(LeftJoin { relation, on, full_with });
         }
         Ok(visible)
     }
 
-    /// A relation, or a parenthesized join (flattened).
+    /// A parenthesized join (or the left part of an outer join) planned on its own: its
+    /// relations keep their names (an alias replaces them by one relation with the join's
+    /// columns), and the block sees one input.
+    fn add_unit(
+        &self,
+        bound: &mut From,
+        item: &ast::TableWithJoins,
+        alias: Option<&ast::TableAlias>,
+        outer: Option<&Scope>,
+        correlation: Option<&Correlation>,
+    ) -> Result<Visible> {
+        let mut unit = self.bind_from(std::slice::from_ref(item), outer, correlation)?;
+        let scope = unit.scope.clone();
+        let star = scope.star.clone().unwrap_or_default();
+        let conjuncts = std::mem::take(&mut unit.on_conjuncts);
+        let planned = self.plan_joins(unit, conjuncts, &vec![true; scope.width()])?;
+        let wide_type = |wide: usize| {
+            let relation = &scope.relations[scope.relation_of(wide)];
+            relation.columns[wide - relation.offset].1
+        };
+        let wide_of = |(alias, name): &(String, String)| {
+            scope
+                .relations
+                .iter()
+                .find(|r| r.alias == *alias)
+                .and_then(|r| r.columns.iter().position(|(c, _)| c == name).map(|position| r.offset + position))
+        };
+        let outputs: Vec<usize> = match alias {
+            None => (0..scope.width()).collect(),
+            Some(_) => star.iter().map(|entry| wide_of(entry).expect("star entries name the unit's columns")).collect(),
+        };
+        let exprs = outputs
+            .iter()
+            .map(|&wide| {
+                let index = planned.layout.iter().position(|&w| w == wide).expect("a unit outputs every column");
+                Expr::Column { index, data_type: wide_type(wide) }
+            })
+            .collect();
+        let source = RelationSource::Derived(Plan::Project { input: Box::new(planned.plan), exprs });
+        let offset = bound.scope.width();
+        bound.inputs.push(JoinInput { source, offset, width: outputs.len() });
+        match alias {
+            None => {
+                for relation in &scope.relations {
+                    bound.scope.add(&relation.alias, relation.columns.clone());
+                }
+                bound.scope.hidden.extend(scope.hidden.iter().map(|h| h + offset));
+                Ok(star
+                    .iter()
+                    .map(|entry| (entry.0.clone(), entry.1.clone(), offset + wide_of(entry).expect("a unit column")))
+                    .collect())
+            }
+            Some(alias) => {
+                let columns =
+                    star.iter().zip(&outputs).map(|((_, name), &wide)| (name.clone(), wide_type(wide))).collect();
+                let (name, columns) = apply_alias(String::new(), Some(alias), columns)?;
+                let index = bound.scope.add(&name, columns);
+                let relation = &bound.scope.relations[index];
+                Ok(relation
+                    .columns
+                    .iter()
+                    .enumerate()
+                    .map(|(position, (column, _))| (name.clone(), column.clone(), offset + position))
+                    .collect())
+            }
+        }
+    }
+
+    /// A relation, or a parenthesized join (flattened into the block when `flatten`, else a unit).
     fn add_factor(
         &self,
         bound: &mut From,
         factor: &ast::TableFactor,
+        flatten: bool,
         outer: Option<&Scope>,
         correlation: Option<&Correlation>,
     ) -> Result<Visible> {
         if let ast::TableFactor::NestedJoin { table_with_joins, alias } = factor {
-            if alias.is_some() {
-                return Err(EngineError::unsupported("an alias on a parenthesized join"));
+            if flatten && alias.is_none() {
+                return self.add_join_tree(bound, table_with_joins, outer, correlation);
             }
-            return self.add_join_tree(bound, table_with_joins, outer, correlation);
+            return self.add_unit(bound, table_with_joins, alias.as_ref(), outer, correlation);
         }
         let index = self.add_relation(bound, factor)?;
         let relation = &bound.scope.relations[index];
@@ -239,7 +317,12 @@ impl<'c> QueryBinder<'c> {
             planned.add_filters(&conjuncts, 1.0);
             return Ok(planned);
         }
-        let left_relations: u64 = left_joins.iter().fold(0, |set, l| set | (1 << l.relation));
+        let left_relations: u64 =
+            left_joins.iter().filter(|l| l.full_with.is_none()).fold(0, |set, l| set | (1 << l.relation));
+        // Inputs whose rows a join may extend with NULLs: no WHERE condition filters them early.
+        let nullable = left_joins
+            .iter()
+            .fold(left_relations, |set, l| l.full_with.map_or(set, |other| set | (1 << other) | (1 << l.relation)));
         let mut per_relation: Vec<Vec<Expr>> = vec![Vec::new(); inputs.len()];
         let mut multi = Vec::new();
         for conjunct in conjuncts {
@@ -248,47 +331,68 @@ impl<'c> QueryBinder<'c> {
                 let relation = relation_set(&derived, &inputs).trailing_zeros() as usize;
                 // A WHERE condition holds after null extension: filtering a nullable side's
                 // rows before its join would extend with NULLs rows the condition rejects.
-                if left_relations & (1 << relation) == 0 {
+                if nullable & (1 << relation) == 0 {
                     per_relation[relation].push(derived);
                 }
             }
-            if relations.count_ones() <= 1 && relations & left_relations == 0 {
+            if relations.count_ones() <= 1 && relations & nullable == 0 {
                 per_relation[relations.trailing_zeros().min(inputs.len() as u32 - 1) as usize].push(conjunct);
             } else {
                 multi.push(Conjunct { expr: conjunct, relations });
             }
         }
-        let mut left_on: Vec<(usize, Vec<Expr>)> = Vec::new();
-        for left in left_joins {
-            let (own, rest): (Vec<Expr>, Vec<Expr>) =
-                left.on.into_iter().partition(|c| relation_set(c, &inputs) == 1 << left.relation);
-            per_relation[left.relation].extend(own);
-            left_on.push((left.relation, rest));
+        let mut outer_joins: Vec<LeftJoin> = Vec::new();
+        for mut left in left_joins {
+            if left.full_with.is_none() {
+                let (own, rest): (Vec<Expr>, Vec<Expr>) =
+                    left.on.into_iter().partition(|c| relation_set(c, &inputs) == 1 << left.relation);
+                per_relation[left.relation].extend(own);
+                left.on = rest;
+            }
+            outer_joins.push(left);
         }
         let widths: Vec<usize> = inputs.iter().map(|i| i.offset).collect();
-        let mut inner = Vec::new();
-        let mut outer_items = Vec::new();
-        for (index, (input, filters)) in inputs.into_iter().zip(per_relation).enumerate() {
-            let planned = plan_relation(index, input, used, &filters)?;
-            if left_relations & (1 << index) != 0 {
-                outer_items.push(planned);
-            } else {
-                inner.push(planned);
-            }
-        }
-        let (now, later): (Vec<Conjunct>, Vec<Conjunct>) =
-            multi.into_iter().partition(|c| c.relations & left_relations == 0);
         let offsets_only: Vec<JoinInput> = widths
             .iter()
             .map(|&offset| JoinInput { source: RelationSource::Derived(Plan::SingleRow), offset, width: 0 })
             .collect();
+        let mut planned_inputs: Vec<Option<Planned>> = Vec::new();
+        for (index, (input, filters)) in inputs.into_iter().zip(per_relation).enumerate() {
+            planned_inputs.push(Some(plan_relation(index, input, used, &filters)?));
+        }
+        let mut take = |index: usize| planned_inputs[index].take().expect("each input joins once");
+        let mut full = Vec::new();
+        let mut left_on = Vec::new();
+        for join in outer_joins {
+            match join.full_with {
+                Some(other) => full.push(full_join(take(other), take(join.relation), join.on, &offsets_only)?),
+                None => left_on.push((take(join.relation), join.on)),
+            }
+        }
+        let inner: Vec<Planned> = full.into_iter().chain(planned_inputs.into_iter().flatten()).collect();
+        let (now, later): (Vec<Conjunct>, Vec<Conjunct>) =
+            multi.into_iter().partition(|c| c.relations & left_relations == 0);
         let mut planned = join_all(inner, now, &offsets_only)?;
-        for ((_, on), build) in left_on.into_iter().zip(outer_items) {
+        for (build, on) in left_on {
             planned = left_join(planned, build, on, &offsets_only)?;
         }
         planned.add_filters(&later.into_iter().map(|c| c.expr).collect::<Vec<_>>(), 1.0 / 3.0);
         Ok(planned)
     }
+}
+
+fn join_side(operator: &ast::JoinOperator) -> Result<(JoinSide, &ast::JoinConstraint)> {
+    Ok(match operator {
+        ast::JoinOperator::Join(c) | ast::JoinOperator::Inner(c) | ast::JoinOperator::CrossJoin(c) => {
+            (JoinSide::Inner, c)
+        }
+        ast::JoinOperator::Left(c) | ast::JoinOperator::LeftOuter(c) => (JoinSide::Left, c),
+        ast::JoinOperator::Right(c) | ast::JoinOperator::RightOuter(c) => (JoinSide::Right, c),
+        ast::JoinOperator::FullOuter(c) => (JoinSide::Full, c),
+        other => {
+            return Err(EngineError::unsupported(format!("join type {other:?}").chars().take(60).collect::<String>()))
+        }
+    })
 }
 
 /// JOIN USING (names) / NATURAL JOIN: one equality per name between the two sides' columns,
@@ -378,6 +482,50 @@ pub(crate) fn with_outer(scope: &Scope, outer: Option<&Scope>) -> Scope {
 }
 
 fn left_join(probe: Planned, build: Planned, on: Vec<Expr>, inputs: &[JoinInput]) -> Result<Planned> {
+    hash_join_on(JoinKind::Left, probe, build, on, inputs)
+}
+
+/// FULL JOIN: the LEFT JOIN's rows, then the right side's rows no left row matches with NULLs
+/// for the left side's columns.
+fn full_join(left: Planned, right: Planned, on: Vec<Expr>, inputs: &[JoinInput]) -> Result<Planned> {
+    let left_types = left.plan.output_types();
+    let right_width = right.layout.len();
+    let copy = |p: &Planned| {
+        let mut copy = Planned::with_layout(p.plan.clone(), p.layout.clone(), p.rows);
+        copy.relations = p.relations;
+        copy
+    };
+    let unmatched = hash_join_on(JoinKind::Anti, copy(&right), copy(&left), on.clone(), inputs)?;
+    let mut exprs: Vec<Expr> = left_types.iter().map(|&t| Expr::literal(crate::types::Value::Null, t)).collect();
+    let right_types = unmatched.plan.output_types();
+    exprs.extend((0..right_width).map(|index| Expr::Column { index, data_type: right_types[index] }));
+    let extended = Plan::Project { input: Box::new(unmatched.plan), exprs };
+    let matched = hash_join_on(JoinKind::Left, left, right, on, inputs)?;
+    if matches!(&matched.plan, Plan::HashJoin { probe_keys, .. } if probe_keys.is_empty()) {
+        return Err(EngineError::unsupported(
+            "FULL JOIN is only supported with merge-joinable or hash-joinable join conditions",
+        ));
+    }
+    let plan = Plan::SetOperation {
+        op: crate::plan::SetOperator::Union,
+        all: true,
+        left: Box::new(matched.plan),
+        right: Box::new(extended),
+    };
+    let mut planned = Planned::with_layout(plan, matched.layout, matched.rows);
+    planned.relations = matched.relations;
+    Ok(planned)
+}
+
+/// A hash join on the equalities of `on` between the two sides; the rest is its residual
+/// (over probe ++ build columns). Output: probe ++ build (anti: probe only).
+fn hash_join_on(
+    kind: JoinKind,
+    probe: Planned,
+    build: Planned,
+    on: Vec<Expr>,
+    inputs: &[JoinInput],
+) -> Result<Planned> {
     let mut probe_keys = Vec::new();
     let mut build_keys = Vec::new();
     let mut residual = Vec::new();
@@ -398,7 +546,9 @@ fn left_join(probe: Planned, build: Planned, on: Vec<Expr>, inputs: &[JoinInput]
         residual.push(conjunct);
     }
     let mut layout = probe.layout.clone();
-    layout.extend(&build.layout);
+    if kind != JoinKind::Anti {
+        layout.extend(&build.layout);
+    }
     let width = probe.layout.len();
     let residual = conjunction(residual).map(|r| {
         r.map_columns(&|c| {
@@ -410,7 +560,7 @@ fn left_join(probe: Planned, build: Planned, on: Vec<Expr>, inputs: &[JoinInput]
     let rows = probe.rows;
     let relations = probe.relations | build.relations;
     let plan = Plan::HashJoin {
-        kind: JoinKind::Left,
+        kind,
         probe: Box::new(probe.plan),
         build: Box::new(build.plan),
         probe_keys,

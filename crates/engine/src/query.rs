@@ -304,9 +304,11 @@ impl<'c> QueryBinder<'c> {
                 windows: Vec::new(),
             });
         }
+        // Window functions are not allowed in GROUP BY (42P20), also through `GROUP BY 1`.
+        let group_binder = ExprBinder { windows: None, ..binder };
         let groups = group_exprs
             .iter()
-            .map(|g| binder.bind(resolve_group_reference(g, &items, &binder)?))
+            .map(|g| group_binder.bind(resolve_group_reference(g, &items, &binder)?))
             .collect::<Result<Vec<_>>>()?;
         let mut context = AggregateContext { groups: &groups, aggregates: Vec::new() };
         let exprs = items.iter().map(|(e, _)| binder.bind_aggregated(e, &mut context)).collect::<Result<Vec<_>>>()?;

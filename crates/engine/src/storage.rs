@@ -411,6 +411,11 @@ impl Table {
         *self.distinct_counts[column].get_or_init(|| self.count_distinct(column))
     }
 
+    /// The distinct count when it was already computed.
+    pub fn known_distinct_count(&self, column: usize) -> Option<usize> {
+        self.distinct_counts[column].get().copied()
+    }
+
     fn count_distinct(&self, column: usize) -> usize {
         if let Some(dictionary) = &self.dictionaries[column] {
             return dictionary.len().max(1);

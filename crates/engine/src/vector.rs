@@ -264,3 +264,33 @@ pub fn scan_chunk(table: &Table, chunk: usize, columns: &[usize], start: usize, 
         .collect();
     Batch::new(vectors, end - start)
 }
+
+/// Rows `start + selection[i]` of the given columns of a table chunk (a filtered scan's
+/// passing rows, copied once).
+pub fn gather_chunk(table: &Table, chunk: usize, columns: &[usize], start: usize, selection: &[u32]) -> Batch {
+    fn pick<T: Copy, U>(values: &[T], start: usize, selection: &[u32], convert: impl Fn(T) -> U) -> Vec<U> {
+        let values = &values[start..];
+        selection.iter().map(|&i| convert(values[i as usize])).collect()
+    }
+    let table_chunk = &table.chunks[chunk];
+    let vectors = columns
+        .iter()
+        .map(|&column| {
+            let data_type = table.schema[column].data_type;
+            let ColumnChunk { data, validity, .. } = &table_chunk.columns[column];
+            let data = match data {
+                ChunkData::Bool(v) => Data::Bool(pick(v, start, selection, |b| b != 0)),
+                ChunkData::I32(v) => Data::I32(pick(v, start, selection, |x| x)),
+                ChunkData::I64(v) => Data::I64(pick(v, start, selection, |x| x)),
+                ChunkData::F64(v) => Data::F64(pick(v, start, selection, |x| x)),
+                ChunkData::Text(v) => Data::Text(
+                    pick(v, start, selection, |x| x),
+                    Arc::clone(table.dictionaries[column].as_ref().expect("text columns have a dictionary")),
+                ),
+            };
+            let validity = validity.as_ref().map(|v| pick(v, start, selection, |b| b != 0));
+            Vector { data_type, data, validity }
+        })
+        .collect();
+    Batch::new(vectors, selection.len())
+}

@@ -123,6 +123,7 @@ struct walk {
 	__u32 requests;   /* client: Query, Sync and FunctionCall messages */
 	__u32 ready_count; /* server: ReadyForQuery messages */
 	__u8 last_status;  /* server: the status byte of the last one */
+	__u32 ready_end;   /* server: the offset just past the last one */
 	__u32 bad;           /* a length below 4: the stream is not PostgreSQL */
 	__u32 boundary_seen;
 };
@@ -186,10 +187,12 @@ static __always_inline int client_unsafe(__u8 *m, __u32 have)
 	return m[5] == 'S' && m[6] != 0; /* Describe/Close of a named statement */
 }
 
+/* Called with w->pos at the status byte. */
 static __always_inline void saw_ready(struct walk *w, __u8 status)
 {
 	w->ready_count += 1;
 	w->last_status = status;
+	w->ready_end = w->pos + 1;
 }
 
 /* Notes where the first message that starts in this skb begins: bytes before it finish a
@@ -332,6 +335,7 @@ static __always_inline int walk_init(struct walk *w, struct __sk_buff *skb, stru
 		return -1;
 	w->messages = *zero;
 	w->requests = *zero;
+	w->ready_end = *zero;
 	w->skb = skb;
 	w->len = skb->len;
 	w->frame_left = s->frame_left;
@@ -351,6 +355,11 @@ static __always_inline void walk_commit(struct walk *w, struct fp_slot *s)
 
 /* ---- servers ----------------------------------------------------------------------------- */
 
+/* What answer_requests did: nothing, released the link, released a link a client queued behind. */
+#define ANSWER_RELEASED 1
+#define ANSWER_RELEASED_CLOSED 3
+#define ANSWER_RELEASED_QUEUEABLE 5
+
 /* The skb's ReadyForQuery messages answer as many requests; when the last one says idle and
  * answers the last outstanding request, the link is released, in the same compare-and-swap
  * that a concurrent request from the client would change (then the link stays). */
@@ -368,7 +377,9 @@ static __always_inline int answer_requests(struct fp_slot *c, __u32 server_index
 		int release = w->last_status == 'I' && answered == outstanding;
 		__u64 next = release ? 0 : link - answered;
 		if (CAS(&c->link, link, next) == link)
-			return release;
+			return !release ? 0 : (link & FP_LINK_CLOSED)    ? ANSWER_RELEASED_CLOSED
+					     : (link & FP_LINK_QUEUEABLE) ? ANSWER_RELEASED_QUEUEABLE
+									  : ANSWER_RELEASED;
 	}
 	return 0;
 }
@@ -390,17 +401,19 @@ static __always_inline void announce_handoff(__u32 index, struct fp_pool *pool, 
  * there (FIFO order is theirs) or its session state changed (user space closes it). The second
  * look at `waiters` closes the race with a client that queued between the first look and the
  * store. */
-static __always_inline void server_give_back(struct fp_slot *s, __u32 index, struct fp_counters *n)
+static __always_inline void server_give_back(struct fp_slot *s, __u32 index, struct fp_counters *n, int takeable)
 {
 	__u32 pool_index = s->pool;
 	struct fp_pool *pool = bpf_map_lookup_elem(&fp_pools, &pool_index);
 	s->peer = FP_NO_PEER;
-	if (pool && pool->waiters == 0 && !(s->flags & FP_FLAG_DIRTY)) {
+	if (pool && pool->waiters == 0 && !(s->flags & (FP_FLAG_DIRTY | FP_FLAG_QUEUE_BROKEN))) {
 		/* An atomic exchange, so the store is ordered before the second look at `waiters`. */
 		__sync_lock_test_and_set(&s->owner, FP_OWNER_FREE);
 		if (pool->waiters == 0 || CAS(&s->owner, FP_OWNER_FREE, FP_OWNER_HANDOFF) != FP_OWNER_FREE)
 			return;
 	} else {
+		if (takeable && pool && pool->queue_behind && !(s->flags & (FP_FLAG_DIRTY | FP_FLAG_QUEUE_BROKEN)))
+			s->flags |= FP_FLAG_TAKEABLE;
 		s->owner = FP_OWNER_HANDOFF;
 	}
 	if (n)
@@ -448,6 +461,61 @@ static __always_inline int server_pass(struct fp_slot *s, struct walk *w)
 	return SK_PASS;
 }
 
+/* ---- queue behind ------------------------------------------------------------------------ */
+
+/* This skb answers the last request of a link a client queued behind, but the server cannot
+ * switch cleanly: bytes after the last ReadyForQuery, or more ReadyForQuery messages than
+ * requests, are the queued client's (one skb cannot be split between two clients), or the
+ * transaction did not end idle (never for the statements user space lets a client queue
+ * behind; the queued request would run inside it). */
+static __always_inline int queue_cannot_switch(struct fp_slot *c, struct walk *w)
+{
+	__u64 link = c->link;
+	__u32 outstanding = FP_LINK_OUTSTANDING(link);
+	if (!(link & FP_LINK_CLOSED) || w->ready_count < outstanding)
+		return 0;
+	return w->ready_count > outstanding || w->ready_end != w->len || w->last_status != 'I';
+}
+
+/* The queue behind this server broke: its bytes go up, the current client (if any) is unlinked,
+ * and user space wakes that client and the queued one with an error and closes the server. */
+static __always_inline int queue_broken(struct fp_slot *s, struct fp_slot *c, __u32 index, struct walk *w,
+					struct fp_counters *n)
+{
+	if (c)
+		__sync_lock_test_and_set(&c->link, 0);
+	else
+		s->peer = FP_NO_PEER;
+	if (n)
+		n->queue_broken++;
+	s->flags |= FP_FLAG_QUEUE_BROKEN;
+	s->owner = FP_OWNER_HANDOFF;
+	announce_handoff(index, 0, 0);
+	count_walk(s->pool, w, 1, 0);
+	return SK_PASS;
+}
+
+/* The transaction ahead of the queued client ended at a ReadyForQuery at the skb's end: the
+ * server is the queued client's now (its requests are already in the server's stream). -1: the
+ * queued client left meanwhile (its slot's link no longer names this server); its request's
+ * answer will still come, so the caller must not free the server: it goes up, marked broken. */
+static __always_inline int serve_queued(struct fp_slot *s, __u32 index)
+{
+	__u32 queued = (__u32)s->gate;
+	s->gate = 0;
+	struct fp_slot *b = queued ? slot_at(queued - 1) : 0;
+	if (b) {
+		/* An exchange: ordered before the look at the link, which user space clears (also
+		 * with an exchange) before it looks at `peer` when the queued client leaves. */
+		__sync_lock_test_and_set(&s->peer, queued - 1);
+		if (FP_LINK_PEER(b->link) == index - FP_CLIENT_SLOTS + 1)
+			return 0;
+	}
+	s->peer = FP_NO_PEER;
+	s->flags |= FP_FLAG_QUEUE_BROKEN;
+	return -1;
+}
+
 SEC("sk_skb/stream_verdict")
 int fp_server(struct __sk_buff *skb)
 {
@@ -471,6 +539,8 @@ int fp_server(struct __sk_buff *skb)
 		return server_pass(s, &w);
 	}
 	walk_commit(&w, s);
+	if (queue_cannot_switch(c, &w))
+		return queue_broken(s, c, index, &w, n);
 	int released = answer_requests(c, index - FP_CLIENT_SLOTS, &w);
 	__u64 cookie = c->cookie;
 	__sync_fetch_and_add(&c->redirected, w.len);
@@ -482,6 +552,8 @@ int fp_server(struct __sk_buff *skb)
 		__sync_fetch_and_add(&c->redirected, -(__u64)w.len);
 		if (n)
 			n->redirect_failures++;
+		if (released == ANSWER_RELEASED_CLOSED || s->gate)
+			return queue_broken(s, 0, index, &w, n);
 		s->peer = FP_NO_PEER;
 		s->owner = FP_OWNER_HANDOFF;
 		announce_handoff(index, 0, 0);
@@ -493,7 +565,8 @@ int fp_server(struct __sk_buff *skb)
 	count_walk(s->pool, &w, 1, 1);
 	if (released) {
 		count_transaction(s->pool);
-		server_give_back(s, index, n);
+		if (released != ANSWER_RELEASED_CLOSED || serve_queued(s, index) < 0)
+			server_give_back(s, index, n, released == ANSWER_RELEASED_QUEUEABLE);
 	}
 	return SK_PASS;
 }
@@ -518,13 +591,19 @@ static __always_inline int client_pass(struct fp_slot *c, struct __sk_buff *skb,
 }
 
 /* Takes a free server of the pool with the client's parameter values, unless clients already
- * wait for one in user space. */
-static __always_inline int take_server(__u32 pool_index, __u32 client_index, __u16 params, __u32 *server_index)
+ * wait for one in user space: then, with queue_behind, only a server handed off to them that is
+ * FP_FLAG_TAKEABLE (user space finds its ring record stale). */
+static __always_inline int take_server(__u32 pool_index, __u32 client_index, __u16 params, __u32 *server_index,
+				       struct fp_counters *n)
 {
 	struct fp_pool *pool = bpf_map_lookup_elem(&fp_pools, &pool_index);
 	__u32 i;
-	if (!pool || pool->waiters || params == FP_PARAMS_UNKNOWN)
+	if (!pool || params == FP_PARAMS_UNKNOWN)
 		return -1;
+	__u32 waiting = pool->waiters != 0;
+	if (waiting && (!pool->queue_behind || pool->waiters == FP_WAITERS_PAUSED))
+		return -1;
+	__u32 owner = waiting ? FP_OWNER_HANDOFF : FP_OWNER_FREE;
 	__u32 count = pool->servers;
 	if (count > FP_POOL_SERVERS_MAX)
 		count = FP_POOL_SERVERS_MAX;
@@ -533,10 +612,15 @@ static __always_inline int take_server(__u32 pool_index, __u32 client_index, __u
 			break;
 		__u32 index = FP_CLIENT_SLOTS + pool_index * FP_POOL_SERVERS_MAX + i;
 		struct fp_slot *s = slot_at(index);
-		if (!s || s->owner != FP_OWNER_FREE || s->params != params)
+		if (!s || s->owner != owner || s->params != params || (waiting && !(s->flags & FP_FLAG_TAKEABLE)))
 			continue;
-		if (CAS(&s->owner, FP_OWNER_FREE, FP_OWNER_KERNEL) != FP_OWNER_FREE)
+		if (CAS(&s->owner, owner, FP_OWNER_KERNEL) != owner)
 			continue;
+		if (waiting) {
+			s->flags &= ~FP_FLAG_TAKEABLE;
+			if (n)
+				n->taken_from_handoff++;
+		}
 		s->peer = client_index;
 		*server_index = pool_index * FP_POOL_SERVERS_MAX + i;
 		return 0;
@@ -544,7 +628,9 @@ static __always_inline int take_server(__u32 pool_index, __u32 client_index, __u
 	return -1;
 }
 
-/* Adds this skb's requests to the link; a link released meanwhile reads as "no server". */
+/* Adds this skb's requests to the link; a link released meanwhile reads as "no server" (-1), a
+ * link a client queued behind as "user space" (-2: it takes the bytes once the link ends). The
+ * kernel wrote these bytes, so the link is no longer one to queue behind. */
 static __always_inline int add_requests(struct fp_slot *c, __u32 requests, __u32 *server_index)
 {
 	int tries;
@@ -552,7 +638,9 @@ static __always_inline int add_requests(struct fp_slot *c, __u32 requests, __u32
 		__u64 link = c->link;
 		if (FP_LINK_PEER(link) == 0)
 			return -1;
-		if (CAS(&c->link, link, link + requests) == link) {
+		if (link & FP_LINK_CLOSED)
+			return -2;
+		if (CAS(&c->link, link, (link + requests) & ~FP_LINK_QUEUEABLE) == link) {
 			*server_index = FP_LINK_PEER(link) - 1;
 			return 0;
 		}
@@ -637,6 +725,55 @@ static __always_inline int client_pass_counted(struct fp_slot *c, struct __sk_bu
 	return client_pass(c, skb, w->skip);
 }
 
+static __always_inline int client_pass_no_server(struct fp_slot *c, struct __sk_buff *skb, struct walk *w,
+						 struct fp_counters *n)
+{
+	if (n)
+		n->passes_no_server++;
+	return client_pass_counted(c, skb, w);
+}
+
+/* Queues the client's requests behind one server of its pool whose link is queueable: claims
+ * the server's queue place, closes the link ahead (so nothing joins it after these requests),
+ * then links the client, which the server's program makes current at the 'Z' 'I' that ends the
+ * link ahead. The caller redirects the bytes at once: they follow every byte of the link ahead
+ * in the server's stream, because user space wrote those before it made the link queueable. */
+static __always_inline int queue_behind(struct fp_slot *c, __u32 client_index, __u32 requests, __u32 *server_index)
+{
+	__u32 pool_index = c->pool, i;
+	struct fp_pool *pool = bpf_map_lookup_elem(&fp_pools, &pool_index);
+	if (!pool || !pool->queue_behind || pool->waiters == FP_WAITERS_PAUSED || c->params == FP_PARAMS_UNKNOWN)
+		return -1;
+	__u32 count = pool->servers;
+	if (count > FP_POOL_SERVERS_MAX)
+		count = FP_POOL_SERVERS_MAX;
+	for (i = 0; i < FP_POOL_SERVERS_MAX; i++) {
+		if (i >= count)
+			break;
+		__u32 server = pool_index * FP_POOL_SERVERS_MAX + i;
+		struct fp_slot *s = slot_at(FP_CLIENT_SLOTS + server);
+		if (!s || s->owner != FP_OWNER_KERNEL || s->gate || s->params != c->params || s->peer >= FP_CLIENT_SLOTS)
+			continue;
+		struct fp_slot *a = slot_at(s->peer);
+		if (!a)
+			continue;
+		__u64 link = a->link;
+		if (FP_LINK_PEER(link) != server + 1 || !(link & FP_LINK_QUEUEABLE) || (link & FP_LINK_CLOSED) ||
+		    FP_LINK_OUTSTANDING(link) == 0)
+			continue;
+		if (CAS(&s->gate, 0, client_index + 1) != 0)
+			continue;
+		if (CAS(&a->link, link, link | FP_LINK_CLOSED) != link) {
+			s->gate = 0;
+			continue;
+		}
+		c->link = ((__u64)(server + 1) << 32) | requests;
+		*server_index = server;
+		return 0;
+	}
+	return -1;
+}
+
 SEC("sk_skb/stream_verdict")
 int fp_client(struct __sk_buff *skb)
 {
@@ -673,13 +810,22 @@ int fp_client(struct __sk_buff *skb)
 			n->passes_unsafe++;
 		return client_pass_counted(c, skb, &w);
 	}
-	if (add_requests(c, w.requests, &server) < 0) {
-		if (w.skip || take_server(c->pool, index, c->params, &server) < 0) {
-			if (n)
-				n->passes_no_server++;
-			return client_pass_counted(c, skb, &w);
+	int added = add_requests(c, w.requests, &server);
+	if (added == -2) {
+		if (n)
+			n->passes_no_server++;
+		return client_pass_counted(c, skb, &w);
+	}
+	if (added < 0) {
+		if (w.skip)
+			return client_pass_no_server(c, skb, &w, n);
+		if (take_server(c->pool, index, c->params, &server, n) == 0) {
+			c->link = ((__u64)(server + 1) << 32) | w.requests;
+		} else if (w.requests == 0 || queue_behind(c, index, w.requests, &server) < 0) {
+			return client_pass_no_server(c, skb, &w, n);
+		} else if (n) {
+			n->queued++;
 		}
-		c->link = ((__u64)(server + 1) << 32) | w.requests;
 	}
 	struct fp_slot *s = slot_at(FP_CLIENT_SLOTS + server);
 	if (!s)

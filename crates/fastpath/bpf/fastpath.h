@@ -27,7 +27,14 @@
  * (Query, Sync, FunctionCall) sent and not yet answered by ReadyForQuery in the low half. One
  * word, so "add a request" and "release at the last ReadyForQuery" cannot interleave. */
 #define FP_LINK_PEER(link) ((__u32)((link) >> 32))
-#define FP_LINK_OUTSTANDING(link) ((__u32)(link))
+#define FP_LINK_OUTSTANDING(link) ((__u32)(link) & 0x3fffffffu)
+/* Queue behind (fp_pool.queue_behind): user space wrote every outstanding request of this link
+ * itself (its send returned), each a single autocommit statement, so the server's stream holds
+ * all of them and the transaction ends with their answers: one client may queue behind it. */
+#define FP_LINK_QUEUEABLE (1ull << 30)
+/* A client queued behind this link's server: no request joins the link any more (it would land
+ * after the queued client's). Released links carry neither bit. */
+#define FP_LINK_CLOSED (1ull << 31)
 
 /* fp_slot.owner, servers only. */
 enum fp_owner {
@@ -44,6 +51,15 @@ enum fp_owner {
  * CommandComplete of SET, LISTEN, LOAD, PREPARE or CREATE): released to user space, which
  * closes it, never into the free set. */
 #define FP_FLAG_DIRTY 2
+/* Servers: the queue behind broke (the answer that ended the current transaction shared an skb
+ * with the queued client's, or the current client was gone): user space wakes both clients'
+ * sessions with an error and closes the server. */
+#define FP_FLAG_QUEUE_BROKEN 4
+/* Servers handed off (FP_OWNER_HANDOFF) at the end of a link user space wrote and made
+ * queueable: with fp_pool.queue_behind a client whose request finds no free server may take it
+ * in the kernel before user space does. A server released by a link the kernel made never is,
+ * so servers alternate between the clients queued in user space and the kernel's arrivals. */
+#define FP_FLAG_TAKEABLE 8
 
 /* fp_slot.params: which tracked parameter values (client_encoding, DateStyle, TimeZone, ...) a
  * client wants or a server has, as an id user space interns per pool. The kernel links a client
@@ -53,7 +69,7 @@ enum fp_owner {
 /* Per-socket state, one cache line, in an mmap-able array shared with user space. */
 struct fp_slot {
 	__u64 link;       /* clients: see FP_LINK_*  */
-	__u64 gate;       /* clients: see FP_GATE_FAST */
+	__u64 gate;       /* clients: see FP_GATE_FAST; servers: the client queued behind (slot + 1), 0: none */
 	__u64 cookie;     /* the socket's cookie (its key in fp_clients / fp_servers) */
 	__u64 redirected; /* bytes the kernel redirected into this socket */
 	__u32 frame_left; /* bytes of the current message still to come */
@@ -79,7 +95,9 @@ struct fp_pool {
 	 * queued, user space drains the ring on its next passed request (or its 1 ms tick), and a
 	 * wake-up (irq_work, a self-IPI) costs more than the wait. 0: every handoff wakes. */
 	__u32 quiet_from;
-	__u32 reserved;
+	/* 1: a client with no free server may queue its request behind a server whose link is
+	 * FP_LINK_QUEUEABLE (redirected at once; the server switches to it at the 'Z' 'I'). */
+	__u32 queue_behind;
 };
 
 /* Per pool and per CPU: where the bytes of the pool's pooled sockets went. "Forwarded": the
@@ -119,6 +137,9 @@ struct fp_counters {
 	__u64 handoffs;
 	__u64 redirect_failures;
 	__u64 handoffs_quiet; /* handoffs announced without waking user space (see fp_pool.quiet_from) */
+	__u64 queued;         /* requests queued behind a busy server (fp_pool.queue_behind) */
+	__u64 queue_broken;   /* queues that broke (FP_FLAG_QUEUE_BROKEN) */
+	__u64 taken_from_handoff; /* handed-off servers a client took in the kernel (FP_FLAG_TAKEABLE) */
 };
 
 /* ---- Workload mirroring (mirror.bpf.c, crates/fastpath/src/mirror.rs) ----------------------- */

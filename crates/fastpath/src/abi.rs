@@ -24,6 +24,15 @@ pub const OWNER_HANDOFF: u32 = 4;
 
 /// `fp_slot.flags` bit: the server's session state changed in the kernel (`FP_FLAG_DIRTY`).
 pub const FLAG_DIRTY: u8 = 2;
+/// `fp_slot.flags` bit of a server: the queue behind it broke (`FP_FLAG_QUEUE_BROKEN`); user
+/// space fails its current and queued clients and closes it.
+pub const FLAG_QUEUE_BROKEN: u8 = 4;
+
+/// Link word bit: user space wrote every outstanding request, each a single autocommit
+/// statement; one client may queue behind the link's server (`FP_LINK_QUEUEABLE`).
+pub const LINK_QUEUEABLE: u64 = 1 << 30;
+/// Link word bit: a client queued behind; no request joins this link (`FP_LINK_CLOSED`).
+pub const LINK_CLOSED: u64 = 1 << 31;
 /// `fp_slot.params` of a socket whose parameter values are not known: matches nothing.
 pub const PARAMS_UNKNOWN: u16 = 0xffff;
 
@@ -56,7 +65,8 @@ pub struct PoolEntry {
     pub servers: AtomicU32,
     /// From this many waiters on, handoffs do not wake user space (0: every handoff wakes it).
     pub quiet_from: AtomicU32,
-    pub reserved: AtomicU32,
+    /// 1: a client with no free server may queue behind a queueable link (`fp_pool.queue_behind`).
+    pub queue_behind: AtomicU32,
 }
 
 impl PoolEntry {
@@ -156,6 +166,12 @@ pub struct Counters {
     pub redirect_failures: u64,
     /// Handoffs announced without waking user space (many clients waited).
     pub handoffs_quiet: u64,
+    /// Requests queued behind a busy server (`queue_behind`).
+    pub queued: u64,
+    /// Queues behind a server that broke (both clients got an error, the server was closed).
+    pub queue_broken: u64,
+    /// Servers handed off to user space that a client took in the kernel first (`queue_behind`).
+    pub taken_from_handoff: u64,
 }
 
 // SAFETY: plain old data of u64 fields, any bit pattern is valid.
@@ -173,7 +189,7 @@ const _: () = {
     assert!(size_of::<PoolCounters>() == 104);
     assert!(offset_of!(PoolCounters, request_bytes_passed) == 32);
     assert!(offset_of!(PoolCounters, answers_passed) == 96);
-    assert!(size_of::<Counters>() == 96);
+    assert!(size_of::<Counters>() == 120);
 };
 
 /// The peer server slot (relative to the server range) of a client link word.
@@ -183,7 +199,7 @@ pub fn link_peer(link: u64) -> Option<u32> {
 }
 
 pub fn link_outstanding(link: u64) -> u32 {
-    link as u32
+    link as u32 & 0x3fff_ffff
 }
 
 pub fn link_word(server: u32, outstanding: u32) -> u64 {

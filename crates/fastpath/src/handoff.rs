@@ -94,6 +94,16 @@ impl FastPath {
         &self.handoffs.quiet_started
     }
 
+    /// Lets a client with no free server queue its request behind a server whose link user
+    /// space made queueable ([`FastPath::make_queueable`]), in every pool from now on.
+    pub fn set_queue_behind(&self, on: bool) {
+        self.queue_behind.store(u32::from(on), Ordering::Release);
+        let used = self.pools_used.load(Ordering::Acquire);
+        for pool in 0..used {
+            self.pool(pool).queue_behind.store(u32::from(on), Ordering::Release);
+        }
+    }
+
     /// Sets, for every pool now and later, from how many waiting clients its handoffs go
     /// without a wake-up; 0 makes every handoff wake user space.
     pub fn set_handoff_quiet_from(&self, waiters: u32) {

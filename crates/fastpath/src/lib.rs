@@ -110,6 +110,8 @@ pub struct FastPath {
     pools_used: AtomicU32,
     /// `PoolEntry::quiet_from` for pools handed out from now on.
     quiet_from: AtomicU32,
+    /// `PoolEntry::queue_behind` for pools handed out from now on.
+    queue_behind: AtomicU32,
     program_ids: Vec<(&'static str, u32)>,
     /// Workload mirroring, loaded by `enable_mirroring` (see the mirror module).
     mirror: Mutex<Option<mirror::Mirror>>,
@@ -150,6 +152,7 @@ impl FastPath {
             pool_names: Mutex::new(StdHashMap::new()),
             pools_used: AtomicU32::new(0),
             quiet_from: AtomicU32::new(HANDOFF_QUIET_FROM),
+            queue_behind: AtomicU32::new(0),
             program_ids,
             mirror: Mutex::new(None),
         })
@@ -164,6 +167,7 @@ impl FastPath {
         let index = u32::try_from(names.len()).ok().filter(|&index| index < POOLS_MAX)?;
         names.insert(name.to_string(), index);
         self.pool(index).quiet_from.store(self.quiet_from.load(Ordering::Acquire), Ordering::Release);
+        self.pool(index).queue_behind.store(self.queue_behind.load(Ordering::Acquire), Ordering::Release);
         self.pools_used.store(index + 1, Ordering::Release);
         Some(index)
     }
@@ -342,6 +346,9 @@ fn add_counters(total: &mut Counters, cpu: &Counters) {
     total.handoffs += cpu.handoffs;
     total.redirect_failures += cpu.redirect_failures;
     total.handoffs_quiet += cpu.handoffs_quiet;
+    total.queued += cpu.queued;
+    total.queue_broken += cpu.queue_broken;
+    total.taken_from_handoff += cpu.taken_from_handoff;
 }
 
 pub fn reset_framing(slot: &Slot) {

@@ -38,19 +38,25 @@ impl FastPath {
     pub fn link_by_user(&self, client: ClientSlot, server: ServerSlot, requests: u32) {
         let slot = self.server(server);
         reset_framing(slot);
+        slot.gate.store(0, Ordering::Relaxed);
         slot.peer.store(client.0, Ordering::Release);
         slot.owner.store(OWNER_KERNEL, Ordering::Release);
         self.client(client).link.store(link_word(server.0, requests), Ordering::Release);
     }
 
     /// Adds requests user space writes to a linked client's server. `None`: the kernel released
-    /// the link meanwhile (the bytes start a new transaction).
+    /// the link meanwhile (the bytes start a new transaction), or a client queued behind it (the
+    /// bytes must wait for the link to end: see [`FastPath::link`]).
     pub fn add_requests(&self, client: ClientSlot, requests: u32) -> Option<ServerSlot> {
         let word = &self.client(client).link;
         let mut link = word.load(Ordering::Acquire);
         loop {
             let server = link_peer(link)?;
-            match word.compare_exchange(link, link + u64::from(requests), Ordering::AcqRel, Ordering::Acquire) {
+            if link & LINK_CLOSED != 0 {
+                return None;
+            }
+            let next = (link + u64::from(requests)) & !LINK_QUEUEABLE;
+            match word.compare_exchange(link, next, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => return Some(ServerSlot(server)),
                 Err(now) => link = now,
             }
@@ -71,12 +77,45 @@ impl FastPath {
         Some(server)
     }
 
-    /// Takes a client's server back whatever it was doing (the client is gone or failed).
+    /// Takes a client's server back whatever it was doing (the client is gone or failed). A
+    /// client queued behind another's transaction leaves the server to it (`None`): the server's
+    /// program sees the link gone when it would switch, and hands the server up broken.
     pub fn unlink_now(&self, client: ClientSlot) -> Option<ServerSlot> {
-        let link = self.client(client).link.swap(0, Ordering::AcqRel);
+        // Both exchanges (here and the program's on `peer`) order the store before the load.
+        let link = self.client(client).link.swap(0, Ordering::SeqCst);
         let server = ServerSlot(link_peer(link)?);
+        if self.server(server).peer.load(Ordering::SeqCst) != client.0 {
+            return None;
+        }
         self.hold(server);
         Some(server)
+    }
+
+    /// Marks a link user space made and wrote (`requests`, each one autocommit statement, all
+    /// sent) as one a client may queue behind. False if the link changed meanwhile.
+    pub fn make_queueable(&self, client: ClientSlot, server: ServerSlot, requests: u32) -> bool {
+        let word = &self.client(client).link;
+        let link = link_word(server.0, requests);
+        word.compare_exchange(link, link | LINK_QUEUEABLE, Ordering::AcqRel, Ordering::Acquire).is_ok()
+    }
+
+    /// Whether `pool` lets clients queue behind queueable links (see [`FastPath::set_queue_behind`]).
+    pub fn queue_behind(&self, pool: u32) -> bool {
+        self.pool(pool).queue_behind.load(Ordering::Acquire) != 0
+    }
+
+    /// The client queued behind a server user space now holds, taken off the queue (its
+    /// requests went to a server that will not serve it: the caller fails its session).
+    pub fn take_queued(&self, server: ServerSlot) -> Option<ClientSlot> {
+        let queued = self.server(server).gate.swap(0, Ordering::AcqRel) as u32;
+        let client = ClientSlot(queued.checked_sub(1)?);
+        self.unlink_server(client, server).then_some(client)
+    }
+
+    /// Whether the queue behind a server user space took from the ring broke (read before
+    /// lending or linking clears the flags).
+    pub fn queue_broken(&self, server: ServerSlot) -> bool {
+        self.server(server).flags.load(Ordering::Acquire) & FLAG_QUEUE_BROKEN != 0
     }
 
     /// Takes a server back from the client the kernel linked it to, whatever it was doing (the
@@ -104,6 +143,7 @@ impl FastPath {
     pub fn lend(&self, server: ServerSlot, params: u16) {
         let slot = self.server(server);
         reset_framing(slot);
+        slot.gate.store(0, Ordering::Relaxed);
         slot.params.store(params, Ordering::Relaxed);
         slot.peer.store(NO_PEER, Ordering::Release);
         slot.owner.store(OWNER_FREE, Ordering::Release);

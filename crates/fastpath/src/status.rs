@@ -69,10 +69,12 @@ pub fn status() -> Result<Status> {
             continue;
         }
         let kind = info.map_type().map(|kind| format!("{kind:?}")).unwrap_or_else(|_| "unknown".into());
-        if name == "fp_pool_counts" {
+        // A pooler of another version (its counters have another layout) is listed, not read.
+        let size = info.value_size() as usize;
+        if name == "fp_pool_counts" && size == std::mem::size_of::<PoolCounters>() {
             status.pools.extend(read_pool_counters(info.id())?);
         }
-        if name == "fp_counters" {
+        if name == "fp_counters" && size == std::mem::size_of::<Counters>() {
             let counters = read_counters(info.id())?;
             add_counters(status.counters.get_or_insert_with(Counters::default), &counters);
         }
@@ -153,6 +155,11 @@ impl Status {
                 text,
                 "  handoffs {} (without a wake-up {}) redirect failures {}",
                 c.handoffs, c.handoffs_quiet, c.redirect_failures
+            );
+            let _ = writeln!(
+                text,
+                "  queue behind: requests queued behind a busy server {} (queues broken {}), handed-off servers taken {}",
+                c.queued, c.queue_broken, c.taken_from_handoff
             );
         }
         for p in &self.pools {

@@ -277,6 +277,14 @@ settings! {
         /// CAP_BPF/CAP_NET_ADMIN, old kernel) the pooler logs one line and serves in user space.
         /// Default `user`.
         restart fast_path: FastPathMode = FastPathMode::User,
+        /// With `fast_path = "kernel"`: a client whose request finds no free server may have it
+        /// redirected in the kernel at once to a busy server whose current transaction is one
+        /// autocommit statement (`SELECT`, `INSERT`, `UPDATE`, `DELETE`, `VALUES`, no second
+        /// statement) that the pooler wrote; the server turns to it at that statement's
+        /// ReadyForQuery. One client queues behind a server at a time. Such a client skips the
+        /// clients waiting in the pooler's queue and waits behind that statement however long
+        /// it runs (no `query_wait_timeout`). Default false.
+        restart fast_path_queue_behind: bool = false,
         /// Network interface mirrored clients reach the pooler on, where the kernel copies their
         /// bytes for `mirror` (with `fast_path = "kernel"`): `lo` for local clients, else the
         /// Ethernet interface (which needs `net.ipv4.conf.<interface>.route_localnet = 1`). When the

@@ -110,10 +110,36 @@ impl KernelPool {
         if !self.fast.unlink_server(ClientSlot(client), slot) {
             return false;
         }
-        if let Some(session) = lock(&self.sessions).get(&client).and_then(Weak::upgrade) {
+        self.wake(ClientSlot(client));
+        self.fail_queued(slot);
+        true
+    }
+
+    /// Wakes a kernel client's session to end it: its server is gone.
+    fn wake(&self, client: ClientSlot) {
+        if let Some(session) = lock(&self.sessions).get(&client.0).and_then(Weak::upgrade) {
             session.notify_one();
         }
-        true
+    }
+
+    /// A server user space took from its client while another client was queued behind it
+    /// (`fast_path_queue_behind`): that client's requests will not be answered, so its session
+    /// ends with an error. Call before the server is closed or reused.
+    pub fn fail_queued(&self, server: ServerSlot) {
+        if let Some(queued) = self.fast.take_queued(server) {
+            tracing::warn!(server = server.0, client = queued.0, "queue behind a server broke; client disconnected");
+            self.wake(queued);
+        }
+    }
+
+    /// A server the kernel handed up because the queue behind it broke (see
+    /// `FP_FLAG_QUEUE_BROKEN`): both its clients are told, and the caller closes it.
+    pub fn fail_broken_queue(&self, server: ServerSlot) {
+        let client = self.fast.server(server).peer.load(Ordering::Acquire);
+        if client != NO_PEER {
+            self.wake(ClientSlot(client));
+        }
+        self.fail_queued(server);
     }
 
     /// The id of a set of parameter values; [`PARAMS_UNKNOWN`] once the table is full.

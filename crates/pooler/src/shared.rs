@@ -133,6 +133,9 @@ impl Shared {
         let mock = live_settings.auth_file.as_deref().and_then(|path| bypass_frontdoor::mock_key(path).ok());
         let fastpath =
             (live.settings.fast_path == crate::config::FastPathMode::Kernel).then(crate::kernel::load).flatten();
+        if let Some(fast) = &fastpath {
+            fast.set_queue_behind(live.settings.fast_path_queue_behind);
+        }
         Arc::new(Shared {
             fastpath,
             kernel_pools: Arc::default(),
@@ -477,6 +480,11 @@ impl Shared {
     fn kernel_route(&self, entry: &crate::cancel::CancelEntry) -> Option<crate::cancel::CancelRoute> {
         let (fast, client) = (self.fastpath.as_ref()?, *entry.kernel_slot.get()?);
         let (server, _) = fast.link(client)?;
+        // A client queued behind another's statement (`fast_path_queue_behind`) has not started:
+        // the server runs the other client's statement, which its cancel must not hit.
+        if fast.server(server).peer.load(Ordering::Acquire) != client.0 {
+            return None;
+        }
         let pool = lock(&self.kernel_pools).get(server.pool() as usize)?.upgrade()?;
         let key = pool.kernel()?.key_of(server)?;
         Some(crate::cancel::CancelRoute { address: pool.target.address, key })

@@ -127,6 +127,67 @@ fn with_a_free_server_a_request_and_its_answer_are_forwarded_by_the_kernel() {
     }
 }
 
+/// Sends `select <value>` and returns the value of its one row (panics on anything else).
+fn select_value(client: &mut common::RawClient, value: u64) -> u64 {
+    let mut request = Vec::new();
+    bypass_wire::frontend::build::query(&mut request, &format!("select {value}"));
+    client.send(&request);
+    let answers = client.read_until(b'Z');
+    let (_, row) = answers.iter().find(|(tag, _)| *tag == b'D').unwrap_or_else(|| panic!("no row: {answers:?}"));
+    let length = i32::from_be_bytes([row[2], row[3], row[4], row[5]]) as usize;
+    String::from_utf8_lossy(&row[6..6 + length]).parse().expect("a number")
+}
+
+#[test]
+fn with_queue_behind_requests_of_waiting_clients_are_forwarded_by_the_kernel_to_the_right_client() {
+    // Goal: with `fast_path_queue_behind`, a request that finds every server busy is forwarded
+    // by the kernel (queued behind a server's autocommit statement), not copied by user space,
+    // and every answer still reaches its own client. Method: 16 raw clients on a pool of 2 run
+    // `select <unique value>` 200 times each and check every value; 4 of them wrap each query in
+    // BEGIN/COMMIT (no client may queue behind those). The kernel's counters show requests
+    // queued and handed-off servers taken in the kernel, and the share of request bytes the
+    // kernel forwarded.
+    let postgres = common::postgres();
+    let mut config = common::config(&postgres, PoolMode::Transaction, 2);
+    config.pooler.fast_path = FastPathMode::Kernel;
+    config.pooler.fast_path_queue_behind = true;
+    let pooler = Pooler::start(config);
+    let fast = pooler.shared.fastpath.clone().expect("the fast path must load");
+    let before = fast.counters();
+    let (clients, rounds) = (16u64, 200u64);
+    let threads: Vec<_> = (0..clients)
+        .map(|id| {
+            let port = pooler.port;
+            std::thread::spawn(move || {
+                let mut client = common::RawClient::login(port);
+                for round in 0..rounds {
+                    let value = id * 1_000_000 + round;
+                    if id % 4 == 0 {
+                        first_value(&mut client, "begin");
+                    }
+                    assert_eq!(select_value(&mut client, value), value, "client {id} got another's answer");
+                    if id % 4 == 0 {
+                        first_value(&mut client, "commit");
+                    }
+                }
+            })
+        })
+        .collect();
+    for thread in threads {
+        thread.join().expect("every client got its own answers");
+    }
+    let after = fast.counters();
+    let queued = after.queued - before.queued;
+    let taken = after.taken_from_handoff - before.taken_from_handoff;
+    let counts = pool_counters(&pooler);
+    eprintln!("queued {queued}, taken {taken}, broken {}, pool {counts:?}", after.queue_broken - before.queue_broken);
+    assert!(queued >= clients * rounds / 20, "only {queued} requests queued behind a busy server: {after:?}");
+    assert!(taken > 0, "no client took a server handed off by a user-written link: {after:?}");
+    assert_eq!(after.queue_broken, before.queue_broken, "a queue broke on loopback: {after:?}");
+    let forwarded_share = counts.request_bytes_share().expect("requests seen");
+    assert!(forwarded_share > 0.1, "request bytes forwarded by the kernel: {forwarded_share:.3} of all: {counts:?}");
+}
+
 #[test]
 fn pgbench_writes_extended_and_pipelined_scripts_are_correct() {
     // Goal: writes with 'T' status, the extended protocol and pipelining (four queries, one

@@ -7,6 +7,7 @@
 //!                                    └─► DuckDB's read_csv (serving_peer.py, after the server)
 //!   timing clients (raw protocol) ─► the server
 //!     /proc/<pid>/status: VmRSS after load, VmHWM while serving, VmRSS after DROP
+//!     a long join stopped by CancelRequest / statement_timeout: time to its ErrorResponse
 //!   DuckDB ─► RSS after load, peak, after DROP
 //! ```
 
@@ -39,6 +40,10 @@ const START_TIMEOUT: Duration = Duration::from_secs(900);
 const READ_TIMEOUT: Duration = Duration::from_secs(600);
 /// Pause between two `select 1` probes while the scan streams.
 const PROBE_INTERVAL: Duration = Duration::from_millis(20);
+/// A query that runs for minutes (a self-join on a 7-value key), stopped by cancel or timeout.
+const LONG_QUERY: &str = "select count(*) from lineitem l1 join lineitem l2 on l1.l_shipmode = l2.l_shipmode";
+/// How long the long query runs before the CancelRequest, and its statement_timeout.
+const STOP_AFTER: Duration = Duration::from_millis(500);
 
 /// Arguments of `bypass bench engine-serving`.
 #[derive(clap::Args, Debug, Clone)]
@@ -106,6 +111,10 @@ pub struct ServingReport {
     /// `select 1` from a second client while the first one streams the scan (only probes
     /// answered before the scan ended count).
     pub select1_while_streaming: Latencies,
+    /// CancelRequest sent → the long query's ErrorResponse (57014).
+    pub cancel_to_error: Latencies,
+    /// The long query's ErrorResponse (57014) after its statement_timeout, minus the timeout.
+    pub timeout_overshoot: Latencies,
     pub engine_memory: Memory,
     /// DuckDB on the same rows (its own CSV reader, in memory): version, load, scan in record
     /// batches of 2,048 rows, memory.
@@ -116,6 +125,8 @@ pub struct ServingReport {
 /// A logged-in raw protocol connection that times messages.
 struct Probe {
     stream: TcpStream,
+    /// BackendKeyData: process id and secret, for CancelRequest.
+    key: (i32, Vec<u8>),
     /// Unread bytes are `input[start..end]`.
     input: Vec<u8>,
     start: usize,
@@ -127,7 +138,7 @@ impl Probe {
         let stream = TcpStream::connect(address)?;
         stream.set_read_timeout(Some(READ_TIMEOUT))?;
         stream.set_nodelay(true)?;
-        let mut probe = Probe { stream, input: vec![0; 1 << 20], start: 0, end: 0 };
+        let mut probe = Probe { stream, key: (0, Vec::new()), input: vec![0; 1 << 20], start: 0, end: 0 };
         let (mut login, startup) = Login::start(LoginRequest::trust("bench", bypass_engine::server::DATABASE_NAME));
         probe.stream.write_all(&startup)?;
         loop {
@@ -136,7 +147,10 @@ impl Probe {
             match login.on_message(BackendMessage::decode(tag, &body)?)? {
                 LoginStep::Send(bytes) => probe.stream.write_all(&bytes)?,
                 LoginStep::Continue => {}
-                LoginStep::Done(_) => return Ok(probe),
+                LoginStep::Done(welcome) => {
+                    probe.key = (welcome.process_id, welcome.secret_key);
+                    return Ok(probe);
+                }
             }
         }
     }
@@ -186,6 +200,72 @@ impl Probe {
             }
         }
     }
+}
+
+impl Probe {
+    fn send(&mut self, sql: &str) -> anyhow::Result<()> {
+        let mut out = Vec::new();
+        bypass_wire::frontend::build::query(&mut out, sql);
+        Ok(self.stream.write_all(&out)?)
+    }
+
+    /// Reads the answer of a query sent with `send` up to ReadyForQuery; when its
+    /// ErrorResponse arrived and its SQLSTATE (an error if there was none).
+    fn until_error(&mut self) -> anyhow::Result<(Instant, String)> {
+        let mut failed = None;
+        loop {
+            let (tag, body) = self.message()?;
+            match tag {
+                b'E' => failed = Some((Instant::now(), sqlstate(&self.input[body]))),
+                b'Z' => return failed.ok_or_else(|| anyhow::anyhow!("the query ended without an error")),
+                _ => {}
+            }
+        }
+    }
+
+    /// CancelRequest for this connection's running query, on a new connection.
+    fn cancel(&self, address: SocketAddr) -> anyhow::Result<()> {
+        let mut request = Vec::with_capacity(16);
+        request.extend_from_slice(&16u32.to_be_bytes());
+        request.extend_from_slice(&bypass_wire::startup::CANCEL_REQUEST_CODE.to_be_bytes());
+        request.extend_from_slice(&self.key.0.to_be_bytes());
+        request.extend_from_slice(&self.key.1);
+        TcpStream::connect(address)?.write_all(&request)?;
+        Ok(())
+    }
+}
+
+/// The SQLSTATE field of an ErrorResponse body.
+fn sqlstate(body: &[u8]) -> String {
+    let mut fields = body.split(|&b| b == 0);
+    fields.find(|f| f.first() == Some(&b'C')).map(|f| String::from_utf8_lossy(&f[1..]).into_owned()).unwrap_or_default()
+}
+
+/// `runs` long queries stopped by CancelRequest (CancelRequest sent → ErrorResponse), then
+/// `runs` stopped by statement_timeout (ErrorResponse after the query was sent, minus the
+/// timeout), in milliseconds.
+fn stop_latencies(address: SocketAddr, runs: usize) -> anyhow::Result<(Vec<f64>, Vec<f64>)> {
+    let mut client = Probe::connect(address)?;
+    let (mut canceled, mut timed_out) = (Vec::new(), Vec::new());
+    for _ in 0..runs {
+        client.send(LONG_QUERY)?;
+        std::thread::sleep(STOP_AFTER);
+        let sent = Instant::now();
+        client.cancel(address)?;
+        let (answered, code) = client.until_error()?;
+        anyhow::ensure!(code == "57014", "the canceled query answered {code}");
+        canceled.push(ms(answered - sent));
+    }
+    client.timed(&format!("set statement_timeout = {}", STOP_AFTER.as_millis()))?;
+    for _ in 0..runs {
+        let started = Instant::now();
+        client.send(LONG_QUERY)?;
+        let (answered, code) = client.until_error()?;
+        anyhow::ensure!(code == "57014", "the timed-out query answered {code}");
+        timed_out.push(ms((answered - started).saturating_sub(STOP_AFTER)));
+    }
+    client.timed("reset statement_timeout")?;
+    Ok((canceled, timed_out))
 }
 
 fn ms(duration: Duration) -> f64 {
@@ -349,6 +429,9 @@ pub fn run(args: &ServingArgs, bypass: &Path, python: Option<PathBuf>) -> anyhow
     }
     report.select1_while_streaming = Latencies::of(under_load);
     report.engine_memory.peak_rss_mib = status_mib(pid, "VmHWM");
+    let (canceled, timed_out) = stop_latencies(address, args.runs)?;
+    report.cancel_to_error = Latencies::of(canceled);
+    report.timeout_overshoot = Latencies::of(timed_out);
     let drops: Vec<String> = tpch::TABLES.iter().map(|t| format!("drop table {t}")).collect();
     client.timed(&drops.join("; "))?;
     std::thread::sleep(Duration::from_secs(1));
@@ -386,6 +469,14 @@ fn markdown(report: &ServingReport) -> String {
         (format!("first row of `{}` ({} rows)", report.scan, report.scan_rows), &report.first_row),
         ("`select 1`, idle server".to_string(), &report.select1_idle),
         ("`select 1` while another client streams the scan".to_string(), &report.select1_while_streaming),
+        (
+            format!("CancelRequest → ErrorResponse of a running join ({} ms in)", STOP_AFTER.as_millis()),
+            &report.cancel_to_error,
+        ),
+        (
+            format!("ErrorResponse after statement_timeout = {} ms, minus the timeout", STOP_AFTER.as_millis()),
+            &report.timeout_overshoot,
+        ),
     ] {
         out.push_str(&format!(
             "| {name} | {} | {} | {} | {} |\n",

@@ -741,12 +741,16 @@ impl Connection {
         Ok(())
     }
 
+    /// Closes every portal's stream, even after the client left (each waits for its thread).
     async fn close_streams(&mut self) -> Result<(), End> {
         let names: Vec<String> = self.streams.keys().cloned().collect();
+        let mut outcome = Ok(());
         for name in names {
-            self.close_stream(&name).await?;
+            if let Err(end) = self.close_stream(&name).await {
+                outcome = Err(end);
+            }
         }
-        Ok(())
+        outcome
     }
 
     /// Portals live as long as their transaction: once the session is idle they end.

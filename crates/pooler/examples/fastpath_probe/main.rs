@@ -5,8 +5,9 @@
 //! kworker runs, CPU by process, the fast-path programs' run time; see profile.rs).
 //! Usage: cargo run --release -p bypass-pooler --example fastpath_probe -- [clients] [seconds] [runs]
 //! `runs`: comma-separated modes run one after the other on the same PostgreSQL, of `user`,
-//! `kernel` and `kernel-wake` (every handoff wakes user space: quiet handoffs off, for an A/B of
-//! the handoff ring); default `user,kernel,user,kernel`.
+//! `kernel`, `kernel-wake` (every handoff wakes user space: quiet handoffs off, for an A/B of
+//! the handoff ring) and `kernel-queue` (`fast_path_queue_behind = true`); default
+//! `user,kernel,user,kernel`.
 //! Program run times need `sysctl kernel.bpf_stats_enabled=1`. The window is the middle half of
 //! the run, or the command in FASTPATH_PROBE_WINDOW (run with `sh -c`, e.g. `perf stat -a -e
 //! sched:sched_wakeup -- sleep 5`), started a quarter into the run.
@@ -26,7 +27,10 @@ fn main() -> anyhow::Result<()> {
     let seconds: u32 = args.next().map_or(Ok(10), |a| a.parse())?;
     let runs = args.next().unwrap_or_else(|| "user,kernel,user,kernel".into());
     let runs: Vec<&str> = runs.split(',').collect();
-    anyhow::ensure!(runs.iter().all(|run| ["user", "kernel", "kernel-wake"].contains(run)), "unknown run in {runs:?}");
+    anyhow::ensure!(
+        runs.iter().all(|run| ["user", "kernel", "kernel-wake", "kernel-queue"].contains(run)),
+        "unknown run in {runs:?}"
+    );
     let postgres = Postgres::start()?;
     let port = postgres.port().to_string();
     let init = Command::new(pg_bin("pgbench"))
@@ -35,7 +39,9 @@ fn main() -> anyhow::Result<()> {
     anyhow::ensure!(init.status.success(), "pgbench -i failed");
     for run in runs {
         let mode = if run == "user" { FastPathMode::User } else { FastPathMode::Kernel };
-        let running = Proxy::bind(config(&postgres, mode).validate()?)?.start()?;
+        let mut config = config(&postgres, mode);
+        config.pooler.fast_path_queue_behind = run == "kernel-queue";
+        let running = Proxy::bind(config.validate()?)?.start()?;
         if let Some(fast) = running.shared().fastpath.as_ref().filter(|_| run == "kernel-wake") {
             fast.set_handoff_quiet_from(0);
         }
@@ -54,6 +60,15 @@ fn main() -> anyhow::Result<()> {
         println!("{run}: {tps} | {latency}");
         if let Some(counters) = running.shared().fastpath.as_ref().map(|fast| fast.counters()) {
             println!("  kernel counters: {counters:?}");
+        }
+        for kernel in running.shared().pools().iter().filter_map(|pool| pool.kernel()) {
+            let counts = kernel.counters();
+            let share = |value: Option<f64>| value.map_or("-".into(), |share| format!("{:.1}%", share * 100.0));
+            println!(
+                "  request bytes in the kernel {}, answer bytes {}",
+                share(counts.request_bytes_share()),
+                share(counts.answer_bytes_share())
+            );
         }
         if let Some((before, after)) = window {
             profile::report(&before, &after);

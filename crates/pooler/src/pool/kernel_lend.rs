@@ -61,6 +61,11 @@ impl Pool {
         if !kernel.fast.take_handoff(slot) {
             return;
         }
+        if kernel.fast.queue_broken(slot) {
+            kernel.fail_broken_queue(slot);
+            drop(kernel.take(slot)); // Answers still due on it: closed, never reused.
+            return;
+        }
         if let Some(server) = kernel.take(slot) {
             self.release(server);
         }

@@ -234,17 +234,39 @@ impl Session {
     }
 
     /// Sends whole kernel-safe messages: on the client's kernel link if it still holds, else on
-    /// a server taken from the pool and linked in the kernel.
+    /// a server taken from the pool and linked in the kernel. A new link whose requests are one
+    /// autocommit statement becomes one a client may queue behind in the kernel once written.
     async fn forward(&mut self, client: &mut ClientSide, bytes: usize, requests: u32) -> Result<(), PoolerError> {
         let kernel = self.kernel.as_ref().expect("kernel session");
-        let server = match kernel.fast.add_requests(kernel.slot, requests) {
-            Some(server) => server,
-            None => self.link_new_server(requests).await?,
+        let (server, fresh) = match kernel.fast.add_requests(kernel.slot, requests) {
+            Some(server) => (server, false),
+            None => {
+                self.wait_for_link_end().await?;
+                (self.link_new_server(requests).await?, true)
+            }
         };
         let fd = self.server_fd(server).ok_or(PoolerError::ServerTerminated)?;
-        send_all(fd, &client.buffer.pending()[..bytes]).await?;
+        let batch = &client.buffer.pending()[..bytes];
+        send_all(fd, batch).await?;
+        let kernel = self.kernel.as_ref().expect("kernel session");
+        if fresh && kernel.fast.queue_behind(server.pool()) && single_autocommit_statement(batch) {
+            kernel.fast.make_queueable(kernel.slot, server, requests);
+        }
         self.count_relayed_request(bytes);
         client.buffer.consume(bytes);
+        Ok(())
+    }
+
+    /// A link a client queued behind takes no more requests: wait until the kernel ends it (at
+    /// the ReadyForQuery of its last request, or when its server hangs up).
+    async fn wait_for_link_end(&mut self) -> Result<(), PoolerError> {
+        let hung_up = self.kernel_client().server_hung_up.clone();
+        while self.kernel_link().is_some() {
+            tokio::select! {
+                _ = hung_up.notified() => return Err(PoolerError::ServerIo(std::io::ErrorKind::ConnectionReset.into())),
+                _ = tokio::time::sleep(ANSWER_POLL) => {}
+            }
+        }
         Ok(())
     }
 
@@ -317,6 +339,7 @@ impl Session {
         let Some(kernel) = self.kernel.as_ref() else { return };
         if let Some(slot) = kernel.fast.unlink_now(kernel.slot) {
             if let Some(pool) = self.pool.kernel() {
+                pool.fail_queued(slot);
                 drop(pool.take(slot));
             }
         }
@@ -368,6 +391,30 @@ fn kernel_may_forward(tag: u8, body: &[u8]) -> bool {
     }
 }
 
+/// One simple Query holding one statement that runs in autocommit and ends idle: it starts with
+/// SELECT, INSERT, UPDATE, DELETE or VALUES (not BEGIN, COPY, CALL, ...) and has no ';' before
+/// anything but blanks and ';'. A client may queue behind such a statement in the kernel.
+fn single_autocommit_statement(batch: &[u8]) -> bool {
+    const FIRST_WORDS: [&[u8]; 5] = [b"SELECT", b"INSERT", b"UPDATE", b"DELETE", b"VALUES"];
+    if batch.len() < HEADER_LEN || batch[0] != b'Q' {
+        return false;
+    }
+    let length = u32::from_be_bytes([batch[1], batch[2], batch[3], batch[4]]) as usize;
+    if length + 1 != batch.len() {
+        return false;
+    }
+    let body = &batch[HEADER_LEN..];
+    let sql = &body[..body.iter().position(|&b| b == 0).unwrap_or(body.len())];
+    let sql = sql.trim_ascii_start();
+    let starts_well = FIRST_WORDS.iter().any(|word| {
+        sql.len() > word.len()
+            && sql[..word.len()].eq_ignore_ascii_case(word)
+            && !sql[word.len()].is_ascii_alphanumeric()
+    });
+    let end = sql.iter().rposition(|&b| !(b == b';' || b.is_ascii_whitespace())).map_or(0, |last| last + 1);
+    starts_well && !sql[..end].contains(&b';')
+}
+
 /// Writes all of `bytes` to a server socket the kernel also writes to (through its redirect
 /// queue). Requests are small; a full send buffer is waited out briefly.
 async fn send_all(fd: RawFd, mut bytes: &[u8]) -> Result<(), PoolerError> {
@@ -387,4 +434,32 @@ async fn send_all(fd: RawFd, mut bytes: &[u8]) -> Result<(), PoolerError> {
         tokio::time::sleep(ANSWER_POLL).await;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::single_autocommit_statement;
+
+    fn query(sql: &str) -> Vec<u8> {
+        let mut message = Vec::new();
+        bypass_wire::frontend::build::query(&mut message, sql);
+        message
+    }
+
+    #[test]
+    fn only_one_autocommit_statement_may_be_queued_behind() {
+        for sql in
+            ["SELECT 1;", "select * from t where k = 5", "  update t set a = 1 ;; ", "VALUES (1)", "delete from t"]
+        {
+            assert!(single_autocommit_statement(&query(sql)), "{sql}");
+        }
+        for sql in
+            ["begin", "select 1; begin", "copy t from stdin", "call p()", "selectx 1", "-- x\nselect 1", "select"]
+        {
+            assert!(!single_autocommit_statement(&query(sql)), "{sql}");
+        }
+        let two = [query("select 1"), query("select 2")].concat();
+        assert!(!single_autocommit_statement(&two), "two messages");
+        assert!(!single_autocommit_statement(b"S\0\0\0\x04"), "a Sync");
+    }
 }

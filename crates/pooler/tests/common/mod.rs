@@ -52,6 +52,9 @@ impl Pooler {
         if let Some(mode) = forced {
             valid.config.pooler.fast_path = mode;
         }
+        if std::env::var("BYPASS_TEST_FAST_PATH").as_deref() == Ok("kernel-queue") {
+            valid.config.pooler.fast_path_queue_behind = true;
+        }
         let proxy = Proxy::bind(valid).expect("bind");
         let metrics = proxy.metrics_addr();
         let running = proxy.start().expect("start shards");
@@ -89,12 +92,13 @@ pub fn config(postgres: &Postgres, mode: PoolMode, pool_size: u32) -> Config {
 }
 
 /// `BYPASS_TEST_FAST_PATH=kernel` runs the whole suite with the kernel fast path (scripts/test.sh
-/// runs the pooler's tests once more that way).
+/// runs the pooler's tests once more that way); `kernel-queue` also turns on
+/// `fast_path_queue_behind`.
 pub fn fast_path_override() -> Option<bypass_pooler::config::FastPathMode> {
     match std::env::var("BYPASS_TEST_FAST_PATH").ok()?.as_str() {
-        "kernel" => Some(bypass_pooler::config::FastPathMode::Kernel),
+        "kernel" | "kernel-queue" => Some(bypass_pooler::config::FastPathMode::Kernel),
         "user" => Some(bypass_pooler::config::FastPathMode::User),
-        other => panic!("BYPASS_TEST_FAST_PATH must be kernel or user, not {other}"),
+        other => panic!("BYPASS_TEST_FAST_PATH must be kernel, kernel-queue or user, not {other}"),
     }
 }
 
