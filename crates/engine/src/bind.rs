@@ -61,8 +61,12 @@ pub struct Scope {
     pub outer_start: Option<usize>,
     /// Wide columns unqualified names do not find: the second copy of a JOIN USING column.
     pub hidden: Vec<usize>,
-    /// What an unqualified `*` lists (relation alias, column), when FROM decided it.
+    /// What an unqualified `*` lists (relation alias, column), when FROM decided it; an empty
+    /// alias names a computed column.
     pub star: Option<Vec<(String, String)>>,
+    /// Unqualified names that stand for an expression: FULL JOIN USING's merged columns
+    /// (`COALESCE(left.c, right.c)`).
+    pub computed: Vec<(String, ast::Expr)>,
 }
 
 impl Scope {
@@ -237,7 +241,10 @@ impl<'s> ExprBinder<'s> {
     fn bind_node(&self, expr: &ast::Expr, context: &mut Option<&mut AggregateContext<'_>>) -> Result<Expr> {
         use ast::Expr as E;
         match expr {
-            E::Identifier(ident) => self.column(None, ident),
+            E::Identifier(ident) => match self.scope.computed.iter().find(|(name, _)| *name == identifier(ident)) {
+                Some((_, merged)) => self.bind_in(merged, context),
+                None => self.column(None, ident),
+            },
             E::CompoundIdentifier(parts) => {
                 let qualifier = parts.len().checked_sub(2).map(|i| identifier(&parts[i]));
                 let last = parts.last().ok_or_else(|| EngineError::Syntax("empty identifier".into()))?;
@@ -270,6 +277,15 @@ impl<'s> ExprBinder<'s> {
             E::Cast { expr, data_type, .. } => {
                 let to = sql_type(data_type)?;
                 let value = self.bind_in(expr, context)?;
+                // An explicit cast to character(n) / varchar(n) cuts the value to n characters
+                // (assignment, which casts do elsewhere, refuses longer values with 22001).
+                let value = match to {
+                    DataType::Char(n) | DataType::Varchar(n) => {
+                        let text = cast_expr(value, DataType::Text)?;
+                        fold(Expr::Substring { expr: Box::new(text), start: 1, length: Some(i64::from(n)) })?
+                    }
+                    _ => value,
+                };
                 cast_expr(value, to)
             }
             E::Extract { field, expr, .. } => {
@@ -346,6 +362,10 @@ impl<'s> ExprBinder<'s> {
         context: &mut Option<&mut AggregateContext<'_>>,
     ) -> Result<Expr> {
         let mut value = self.bind_in(value, context)?;
+        if let DataType::Char(_) = value.data_type() {
+            // PostgreSQL matches the blank-padded value; the engine holds it without blanks.
+            return Err(EngineError::unsupported("LIKE on character(n)"));
+        }
         expect_type(&value, DataType::Text, "LIKE")?;
         let ast::Expr::Value(ast::ValueWithSpan { value: ast::Value::SingleQuotedString(pattern), .. }) = pattern
         else {
@@ -547,6 +567,15 @@ impl<'s> ExprBinder<'s> {
         for item in list {
             all.push(self.bind_in(item, context)?);
         }
+        if matches!(all[0].data_type(), DataType::Char(_) | DataType::Varchar(_)) {
+            // Each item compares with the value as `=` would (character: blanks insignificant).
+            let probe = all[0].clone();
+            for item in all.iter_mut().skip(1) {
+                let taken = std::mem::replace(item, Expr::literal(Value::Null, DataType::Text));
+                *item = text_comparands(probe.clone(), taken)?.1;
+            }
+            all[0] = text_comparands(probe, Expr::literal(Value::Null, DataType::Text))?.0;
+        }
         let (mut all, _) = unify(all)?;
         let items = all.split_off(1);
         let value = all.pop().expect("the probed value");
@@ -651,6 +680,13 @@ impl<'s> ExprBinder<'s> {
         if function.over.is_some() {
             return Err(EngineError::unsupported("window functions (OVER)"));
         }
+        if let AggregateFunction::Ordered(kind) = kind {
+            let filter = function.filter.as_deref().map(|c| self.bind(c)).transpose()?;
+            if let Some(filter) = &filter {
+                expect_type(filter, DataType::Bool, "FILTER")?;
+            }
+            return self.ordered_set_call(&name, kind, function, distinct, filter).map(Some);
+        }
         if matches!(&function.args, ast::FunctionArguments::List(list) if !list.clauses.is_empty()) {
             return Err(EngineError::unsupported(format!("ORDER BY or other clauses inside {name}(…)")));
         }
@@ -703,6 +739,65 @@ impl<'s> ExprBinder<'s> {
     }
 }
 
+impl ExprBinder<'_> {
+    /// string_agg / percentile_* / mode: direct arguments, the WITHIN GROUP key, and ORDER BY
+    /// inside string_agg when it orders by the aggregated value itself.
+    fn ordered_set_call(
+        &self,
+        name: &str,
+        mut kind: crate::ordered_set::OrderedSet,
+        function: &ast::Function,
+        distinct: bool,
+        filter: Option<Expr>,
+    ) -> Result<AggregateCall> {
+        use crate::ordered_set::OrderedSet;
+        let args = function_args(function)?.into_iter().map(|a| self.bind(a)).collect::<Result<Vec<_>>>()?;
+        let ascending_key = |key: &ast::OrderByExpr| -> Result<Expr> {
+            let plain =
+                matches!(key.options.sort, None | Some(ast::OrderBySort::Asc)) && key.options.nulls_first.is_none();
+            if !plain {
+                return Err(EngineError::unsupported(format!("DESC, USING or NULLS in WITHIN GROUP of {name}")));
+            }
+            self.bind(&key.expr)
+        };
+        let within = match function.within_group.as_slice() {
+            [] => None,
+            [key] => Some(ascending_key(key)?),
+            _ => return Err(EngineError::unsupported(format!("{name} with several WITHIN GROUP keys"))),
+        };
+        let mut order_keys = Vec::new();
+        if let ast::FunctionArguments::List(list) = &function.args {
+            for clause in &list.clauses {
+                match clause {
+                    ast::FunctionArgumentClause::OrderBy(keys) => order_keys.extend(keys),
+                    other => return Err(EngineError::unsupported(format!("{other} inside {name}(…)"))),
+                }
+            }
+        }
+        let (argument, second, data_type) = kind.bind(name, args, within)?;
+        match (order_keys.as_slice(), &mut kind) {
+            ([], _) => {}
+            ([key], OrderedSet::StringAgg { order }) if key.options.nulls_first.is_none() => {
+                let descending = match key.options.sort {
+                    None | Some(ast::OrderBySort::Asc) => false,
+                    Some(ast::OrderBySort::Desc) => true,
+                    Some(ast::OrderBySort::Using(_)) => return Err(EngineError::unsupported("ORDER BY … USING")),
+                };
+                if cast_expr(self.bind(&key.expr)?, DataType::Text)? != argument {
+                    return Err(EngineError::unsupported(format!("ORDER BY inside {name} by other than its value")));
+                }
+                *order = Some(descending);
+            }
+            _ => return Err(EngineError::unsupported(format!("ORDER BY inside {name}(…)"))),
+        }
+        if distinct && !matches!(kind, OrderedSet::StringAgg { order: Some(_) }) {
+            return Err(EngineError::unsupported(format!("DISTINCT in {name} without ORDER BY its value")));
+        }
+        let function = AggregateFunction::Ordered(kind);
+        Ok(AggregateCall { function, argument: Some(argument), data_type, distinct, filter, second })
+    }
+}
+
 /// Whether an aggregate's arguments and FILTER read the enclosing query's row (parameters) and
 /// none of this query block's columns: PostgreSQL's rule makes it the enclosing query's.
 fn reads_only_enclosing_query<'e>(exprs: impl Iterator<Item = &'e Expr> + Clone) -> bool {
@@ -744,7 +839,10 @@ pub(crate) fn aggregate_function(name: &str) -> Option<AggregateFunction> {
         "count" => AggregateFunction::Count,
         "min" => AggregateFunction::Min,
         "max" => AggregateFunction::Max,
-        _ => AggregateFunction::Statistic(crate::statistics::Statistic::named(name)?),
+        _ => match crate::ordered_set::OrderedSet::named(name) {
+            Some(kind) => AggregateFunction::Ordered(kind),
+            None => AggregateFunction::Statistic(crate::statistics::Statistic::named(name)?),
+        },
     })
 }
 
@@ -754,8 +852,9 @@ pub(crate) fn aggregate_type(function: AggregateFunction, input: DataType) -> Re
     Ok(match (function, input) {
         (AggregateFunction::Count | AggregateFunction::CountStar, _) => DataType::Int64,
         (AggregateFunction::Min | AggregateFunction::Max, t) => t,
-        (AggregateFunction::Sum, DataType::Int32) => DataType::Int64,
-        (AggregateFunction::Sum | AggregateFunction::Avg, DataType::Float64) => DataType::Float64,
+        (AggregateFunction::Sum, DataType::Int32 | DataType::Int16) => DataType::Int64,
+        (AggregateFunction::Sum, DataType::Float32) => DataType::Float32,
+        (AggregateFunction::Sum | AggregateFunction::Avg, DataType::Float64 | DataType::Float32) => DataType::Float64,
         (AggregateFunction::Sum | AggregateFunction::Avg, t) if t.is_numeric() => DataType::Numeric,
         (f, t) => return Err(EngineError::Type(format!("{f:?} of {}", t.sql_name()))),
     })
@@ -853,7 +952,8 @@ fn contains_call(expr: &ast::Expr, is_wanted: &dyn Fn(&ast::Function) -> bool) -
 }
 
 fn expect_type(expr: &Expr, expected: DataType, what: &str) -> Result<()> {
-    if expr.data_type() == expected || (expected == DataType::Bool && is_null_literal(expr)) {
+    let text_like = expected == DataType::Text && expr.data_type().is_text();
+    if expr.data_type() == expected || text_like || (expected == DataType::Bool && is_null_literal(expr)) {
         Ok(())
     } else {
         Err(EngineError::Type(format!("{what} expects {}, got {}", expected.sql_name(), expr.data_type().sql_name())))
@@ -923,13 +1023,23 @@ pub fn sql_type(data_type: &ast::DataType) -> Result<DataType> {
     use ast::DataType as T;
     Ok(match data_type {
         T::Boolean | T::Bool => DataType::Bool,
-        T::Int(_) | T::Integer(_) | T::Int4(_) | T::SmallInt(_) | T::Int2(_) => DataType::Int32,
+        T::Int(_) | T::Integer(_) | T::Int4(_) => DataType::Int32,
+        T::SmallInt(_) | T::Int2(_) => DataType::Int16,
         T::BigInt(_) | T::Int8(_) => DataType::Int64,
-        T::Double(_) | T::DoublePrecision | T::Float8 | T::Real | T::Float4 | T::Float(_) => DataType::Float64,
+        T::Real | T::Float4 => DataType::Float32,
+        // float(p): real for p ≤ 24, double precision up to 53 (PostgreSQL's rule).
+        T::Float(ast::ExactNumberInfo::Precision(p)) if (1..=24).contains(p) => DataType::Float32,
+        T::Float(ast::ExactNumberInfo::Precision(p)) if (25..=53).contains(p) => DataType::Float64,
+        T::Float(ast::ExactNumberInfo::None) => DataType::Float64,
+        T::Double(_) | T::DoublePrecision | T::Float8 => DataType::Float64,
         T::Date => DataType::Date,
-        T::Text | T::Varchar(_) | T::Char(_) | T::Character(_) | T::CharacterVarying(_) | T::String(_) => {
-            DataType::Text
-        }
+        T::Text | T::String(None) => DataType::Text,
+        T::Varchar(length) | T::CharacterVarying(length) => match character_length(length)? {
+            Some(n) => DataType::Varchar(n),
+            None => DataType::Text,
+        },
+        // character without a length is character(1).
+        T::Char(length) | T::Character(length) => DataType::Char(character_length(length)?.unwrap_or(1)),
         // PostgreSQL's `name` (identifiers, and columns of its regression tables) compares as
         // text in the C collation, which is the engine's byte order.
         T::Custom(name, modifiers) if modifiers.is_empty() && name.to_string().eq_ignore_ascii_case("name") => {
@@ -945,6 +1055,20 @@ pub fn sql_type(data_type: &ast::DataType) -> Result<DataType> {
         },
         other => return Err(EngineError::unsupported(format!("type {other}"))),
     })
+}
+
+/// The n of character(n) / character varying(n) (PostgreSQL: 1 ..= 10,485,760).
+fn character_length(length: &Option<ast::CharacterLength>) -> Result<Option<u32>> {
+    match length {
+        None => Ok(None),
+        Some(ast::CharacterLength::IntegerLength { length, unit: None }) if (1..=10_485_760).contains(length) => {
+            Ok(Some(*length as u32))
+        }
+        Some(ast::CharacterLength::IntegerLength { length: 0, .. }) => {
+            Err(EngineError::Syntax("length for type character must be at least 1".into()))
+        }
+        Some(other) => Err(EngineError::unsupported(format!("character length {other}"))),
+    }
 }
 
 fn interval_value(interval: &ast::Interval) -> Result<(i32, i32)> {
@@ -1034,12 +1158,17 @@ pub fn common_type(a: DataType, b: DataType, _op: BinaryOp) -> Result<DataType> 
             T::Decimal { precision: DECIMAL_PRECISION_MAX, scale: a.scale().max(b.scale()) }
         }
         _ if a == b => a,
+        (T::Char(_), T::Char(_)) => T::Char(0),
+        _ if a.is_text() && b.is_text() => T::Text,
         (T::Float64, t) | (t, T::Float64) if t.is_numeric() => T::Float64,
+        // real with any other number: PostgreSQL picks the float4/float8 operators.
+        (T::Float32, t) | (t, T::Float32) if t.is_numeric() => T::Float64,
         (T::Numeric, t) | (t, T::Numeric) if t.is_numeric() => T::Numeric,
         (T::Decimal { .. }, t) | (t, T::Decimal { .. }) if t.is_numeric() => {
             T::Decimal { precision: DECIMAL_PRECISION_MAX, scale: a.scale().max(b.scale()) }
         }
-        (T::Int32, T::Int64) | (T::Int64, T::Int32) => T::Int64,
+        (T::Int32 | T::Int16, T::Int64) | (T::Int64, T::Int32 | T::Int16) => T::Int64,
+        (T::Int16, T::Int32) | (T::Int32, T::Int16) => T::Int32,
         _ => return Err(EngineError::Type(format!("types {} and {} cannot be matched", a.sql_name(), b.sql_name()))),
     })
 }
@@ -1054,7 +1183,13 @@ pub fn unify(exprs: Vec<Expr>) -> Result<(Vec<Expr>, DataType)> {
             Some(t) => common_type(t, expr.data_type(), BinaryOp::Eq)?,
         });
     }
-    let target = target.unwrap_or(DataType::Text);
+    let mut target = target.unwrap_or(DataType::Text);
+    // character(n) beside a string literal: PostgreSQL's bpchar without a length, where each
+    // value keeps its own padding (the column's values padded to n, the literal as written).
+    let literal = |e: &Expr| matches!(e, Expr::Literal { value: Value::Text(_), .. });
+    if matches!(target, DataType::Char(_)) && exprs.iter().any(literal) {
+        target = DataType::Char(0);
+    }
     let exprs = exprs.into_iter().map(|e| cast_expr(e, target)).collect::<Result<Vec<_>>>()?;
     Ok((exprs, target))
 }
@@ -1106,6 +1241,39 @@ fn as_decimal_constant(expr: &Expr) -> Option<Expr> {
 
 /// Fixes untyped operands from the other side and moves numeric constants next to decimal
 /// or integer columns onto the decimal fast path.
+/// character(n) and varchar(n) compare as text: character(n) values are held without their
+/// insignificant trailing blanks, and an untyped literal compared with one loses its own (it
+/// becomes character, as in PostgreSQL).
+fn text_comparands(left: Expr, right: Expr) -> Result<(Expr, Expr)> {
+    let (lt, rt) = (left.data_type(), right.data_type());
+    let sized = |t: DataType| matches!(t, DataType::Char(_) | DataType::Varchar(_));
+    if !sized(lt) && !sized(rt) {
+        return Ok((left, right));
+    }
+    let as_text = |expr: Expr, other: DataType| -> Result<Expr> {
+        if is_untyped(&expr) {
+            let text = cast_expr(expr, DataType::Text)?;
+            return match other {
+                DataType::Char(_) => functions::call(ScalarFunction::Trim(TrimSide::Trailing), vec![text]),
+                _ => Ok(text),
+            };
+        }
+        let data_type = expr.data_type();
+        if data_type.is_text() {
+            let text = cast_expr(expr, DataType::Text)?;
+            // varchar against character is compared as character (PostgreSQL casts it).
+            return match (data_type, other) {
+                (DataType::Varchar(_), DataType::Char(_)) => {
+                    functions::call(ScalarFunction::Trim(TrimSide::Trailing), vec![text])
+                }
+                _ => Ok(text),
+            };
+        }
+        Ok(expr)
+    };
+    Ok((as_text(left, rt)?, as_text(right, lt)?))
+}
+
 fn settle_operands(left: Expr, right: Expr) -> Result<(Expr, Expr)> {
     let (lt, rt) = (left.data_type(), right.data_type());
     if is_untyped(&left) && !is_untyped(&right) {
@@ -1114,7 +1282,8 @@ fn settle_operands(left: Expr, right: Expr) -> Result<(Expr, Expr)> {
     if is_untyped(&right) && !is_untyped(&left) {
         return Ok((left, cast_expr(right, lt)?));
     }
-    let exact = |t: DataType| matches!(t, DataType::Decimal { .. } | DataType::Int32 | DataType::Int64);
+    let exact =
+        |t: DataType| matches!(t, DataType::Decimal { .. } | DataType::Int16 | DataType::Int32 | DataType::Int64);
     if exact(lt) {
         if let Some(constant) = as_decimal_constant(&right) {
             return Ok((left, constant));
@@ -1138,6 +1307,7 @@ fn undefined_operator(op: BinaryOp, left: DataType, right: DataType) -> EngineEr
 }
 
 pub fn comparison(op: BinaryOp, left: Expr, right: Expr) -> Result<Expr> {
+    let (left, right) = text_comparands(left, right)?;
     let (left, right) = settle_operands(left, right)?;
     let (lt, rt) = (left.data_type(), right.data_type());
     let target = common_type(lt, rt, op).map_err(|_| undefined_operator(op, lt, rt))?;
@@ -1149,7 +1319,7 @@ pub fn arithmetic(op: BinaryOp, left: Expr, right: Expr) -> Result<Expr> {
     use DataType as T;
     let (left, right) = settle_operands(left, right)?;
     let (lt, rt) = (left.data_type(), right.data_type());
-    let inexact = lt == T::Float64 || rt == T::Float64;
+    let inexact = matches!(lt, T::Float64 | T::Float32) || matches!(rt, T::Float64 | T::Float32);
     let expr = match (lt, rt) {
         (T::Date, T::Int32) if matches!(op, BinaryOp::Add | BinaryOp::Sub) => Expr::binary(op, left, right, T::Date),
         (T::Int32, T::Date) if op == BinaryOp::Add => Expr::binary(op, right, left, T::Date),
@@ -1162,7 +1332,8 @@ pub fn arithmetic(op: BinaryOp, left: Expr, right: Expr) -> Result<Expr> {
         {
             Expr::binary(op, cast_expr(left, T::Numeric)?, cast_expr(right, T::Numeric)?, T::Numeric)
         }
-        (T::Decimal { .. }, T::Decimal { .. } | T::Int32 | T::Int64) | (T::Int32 | T::Int64, T::Decimal { .. })
+        (T::Decimal { .. }, T::Decimal { .. } | T::Int16 | T::Int32 | T::Int64)
+        | (T::Int16 | T::Int32 | T::Int64, T::Decimal { .. })
             if op == BinaryOp::Mul =>
         {
             let scale = lt.scale() + rt.scale();

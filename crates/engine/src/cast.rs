@@ -15,8 +15,8 @@ use crate::vector::{Data, Vector};
 pub fn can_cast(from: DataType, to: DataType) -> bool {
     use DataType as T;
     from == to
-        || from == T::Text
-        || to == T::Text
+        || from.is_text()
+        || to.is_text()
         || (from.is_numeric() && to.is_numeric())
         || matches!((from, to), (T::Bool, T::Int32) | (T::Int32, T::Bool))
 }
@@ -27,9 +27,10 @@ pub fn cannot_cast(from: DataType, to: DataType) -> EngineError {
 
 fn out_of_range(to: DataType) -> EngineError {
     EngineError::Overflow(match to {
+        DataType::Int16 => "smallint out of range".into(),
         DataType::Int32 => "integer out of range".into(),
         DataType::Int64 => "bigint out of range".into(),
-        DataType::Float64 => "value out of range: overflow".into(),
+        DataType::Float64 | DataType::Float32 => "value out of range: overflow".into(),
         DataType::Decimal { precision, scale } => format!(
             "numeric field overflow: a field with precision {precision}, scale {scale} must round to an absolute value less than 10^{}",
             i32::from(precision) - i32::from(scale)
@@ -49,13 +50,19 @@ pub fn cast(vector: Vector, to: DataType) -> Result<Vector> {
     }
     let valid = |row: usize| vector.is_valid(row);
     let data = match (&vector.data, to) {
+        (Data::Text(codes, dictionary), _) if to.is_text() => limit_text(codes, dictionary, &vector, to)?,
         (_, DataType::Text) => to_text(&vector),
+        (_, DataType::Char(_) | DataType::Varchar(_)) => {
+            let text = Vector { data_type: DataType::Text, data: to_text(&vector), validity: vector.validity.clone() };
+            return cast(text, to);
+        }
         (Data::Text(codes, dictionary), _) => from_text(codes, dictionary, &vector, to)?,
         (Data::Bool(v), DataType::Int32) => Data::I32(v.iter().map(|&b| i32::from(b)).collect()),
         (Data::I32(v), DataType::Bool) => Data::Bool(v.iter().map(|&x| x != 0).collect()),
         (Data::I32(v), _) => from_integers(v.iter().map(|&x| i64::from(x)), to, valid)?,
         (Data::I64(v), _) if matches!(from, DataType::Decimal { .. }) => from_decimal(v, from.scale(), to, valid)?,
         (Data::I64(v), _) => from_integers(v.iter().copied(), to, valid)?,
+        (Data::F64(v), _) if from == DataType::Float32 => from_float32s(v, to, valid)?,
         (Data::F64(v), _) => from_floats(v, to, valid)?,
         (Data::Numeric(v), _) => from_numerics(v, to, valid)?,
         _ => return Err(cannot_cast(from, to)),
@@ -75,9 +82,13 @@ fn convert<T: Copy, U: Copy>(
 
 fn from_integers(values: impl Iterator<Item = i64>, to: DataType, valid: impl Fn(usize) -> bool) -> Result<Data> {
     Ok(match to {
+        DataType::Int16 => {
+            Data::I32(convert(values, 0, valid, |x| i16::try_from(x).map(i32::from).map_err(|_| out_of_range(to)))?)
+        }
         DataType::Int32 => Data::I32(convert(values, 0, valid, |x| i32::try_from(x).map_err(|_| out_of_range(to)))?),
         DataType::Int64 => Data::I64(values.collect()),
         DataType::Float64 => Data::F64(values.map(|x| x as f64).collect()),
+        DataType::Float32 => Data::F64(values.map(|x| f64::from(x as f32)).collect()),
         DataType::Numeric => Data::Numeric(values.map(Numeric::from_i64).collect()),
         DataType::Decimal { .. } => {
             Data::I64(convert(values, 0, valid, |x| decimal_from_numeric(Numeric::from_i64(x), to))?)
@@ -101,9 +112,13 @@ fn from_decimal(values: &[i64], scale: u8, to: DataType, valid: impl Fn(usize) -
 fn from_numerics(values: &[Numeric], to: DataType, valid: impl Fn(usize) -> bool) -> Result<Data> {
     let values = values.iter().copied();
     Ok(match to {
+        DataType::Int16 => Data::I32(convert(values, 0, valid, |n| {
+            n.to_i64().and_then(|x| i16::try_from(x).ok()).map(i32::from).ok_or_else(|| out_of_range(to))
+        })?),
         DataType::Int32 => Data::I32(convert(values, 0, valid, |n| {
             n.to_i64().and_then(|x| i32::try_from(x).ok()).ok_or_else(|| out_of_range(to))
         })?),
+        DataType::Float32 => Data::F64(convert(values, 0.0, valid, |n| Ok(f64::from(to_float32(n.to_f64())?)))?),
         DataType::Int64 => Data::I64(convert(values, 0, valid, |n| n.to_i64().ok_or_else(|| out_of_range(to)))?),
         DataType::Float64 => Data::F64(convert(values, 0.0, valid, |n| finite(n.to_f64()))?),
         DataType::Decimal { .. } => Data::I64(convert(values, 0, valid, |n| decimal_from_numeric(n, to))?),
@@ -131,9 +146,11 @@ fn from_floats(values: &[f64], to: DataType, valid: impl Fn(usize) -> bool) -> R
         }
     };
     Ok(match to {
+        DataType::Int16 => Data::I32(convert(values, 0, valid, |x| Ok(integer(x, -32768.0, 32768.0)? as i32))?),
         DataType::Int32 => {
             Data::I32(convert(values, 0, valid, |x| Ok(integer(x, -2147483648.0, 2147483648.0)? as i32))?)
         }
+        DataType::Float32 => Data::F64(convert(values, 0.0, valid, |x| Ok(f64::from(to_float32(x)?)))?),
         DataType::Int64 => Data::I64(convert(values, 0, valid, |x| {
             Ok(integer(x, -9.223372036854776e18, 9.223372036854776e18)? as i64)
         })?),
@@ -142,6 +159,38 @@ fn from_floats(values: &[f64], to: DataType, valid: impl Fn(usize) -> bool) -> R
             Data::I64(convert(values, 0, valid, |x| decimal_from_numeric(Numeric::from_f64(x)?, to))?)
         }
         other => return Err(cannot_cast(DataType::Float64, other)),
+    })
+}
+
+/// A double as real: 22003 when a finite value overflows or a nonzero one underflows
+/// (PostgreSQL's float8 → float4 checks).
+fn to_float32(x: f64) -> Result<f32> {
+    let rounded = x as f32;
+    if rounded.is_infinite() && x.is_finite() {
+        return Err(out_of_range(DataType::Float32));
+    }
+    if rounded == 0.0 && x != 0.0 {
+        return Err(EngineError::Overflow("value out of range: underflow".into()));
+    }
+    Ok(rounded)
+}
+
+/// From real: to double exactly, to numeric with real's 6 significant digits (float4_numeric),
+/// to the rest as a double would go.
+fn from_float32s(values: &[f64], to: DataType, valid: impl Fn(usize) -> bool) -> Result<Data> {
+    let as_numeric = |x: f64| -> Result<Numeric> {
+        if !x.is_finite() {
+            return Err(EngineError::unsupported("NaN or infinity as numeric"));
+        }
+        Numeric::parse(&format!("{:.5e}", x as f32)).map(Numeric::normalized)
+    };
+    Ok(match to {
+        DataType::Float64 => Data::F64(values.to_vec()),
+        DataType::Numeric => Data::Numeric(convert(values.iter().copied(), Numeric::ZERO, valid, as_numeric)?),
+        DataType::Decimal { .. } => {
+            Data::I64(convert(values.iter().copied(), 0, valid, |x| decimal_from_numeric(as_numeric(x)?, to))?)
+        }
+        _ => from_floats(values, to, valid)?,
     })
 }
 
@@ -169,6 +218,51 @@ fn to_text(vector: &Vector) -> Data {
     Data::Text(codes, Arc::new(dictionary))
 }
 
+/// Text to text, character(n) or character varying(n), with PostgreSQL's assignment rule:
+/// a longer value is an error (22001) unless the excess is blanks, which are cut off;
+/// character(n) keeps no trailing blanks (they are insignificant and padded back on output).
+/// Explicit casts, which truncate instead, cut the value first (`Binder` does).
+fn limit_text(codes: &[u32], dictionary: &Arc<Dictionary>, vector: &Vector, to: DataType) -> Result<Data> {
+    let from = vector.data_type;
+    if to == DataType::Text && !matches!(from, DataType::Char(0)) {
+        return Ok(Data::Text(codes.to_vec(), Arc::clone(dictionary)));
+    }
+    let convert = |text: &str| -> Result<String> {
+        match (from, to) {
+            // character(n) to bpchar: padded as it would be output.
+            (DataType::Char(n), DataType::Char(0)) => Ok(crate::types::pad_char(text, n)),
+            // bpchar to other strings: without its trailing blanks.
+            (DataType::Char(0), _) => fit_text(text.trim_end_matches(' '), to),
+            _ => fit_text(text, to),
+        }
+    };
+    let mut limited: Vec<Option<String>> = vec![None; dictionary.len()];
+    for (row, &code) in codes.iter().enumerate() {
+        if vector.is_valid(row) && limited[code as usize].is_none() {
+            limited[code as usize] = Some(convert(dictionary.get(code))?);
+        }
+    }
+    let mut out = Dictionary::new();
+    let codes = codes.iter().map(|&code| out.intern(limited[code as usize].as_deref().unwrap_or(""))).collect();
+    Ok(Data::Text(codes, Arc::new(out)))
+}
+
+/// One string stored as `to` (see `limit_text`).
+pub fn fit_text(text: &str, to: DataType) -> Result<String> {
+    let (length, padded) = match to {
+        DataType::Char(0) => return Ok(text.to_string()),
+        DataType::Char(length) => (length as usize, true),
+        DataType::Varchar(length) => (length as usize, false),
+        _ => return Ok(text.to_string()),
+    };
+    let cut = text.char_indices().nth(length).map_or(text.len(), |(at, _)| at);
+    if !text[cut..].chars().all(|c| c == ' ') {
+        return Err(EngineError::StringTooLong(format!("value too long for type {}", to.sql_name())));
+    }
+    let kept = &text[..cut];
+    Ok(if padded { kept.trim_end_matches(' ') } else { kept }.to_string())
+}
+
 /// Parses every dictionary entry a valid row uses, once.
 fn from_text(codes: &[u32], dictionary: &Dictionary, vector: &Vector, to: DataType) -> Result<Data> {
     let mut parsed: Vec<Option<Value>> = vec![None; dictionary.len()];
@@ -186,15 +280,26 @@ pub fn parse_value(text: &str, to: DataType) -> Result<Value> {
     let invalid = || EngineError::InvalidValue(format!("invalid input syntax for type {}: \"{text}\"", to.sql_name()));
     Ok(match to {
         DataType::Bool => Value::Bool(parse_bool(text).ok_or_else(invalid)?),
-        DataType::Int32 => Value::Int32(parse_integer(text, to)? as i32),
+        DataType::Int16 | DataType::Int32 => Value::Int32(parse_integer(text, to)? as i32),
         DataType::Int64 => Value::Int64(parse_integer(text, to)?),
         DataType::Float64 => Value::Float64(parse_float(text).ok_or_else(invalid)?),
+        DataType::Float32 => {
+            // Read straight into an f32 (strtof), not through a double (no double rounding).
+            let value = parse_float(text).ok_or_else(invalid)?;
+            let single =
+                if value.is_finite() { text.trim().parse::<f32>().map_err(|_| invalid())? } else { value as f32 };
+            if (single.is_infinite() && value.is_finite()) || (single == 0.0 && value != 0.0) {
+                return Err(EngineError::Overflow(format!("\"{text}\" is out of range for type real")));
+            }
+            Value::Float32(single)
+        }
         DataType::Date => Value::Date(parse_date(text)?),
         DataType::Numeric => Value::Numeric(Numeric::parse(text)?),
         DataType::Decimal { scale, .. } => {
             Value::Decimal { value: decimal_from_numeric(Numeric::parse(text)?, to)?, scale }
         }
         DataType::Text => Value::Text(text.to_string()),
+        DataType::Char(_) | DataType::Varchar(_) => Value::Text(fit_text(text, to)?),
     })
 }
 
@@ -207,7 +312,12 @@ fn parse_integer(text: &str, to: DataType) -> Result<i64> {
         std::num::IntErrorKind::PosOverflow | std::num::IntErrorKind::NegOverflow => out_of_range_input(),
         _ => EngineError::InvalidValue(format!("invalid input syntax for type {}: \"{text}\"", to.sql_name())),
     })?;
-    if to == DataType::Int32 && i32::try_from(value).is_err() {
+    let fits = match to {
+        DataType::Int16 => i16::try_from(value).is_ok(),
+        DataType::Int32 => i32::try_from(value).is_ok(),
+        _ => true,
+    };
+    if !fits {
         return Err(out_of_range_input());
     }
     Ok(value)

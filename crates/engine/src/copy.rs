@@ -441,6 +441,9 @@ pub fn parse_field(text: &str, data_type: DataType) -> Result<Value> {
             "f" | "false" | "0" | "no" | "n" | "off" => Value::Bool(false),
             _ => return Err(invalid()),
         },
+        DataType::Int16 | DataType::Float32 | DataType::Char(_) | DataType::Varchar(_) => {
+            crate::cast::parse_value(text, data_type)?
+        }
         DataType::Int32 => Value::Int32(parse_integer(text, data_type)?),
         DataType::Int64 => Value::Int64(parse_integer(text, data_type)?),
         DataType::Float64 => Value::Float64(parse_float(text).ok_or_else(invalid)?),
@@ -488,6 +491,7 @@ pub fn coerce_value(value: Value, to: DataType) -> Result<Value> {
         Value::Bool(_) => DataType::Bool,
         Value::Int32(_) => DataType::Int32,
         Value::Int64(_) => DataType::Int64,
+        Value::Float32(_) => DataType::Float32,
         Value::Float64(_) => DataType::Float64,
         Value::Date(_) => DataType::Date,
         Value::Decimal { scale, .. } => DataType::Decimal { precision: 18, scale: *scale },
@@ -544,7 +548,7 @@ pub fn encode_rows(batch: &Batch, format: &CopyFormat, mut line: impl FnMut(&[u8
             if index > 0 {
                 text.push(format.delimiter);
             }
-            let value = column.value(row);
+            let value = column.output_value(row);
             if value.is_null() {
                 text.push_str(&format.null);
             } else if format.csv {

@@ -68,7 +68,7 @@ impl QueryResult {
 
     /// All rows as values (tests and small results).
     pub fn rows(&self) -> Vec<Vec<Value>> {
-        self.batches.iter().flat_map(|b| (0..b.rows).map(move |r| b.row(r))).collect()
+        self.batches.iter().flat_map(|b| (0..b.rows).map(move |r| b.output_row(r))).collect()
     }
 }
 

@@ -33,6 +33,9 @@ pub enum EngineError {
     /// A date whose fields are out of range, such as month 13 (datetime_field_overflow).
     #[error("date/time field value out of range: {0}")]
     DatetimeOutOfRange(String),
+    /// A string longer than its character(n) / character varying(n) column.
+    #[error("{0}")]
+    StringTooLong(String),
     /// COPY input that does not have the table's shape: missing or extra fields.
     #[error("bad COPY file format: {0}")]
     CopyFormat(String),
@@ -160,6 +163,7 @@ impl EngineError {
             EngineError::InvalidValue(_) => "22P02",
             EngineError::InvalidDatetime(_) => "22007",
             EngineError::DatetimeOutOfRange(_) => "22008",
+            EngineError::StringTooLong(_) => "22001",
             EngineError::CopyFormat(_) => "22P04",
             EngineError::CopyLine { source, .. } => source.sqlstate(),
             EngineError::Overflow(_) => "22003",

@@ -509,9 +509,10 @@ fn binary(op: BinaryOp, left: &Vector, right: &Vector, data_type: DataType) -> R
         (Data::Bool(a), Data::Bool(b)) if op.is_comparison() => Data::Bool(compare(op, a, b)),
         (Data::Text(..), Data::Text(..)) if op.is_comparison() => Data::Bool(compare_text(op, left, right)),
         (Data::Numeric(a), Data::Numeric(b)) if op.is_comparison() => Data::Bool(compare(op, a, b)),
-        (Data::I32(a), Data::I32(b)) => Data::I32(arith_i32(op, a, b, &validity)?),
+        (Data::I32(a), Data::I32(b)) if data_type == DataType::Date => Data::I32(date_arithmetic(op, a, b, &validity)?),
+        (Data::I32(a), Data::I32(b)) => Data::I32(narrow(arith_i32(op, a, b, &validity)?, data_type, &validity)?),
         (Data::I64(a), Data::I64(b)) => Data::I64(arith_i64(op, a, b, &validity)?),
-        (Data::F64(a), Data::F64(b)) => Data::F64(arith_f64(op, a, b, &validity)?),
+        (Data::F64(a), Data::F64(b)) => Data::F64(narrow(arith_f64(op, a, b, &validity)?, data_type, &validity)?),
         (Data::Numeric(a), Data::Numeric(b)) => Data::Numeric(arith_numeric(op, a, b, &validity)?),
         _ => {
             return Err(EngineError::Type(format!(
@@ -560,9 +561,75 @@ pub fn op_holds(op: BinaryOp, ordering: std::cmp::Ordering) -> bool {
     }
 }
 
+/// Results of a narrower type computed in its wider physical type (smallint in i32, real in
+/// f64), checked and rounded as PostgreSQL's own operators on that type would.
+trait Narrow: Sized {
+    fn narrow(self, data_type: DataType) -> Result<Self>;
+}
+
+impl Narrow for i32 {
+    fn narrow(self, data_type: DataType) -> Result<i32> {
+        if data_type == DataType::Int16 && i16::try_from(self).is_err() {
+            return Err(overflow(data_type));
+        }
+        Ok(self)
+    }
+}
+
+impl Narrow for f64 {
+    fn narrow(self, data_type: DataType) -> Result<f64> {
+        if data_type != DataType::Float32 {
+            return Ok(self);
+        }
+        let single = self as f32;
+        if single.is_infinite() && self.is_finite() {
+            return Err(overflow(data_type));
+        }
+        if single == 0.0 && self != 0.0 {
+            return Err(EngineError::Overflow("value out of range: underflow".into()));
+        }
+        Ok(f64::from(single))
+    }
+}
+
+fn narrow<T: Narrow + Copy>(mut values: Vec<T>, data_type: DataType, validity: &Option<Vec<bool>>) -> Result<Vec<T>> {
+    if matches!(data_type, DataType::Int16 | DataType::Float32) {
+        for (row, value) in values.iter_mut().enumerate() {
+            if is_valid_row(validity, row) {
+                *value = value.narrow(data_type)?;
+            }
+        }
+    }
+    Ok(values)
+}
+
+/// The days PostgreSQL's `date` holds: from 4714-11-24 BC (Julian day 0) up to its end.
+const DATE_DAYS: std::ops::Range<i64> = -2_440_588..2_145_042_906;
+
+/// `date ± integer`: 22008 when the result leaves the date range, as PostgreSQL.
+fn date_arithmetic(op: BinaryOp, a: &[i32], b: &[i32], validity: &Option<Vec<bool>>) -> Result<Vec<i32>> {
+    let mut out = Vec::with_capacity(a.len());
+    for (row, (&x, &y)) in a.iter().zip(b).enumerate() {
+        let result = match op {
+            BinaryOp::Add => i64::from(x) + i64::from(y),
+            BinaryOp::Sub => i64::from(x) - i64::from(y),
+            _ => unreachable!("the binder gives dates only + and -"),
+        };
+        if !is_valid_row(validity, row) {
+            out.push(0);
+        } else if DATE_DAYS.contains(&result) {
+            out.push(result as i32);
+        } else {
+            return Err(EngineError::DatetimeOutOfRange("date out of range".into()));
+        }
+    }
+    Ok(out)
+}
+
 /// PostgreSQL's message for an integer result out of range (`integer out of range`).
 fn overflow(data_type: DataType) -> EngineError {
     EngineError::Overflow(match data_type {
+        DataType::Int16 => "smallint out of range".into(),
         DataType::Int32 => "integer out of range".into(),
         DataType::Int64 => "bigint out of range".into(),
         DataType::Date => "date out of range".into(),
@@ -675,7 +742,8 @@ fn negate(mut vector: Vector) -> Result<Vector> {
     match &mut vector.data {
         Data::I32(v) => {
             for (row, x) in v.iter_mut().enumerate() {
-                check(row, x.checked_neg().map(|n| *x = n))?;
+                let negated = x.checked_neg().filter(|n| data_type != DataType::Int16 || i16::try_from(*n).is_ok());
+                check(row, negated.map(|n| *x = n))?;
             }
         }
         Data::I64(v) => {

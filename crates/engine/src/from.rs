@@ -111,7 +111,6 @@ impl<'c> QueryBinder<'c> {
                     (conjuncts, visible.into_iter().chain(right).collect())
                 }
                 ast::JoinConstraint::None => (Vec::new(), visible.into_iter().chain(right).collect()),
-                _ if side == JoinSide::Full => return Err(EngineError::unsupported("FULL JOIN with USING or NATURAL")),
                 ast::JoinConstraint::Using(names) => {
                     let names = names.iter().map(object_name).collect::<Result<Vec<_>>>()?;
                     merge_columns(&mut bound.scope, &names, visible, right, side)?
@@ -156,6 +155,9 @@ impl<'c> QueryBinder<'c> {
         correlation: Option<&Correlation>,
     ) -> Result<Visible> {
         let mut unit = self.bind_from(std::slice::from_ref(item), outer, correlation)?;
+        if !unit.scope.computed.is_empty() {
+            return Err(EngineError::unsupported("FULL JOIN USING inside a parenthesized join"));
+        }
         let scope = unit.scope.clone();
         let star = scope.star.clone().unwrap_or_default();
         let conjuncts = std::mem::take(&mut unit.on_conjuncts);
@@ -426,8 +428,11 @@ fn merge_columns(
             )));
         }
         let (l, r) = (find(&left, name, "left")?, find(&right, name, "right")?);
-        let column = |entry: &(String, String, usize)| {
-            ast::Expr::CompoundIdentifier(vec![ast::Ident::new(&entry.0), ast::Ident::new(&entry.1)])
+        // A column an earlier FULL JOIN USING merged stands for its expression.
+        let computed = scope.computed.clone();
+        let column = |entry: &(String, String, usize)| match entry.0.is_empty() {
+            true => computed.iter().find(|(name, _)| *name == entry.1).map(|(_, e)| e.clone()).expect("merged"),
+            false => ast::Expr::CompoundIdentifier(vec![ast::Ident::new(&entry.0), ast::Ident::new(&entry.1)]),
         };
         let equality = ast::Expr::BinaryOp {
             left: Box::new(column(&left[l])),
@@ -435,9 +440,36 @@ fn merge_columns(
             right: Box::new(column(&right[r])),
         };
         on.push(ExprBinder::new(scope).bind(&equality)?);
-        let (kept, hidden) = if side == JoinSide::Right { (&right[r], &left[l]) } else { (&left[l], &right[r]) };
-        merged.push(kept.clone());
-        scope.hidden.push(hidden.2);
+        if side == JoinSide::Full {
+            // Either side may be NULL-extended: the merged column is the one that is not.
+            let merged_value = ast::Expr::Function(ast::Function {
+                name: ast::ObjectName::from(vec![ast::Ident::new("coalesce")]),
+                uses_odbc_syntax: false,
+                parameters: ast::FunctionArguments::None,
+                args: ast::FunctionArguments::List(ast::FunctionArgumentList {
+                    duplicate_treatment: None,
+                    args: [column(&left[l]), column(&right[r])]
+                        .into_iter()
+                        .map(|e| ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(e)))
+                        .collect(),
+                    clauses: Vec::new(),
+                }),
+                filter: None,
+                null_treatment: None,
+                over: None,
+                within_group: Vec::new(),
+            });
+            scope.hidden.extend([left[l].2, right[r].2].into_iter().filter(|&w| w != usize::MAX));
+            scope.computed.retain(|(existing, _)| existing != name);
+            scope.computed.push((name.clone(), merged_value));
+            merged.push((String::new(), name.clone(), usize::MAX));
+        } else {
+            let (kept, hidden) = if side == JoinSide::Right { (&right[r], &left[l]) } else { (&left[l], &right[r]) };
+            merged.push(kept.clone());
+            if hidden.2 != usize::MAX {
+                scope.hidden.push(hidden.2);
+            }
+        }
         left_used.push(l);
         right_used.push(r);
     }

@@ -118,7 +118,7 @@ fn no_signature(function: ScalarFunction, args: &[Expr]) -> EngineError {
 
 /// Arguments of a text function: text, or untyped literals taken as text.
 fn texts(function: ScalarFunction, args: Vec<Expr>) -> Result<Vec<Expr>> {
-    if args.iter().any(|a| a.data_type() != DataType::Text && !is_untyped(a)) {
+    if args.iter().any(|a| !a.data_type().is_text() && !is_untyped(a)) {
         return Err(no_signature(function, &args));
     }
     args.into_iter().map(|a| cast_expr(a, DataType::Text)).collect()
@@ -127,7 +127,7 @@ fn texts(function: ScalarFunction, args: Vec<Expr>) -> Result<Vec<Expr>> {
 /// `||`: text with text, or text with any other value, which is converted to its text form
 /// (PostgreSQL's `anynonarray || text`).
 fn concat_operands(args: Vec<Expr>) -> Result<Vec<Expr>> {
-    let textual = |a: &Expr| a.data_type() == DataType::Text || is_untyped(a);
+    let textual = |a: &Expr| a.data_type().is_text() || is_untyped(a);
     if !args.iter().any(textual) {
         return Err(EngineError::UndefinedFunction(format!(
             "operator does not exist: {} || {}",
@@ -148,16 +148,18 @@ fn rounding(function: ScalarFunction, mut args: Vec<Expr>) -> Result<(Vec<Expr>,
     }
     if with_digits {
         let digits = args.pop().expect("two arguments");
-        if !matches!(digits.data_type(), DataType::Int32 | DataType::Int64) && !is_untyped(&digits) {
+        if !matches!(digits.data_type(), DataType::Int16 | DataType::Int32 | DataType::Int64) && !is_untyped(&digits) {
             return Err(no_signature(function, &[args.remove(0), digits]));
         }
         args.push(cast_expr(digits, DataType::Int32)?);
     }
     let value = args.remove(0);
     let target = match value.data_type() {
-        DataType::Float64 if !with_digits => DataType::Float64,
-        DataType::Int32 | DataType::Int64 if !with_digits => DataType::Float64,
-        DataType::Int32 | DataType::Int64 | DataType::Decimal { .. } | DataType::Numeric => DataType::Numeric,
+        DataType::Float64 | DataType::Float32 if !with_digits => DataType::Float64,
+        DataType::Int16 | DataType::Int32 | DataType::Int64 if !with_digits => DataType::Float64,
+        DataType::Int16 | DataType::Int32 | DataType::Int64 | DataType::Decimal { .. } | DataType::Numeric => {
+            DataType::Numeric
+        }
         _ if is_untyped(&value) => DataType::Float64,
         _ => {
             args.insert(0, value);
@@ -175,12 +177,12 @@ pub fn evaluate(function: ScalarFunction, args: &[Vector], rows: usize, data_typ
     for row in 0..rows {
         row_args.clear();
         row_args.extend(args.iter().map(|a| a.value(row)));
-        values.push(apply(function, &row_args)?);
+        values.push(apply(function, &row_args, data_type)?);
     }
     Ok(Vector::from_values(&values, data_type))
 }
 
-fn apply(function: ScalarFunction, args: &[Value]) -> Result<Value> {
+fn apply(function: ScalarFunction, args: &[Value], data_type: DataType) -> Result<Value> {
     use ScalarFunction as F;
     match function {
         F::Coalesce => Ok(args.iter().find(|v| !v.is_null()).cloned().unwrap_or(Value::Null)),
@@ -199,15 +201,19 @@ fn apply(function: ScalarFunction, args: &[Value]) -> Result<Value> {
         F::Position => Ok(Value::Int32(position(text(&args[0]), text(&args[1])))),
         F::Trim(side) => Ok(Value::Text(trim(text(&args[0]), args.get(1).map_or(" ", text), side))),
         F::Round | F::Trunc | F::Floor | F::Ceil => round(function, args),
-        F::Abs => abs(&args[0]),
+        F::Abs => abs(&args[0], data_type),
     }
 }
 
 /// PostgreSQL's abs: integer minimums have no absolute value in their type (22003).
-fn abs(value: &Value) -> Result<Value> {
+fn abs(value: &Value, data_type: DataType) -> Result<Value> {
     let out_of_range = |name: &str| EngineError::Overflow(format!("{name} out of range"));
     Ok(match value {
+        Value::Int32(x) if data_type == DataType::Int16 => {
+            Value::Int32(x.checked_abs().filter(|a| *a <= i32::from(i16::MAX)).ok_or_else(|| out_of_range("smallint"))?)
+        }
         Value::Int32(x) => Value::Int32(x.checked_abs().ok_or_else(|| out_of_range("integer"))?),
+        Value::Float32(x) => Value::Float32(x.abs()),
         Value::Int64(x) => Value::Int64(x.checked_abs().ok_or_else(|| out_of_range("bigint"))?),
         Value::Decimal { value, scale } => {
             Value::Decimal { value: value.checked_abs().ok_or_else(|| out_of_range("numeric"))?, scale: *scale }

@@ -48,6 +48,7 @@ pub mod from;
 pub mod functions;
 pub mod joins;
 pub mod numeric;
+pub mod ordered_set;
 pub mod parquet_file;
 pub mod pg_catalog;
 pub mod plan;

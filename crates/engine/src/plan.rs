@@ -39,6 +39,8 @@ pub enum AggregateFunction {
     Max,
     /// var_pop, stddev, regr_slope, corr, … (see `statistics`).
     Statistic(crate::statistics::Statistic),
+    /// string_agg, percentile_cont/_disc, mode (see `ordered_set`).
+    Ordered(crate::ordered_set::OrderedSet),
 }
 
 /// UNION, INTERSECT or EXCEPT.

@@ -792,7 +792,10 @@ fn expand_select_items<'a>(items: &'a [ast::SelectItem], scope: &Scope) -> Resul
             ast::SelectItem::ExprWithAlias { expr, alias } => out.push((Cow::Borrowed(expr), identifier(alias))),
             ast::SelectItem::Wildcard(_) if scope.star.is_some() => {
                 for (alias, name) in scope.star.iter().flatten() {
-                    let expr = ast::Expr::CompoundIdentifier(vec![ast::Ident::new(alias), ast::Ident::new(name)]);
+                    let expr = match alias.is_empty() {
+                        true => ast::Expr::Identifier(ast::Ident::new(name)),
+                        false => ast::Expr::CompoundIdentifier(vec![ast::Ident::new(alias), ast::Ident::new(name)]),
+                    };
                     out.push((Cow::Owned(expr), name.clone()));
                 }
             }

@@ -78,7 +78,7 @@ impl Statistic {
         }
         let argument = args.into_iter().next().expect("one argument");
         Ok(match argument.data_type() {
-            DataType::Float64 => (vec![argument], DataType::Float64),
+            DataType::Float64 | DataType::Float32 => (vec![to_float8(argument)?], DataType::Float64),
             _ if is_untyped(&argument) => (vec![to_float8(argument)?], DataType::Float64),
             _ => (vec![crate::bind::cast_expr(argument, DataType::Numeric)?], DataType::Numeric),
         })

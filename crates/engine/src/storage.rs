@@ -328,6 +328,18 @@ pub struct UniqueIndex {
     keys: hashbrown::HashSet<Box<[u8]>>,
 }
 
+/// A float's key bytes: PostgreSQL has -0 = 0 and NaN = NaN for equality.
+fn push_float_key(key: &mut Vec<u8>, v: f64) {
+    let canonical = if v == 0.0 {
+        0.0
+    } else if v.is_nan() {
+        f64::NAN
+    } else {
+        v
+    };
+    key.extend_from_slice(&canonical.to_bits().to_le_bytes());
+}
+
 impl UniqueIndex {
     /// Bytes held: the hash table's slots (a boxed key and a control byte each) and the keys.
     pub fn bytes(&self) -> usize {
@@ -345,17 +357,8 @@ fn unique_key(row: &[Value], columns: &[usize]) -> Option<Box<[u8]>> {
             Value::Bool(v) => key.push(u8::from(*v)),
             Value::Int32(v) | Value::Date(v) => key.extend_from_slice(&i64::from(*v).to_le_bytes()),
             Value::Int64(v) | Value::Decimal { value: v, .. } => key.extend_from_slice(&v.to_le_bytes()),
-            Value::Float64(v) => {
-                // PostgreSQL: -0 = 0 and NaN = NaN for equality.
-                let canonical = if *v == 0.0 {
-                    0.0
-                } else if v.is_nan() {
-                    f64::NAN
-                } else {
-                    *v
-                };
-                key.extend_from_slice(&canonical.to_bits().to_le_bytes());
-            }
+            Value::Float32(v) => push_float_key(&mut key, f64::from(*v)),
+            Value::Float64(v) => push_float_key(&mut key, *v),
             Value::Text(text) => {
                 key.extend_from_slice(&(text.len() as u64).to_le_bytes());
                 key.extend_from_slice(text.as_bytes());
@@ -524,8 +527,7 @@ impl TableBuilder {
     ) -> TableBuilder {
         assert!(chunk_rows > 0, "chunks hold at least one row");
         assert_eq!(constraints.not_null.len(), schema.len(), "one NOT NULL flag per column");
-        let dictionaries =
-            schema.iter().map(|c| (c.data_type == DataType::Text).then(|| Arc::new(Dictionary::new()))).collect();
+        let dictionaries = schema.iter().map(|c| c.data_type.is_text().then(|| Arc::new(Dictionary::new()))).collect();
         let indexes = constraints.unique.iter().map(|_| Arc::new(UniqueIndex::default())).collect();
         TableBuilder {
             pool,
@@ -827,10 +829,10 @@ fn write_row(
 fn new_chunk_data(pool: &Arc<ChunkPool>, data_type: DataType, rows: usize) -> Result<ChunkData> {
     Ok(match data_type {
         DataType::Bool => ChunkData::Bool(pool.buffer(rows)?),
-        DataType::Int32 | DataType::Date => ChunkData::I32(pool.buffer(rows)?),
+        DataType::Int16 | DataType::Int32 | DataType::Date => ChunkData::I32(pool.buffer(rows)?),
         DataType::Int64 | DataType::Decimal { .. } => ChunkData::I64(pool.buffer(rows)?),
-        DataType::Float64 => ChunkData::F64(pool.buffer(rows)?),
-        DataType::Text => ChunkData::Text(pool.buffer(rows)?),
+        DataType::Float64 | DataType::Float32 => ChunkData::F64(pool.buffer(rows)?),
+        DataType::Text | DataType::Char(_) | DataType::Varchar(_) => ChunkData::Text(pool.buffer(rows)?),
         DataType::Numeric => return Err(EngineError::unsupported("columns of unconstrained numeric")),
     })
 }
@@ -846,6 +848,7 @@ fn push_value(data: &mut ChunkData, value: &Value, code: u32) -> Result<()> {
         (ChunkData::I32(b), Value::Int32(v) | Value::Date(v)) => b.push(*v),
         (ChunkData::I64(b), Value::Int64(v) | Value::Decimal { value: v, .. }) => b.push(*v),
         (ChunkData::F64(b), Value::Float64(v)) => b.push(*v),
+        (ChunkData::F64(b), Value::Float32(v)) => b.push(f64::from(*v)),
         (ChunkData::Text(b), Value::Text(_)) => b.push(code),
         (_, other) => return Err(EngineError::Type(format!("value {other:?} does not match the column type"))),
     }

@@ -15,8 +15,12 @@ pub const DECIMAL_PRECISION_MAX: u8 = 18;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum DataType {
     Bool,
+    /// `smallint`: stored as an i32, every result checked against its range.
+    Int16,
     Int32,
     Int64,
+    /// `real`: stored as an f64 that always holds an exact f32.
+    Float32,
     Float64,
     Date,
     /// Scaled integer: value = stored / 10^scale.
@@ -25,6 +29,13 @@ pub enum DataType {
         scale: u8,
     },
     Text,
+    /// `character(n)`: text of at most n characters, held without trailing blanks (which
+    /// are insignificant) and padded to n when output, as PostgreSQL's bpchar. `Char(0)` is
+    /// bpchar without a length (CASE/UNION of character with a literal): values held as
+    /// they are output, trailing blanks still insignificant.
+    Char(u32),
+    /// `character varying(n)`: text of at most n characters.
+    Varchar(u32),
     /// Unconstrained `numeric`: exact, each value with its own display scale (see `numeric`).
     Numeric,
 }
@@ -34,20 +45,35 @@ impl DataType {
     pub fn pg_oid(self) -> u32 {
         match self {
             DataType::Bool => 16,
+            DataType::Int16 => 21,
             DataType::Int32 => 23,
             DataType::Int64 => 20,
+            DataType::Float32 => 700,
             DataType::Float64 => 701,
             DataType::Date => 1082,
             DataType::Decimal { .. } | DataType::Numeric => 1700,
             DataType::Text => 25,
+            DataType::Char(_) => 1042,
+            DataType::Varchar(_) => 1043,
         }
     }
 
     pub fn is_numeric(self) -> bool {
         matches!(
             self,
-            DataType::Int32 | DataType::Int64 | DataType::Float64 | DataType::Decimal { .. } | DataType::Numeric
+            DataType::Int16
+                | DataType::Int32
+                | DataType::Int64
+                | DataType::Float32
+                | DataType::Float64
+                | DataType::Decimal { .. }
+                | DataType::Numeric
         )
+    }
+
+    /// Text, character(n) or character varying(n): strings held as text vectors.
+    pub fn is_text(self) -> bool {
+        matches!(self, DataType::Text | DataType::Char(_) | DataType::Varchar(_))
     }
 
     /// The decimal scale, 0 for integers.
@@ -62,12 +88,17 @@ impl DataType {
     pub fn sql_name(self) -> String {
         match self {
             DataType::Bool => "boolean".into(),
+            DataType::Int16 => "smallint".into(),
             DataType::Int32 => "integer".into(),
             DataType::Int64 => "bigint".into(),
+            DataType::Float32 => "real".into(),
             DataType::Float64 => "double precision".into(),
             DataType::Date => "date".into(),
             DataType::Decimal { precision, scale } => format!("numeric({precision},{scale})"),
             DataType::Text => "text".into(),
+            DataType::Char(0) => "bpchar".into(),
+            DataType::Char(length) => format!("character({length})"),
+            DataType::Varchar(length) => format!("character varying({length})"),
             DataType::Numeric => "numeric".into(),
         }
     }
@@ -80,6 +111,7 @@ pub enum Value {
     Bool(bool),
     Int32(i32),
     Int64(i64),
+    Float32(f32),
     Float64(f64),
     Date(i32),
     Decimal { value: i64, scale: u8 },
@@ -97,6 +129,7 @@ impl Value {
         match self {
             Value::Int32(v) => Some(f64::from(*v)),
             Value::Int64(v) => Some(*v as f64),
+            Value::Float32(v) => Some(f64::from(*v)),
             Value::Float64(v) => Some(*v),
             Value::Decimal { value, scale } => Some(*value as f64 / 10f64.powi(i32::from(*scale))),
             Value::Numeric(n) => Some(n.to_f64()),
@@ -113,6 +146,7 @@ impl fmt::Display for Value {
             Value::Bool(v) => write!(f, "{}", if *v { "t" } else { "f" }),
             Value::Int32(v) => write!(f, "{v}"),
             Value::Int64(v) => write!(f, "{v}"),
+            Value::Float32(v) => write!(f, "{}", format_float32(*v)),
             Value::Float64(v) => write!(f, "{}", format_float(*v)),
             Value::Date(days) => write!(f, "{}", format_date(*days)),
             Value::Decimal { value, scale } => write!(f, "{}", format_decimal(*value, *scale)),
@@ -141,6 +175,7 @@ impl Value {
             Value::Bool(b) => ValueKey::Bool(*b),
             Value::Int32(v) | Value::Date(v) => ValueKey::Int(i64::from(*v)),
             Value::Int64(v) => ValueKey::Int(*v),
+            Value::Float32(v) => Value::Float64(f64::from(*v)).key(),
             Value::Float64(v) if v.is_nan() => ValueKey::Float(f64::NAN.to_bits()),
             Value::Float64(v) => ValueKey::Float((v + 0.0).to_bits()),
             Value::Decimal { value, scale } => ValueKey::Numeric(Numeric::new(i128::from(*value), *scale).normalized()),
@@ -196,6 +231,28 @@ pub fn format_float(v: f64) -> String {
     format!("{mantissa}e{sign}{:02}", exponent.unsigned_abs())
 }
 
+/// Floats the way PostgreSQL prints float4: the shortest text that reads back as the same
+/// f32, in fixed notation when the decimal exponent is in -4..6 (`1e+06`), else exponential.
+pub fn format_float32(v: f32) -> String {
+    if !v.is_finite() || v == 0.0 {
+        return format_float(f64::from(v));
+    }
+    let scientific = format!("{v:e}");
+    let (mantissa, exponent) = scientific.split_once('e').expect("{:e} has an exponent");
+    let exponent: i32 = exponent.parse().expect("{:e} exponent is an integer");
+    if (-4..6).contains(&exponent) {
+        return format!("{v}");
+    }
+    let sign = if exponent < 0 { '-' } else { '+' };
+    format!("{mantissa}e{sign}{:02}", exponent.unsigned_abs())
+}
+
+/// A character(n) value as output: padded with blanks to n characters.
+pub fn pad_char(text: &str, length: u32) -> String {
+    let missing = (length as usize).saturating_sub(text.chars().count());
+    format!("{text}{}", " ".repeat(missing))
+}
+
 /// `1234` with scale 2 → `"12.34"`.
 pub fn format_decimal(value: i64, scale: u8) -> String {
     if scale == 0 {
@@ -245,29 +302,16 @@ pub fn parse_decimal(text: &str, scale: u8) -> Result<i64> {
     i64::try_from(value).map_err(|_| overflow())
 }
 
-/// Days since 1970-01-01 for a proleptic Gregorian date (Howard Hinnant's algorithm).
+/// Days since 1970-01-01 of a proleptic Gregorian date (the shared `bypass_wire::civil`),
+/// for dates in the `date` type's range.
 pub fn days_from_civil(year: i32, month: u32, day: u32) -> i32 {
-    let year = if month <= 2 { year - 1 } else { year };
-    let era = if year >= 0 { year } else { year - 399 } / 400;
-    let year_of_era = year - era * 400;
-    let month_index = (month + 9) % 12; // March = 0
-    let day_of_year = (153 * month_index + 2) / 5 + day - 1;
-    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year as i32;
-    era * 146_097 + day_of_era - 719_468
+    bypass_wire::civil::days_from_civil(i64::from(year), month, day) as i32
 }
 
 /// The inverse of [`days_from_civil`]: (year, month 1..=12, day 1..=31).
 pub fn civil_from_days(days: i32) -> (i32, u32, u32) {
-    let z = days + 719_468;
-    let era = if z >= 0 { z } else { z - 146_096 } / 146_097;
-    let day_of_era = z - era * 146_097;
-    let year_of_era = (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let month_index = (5 * day_of_year + 2) / 153;
-    let day = (day_of_year - (153 * month_index + 2) / 5 + 1) as u32;
-    let month = if month_index < 10 { month_index + 3 } else { month_index - 9 } as u32;
-    let year = year_of_era + era * 400 + i32::from(month <= 2);
-    (year, month, day)
+    let (year, month, day) = bypass_wire::civil::civil_from_days(i64::from(days));
+    (year as i32, month, day)
 }
 
 fn days_in_month(year: i32, month: u32) -> u32 {

@@ -63,9 +63,18 @@ impl Vector {
             (Data::I32(v), _) => Value::Int32(v[row]),
             (Data::I64(v), DataType::Decimal { scale, .. }) => Value::Decimal { value: v[row], scale },
             (Data::I64(v), _) => Value::Int64(v[row]),
+            (Data::F64(v), DataType::Float32) => Value::Float32(v[row] as f32),
             (Data::F64(v), _) => Value::Float64(v[row]),
             (Data::Text(codes, dictionary), _) => Value::Text(dictionary.get(codes[row]).to_string()),
             (Data::Numeric(v), _) => Value::Numeric(v[row]),
+        }
+    }
+
+    /// The value at `row` as a client sees it (character(n) padded to n).
+    pub fn output_value(&self, row: usize) -> Value {
+        match (self.value(row), self.data_type) {
+            (Value::Text(text), DataType::Char(length)) => Value::Text(crate::types::pad_char(&text, length)),
+            (value, _) => value,
         }
     }
 
@@ -75,17 +84,20 @@ impl Vector {
         let data = match (data_type, value) {
             (DataType::Bool, Value::Bool(v)) => Data::Bool(vec![*v; n]),
             (DataType::Bool, _) => Data::Bool(vec![false; n]),
-            (DataType::Int32 | DataType::Date, Value::Int32(v) | Value::Date(v)) => Data::I32(vec![*v; n]),
-            (DataType::Int32 | DataType::Date, _) => Data::I32(vec![0; n]),
+            (DataType::Int16 | DataType::Int32 | DataType::Date, Value::Int32(v) | Value::Date(v)) => {
+                Data::I32(vec![*v; n])
+            }
+            (DataType::Int16 | DataType::Int32 | DataType::Date, _) => Data::I32(vec![0; n]),
             (DataType::Int64 | DataType::Decimal { .. }, Value::Int64(v) | Value::Decimal { value: v, .. }) => {
                 Data::I64(vec![*v; n])
             }
             (DataType::Int64 | DataType::Decimal { .. }, _) => Data::I64(vec![0; n]),
-            (DataType::Float64, Value::Float64(v)) => Data::F64(vec![*v; n]),
-            (DataType::Float64, _) => Data::F64(vec![0.0; n]),
+            (DataType::Float64 | DataType::Float32, Value::Float64(v)) => Data::F64(vec![*v; n]),
+            (DataType::Float64 | DataType::Float32, Value::Float32(v)) => Data::F64(vec![f64::from(*v); n]),
+            (DataType::Float64 | DataType::Float32, _) => Data::F64(vec![0.0; n]),
             (DataType::Numeric, Value::Numeric(v)) => Data::Numeric(vec![*v; n]),
             (DataType::Numeric, _) => Data::Numeric(vec![Numeric::ZERO; n]),
-            (DataType::Text, value) => {
+            (DataType::Text | DataType::Char(_) | DataType::Varchar(_), value) => {
                 let mut dictionary = Dictionary::new();
                 let code = match value {
                     Value::Text(text) => dictionary.intern(text),
@@ -106,7 +118,7 @@ impl Vector {
             DataType::Bool => {
                 Data::Bool(typed(values, false, |v| if let Value::Bool(b) = v { Some(*b) } else { None }))
             }
-            DataType::Int32 | DataType::Date => Data::I32(typed(values, 0, |v| match v {
+            DataType::Int16 | DataType::Int32 | DataType::Date => Data::I32(typed(values, 0, |v| match v {
                 Value::Int32(x) | Value::Date(x) => Some(*x),
                 _ => None,
             })),
@@ -114,13 +126,15 @@ impl Vector {
                 Value::Int64(x) | Value::Decimal { value: x, .. } => Some(*x),
                 _ => None,
             })),
-            DataType::Float64 => {
-                Data::F64(typed(values, 0.0, |v| if let Value::Float64(x) = v { Some(*x) } else { None }))
-            }
+            DataType::Float64 | DataType::Float32 => Data::F64(typed(values, 0.0, |v| match v {
+                Value::Float64(x) => Some(*x),
+                Value::Float32(x) => Some(f64::from(*x)),
+                _ => None,
+            })),
             DataType::Numeric => {
                 Data::Numeric(typed(values, Numeric::ZERO, |v| if let Value::Numeric(x) = v { Some(*x) } else { None }))
             }
-            DataType::Text => {
+            DataType::Text | DataType::Char(_) | DataType::Varchar(_) => {
                 let mut dictionary = Dictionary::new();
                 let codes = values
                     .iter()
@@ -237,6 +251,11 @@ impl Batch {
 
     pub fn row(&self, row: usize) -> Vec<Value> {
         self.columns.iter().map(|c| c.value(row)).collect()
+    }
+
+    /// A row as a client sees it (`Vector::output_value`).
+    pub fn output_row(&self, row: usize) -> Vec<Value> {
+        self.columns.iter().map(|c| c.output_value(row)).collect()
     }
 }
 

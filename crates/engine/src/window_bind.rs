@@ -214,6 +214,9 @@ fn signature(name: &str, args: Vec<Expr>, star: bool) -> Result<(WindowFunction,
                     _ => Err(EngineError::Syntax(format!("{name}(*) is only valid for count"))),
                 };
             }
+            if let AggregateFunction::Ordered(_) = kind {
+                return Err(EngineError::unsupported(format!("{name} as a window function")));
+            }
             if let AggregateFunction::Statistic(statistic) = kind {
                 let (args, data_type) = statistic.bind(name, args)?;
                 return Ok((W::Aggregate(kind), args, data_type));

@@ -17,6 +17,7 @@ pub mod auth_file;
 pub mod auth_messages;
 pub mod backend;
 pub mod buffer;
+pub mod civil;
 pub mod error;
 pub mod frame;
 pub mod frontend;

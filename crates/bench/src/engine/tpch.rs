@@ -115,12 +115,14 @@ fn fold_interval(text: &str) -> Option<(usize, String)> {
 pub(crate) fn type_name(data_type: DataType) -> String {
     match data_type {
         DataType::Bool => "bool".into(),
+        DataType::Int16 => "int16".into(),
         DataType::Int32 => "int32".into(),
         DataType::Int64 => "int64".into(),
+        DataType::Float32 => "float32".into(),
         DataType::Float64 => "float64".into(),
         DataType::Date => "date".into(),
         DataType::Decimal { precision, scale } => format!("decimal({precision},{scale})"),
-        DataType::Text => "text".into(),
+        DataType::Text | DataType::Char(_) | DataType::Varchar(_) => "text".into(),
         DataType::Numeric => "numeric".into(),
     }
 }

@@ -98,6 +98,8 @@ pub enum AggregateState {
     Distinct(Vec<HashMap<ValueKey, Value>>),
     /// var_pop, regr_slope, … (`crate::statistics`).
     Statistics(Moments),
+    /// Every non-null value of each group (string_agg, percentiles, mode: `ordered_set`).
+    Values(Vec<Vec<Value>>),
 }
 
 impl AggregateState {
@@ -110,10 +112,13 @@ impl AggregateState {
             (AggregateFunction::Count | AggregateFunction::CountStar, _) => AggregateState::Count(Vec::new()),
             (AggregateFunction::Min, _) => AggregateState::MinMax { values: Vec::new(), is_min: true },
             (AggregateFunction::Max, _) => AggregateState::MinMax { values: Vec::new(), is_min: false },
+            (AggregateFunction::Ordered(_), _) => AggregateState::Values(Vec::new()),
             (AggregateFunction::Statistic(statistic), input) => {
                 AggregateState::Statistics(Moments::new(statistic, input.unwrap_or(DataType::Float64)))
             }
-            (_, Some(DataType::Float64)) => AggregateState::SumFloat { sums: Vec::new(), counts: Vec::new() },
+            (_, Some(DataType::Float64 | DataType::Float32)) => {
+                AggregateState::SumFloat { sums: Vec::new(), counts: Vec::new() }
+            }
             (_, Some(DataType::Numeric)) => AggregateState::SumNumeric { sums: Vec::new(), counts: Vec::new() },
             _ => AggregateState::SumInt { sums: Vec::new(), counts: Vec::new() },
         }
@@ -137,6 +142,7 @@ impl AggregateState {
             AggregateState::MinMax { values, .. } => values.resize(groups, Value::Null),
             AggregateState::Distinct(seen) => seen.resize_with(groups, HashMap::new),
             AggregateState::Statistics(moments) => moments.resize(groups),
+            AggregateState::Values(lists) => lists.resize_with(groups, Vec::new),
         }
     }
 
@@ -148,6 +154,10 @@ impl AggregateState {
             let first = argument.as_ref().expect("statistical aggregates have an argument");
             let second = call.second.as_ref().map(|x| evaluate(x, batch)).transpose()?;
             return moments.update(groups, first, second.as_ref());
+        }
+        if let (AggregateState::SumFloat { sums, counts }, DataType::Float32) = (&mut *self, call.data_type) {
+            let argument = argument.expect("sum has an argument");
+            return sum_real(sums, counts, groups, &argument);
         }
         self.update(groups, argument.as_ref())
     }
@@ -192,6 +202,9 @@ impl AggregateState {
                         counts[g as usize] += 1;
                     }
                 }
+            }
+            (AggregateState::Values(lists), Some(_)) => {
+                crate::ordered_set::collect(lists, groups, argument.expect("collected aggregates have an argument"));
             }
             (AggregateState::Distinct(seen), Some(_)) => {
                 let argument = argument.expect("distinct aggregates have an argument");
@@ -243,6 +256,9 @@ impl AggregateState {
             (AggregateState::Statistics(moments), AggregateState::Statistics(other)) => {
                 moments.merge_group(to, other, from)?;
             }
+            (AggregateState::Values(lists), AggregateState::Values(other)) => {
+                lists[to].extend(other[from].iter().cloned());
+            }
             (AggregateState::MinMax { values, is_min }, AggregateState::MinMax { values: v, .. }) => {
                 if !v[from].is_null() && (values[to].is_null() || better(&v[from], &values[to], *is_min)) {
                     values[to] = v[from].clone();
@@ -278,6 +294,9 @@ impl AggregateState {
             AggregateState::SumFloat { sums, counts } => {
                 let values = if is_avg {
                     sums.iter().zip(counts).map(|(&s, &c)| if c == 0 { 0.0 } else { s / c as f64 }).collect()
+                } else if data_type == DataType::Float32 {
+                    // Partial sums of workers were merged in double precision.
+                    sums.iter().map(|&s| f64::from(s as f32)).collect()
                 } else {
                     sums.clone()
                 };
@@ -285,6 +304,14 @@ impl AggregateState {
             }
             AggregateState::MinMax { values, .. } => return Ok(Vector::from_values(values, data_type)),
             AggregateState::Distinct(seen) => return finish_distinct(seen, call),
+            AggregateState::Values(lists) => {
+                let AggregateFunction::Ordered(kind) = call.function else { panic!("values state for {call:?}") };
+                let results = lists
+                    .iter()
+                    .map(|values| kind.finish(values.clone(), call.second.as_ref()))
+                    .collect::<Result<Vec<_>>>()?;
+                return Ok(Vector::from_values(&results, data_type));
+            }
             AggregateState::Statistics(moments) => match call.function {
                 AggregateFunction::Statistic(statistic) => return moments.finish(statistic),
                 other => panic!("statistics state for {other:?}"),
@@ -292,6 +319,24 @@ impl AggregateState {
         };
         Ok(Vector { data_type, data, validity })
     }
+}
+
+/// sum(real) adds in single precision, as PostgreSQL's float4pl (22003 when finite inputs
+/// overflow).
+fn sum_real(sums: &mut [f64], counts: &mut [i64], groups: &[u32], argument: &Vector) -> Result<()> {
+    let Data::F64(values) = &argument.data else { panic!("real values are f64 vectors") };
+    for (r, (&g, &v)) in groups.iter().zip(values).enumerate() {
+        if argument.is_valid(r) {
+            let (sum, value) = (sums[g as usize] as f32, v as f32);
+            let result = sum + value;
+            if result.is_infinite() && sum.is_finite() && value.is_finite() {
+                return Err(EngineError::Overflow("value out of range: overflow".into()));
+            }
+            sums[g as usize] = f64::from(result);
+            counts[g as usize] += 1;
+        }
+    }
+    Ok(())
 }
 
 /// A DISTINCT aggregate: the plain aggregate over each group's distinct values.

@@ -75,7 +75,7 @@ const UNTRANSLATED: u32 = u32::MAX;
 
 impl KeyEncoder {
     pub fn new(types: Vec<DataType>) -> KeyEncoder {
-        let interners = types.iter().map(|t| (*t == DataType::Text).then(|| Mutex::new(Dictionary::new()))).collect();
+        let interners = types.iter().map(|t| t.is_text().then(|| Mutex::new(Dictionary::new()))).collect();
         let adopted = types.iter().map(|_| OnceLock::new()).collect();
         let numerics = types.iter().map(|t| (*t == DataType::Numeric).then(Mutex::default)).collect();
         KeyEncoder { types, adopted, interners, numerics }
@@ -198,10 +198,12 @@ impl KeyEncoder {
         let column = (0..rows).map(|r| words[r * width + key]);
         let data = match data_type {
             DataType::Bool => Data::Bool(column.map(|w| w != 0).collect()),
-            DataType::Int32 | DataType::Date => Data::I32(column.map(|w| w as i64 as i32).collect()),
+            DataType::Int16 | DataType::Int32 | DataType::Date => Data::I32(column.map(|w| w as i64 as i32).collect()),
             DataType::Int64 | DataType::Decimal { .. } => Data::I64(column.map(|w| w as i64).collect()),
-            DataType::Float64 => Data::F64(column.map(f64::from_bits).collect()),
-            DataType::Text => Data::Text(column.map(|w| w as u32).collect(), self.output_dictionary(key)),
+            DataType::Float64 | DataType::Float32 => Data::F64(column.map(f64::from_bits).collect()),
+            DataType::Text | DataType::Char(_) | DataType::Varchar(_) => {
+                Data::Text(column.map(|w| w as u32).collect(), self.output_dictionary(key))
+            }
             DataType::Numeric => {
                 let codes = self.numerics[key]
                     .as_ref()

@@ -181,7 +181,8 @@ fn column_typmod(data_type: DataType) -> i64 {
 fn column_length(data_type: DataType) -> i64 {
     match data_type {
         DataType::Bool => 1,
-        DataType::Int32 | DataType::Date => 4,
+        DataType::Int16 => 2,
+        DataType::Int32 | DataType::Date | DataType::Float32 => 4,
         DataType::Int64 | DataType::Float64 => 8,
         _ => -1,
     }
@@ -1093,7 +1094,9 @@ fn information_columns(tables: &[Arc<Table>], context: &Context<'_>) -> Relation
     for table in tables {
         for (index, column) in table.schema.iter().enumerate() {
             let (precision, radix, scale) = match column.data_type {
+                DataType::Int16 => (int(16), int(2), int(0)),
                 DataType::Int32 => (int(32), int(2), int(0)),
+                DataType::Float32 => (int(24), int(2), Datum::Null),
                 DataType::Int64 => (int(64), int(2), int(0)),
                 DataType::Float64 => (int(53), int(2), Datum::Null),
                 DataType::Decimal { precision, scale } => (int(precision), int(10), int(scale)),

@@ -10,7 +10,7 @@ use crate::engine::ColumnType;
 use crate::error::EngineError;
 use crate::pg_catalog::{Datum, PgType};
 use crate::stream::ColumnOrigin;
-use crate::types::{format_date, format_decimal, format_float, DataType};
+use crate::types::{format_date, format_decimal, format_float, format_float32, pad_char, DataType};
 use crate::vector::{Batch, Data, Vector};
 
 /// Days from 1970-01-01 to 2000-01-01 (PostgreSQL's date epoch).
@@ -53,9 +53,10 @@ impl Format {
 fn type_size(data_type: DataType) -> i16 {
     match data_type {
         DataType::Bool => 1,
-        DataType::Int32 | DataType::Date => 4,
+        DataType::Int16 => 2,
+        DataType::Int32 | DataType::Date | DataType::Float32 => 4,
         DataType::Int64 | DataType::Float64 => 8,
-        DataType::Decimal { .. } | DataType::Numeric | DataType::Text => -1,
+        DataType::Decimal { .. } | DataType::Numeric | DataType::Text | DataType::Char(_) | DataType::Varchar(_) => -1,
     }
 }
 
@@ -63,6 +64,8 @@ fn type_size(data_type: DataType) -> i16 {
 pub fn type_modifier(data_type: DataType) -> i32 {
     match data_type {
         DataType::Decimal { precision, scale } => ((i32::from(precision) << 16) | i32::from(scale)) + 4,
+        // character(n) and character varying(n): n + 4.
+        DataType::Char(length) | DataType::Varchar(length) => i32::try_from(length).unwrap_or(i32::MAX - 4) + 4,
         _ => -1,
     }
 }
@@ -252,7 +255,11 @@ fn text_cell(out: &mut Vec<u8>, vector: &Vector, row: usize) {
         (Data::I32(v), _) => write!(out, "{}", v[row]),
         (Data::I64(v), DataType::Decimal { scale, .. }) => out.write_all(format_decimal(v[row], scale).as_bytes()),
         (Data::I64(v), _) => write!(out, "{}", v[row]),
+        (Data::F64(v), DataType::Float32) => out.write_all(format_float32(v[row] as f32).as_bytes()),
         (Data::F64(v), _) => out.write_all(format_float(v[row]).as_bytes()),
+        (Data::Text(codes, dictionary), DataType::Char(length)) => {
+            out.write_all(pad_char(dictionary.get(codes[row]), length).as_bytes())
+        }
         (Data::Text(codes, dictionary), _) => out.write_all(dictionary.get(codes[row]).as_bytes()),
         (Data::Numeric(v), _) => write!(out, "{}", v[row]),
     };
@@ -263,10 +270,15 @@ fn binary_cell(out: &mut Vec<u8>, vector: &Vector, row: usize) {
     match (&vector.data, vector.data_type) {
         (Data::Bool(v), _) => out.push(u8::from(v[row])),
         (Data::I32(v), DataType::Date) => out.extend_from_slice(&(v[row] - POSTGRES_EPOCH_DAYS).to_be_bytes()),
+        (Data::I32(v), DataType::Int16) => out.extend_from_slice(&(v[row] as i16).to_be_bytes()),
         (Data::I32(v), _) => out.extend_from_slice(&v[row].to_be_bytes()),
         (Data::I64(v), DataType::Decimal { scale, .. }) => encode_numeric(i128::from(v[row]), scale, out),
         (Data::I64(v), _) => out.extend_from_slice(&v[row].to_be_bytes()),
+        (Data::F64(v), DataType::Float32) => out.extend_from_slice(&(v[row] as f32).to_bits().to_be_bytes()),
         (Data::F64(v), _) => out.extend_from_slice(&v[row].to_bits().to_be_bytes()),
+        (Data::Text(codes, dictionary), DataType::Char(length)) => {
+            out.extend_from_slice(pad_char(dictionary.get(codes[row]), length).as_bytes())
+        }
         (Data::Text(codes, dictionary), _) => out.extend_from_slice(dictionary.get(codes[row]).as_bytes()),
         (Data::Numeric(v), _) => encode_numeric(v[row].mantissa, v[row].scale, out),
     }
