@@ -121,7 +121,8 @@ impl AccessArgs {
             };
             Some(ServerTls::from_files(&files).map_err(|e| anyhow::anyhow!("{}: {}", e.path, e.message))?)
         };
-        Ok(FrontDoorConfig { tls, method, ..FrontDoorConfig::scram(users) })
+        let mock = self.auth_file.as_deref().map(bypass_frontdoor::mock_key).transpose()?;
+        Ok(FrontDoorConfig { tls, method, mock, ..FrontDoorConfig::scram(users) })
     }
 }
 
@@ -150,6 +151,15 @@ pub struct EngineArgs {
     /// Run workers under SCHED_FIFO (root; can starve other threads on small machines).
     #[arg(long)]
     pub sched_fifo: bool,
+    /// Most memory all running statements may hold together, e.g. `4GB` (default: 80% of the
+    /// machine's memory or of the cgroup's memory.max); past it the statement asking for more
+    /// is refused with 53200.
+    #[arg(long, value_parser = parse_memory_size)]
+    pub memory_budget: Option<usize>,
+}
+
+fn parse_memory_size(text: &str) -> Result<usize, String> {
+    bypass_engine::settings::parse_bytes(text).map_err(|e| e.to_string())
 }
 
 /// `--runtime`: the engine's [`RuntimeKind`] as a command-line value.
@@ -184,7 +194,9 @@ impl EngineArgs {
         if let Some(workers) = self.workers {
             runtime.workers = workers;
         }
-        EngineSettings { runtime, tier, ..EngineSettings::default() }
+        let defaults = EngineSettings::default();
+        let memory_budget = self.memory_budget.unwrap_or(defaults.memory_budget);
+        EngineSettings { runtime, tier, memory_budget, ..defaults }
     }
 }
 

@@ -178,8 +178,9 @@ fn next_message(stream: &mut std::net::TcpStream, input: &mut Vec<u8>) -> anyhow
 
 // Goal: a logged-in client whose message does not decode gets a FATAL 08P01 saying why before
 // the dispatcher closes (it used to close without a word), and the dispatcher goes on. Method:
-// a bad length, a length of 1 GiB, an unknown tag, a Query without its terminator and a Describe
-// of an unknown kind, each on a fresh raw connection after a real login.
+// a bad length, a length of 1 GiB, an unknown tag, a Query without its terminator, a Describe
+// of an unknown kind, a StartupPacket and an SSLRequest, each on a fresh raw connection after a
+// real login.
 #[test]
 fn undecodable_messages_after_login_are_answered_with_08p01() -> anyhow::Result<()> {
     let postgres = logged_postgres()?;
@@ -188,12 +189,18 @@ fn undecodable_messages_after_login_are_answered_with_08p01() -> anyhow::Result<
     let address = dispatcher.ready.local_addr;
     let mut describe_unknown_kind = vec![b'D', 0, 0, 0, 6, b'X', 0];
     describe_unknown_kind.extend_from_slice(&[b'S', 0, 0, 0, 4]);
-    let inputs: [Vec<u8>; 5] = [
+    let mut startup_again = Vec::new();
+    bypass_wire::startup::encode_startup(&mut startup_again, &[("user", "postgres")]);
+    let inputs: [Vec<u8>; 7] = [
         vec![b'Q', 0, 0, 0, 2],
         vec![b'Q', 0x40, 0, 0, 0],
         vec![b'!', 0, 0, 0, 4],
         vec![b'Q', 0, 0, 0, 8, b'a', b'b', b'c', b'd'],
         describe_unknown_kind,
+        // A StartupPacket or SSLRequest again (type byte 0): refused at once, as PostgreSQL's
+        // "invalid frontend message type 0", not waited on as a message some kilobytes long.
+        startup_again,
+        vec![0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f],
     ];
     for input in inputs {
         let mut stream = raw_login(address)?;

@@ -1,5 +1,5 @@
 //! The database's tables over time: committed catalog versions, what one statement sees, and
-//! the write locks that keep writers of one table in line.
+//! the table locks that keep writers of one table in line and DROP/TRUNCATE away from readers.
 //!
 //! ```text
 //!   Database.committed ── Arc<CatalogVersion> (name → Arc<Table>)   replaced whole on commit
@@ -7,22 +7,40 @@
 //!        ▼
 //!   Catalog (a statement's view) = snapshot + the transaction's own changes on top
 //!
+//!   read:  share-lock every table the statement names (before its snapshot), held to the end
+//!          of the transaction
 //!   write: lock the table name (wait; 40P01 on a cycle; 55P03 past lock_timeout) ─► build the
 //!          next version from the newest committed one ─► keep it in the transaction ─►
 //!          COMMIT publishes every changed name at once; ROLLBACK drops them
+//!   DROP / TRUNCATE: the write lock taken exclusively (also waits for other transactions'
+//!          share locks)
 //! ```
+//!
+//! Lock modes and what they wait for (PostgreSQL's ACCESS SHARE, ROW EXCLUSIVE and ACCESS
+//! EXCLUSIVE, as far as they matter here):
+//!
+//! | asked \ held by another | share | write | exclusive |
+//! |------------------------|-------|-------|-----------|
+//! | share (read)           |       |       | waits     |
+//! | write (INSERT, UPDATE…)|       | waits | waits     |
+//! | exclusive (DROP, TRUNCATE) | waits | waits | waits |
 //!
 //! Why table-level write locks instead of row versions: tables are immutable columnar versions,
 //! so a writer builds a whole new version; two writers of one table must not both build from
 //! the same base (one would lose the other's rows). Holding the name's lock until commit
 //! makes the second writer wait, as PostgreSQL makes a writer wait for a row another
-//! transaction changed; readers never wait (they keep the version they started with).
+//! transaction changed. Readers keep the version they started with, so plain writes never
+//! wait for them; but a DROP or TRUNCATE committed while a reader's transaction is open would
+//! make the reader's next statement fail with 42P01 or see the table emptied, so those wait
+//! for the readers' share locks (as in PostgreSQL), bounded by lock_timeout (55P03),
+//! statement_timeout and cancel (57014), and a cycle of waits is a deadlock (40P01).
 //!
-//! Invariants: a name is locked by at most one transaction; a transaction only publishes
-//! names it holds the lock of; publication replaces the committed version in one step, so a
-//! snapshot never sees half a commit.
+//! Invariants: a name has at most one write or exclusive holder; an exclusive holder has no
+//! other transaction sharing the name; a transaction only publishes names it holds the write
+//! lock of; publication replaces the committed version in one step, so a snapshot never sees
+//! half a commit.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -133,12 +151,91 @@ impl Catalog {
     }
 }
 
-/// Table-name write locks held until the end of a transaction.
+/// How a transaction locks a table name (see the module docs' table).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LockMode {
+    /// Reading: keeps DROP and TRUNCATE away until the transaction ends.
+    Share,
+    /// Writing a new version (INSERT, UPDATE, DELETE, COPY, CREATE).
+    Write,
+    /// Replacing the table whole (DROP, TRUNCATE).
+    Exclusive,
+}
+
+/// The user tables a statement names (FROM items, DML targets, …), as the catalog names them;
+/// system-catalog names and names the catalog cannot hold are left out.
+pub fn named_tables(statement: &sqlparser::ast::Statement) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    let _ = sqlparser::ast::visit_relations(statement, |name| {
+        if let Ok(name) = crate::ddl::user_table_name(name) {
+            names.insert(name);
+        }
+        std::ops::ControlFlow::<()>::Continue(())
+    });
+    names
+}
+
+/// Table-name locks held until the end of a transaction.
 #[derive(Default)]
 struct LockState {
-    owners: HashMap<String, TransactionId>,
+    /// The write or exclusive holder of each name, and whether it holds it exclusively.
+    owners: HashMap<String, (TransactionId, bool)>,
+    /// The transactions sharing each name (readers).
+    sharers: HashMap<String, HashSet<TransactionId>>,
     /// What each waiting transaction waits for (deadlock detection).
-    waiting: HashMap<TransactionId, String>,
+    waiting: HashMap<TransactionId, (String, LockMode)>,
+}
+
+impl LockState {
+    /// The transactions whose locks keep `transaction` from locking `name` in `mode`.
+    fn blockers(&self, name: &str, mode: LockMode, transaction: TransactionId) -> Vec<TransactionId> {
+        let mut blockers = Vec::new();
+        if let Some(&(owner, exclusive)) = self.owners.get(name) {
+            if owner != transaction && (exclusive || mode != LockMode::Share) {
+                blockers.push(owner);
+            }
+        }
+        if mode == LockMode::Exclusive {
+            let sharers = self.sharers.get(name).into_iter().flatten().copied();
+            let others: Vec<TransactionId> = sharers.filter(|&t| t != transaction && !blockers.contains(&t)).collect();
+            blockers.extend(others);
+        }
+        blockers
+    }
+
+    fn grant(&mut self, name: &str, mode: LockMode, transaction: TransactionId) {
+        match mode {
+            LockMode::Share => {
+                self.sharers.entry(name.to_string()).or_default().insert(transaction);
+            }
+            LockMode::Write => {
+                self.owners.entry(name.to_string()).or_insert((transaction, false));
+            }
+            LockMode::Exclusive => {
+                self.owners.insert(name.to_string(), (transaction, true));
+            }
+        }
+    }
+
+    /// Whether `from` (transitively) waits for a lock held by `target`.
+    fn waits_for(&self, from: TransactionId, target: TransactionId) -> bool {
+        let mut seen = HashSet::new();
+        let mut pending = vec![from];
+        // Bounded: each waiting transaction is expanded at most once.
+        while let Some(current) = pending.pop() {
+            if !seen.insert(current) {
+                continue;
+            }
+            let Some((name, mode)) = self.waiting.get(&current) else { continue };
+            for blocker in self.blockers(name, *mode, current) {
+                if blocker == target {
+                    return true;
+                }
+                pending.push(blocker);
+            }
+        }
+        false
+    }
 }
 
 /// The shared state of all sessions: committed versions, locks, identifiers.
@@ -192,65 +289,63 @@ impl Database {
         *committed = Arc::new(next);
     }
 
-    /// Locks `name` for `transaction`, waiting while another transaction holds it. Fails with
-    /// 40P01 when waiting would close a cycle, 55P03 past `timeout`, or when the statement is
-    /// canceled.
+    /// Locks `name` for writing (see [`Database::lock_mode`]).
     pub fn lock(&self, transaction: TransactionId, name: &str, timeout: Option<Duration>) -> Result<()> {
+        self.lock_mode(transaction, name, LockMode::Write, timeout)
+    }
+
+    /// Locks `name` in `mode` for `transaction` until it ends, waiting while other
+    /// transactions hold conflicting locks. Fails with 40P01 when waiting would close a cycle,
+    /// 55P03 past `timeout`, or when the statement is canceled or times out (57014).
+    pub fn lock_mode(
+        &self,
+        transaction: TransactionId,
+        name: &str,
+        mode: LockMode,
+        timeout: Option<Duration>,
+    ) -> Result<()> {
         let started = Instant::now();
         let mut state = self.locks.lock().unwrap_or_else(|p| p.into_inner());
         loop {
-            let owner = state.owners.get(name).copied();
-            match owner {
-                None => {
-                    state.waiting.remove(&transaction);
-                    state.owners.insert(name.to_string(), transaction);
-                    return Ok(());
-                }
-                Some(owner) if owner == transaction => return Ok(()),
-                Some(owner) => {
-                    let stop = if waits_for(&state, owner, transaction) {
-                        Some(EngineError::DeadlockDetected(format!(
-                            "transactions wait for each other's locks on \"{name}\""
-                        )))
-                    } else if timeout.is_some_and(|t| started.elapsed() >= t) {
-                        Some(EngineError::LockTimeout)
-                    } else {
-                        crate::control::check().err()
-                    };
-                    if let Some(error) = stop {
-                        state.waiting.remove(&transaction);
-                        return Err(error);
-                    }
-                    state.waiting.insert(transaction, name.to_string());
-                    state = self.released.wait_timeout(state, LOCK_WAIT_SLICE).unwrap_or_else(|p| p.into_inner()).0;
-                }
+            let blockers = state.blockers(name, mode, transaction);
+            if blockers.is_empty() {
+                state.waiting.remove(&transaction);
+                state.grant(name, mode, transaction);
+                return Ok(());
             }
+            let stop = if blockers.iter().any(|&b| state.waits_for(b, transaction)) {
+                Some(EngineError::DeadlockDetected(format!("transactions wait for each other's locks on \"{name}\"")))
+            } else if timeout.is_some_and(|t| started.elapsed() >= t) {
+                Some(EngineError::LockTimeout)
+            } else {
+                crate::control::check().err()
+            };
+            if let Some(error) = stop {
+                state.waiting.remove(&transaction);
+                return Err(error);
+            }
+            state.waiting.insert(transaction, (name.to_string(), mode));
+            state = self.released.wait_timeout(state, LOCK_WAIT_SLICE).unwrap_or_else(|p| p.into_inner()).0;
         }
+    }
+
+    /// How many transactions wait for a lock now (tests, monitoring).
+    pub fn lock_waiters(&self) -> usize {
+        self.locks.lock().unwrap_or_else(|p| p.into_inner()).waiting.len()
     }
 
     /// Releases every lock of `transaction` (commit, rollback, session end).
     pub fn unlock_all(&self, transaction: TransactionId) {
         let mut state = self.locks.lock().unwrap_or_else(|p| p.into_inner());
-        state.owners.retain(|_, owner| *owner != transaction);
+        state.owners.retain(|_, (owner, _)| *owner != transaction);
+        state.sharers.retain(|_, sharers| {
+            sharers.remove(&transaction);
+            !sharers.is_empty()
+        });
         state.waiting.remove(&transaction);
         drop(state);
         self.released.notify_all();
     }
-}
-
-/// Whether `from` (transitively) waits for a lock held by `target`.
-fn waits_for(state: &LockState, from: TransactionId, target: TransactionId) -> bool {
-    let mut current = from;
-    // Bounded: a chain visits each waiting transaction at most once.
-    for _ in 0..=state.waiting.len() {
-        let Some(name) = state.waiting.get(&current) else { return false };
-        let Some(&owner) = state.owners.get(name) else { return false };
-        if owner == target {
-            return true;
-        }
-        current = owner;
-    }
-    false
 }
 
 #[cfg(test)]
@@ -280,5 +375,39 @@ mod tests {
         waiter.join().expect("no panic").expect("granted after release");
         let timeout = database.lock(3, "a", Some(Duration::from_millis(20))).expect_err("held by 2");
         assert_eq!(timeout.sqlstate(), "55P03");
+    }
+
+    // Goal: readers share a name with each other and with a writer; DROP/TRUNCATE's exclusive
+    // lock waits for other readers (55P03 past its timeout) and keeps new readers out; two
+    // readers that both ask for it deadlock (40P01); method: lock modes on one Database.
+    #[test]
+    fn exclusive_locks_wait_for_readers() {
+        let database = Arc::new(Database::default());
+        let short = Some(Duration::from_millis(20));
+        database.lock_mode(1, "t", LockMode::Share, None).expect("free");
+        database.lock_mode(2, "t", LockMode::Share, None).expect("readers share");
+        database.lock_mode(3, "t", LockMode::Write, None).expect("a writer does not wait for readers");
+        database.unlock_all(3);
+        let refused = database.lock_mode(3, "t", LockMode::Exclusive, short).expect_err("readers hold it");
+        assert_eq!(refused.sqlstate(), "55P03");
+        database.unlock_all(2);
+        database.lock_mode(1, "t", LockMode::Exclusive, None).expect("its own share does not block it");
+        let refused = database.lock_mode(2, "t", LockMode::Share, short).expect_err("held exclusively");
+        assert_eq!(refused.sqlstate(), "55P03");
+        database.unlock_all(1);
+        database.lock_mode(1, "u", LockMode::Share, None).expect("free");
+        database.lock_mode(2, "u", LockMode::Share, None).expect("readers share");
+        let waiter = {
+            let database = Arc::clone(&database);
+            std::thread::spawn(move || database.lock_mode(1, "u", LockMode::Exclusive, None))
+        };
+        while database.lock_waiters() == 0 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let deadlock = database.lock_mode(2, "u", LockMode::Exclusive, None).expect_err("each waits for the other");
+        assert_eq!(deadlock.sqlstate(), "40P01");
+        database.unlock_all(2);
+        waiter.join().expect("no panic").expect("granted once the other reader ended");
+        assert!(database.locks.lock().expect("lock").sharers.get("u").is_some_and(|s| s.len() == 1));
     }
 }

@@ -8,6 +8,8 @@
 //!        └─ check() per morsel and per vector: Err(QueryCanceled | OutOfMemory) ends the query
 //!   TrackingAllocator (the binary's global allocator): every allocation on a thread inside
 //!   `enter` is charged to that control; past memory_limit the control trips (53200)
+//!        └─ and to the server's MemoryBudget (shared by every control of one engine): past
+//!           memory_budget the control that asks for more trips (53200)
 //! ```
 //!
 //! Why a thread-local "current control" and an allocator instead of passing a context through
@@ -16,9 +18,14 @@
 //! whose output explodes inside one probe step. The allocator never fails an allocation (that
 //! would abort the process): it trips the control, and the next `check()` stops the query.
 //!
+//! Why a server-wide budget beside the per-statement limit: `memory_limit` bounds one statement,
+//! so N concurrent runaway statements could take N × memory_limit; the budget bounds their sum.
+//!
 //! Invariants: a control's state only moves from `Running` to one terminal reason, once; the
 //! allocator never allocates, locks or panics; memory freed by a thread outside any control is
-//! not credited to any query (a query can only over-count what it frees of others' memory).
+//! not credited to any query (a query can only over-count what it frees of others' memory); a
+//! budget's `used` is the sum of the net charges of its live controls (a control gives its
+//! charges back when it is dropped).
 
 use std::alloc::{GlobalAlloc, Layout};
 use std::cell::Cell;
@@ -48,6 +55,8 @@ pub enum StopReason {
     OutOfMemory = 4,
     /// The statement finished; later checks are a caller's bug, not a reason to stop.
     Finished = 5,
+    /// The server's running statements together needed more than its `memory_budget`.
+    ServerOutOfMemory = 6,
 }
 
 impl StopReason {
@@ -58,8 +67,31 @@ impl StopReason {
             3 => StopReason::ClientGone,
             4 => StopReason::OutOfMemory,
             5 => StopReason::Finished,
+            6 => StopReason::ServerOutOfMemory,
             _ => return None,
         })
+    }
+}
+
+/// The memory all running statements of one server may hold together (`memory_budget`).
+#[derive(Debug)]
+pub struct MemoryBudget {
+    limit: usize,
+    used: AtomicIsize,
+}
+
+impl MemoryBudget {
+    pub fn new(limit: usize) -> Arc<MemoryBudget> {
+        Arc::new(MemoryBudget { limit, used: AtomicIsize::new(0) })
+    }
+
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
+
+    /// Bytes the running statements hold now (as far as the allocator saw).
+    pub fn used(&self) -> usize {
+        usize::try_from(self.used.load(Ordering::Relaxed)).unwrap_or(0)
     }
 }
 
@@ -74,11 +106,21 @@ pub struct QueryControl {
     memory_limit: usize,
     memory_used: AtomicIsize,
     memory_peak: AtomicIsize,
+    budget: Option<Arc<MemoryBudget>>,
 }
 
 impl QueryControl {
     /// A control for a statement starting now; `timeout` of `None` or zero means none.
     pub fn new(timeout: Option<Duration>, memory_limit: usize) -> Arc<QueryControl> {
+        QueryControl::with_budget(timeout, memory_limit, None)
+    }
+
+    /// A control whose memory also counts against a server-wide `budget`.
+    pub fn with_budget(
+        timeout: Option<Duration>,
+        memory_limit: usize,
+        budget: Option<Arc<MemoryBudget>>,
+    ) -> Arc<QueryControl> {
         let control = QueryControl {
             state: AtomicU8::new(0),
             created: Instant::now(),
@@ -86,6 +128,7 @@ impl QueryControl {
             memory_limit,
             memory_used: AtomicIsize::new(0),
             memory_peak: AtomicIsize::new(0),
+            budget,
         };
         control.restart_timeout(timeout);
         Arc::new(control)
@@ -149,10 +192,16 @@ impl QueryControl {
                 "the statement needed more than memory_limit = {} bytes",
                 self.memory_limit
             )),
+            StopReason::ServerOutOfMemory => EngineError::OutOfMemory(format!(
+                "the running statements together needed more than memory_budget = {} bytes",
+                self.budget.as_ref().map_or(0, |b| b.limit)
+            )),
             StopReason::Finished => EngineError::Runtime("statement checked after it finished".into()),
         }
     }
 
+    /// Adds `bytes` (negative: freed) to the statement and to the server's budget; trips the
+    /// control that grows past either bound. Called from the allocator: no allocation, no lock.
     fn charge(&self, bytes: isize) {
         let used = self.memory_used.fetch_add(bytes, Ordering::Relaxed) + bytes;
         if used > self.memory_peak.load(Ordering::Relaxed) {
@@ -160,6 +209,21 @@ impl QueryControl {
         }
         if used > 0 && used as usize > self.memory_limit {
             self.stop(StopReason::OutOfMemory);
+        }
+        if let Some(budget) = &self.budget {
+            let total = budget.used.fetch_add(bytes, Ordering::Relaxed) + bytes;
+            if bytes > 0 && total > 0 && total as usize > budget.limit {
+                self.stop(StopReason::ServerOutOfMemory);
+            }
+        }
+    }
+}
+
+impl Drop for QueryControl {
+    /// The statement is over: what it still holds leaves the server's budget with it.
+    fn drop(&mut self) {
+        if let Some(budget) = &self.budget {
+            budget.used.fetch_sub(self.memory_used.load(Ordering::Relaxed), Ordering::Relaxed);
         }
     }
 }
@@ -296,9 +360,66 @@ pub fn physical_memory_bytes() -> usize {
     usize::try_from(pages).unwrap_or(0).saturating_mul(usize::try_from(page_size).unwrap_or(0))
 }
 
-/// Default `memory_limit`: 80% of physical memory, as DuckDB's default.
+/// The memory this process may use: physical memory, or the cgroup's `memory.max` when that
+/// is lower (a container's limit; 0 if neither is known).
+pub fn available_memory_bytes() -> usize {
+    let physical = physical_memory_bytes();
+    match cgroup_memory_max() {
+        Some(cgroup) if physical == 0 || cgroup < physical => cgroup,
+        _ => physical,
+    }
+}
+
+/// The lowest memory limit of this process's cgroup and its ancestors: `memory.max` (cgroup
+/// v2) or `memory.limit_in_bytes` (v1's memory controller).
+fn cgroup_memory_max() -> Option<usize> {
+    let membership = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    membership
+        .lines()
+        .filter_map(cgroup_limit_file)
+        .filter_map(|(root, relative, file)| lowest_limit(root, relative, file))
+        .min()
+}
+
+/// Where a `/proc/self/cgroup` line's memory limit lives: (hierarchy root, cgroup path, file).
+fn cgroup_limit_file(line: &str) -> Option<(&'static str, &str, &'static str)> {
+    let mut fields = line.splitn(3, ':');
+    let (_, controllers, relative) = (fields.next()?, fields.next()?, fields.next()?);
+    if controllers.is_empty() {
+        Some(("/sys/fs/cgroup", relative, "memory.max"))
+    } else if controllers.split(',').any(|c| c == "memory") {
+        Some(("/sys/fs/cgroup/memory", relative, "memory.limit_in_bytes"))
+    } else {
+        None
+    }
+}
+
+/// The lowest limit set in `file` from the cgroup up to the hierarchy's root.
+fn lowest_limit(root: &str, relative: &str, file: &str) -> Option<usize> {
+    let root = std::path::Path::new(root);
+    let mut directory = root.join(relative.trim_start_matches('/'));
+    let mut lowest: Option<usize> = None;
+    loop {
+        let limit = std::fs::read_to_string(directory.join(file)).ok().and_then(|t| parse_memory_max(&t));
+        lowest = match (lowest, limit) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        if directory == root || !directory.pop() {
+            return lowest;
+        }
+    }
+}
+
+/// A cgroup memory limit: bytes, or `max` (no limit: `None`).
+fn parse_memory_max(text: &str) -> Option<usize> {
+    text.trim().parse().ok()
+}
+
+/// Default `memory_limit` and `memory_budget`: 80% of the available memory (physical or the
+/// cgroup's memory.max), as DuckDB's default.
 pub fn default_memory_limit() -> usize {
-    match physical_memory_bytes() {
+    match available_memory_bytes() {
         0 => usize::MAX,
         bytes => bytes / 5 * 4,
     }
@@ -333,6 +454,42 @@ mod tests {
         control.charge(600);
         assert_eq!(control.check().expect_err("over budget").sqlstate(), "53200");
         assert_eq!(control.memory_peak(), 1200);
+    }
+
+    // Goal: the server-wide budget bounds the sum of concurrent statements each within its own
+    // limit; the one that grows past it trips (53200), and a finished statement gives its bytes
+    // back; method: two controls on one budget, charged directly.
+    #[test]
+    fn the_memory_budget_bounds_statements_together() {
+        let budget = MemoryBudget::new(1000);
+        let first = QueryControl::with_budget(None, 800, Some(Arc::clone(&budget)));
+        let second = QueryControl::with_budget(None, 800, Some(Arc::clone(&budget)));
+        first.charge(600);
+        second.charge(300);
+        assert!(first.check().is_ok() && second.check().is_ok());
+        second.charge(300);
+        let error = second.check().expect_err("together over the budget");
+        assert_eq!(error.sqlstate(), "53200");
+        assert!(error.to_string().contains("memory_budget = 1000"), "{error}");
+        assert!(first.check().is_ok(), "the statement within the budget goes on");
+        assert_eq!(budget.used(), 1200);
+        drop(second);
+        assert_eq!(budget.used(), 600, "a finished statement gives its bytes back");
+        let third = QueryControl::with_budget(None, 800, Some(Arc::clone(&budget)));
+        third.charge(300);
+        assert!(third.check().is_ok());
+    }
+
+    // Goal: cgroup memory.max values read as bytes, `max` as no limit.
+    #[test]
+    fn cgroup_memory_max_parses() {
+        assert_eq!(parse_memory_max("1073741824\n"), Some(1 << 30));
+        assert_eq!(parse_memory_max("max\n"), None);
+        assert_eq!(cgroup_limit_file("0::/a/b"), Some(("/sys/fs/cgroup", "/a/b", "memory.max")));
+        let v1 = cgroup_limit_file("4:cpu,memory:/c");
+        assert_eq!(v1, Some(("/sys/fs/cgroup/memory", "/c", "memory.limit_in_bytes")));
+        assert_eq!(cgroup_limit_file("3:cpuset:/"), None);
+        assert!(available_memory_bytes() <= physical_memory_bytes().max(1) || physical_memory_bytes() == 0);
     }
 
     // Goal: enter sets the thread's control and restores the previous one; current() hands out

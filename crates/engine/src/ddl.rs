@@ -233,7 +233,7 @@ pub fn drop_tables(
     for name in names {
         let name = user_table_name(name)?;
         let key = storage_key(session, engine, &name);
-        if session.table_for_write(engine, &key)?.is_none() {
+        if session.table_for_drop(engine, &key)?.is_none() {
             if if_exists {
                 session.notice("00000", format!("table \"{name}\" does not exist, skipping"));
                 continue;
@@ -274,7 +274,7 @@ pub fn truncate(session: &mut Session, engine: &Engine, truncate: &ast::Truncate
     for target in &truncate.table_names {
         let name = user_table_name(&target.name)?;
         let key = storage_key(session, engine, &name);
-        let Some(table) = session.table_for_write(engine, &key)? else {
+        let Some(table) = session.table_for_drop(engine, &key)? else {
             if truncate.if_exists {
                 continue;
             }

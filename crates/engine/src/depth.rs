@@ -100,9 +100,12 @@ impl Drop for DepthGuard {
     }
 }
 
-/// Enters one level of expression or query nesting: an error past [`EXPR_DEPTH_MAX`] levels
-/// or when the thread's stack is nearly used up.
+/// Enters one level of expression or query nesting: an error past [`EXPR_DEPTH_MAX`] levels,
+/// when the thread's stack is nearly used up, or when the statement was asked to stop (cancel,
+/// statement_timeout, client gone, memory_limit): binding and planning a long text take time
+/// and memory too, and every query, CTE, subquery and expression level passes here.
 pub fn enter() -> Result<DepthGuard> {
+    crate::control::check()?;
     let depth = DEPTH.with(|d| {
         d.set(d.get() + 1);
         d.get()
@@ -165,20 +168,25 @@ fn page_size() -> usize {
 }
 
 /// Runs `f` on the calling thread for a short, shallow statement, else on a thread with a
-/// stack sized for the text (see the module docs).
+/// stack sized for the text (see the module docs), under the caller's statement control if
+/// it has one.
 pub fn with_statement_stack<R: Send>(sql: &str, f: impl FnOnce() -> R + Send) -> Result<R> {
     if ON_STATEMENT_THREAD.with(Cell::get)
         || (sql.len() <= INLINE_SQL_BYTES_MAX && nesting_bound(sql) <= INLINE_NESTING_MAX)
     {
         return Ok(f());
     }
+    let control = crate::control::current();
     std::thread::scope(|scope| {
         std::thread::Builder::new()
             .name("bypass-statement".into())
             .stack_size(statement_stack_bytes(sql.len()))
             .spawn_scoped(scope, || {
                 ON_STATEMENT_THREAD.with(|on| on.set(true));
-                f()
+                match &control {
+                    Some(control) => crate::control::enter(control, f),
+                    None => f(),
+                }
             })
             .map_err(|e| EngineError::Runtime(format!("starting a statement thread: {e}")))?
             .join()
@@ -215,5 +223,21 @@ mod tests {
         assert_eq!(enter().err().map(|e| e.sqlstate()), Some("54001"));
         drop(guards);
         assert!(enter().is_ok(), "the depth counter is restored when guards drop");
+    }
+
+    // Goal: binding obeys the statement's control (every query and expression level enters
+    // here); method: enter under a canceled control and one over its memory_limit.
+    #[test]
+    fn entering_a_level_checks_the_statement_control() {
+        use crate::control::{QueryControl, StopReason};
+        let canceled = QueryControl::unlimited();
+        canceled.stop(StopReason::Canceled);
+        let refused = crate::control::enter(&canceled, || enter().err().map(|e| e.sqlstate()));
+        assert_eq!(refused, Some("57014"));
+        let over_budget = QueryControl::new(None, 1);
+        over_budget.stop(StopReason::OutOfMemory);
+        let refused = crate::control::enter(&over_budget, || enter().err().map(|e| e.sqlstate()));
+        assert_eq!(refused, Some("53200"));
+        assert!(crate::control::enter(&QueryControl::unlimited(), || enter().is_ok()));
     }
 }

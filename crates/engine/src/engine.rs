@@ -9,6 +9,7 @@ use sqlparser::dialect::PostgreSqlDialect;
 use sqlparser::parser::{Parser, ParserError};
 
 use crate::catalog::{Catalog, Database};
+use crate::control::MemoryBudget;
 use crate::error::{EngineError, Result};
 use crate::exec::{Executor, Tier};
 use crate::query::{BoundQuery, QueryBinder};
@@ -79,6 +80,8 @@ pub struct EngineSettings {
     pub chunk_rows: usize,
     /// Most memory one statement may hold (bytes); sessions may lower it, never raise it.
     pub memory_limit: usize,
+    /// Most memory all running statements may hold together (bytes).
+    pub memory_budget: usize,
 }
 
 impl Default for EngineSettings {
@@ -88,6 +91,7 @@ impl Default for EngineSettings {
             tier: Tier::Compiled,
             chunk_rows: CHUNK_ROWS_DEFAULT,
             memory_limit: crate::control::default_memory_limit(),
+            memory_budget: crate::control::default_memory_limit(),
         }
     }
 }
@@ -99,6 +103,7 @@ pub struct Engine {
     tier: Mutex<Tier>,
     chunk_rows: usize,
     memory_limit: usize,
+    memory_budget: Arc<MemoryBudget>,
 }
 
 impl Engine {
@@ -109,6 +114,7 @@ impl Engine {
             tier: Mutex::new(settings.tier),
             chunk_rows: settings.chunk_rows,
             memory_limit: settings.memory_limit,
+            memory_budget: MemoryBudget::new(settings.memory_budget),
         })
     }
 
@@ -134,6 +140,11 @@ impl Engine {
 
     pub fn memory_limit(&self) -> usize {
         self.memory_limit
+    }
+
+    /// The server-wide budget of this engine's running statements.
+    pub fn memory_budget(&self) -> &Arc<MemoryBudget> {
+        &self.memory_budget
     }
 
     pub(crate) fn executor(&self) -> Executor<'_> {
@@ -183,7 +194,7 @@ impl Engine {
 
     /// A session with this engine's default settings.
     pub fn session(&self) -> Session {
-        Session::new(self.memory_limit)
+        Session::new(self.memory_limit).within_budget(Arc::clone(&self.memory_budget))
     }
 
     /// Runs every statement of `sql` in one session, each in its own transaction unless the

@@ -120,5 +120,6 @@ fn render(
             render(left, tier, depth + 1, next, None, lines);
             render(right, tier, depth + 1, next, None, lines);
         }
+        Plan::Shared(inner) => render(inner, tier, depth, next, Some((pipeline_id, pipeline_tier)), lines),
     }
 }

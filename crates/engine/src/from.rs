@@ -285,7 +285,7 @@ impl<'c> QueryBinder<'c> {
                     let (name, columns, source) = match self.cte(name) {
                         Some(cte) => {
                             let columns = cte.names.iter().cloned().zip(cte.plan.output_types()).collect();
-                            (cte.name.clone(), columns, RelationSource::Derived(cte.plan.clone()))
+                            (cte.name.clone(), columns, RelationSource::Derived(cte.reference()))
                         }
                         None => {
                             let table = self.catalog.get(&object_name(name)?)?;

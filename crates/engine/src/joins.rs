@@ -202,6 +202,7 @@ pub fn estimate_rows(plan: &Plan) -> f64 {
         Plan::Sort { input, limit, .. } => limit.map_or(estimate_rows(input), |l| estimate_rows(input).min(l as f64)),
         Plan::Limit { input, limit, .. } => limit.map_or(estimate_rows(input), |l| estimate_rows(input).min(l as f64)),
         Plan::Window { input, .. } => estimate_rows(input),
+        Plan::Shared(inner) => estimate_rows(inner),
         Plan::SetOperation { op, left, right, .. } => match op {
             SetOperator::Union => estimate_rows(left) + estimate_rows(right),
             SetOperator::Intersect | SetOperator::Except => estimate_rows(left),
@@ -235,6 +236,7 @@ fn distinct_values(plan: &Plan, expr: &Expr) -> Option<f64> {
         Plan::Scan { table, columns, .. } => Some(table.distinct_count(columns[*index]) as f64),
         Plan::Filter { input, .. } => distinct_values(input, expr),
         Plan::Project { input, exprs } => distinct_values(input, &exprs[*index]),
+        Plan::Shared(inner) => distinct_values(inner, expr),
         _ => None,
     }
 }

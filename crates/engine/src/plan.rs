@@ -204,6 +204,10 @@ pub enum Plan {
         left: Box<Plan>,
         right: Box<Plan>,
     },
+    /// A plan bound once and read in several places (a CTE's plan under each reference to it);
+    /// runs once per place, as the plan it holds. Shared rather than copied, so a chain of n
+    /// CTEs each reading the one before holds n nodes, not n²/2.
+    Shared(Arc<Plan>),
 }
 
 impl Plan {
@@ -215,6 +219,7 @@ impl Plan {
             Plan::Constant { types, .. } => types.clone(),
             Plan::Filter { input, .. } | Plan::Sort { input, .. } | Plan::Limit { input, .. } => input.output_types(),
             Plan::SetOperation { left, .. } => left.output_types(),
+            Plan::Shared(inner) => inner.output_types(),
             Plan::Project { exprs, .. } => exprs.iter().map(Expr::data_type).collect(),
             Plan::HashJoin { kind, probe, build, .. } => match kind {
                 JoinKind::Inner | JoinKind::Left => [probe.output_types(), build.output_types()].concat(),
@@ -269,6 +274,7 @@ impl Plan {
                 left.visit_exprs(f);
                 right.visit_exprs(f);
             }
+            Plan::Shared(inner) => inner.visit_exprs(f),
             Plan::Window { input, calls } => {
                 for call in calls {
                     call.args.iter().chain(&call.partition).chain(call.order.iter().map(|k| &k.expr)).for_each(&mut *f);
@@ -328,6 +334,7 @@ impl Plan {
                 left: Box::new(left.map_exprs(f)),
                 right: Box::new(right.map_exprs(f)),
             },
+            Plan::Shared(inner) => Plan::Shared(Arc::new(inner.map_exprs(f))),
             Plan::Window { input, calls } => Plan::Window {
                 input: Box::new(input.map_exprs(f)),
                 calls: calls

@@ -44,7 +44,19 @@ pub struct BoundQuery {
 pub(crate) struct Cte {
     pub name: String,
     pub names: Vec<String>,
-    pub plan: Plan,
+    pub plan: Arc<Plan>,
+}
+
+impl Cte {
+    /// The plan a reference reads: the CTE's plan shared, not copied (a copy per reference
+    /// made a chain of n CTEs cost n²/2 plan nodes); a bare table scan is copied, so filters
+    /// still go into it.
+    pub fn reference(&self) -> Plan {
+        match self.plan.as_ref() {
+            scan @ Plan::Scan { .. } => scan.clone(),
+            _ => Plan::Shared(Arc::clone(&self.plan)),
+        }
+    }
 }
 
 /// Binds queries against a catalog and the CTEs in scope.
@@ -110,7 +122,7 @@ impl<'c> QueryBinder<'c> {
                     names.len()
                 )));
             }
-            scoped.ctes.push(Arc::new(Cte { name, names, plan: bound.plan }));
+            scoped.ctes.push(Arc::new(Cte { name, names, plan: Arc::new(bound.plan) }));
         }
         scoped.bind_body(query, outer)
     }

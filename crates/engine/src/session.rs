@@ -19,8 +19,8 @@ use std::sync::Arc;
 
 use sqlparser::ast;
 
-use crate::catalog::{Catalog, CatalogVersion, Changes, TransactionId};
-use crate::control::QueryControl;
+use crate::catalog::{Catalog, CatalogVersion, Changes, LockMode, TransactionId};
+use crate::control::{MemoryBudget, QueryControl};
 use crate::engine::{describe_columns, ColumnType, Description, Engine, QueryResult};
 use crate::error::{EngineError, Result};
 use crate::explain::explain_plan;
@@ -98,6 +98,8 @@ pub struct Session {
     /// Prepared statements DEALLOCATE named (`None`: all), drained by the server, which keeps
     /// the protocol's prepared statements.
     deallocations: Vec<Option<String>>,
+    /// The server-wide budget its statements' memory counts against.
+    memory_budget: Option<Arc<MemoryBudget>>,
     /// Prefix of the keys of this session's temporary tables (see `catalog`).
     temp_namespace: String,
 }
@@ -123,6 +125,7 @@ impl Session {
             implicit_block: false,
             notices: Vec::new(),
             deallocations: Vec::new(),
+            memory_budget: None,
             temp_namespace: format!(
                 "{}pg_temp_{}.",
                 crate::catalog::TEMP_KEY_START,
@@ -155,9 +158,17 @@ impl Session {
         std::mem::take(&mut self.notices)
     }
 
-    /// A control for the next statement, with this session's timeout and memory limit.
+    /// The session's statements count against `budget` too.
+    pub fn within_budget(mut self, budget: Arc<MemoryBudget>) -> Session {
+        self.memory_budget = Some(budget);
+        self
+    }
+
+    /// A control for the next statement, with this session's timeout and memory limit and the
+    /// server's budget.
     pub fn new_control(&self) -> Arc<QueryControl> {
-        QueryControl::new(self.settings.statement_timeout, self.settings.memory_limit)
+        let budget = self.memory_budget.clone();
+        QueryControl::with_budget(self.settings.statement_timeout, self.settings.memory_limit, budget)
     }
 
     /// Starts an implicit block: statements until `end_implicit_block` share one transaction.
@@ -209,7 +220,7 @@ impl Session {
         if matches!(self.state, State::Idle) {
             self.state = State::Open(self.new_transaction(engine, false));
         }
-        let outcome = self.dispatch(engine, statement, sink);
+        let outcome = self.share_lock_reads(engine, statement).and_then(|()| self.dispatch(engine, statement, sink));
         self.after_statement(engine, outcome)
     }
 
@@ -523,6 +534,38 @@ impl Session {
             }
         }
         Ok(newest)
+    }
+
+    /// Share-locks every existing table `statement` names, before it takes its snapshot, until
+    /// the transaction ends: a DROP or TRUNCATE of them waits for this transaction (catalog.rs).
+    /// Names of no table (CTEs, typos) are not locked, so a transaction's locks stay bounded by
+    /// the tables there are; nor are temporary tables (no other session sees them).
+    fn share_lock_reads(&mut self, engine: &Engine, statement: &ast::Statement) -> Result<()> {
+        let names = crate::catalog::named_tables(statement);
+        if names.is_empty() {
+            return Ok(());
+        }
+        let lock_timeout = self.settings.lock_timeout;
+        let namespace = self.temp_namespace.clone();
+        let transaction = self.transaction();
+        let newest = Catalog::new(engine.database().snapshot(), transaction.changes.clone());
+        let newest = newest.with_temp_namespace(&namespace);
+        for name in names {
+            // A temporary table is the session's own: no other transaction can drop it.
+            if newest.key_of(&name) == name && newest.contains(&name) {
+                engine.database().lock_mode(transaction.id, &name, LockMode::Share, lock_timeout)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Like [`Session::table_for_write`], for replacing the table whole (DROP, TRUNCATE): also
+    /// waits until no other transaction that read the table is open.
+    pub(crate) fn table_for_drop(&mut self, engine: &Engine, name: &str) -> Result<Option<Arc<Table>>> {
+        let lock_timeout = self.settings.lock_timeout;
+        let transaction = self.transaction().id;
+        engine.database().lock_mode(transaction, name, LockMode::Exclusive, lock_timeout)?;
+        self.table_for_write(engine, name)
     }
 
     /// Like [`Session::table_for_write`], but takes the transaction's own version out of it, so

@@ -115,6 +115,7 @@ pub fn column_origins(plan: &Plan) -> Vec<Option<ColumnOrigin>> {
         },
         Plan::Aggregate { input, groups, .. } => through(input, &mut groups.iter()),
         Plan::Window { input, .. } => column_origins(input),
+        Plan::Shared(inner) => column_origins(inner),
         Plan::SingleRow | Plan::Constant { .. } | Plan::SetOperation { .. } => Vec::new(),
     }
 }

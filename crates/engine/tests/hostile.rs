@@ -11,12 +11,20 @@ use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+#[cfg(not(feature = "global-mimalloc"))]
+use bypass_engine::control::TrackingAllocator;
 use bypass_engine::{tpch, Engine, EngineSettings};
 use bypass_testkit::Postgres;
 use bypass_wire::frontend::build;
 use bypass_wire::login::{Login, LoginRequest, LoginStep};
 use bypass_wire::BackendMessage;
 use common::{start_server, ENGINE_DATABASE, ENGINE_PASSWORD, ENGINE_USER};
+
+// Memory is charged to statements by the allocator the `bypass` binary installs (the library
+// installs it itself when a workspace build turns on `global-mimalloc`).
+#[cfg(not(feature = "global-mimalloc"))]
+#[global_allocator]
+static ALLOCATOR: TrackingAllocator<std::alloc::System> = TrackingAllocator(std::alloc::System);
 
 /// Bound on every read: an answer comes within milliseconds when the server works.
 const READ_TIMEOUT: Duration = Duration::from_secs(30);
@@ -237,6 +245,8 @@ fn protocol_cases() -> Vec<(&'static str, Vec<u8>)> {
     build::parse(&mut bind_invalid, "", "select $1::text", &[25]);
     build::bind(&mut bind_invalid, "", "", &[Some(b"\xff\xfe")]);
     build::sync(&mut bind_invalid);
+    let mut startup_again = Vec::new();
+    bypass_wire::startup::encode_startup(&mut startup_again, &[("user", "postgres")]);
     let mut cases = vec![
         ("invalid UTF-8 in a query", query_message(b"select 'caf\xc3\x28'")),
         ("a lone continuation byte", query_message(b"select '\x80'")),
@@ -248,6 +258,9 @@ fn protocol_cases() -> Vec<(&'static str, Vec<u8>)> {
         ("comment-only Parse/Bind/Execute", extended_comment),
         ("invalid UTF-8 in Parse", extended_invalid),
         ("invalid UTF-8 in a text parameter", bind_invalid),
+        // Type byte 0 after login: PostgreSQL refuses at once ("invalid frontend message type 0").
+        ("a StartupPacket after login", startup_again),
+        ("an SSLRequest after login", vec![0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f]),
     ];
     cases.extend(invalid_name_cases());
     cases.extend(suspended_portal_cases());
@@ -415,4 +428,121 @@ fn listener_survives_hostile_clients() -> anyhow::Result<()> {
         assert_eq!(server.statements_running(), 0, "a statement kept running after its client left");
     }
     answers_select_1(address)
+}
+
+// Goal: the server-wide memory_budget bounds what running statements hold together, whatever
+// each statement's memory_limit: N runaway statements cannot take N × memory_limit; the server
+// goes on and the budget is given back when they end; method: a 64 MiB budget, and the runaway
+// self-join (its pairs need gigabytes) from three clients at once under memory_limit = 1GB,
+// each refused with 53200 naming memory_budget.
+#[test]
+fn a_server_memory_budget_bounds_concurrent_runaway_statements() -> anyhow::Result<()> {
+    let settings = EngineSettings { memory_budget: 64 << 20, ..EngineSettings::default() };
+    let engine = Arc::new(Engine::new(settings)?);
+    tpch::load(&engine, 0.01)?;
+    let server = start_server(Arc::clone(&engine))?;
+    let address = server.address;
+    let runaway = b"select l1.l_orderkey, l2.l_orderkey from lineitem l1 join lineitem l2 \
+                    on l1.l_returnflag = l2.l_returnflag order by 1, 2";
+    let answers: Vec<Vec<Answer>> = std::thread::scope(|scope| {
+        let client = || {
+            let mut raw = Raw::engine(address)?;
+            // A bound that holds without the budget too (a failing run takes 3 GiB, not 3 × 80% of RAM).
+            raw.query(b"set memory_limit = '1GB'")?;
+            raw.query(runaway)
+        };
+        let clients: Vec<_> = (0..3).map(|_| scope.spawn(client)).collect();
+        clients.into_iter().map(|c| c.join().expect("client thread")).collect::<anyhow::Result<_>>()
+    })?;
+    for answer in &answers {
+        let error = answer.iter().find(|a| a.tag == 'E').expect("refused");
+        assert_eq!(error.code.as_deref(), Some("53200"), "{answer:?}");
+        assert!(error.message.as_deref().is_some_and(|m| m.contains("memory_budget")), "{answer:?}");
+    }
+    answers_select_1(address)?;
+    let started = Instant::now();
+    while engine.memory_budget().used() != 0 && started.elapsed() < READ_TIMEOUT {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(engine.memory_budget().used(), 0, "ended statements hold nothing of the budget");
+    Ok(())
+}
+
+/// The first column of the first row `sql` answers with, or the SQLSTATE of its error.
+fn first_value(raw: &mut Raw, sql: &str) -> anyhow::Result<Result<String, String>> {
+    raw.send(&query_message(sql.as_bytes()))?;
+    let mut outcome = Err("no row".to_string());
+    while let Some((tag, body)) = raw.message()? {
+        match BackendMessage::decode(tag, &body)? {
+            BackendMessage::ErrorResponse(fields) => {
+                outcome = Err(fields.code().map(|c| String::from_utf8_lossy(c).into_owned()).unwrap_or_default());
+            }
+            _ if tag == b'D' && outcome.is_err() => {
+                let length = i32::from_be_bytes([body[2], body[3], body[4], body[5]]);
+                let value = usize::try_from(length)
+                    .map_or(String::new(), |l| String::from_utf8_lossy(&body[6..6 + l]).into_owned());
+                outcome = Ok(value);
+            }
+            _ if tag == b'C' && outcome.is_err() => {
+                outcome = Ok(String::from_utf8_lossy(&body).trim_end_matches('\0').into())
+            }
+            _ if tag == b'Z' => break,
+            _ => {}
+        }
+    }
+    Ok(outcome)
+}
+
+/// Waits until `count` transactions wait for a table lock (bounded by READ_TIMEOUT).
+fn until_lock_waiters(engine: &Engine, count: usize) -> bool {
+    let started = Instant::now();
+    while engine.database().lock_waiters() != count {
+        if started.elapsed() > READ_TIMEOUT {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    true
+}
+
+// Goal: DROP TABLE and TRUNCATE wait for open transactions that read the table, as in
+// PostgreSQL, so a reader never sees the table vanish (42P01) or emptied mid-transaction (it
+// did: readers took no locks); lock_timeout (55P03) and statement_timeout (57014) bound the
+// wait, and two readers that both truncate deadlock (40P01); method: sessions on one server.
+#[test]
+fn drop_and_truncate_wait_for_transactions_that_read_the_table() -> anyhow::Result<()> {
+    let engine = Arc::new(Engine::new(EngineSettings::default())?);
+    engine.execute("create table t (x int); insert into t values (1), (2), (3)")?;
+    let server = start_server(Arc::clone(&engine))?;
+    let (mut reader, mut other) = (Raw::engine(server.address)?, Raw::engine(server.address)?);
+    let count = "select count(*) from t";
+    first_value(&mut reader, "begin")?.expect("begin");
+    assert_eq!(first_value(&mut reader, count)?, Ok("3".into()));
+    first_value(&mut other, "set lock_timeout = '50ms'")?.expect("set");
+    assert_eq!(first_value(&mut other, "truncate t")?, Err("55P03".into()));
+    first_value(&mut other, "set lock_timeout = 0")?.expect("set");
+    first_value(&mut other, "set statement_timeout = '50ms'")?.expect("set");
+    assert_eq!(first_value(&mut other, "drop table t")?, Err("57014".into()));
+    first_value(&mut other, "set statement_timeout = 0")?.expect("set");
+    other.send(&query_message(b"truncate t"))?;
+    assert!(until_lock_waiters(&engine, 1), "the TRUNCATE waits for the reader");
+    assert_eq!(first_value(&mut reader, count)?, Ok("3".into()), "the reader's table is whole");
+    first_value(&mut reader, "commit")?.expect("commit");
+    let truncated: String = other.answers()?.iter().map(|a| a.tag).collect();
+    assert_eq!(truncated, "CZ", "the TRUNCATE ran once the reader ended");
+    assert_eq!(first_value(&mut reader, count)?, Ok("0".into()));
+
+    for raw in [&mut reader, &mut other] {
+        first_value(raw, "begin")?.expect("begin");
+        assert_eq!(first_value(raw, count)?, Ok("0".into()));
+    }
+    reader.send(&query_message(b"drop table t"))?;
+    assert!(until_lock_waiters(&engine, 1), "the DROP waits for the other reader");
+    assert_eq!(first_value(&mut other, "truncate t")?, Err("40P01".into()));
+    first_value(&mut other, "rollback")?.expect("rollback");
+    let dropped: String = reader.answers()?.iter().map(|a| a.tag).collect();
+    assert_eq!(dropped, "CZ", "the DROP ran once the deadlocked reader rolled back");
+    first_value(&mut reader, "commit")?.expect("commit");
+    assert_eq!(first_value(&mut other, count)?, Err("42P01".into()));
+    Ok(())
 }

@@ -37,6 +37,9 @@ pub struct FrontDoorConfig {
     /// Largest password message accepted.
     pub message_size_max: u32,
     pub guard: GuardSettings,
+    /// The key of mock exchanges and plaintext salts ([`crate::mock_key`] keeps one across
+    /// restarts); `None`: a random key for this process.
+    pub mock: Option<MockKey>,
 }
 
 impl FrontDoorConfig {
@@ -50,11 +53,12 @@ impl FrontDoorConfig {
             login_timeout: Duration::from_secs(60),
             message_size_max: 64 * 1024,
             guard: GuardSettings::default(),
+            mock: None,
         }
     }
 }
 
-/// One server's front door: configuration, the mock key of this process, failure accounting.
+/// One server's front door: configuration, its mock key, failure accounting.
 #[derive(Debug)]
 pub struct FrontDoor {
     config: FrontDoorConfig,
@@ -109,7 +113,8 @@ impl Admitted {
 impl FrontDoor {
     pub fn new(config: FrontDoorConfig) -> Arc<Self> {
         let guard = LoginGuard::new(config.guard);
-        Arc::new(FrontDoor { config, mock: MockKey::random(), guard })
+        let mock = config.mock.clone().unwrap_or_else(MockKey::random);
+        Arc::new(FrontDoor { config, mock, guard })
     }
 
     pub fn guard(&self) -> &LoginGuard {

@@ -53,6 +53,7 @@ pub mod cancel;
 pub mod door;
 pub mod guard;
 pub mod login;
+pub mod mock;
 pub mod stream;
 pub mod tls;
 
@@ -61,5 +62,6 @@ pub use cancel::CancelKey;
 pub use door::{Admission, Admitted, FrontDoor, FrontDoorConfig, LOGIN_BUFFER_MIN};
 pub use guard::{Attempted, GuardSettings, LoginGuard};
 pub use login::{CancelRequest, First, LoginError};
+pub use mock::mock_key;
 pub use stream::Stream;
 pub use tls::{ServerTls, TlsFiles};

@@ -292,6 +292,9 @@ impl Session {
 
 /// Peeks at the client's buffer: the tag of the first message if at least its start is there.
 fn next_request(client: &ClientSide, message_size_max: u32) -> Result<Option<u8>, PoolerError> {
+    if client.scanner.at_boundary() {
+        bypass_wire::frame::check_frontend_tag(client.buffer.pending()).map_err(PoolerError::ClientProtocol)?;
+    }
     let mut scanner = client.scanner.clone();
     match scanner.next(client.buffer.pending(), client.buffer.capacity(), message_size_max) {
         Ok(Step::Message(header) | Step::LargeStart { header, .. }) => Ok(Some(header.tag)),

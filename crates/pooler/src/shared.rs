@@ -102,7 +102,8 @@ pub struct Shared {
     pub mirror: crate::mirror::MirrorState,
     /// Failed-login accounting: the log line, `auth_failure_delay_ms`, the per-address bound.
     pub guard: bypass_frontdoor::LoginGuard,
-    /// This process's key for mock exchanges with unknown users.
+    /// The key of mock exchanges with unknown users and of plaintext salts, kept across
+    /// restarts beside the auth file (`bypass_frontdoor::mock_key`).
     pub mock: bypass_frontdoor::MockKey,
     /// Databases served by the `*` entry whose pools are all unused, since when.
     autodb_unused_since: Mutex<HashMap<String, std::time::Instant>>,
@@ -129,6 +130,7 @@ impl Shared {
         let ValidConfig { config: parsed, auth, tls, hba, .. } = config;
         let live = Live::new(parsed, auth, hba);
         let live_settings = live.settings.clone();
+        let mock = live_settings.auth_file.as_deref().and_then(|path| bypass_frontdoor::mock_key(path).ok());
         let fastpath =
             (live.settings.fast_path == crate::config::FastPathMode::Kernel).then(crate::kernel::load).flatten();
         if let Some(fast) = &fastpath {
@@ -154,7 +156,7 @@ impl Shared {
             tls,
             auth_cache: crate::auth_cache::AuthCache::default(),
             guard: bypass_frontdoor::LoginGuard::new(guard_settings(&live_settings)),
-            mock: bypass_frontdoor::MockKey::random(),
+            mock: mock.unwrap_or_else(bypass_frontdoor::MockKey::random),
             autodb_unused_since: Mutex::default(),
         })
     }

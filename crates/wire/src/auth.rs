@@ -104,9 +104,11 @@ pub enum Proof {
     Password(Vec<u8>),
 }
 
-/// The per-process key mock exchanges derive their salts from. Random at start, so salts of
-/// unknown users cannot be computed offline, and stable while the process runs, so repeated
-/// attempts see the same salt (as they would for a real user).
+/// The server's key mock exchanges derive their salts from (and the salts of plaintext
+/// passwords): secret, so salts of unknown users cannot be computed offline, and stable, so
+/// repeated attempts see the same salt, as they would for a real user. Servers keep it across
+/// restarts (`bypass_frontdoor::mock_key`, as PostgreSQL keeps its mock authentication nonce
+/// in pg_control); [`MockKey::random`] lasts one process.
 #[derive(Clone)]
 pub struct MockKey([u8; 32]);
 
@@ -130,15 +132,30 @@ impl MockKey {
         mac.finalize().into_bytes().into()
     }
 
+    /// The 32 bytes of the key (to store it).
+    pub fn to_bytes(&self) -> [u8; 32] {
+        self.0
+    }
+
+    /// The salt this key gives `user`, known or not.
+    fn salt(&self, user: &str) -> Vec<u8> {
+        self.derive(b"salt", user)[..16].to_vec()
+    }
+
     /// A verifier no password matches, with the user's stable mock salt and the default
     /// iteration count (what a real verifier of this server shows).
     pub fn scram_verifier(&self, user: &str) -> Verifier {
         Verifier {
             iterations: DEFAULT_ITERATIONS,
-            salt: self.derive(b"salt", user)[..16].to_vec(),
+            salt: self.salt(user),
             stored_key: self.derive(b"stored", user),
             server_key: self.derive(b"server", user),
         }
+    }
+
+    /// The verifier of a plaintext password, salted as an unknown user of this name would be.
+    pub fn password_verifier(&self, user: &str, password: &[u8]) -> Verifier {
+        Verifier::from_password_and_salt(password, self.salt(user), DEFAULT_ITERATIONS)
     }
 }
 
@@ -234,7 +251,8 @@ impl Exchange {
             (Method::Md5, Some(Secret::Scram(verifier))) | (Method::ScramSha256, Some(Secret::Scram(verifier))) => {
                 State::ScramFirst { verifier: verifier.clone(), real: true }
             }
-            (Method::ScramSha256, Some(Secret::Plain { verifier, .. })) => {
+            (Method::ScramSha256, Some(Secret::Plain { password, verifier })) => {
+                let verifier = verifier.get_or_init(|| Arc::new(mock.password_verifier(user, password.as_bytes())));
                 State::ScramFirst { verifier: verifier.clone(), real: true }
             }
             // An MD5 hash cannot answer SCRAM, and an unknown user has nothing: both get the
@@ -407,6 +425,9 @@ mod tests {
         assert_eq!(key().scram_verifier("a").salt, key().scram_verifier("a").salt);
         assert_ne!(key().scram_verifier("a").salt, key().scram_verifier("b").salt);
         assert_ne!(MockKey::random().scram_verifier("a").salt, MockKey::random().scram_verifier("a").salt);
+        let plain = key().password_verifier("a", b"pw");
+        assert_eq!(plain.salt, key().scram_verifier("a").salt, "a known user's salt is made as an unknown one's");
+        assert_eq!(plain.salt, key().password_verifier("a", b"other").salt);
     }
 
     #[test]

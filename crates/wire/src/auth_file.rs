@@ -6,15 +6,18 @@
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
-use crate::scram::{Verifier, DEFAULT_ITERATIONS};
+use crate::scram::Verifier;
 
 /// What we know about one user's password. `Debug` prints the kind only, never the secret.
 #[derive(Clone)]
 pub enum Secret {
-    /// Plaintext; usable for every method. The SCRAM verifier is derived once at load.
-    Plain { password: String, verifier: Arc<Verifier> },
+    /// Plaintext; usable for every method. Its SCRAM verifier is derived at the first SCRAM
+    /// login, with the salt the server's mock key gives the user (`MockKey::password_verifier`):
+    /// stable across restarts as the key is, and made by the same function as an unknown
+    /// user's mock salt.
+    Plain { password: String, verifier: Arc<OnceLock<Arc<Verifier>>> },
     /// `md5` + hex(md5(password + user)): usable for MD5 only.
     Md5(String),
     /// A SCRAM verifier: usable for SCRAM only.
@@ -47,7 +50,7 @@ impl AuthFile {
         Self::parse(&text)
     }
 
-    /// Parses the file and derives what each secret needs (a SCRAM verifier for plaintext).
+    /// Parses the file (a plaintext password's SCRAM verifier is derived at its first use).
     pub fn parse(text: &str) -> Result<Self, String> {
         let users = parse_entries(text)?.into_iter().map(|(name, secret)| (name, Secret::classify(secret))).collect();
         Ok(AuthFile { users })
@@ -84,8 +87,7 @@ impl Secret {
         if crate::md5::is_stored_hash(&text) {
             return Secret::Md5(text);
         }
-        let verifier = Arc::new(Verifier::from_password(text.as_bytes(), DEFAULT_ITERATIONS));
-        Secret::Plain { password: text, verifier }
+        Secret::Plain { password: text, verifier: Arc::default() }
     }
 }
 

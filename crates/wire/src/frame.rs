@@ -52,6 +52,17 @@ pub fn read_header(buf: &[u8], message_size_max: u32) -> WireResult<Option<Heade
     Ok(Some(Header { tag, length }))
 }
 
+/// Refuses a logged-in client's next message by its type byte alone, before its length is
+/// read, as PostgreSQL does: a StartupPacket sent again after login (type byte 0) would
+/// otherwise be taken for the header of a message some kilobytes long and waited for.
+/// `pending` starts at a message boundary.
+pub fn check_frontend_tag(pending: &[u8]) -> WireResult<()> {
+    match pending.first() {
+        Some(&tag) if !crate::tag::frontend::after_login(tag) => Err(WireError::UnknownTag(tag as char)),
+        _ => Ok(()),
+    }
+}
+
 /// Splits a complete message frame into its header and body; `None` if `frame` is incomplete.
 pub fn split_message(frame: &[u8], message_size_max: u32) -> WireResult<Option<(Header, &[u8])>> {
     let Some(header) = read_header(frame, message_size_max)? else {

@@ -19,6 +19,26 @@ pub mod frontend {
     pub const QUERY: u8 = b'Q';
     pub const SYNC: u8 = b'S';
     pub const TERMINATE: u8 = b'X';
+
+    /// Whether a logged-in client may send a message of this type (PostgreSQL's main loop
+    /// accepts these; anything else is "invalid frontend message type").
+    pub fn after_login(tag: u8) -> bool {
+        matches!(
+            tag,
+            BIND | CLOSE
+                | COPY_DATA
+                | COPY_DONE
+                | COPY_FAIL
+                | DESCRIBE
+                | EXECUTE
+                | FLUSH
+                | FUNCTION_CALL
+                | PARSE
+                | QUERY
+                | SYNC
+                | TERMINATE
+        )
+    }
 }
 
 /// Type bytes of messages a server sends.

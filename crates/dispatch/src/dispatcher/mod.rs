@@ -193,6 +193,7 @@ fn front_door(config: &ValidDispatcherConfig) -> Arc<FrontDoor> {
             failures_per_address_max: settings.failed_logins_per_address_max,
             failure_window: Duration::from_millis(settings.failed_login_window_ms),
         },
+        mock: settings.auth_file.as_deref().and_then(|path| bypass_frontdoor::mock_key(path).ok()),
     })
 }
 

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use bypass_frontdoor::{Admission, Admitted, CancelKey, Refusal};
 use bypass_wire::backend::build;
-use bypass_wire::frame::{read_header, split_message, Scanner, Step};
+use bypass_wire::frame::{check_frontend_tag, read_header, split_message, Scanner, Step};
 use bypass_wire::tag;
 use bypass_wire::{BackendMessage, FrontendMessage, Severity, SqlState, TransactionStatus};
 use bypass_wire::{DEFAULT_MESSAGE_SIZE_MAX, HEADER_LEN};
@@ -781,6 +781,9 @@ async fn pump_copy_in(link: &mut Link, client: &mut Client) -> Result<()> {
         let mut done = false;
         while !done {
             let pending = &client.buffer.pending()[forward..];
+            if client.scanner.at_boundary() {
+                check_frontend_tag(pending)?;
+            }
             match client.scanner.next(pending, client.buffer.capacity(), DEFAULT_MESSAGE_SIZE_MAX)? {
                 Step::Message(header) => {
                     forward += header.frame_len();
@@ -891,6 +894,7 @@ fn parse_request(pending: &[u8]) -> Result<Option<Request>> {
     let mut queries = Vec::new();
     let mut named = false;
     loop {
+        check_frontend_tag(&pending[offset..])?;
         let Some((header, body)) = split_message(&pending[offset..], REQUEST_BYTES_MAX as u32)? else {
             return Ok(None);
         };

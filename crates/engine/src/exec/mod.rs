@@ -137,6 +137,7 @@ impl Executor<'_> {
                     break Source::Scan { table: Arc::clone(table), columns: columns.clone(), filter: filter.clone() };
                 }
                 Plan::SingleRow => break Source::Batches(vec![Batch::new(Vec::new(), 1)]),
+                Plan::Shared(inner) => node = inner,
                 Plan::Constant { batches, .. } => break Source::Batches(batches.to_vec()),
                 breaker => break Source::Batches(self.execute(breaker)?),
             }

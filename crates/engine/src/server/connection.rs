@@ -33,7 +33,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use bypass_frontdoor::{Admission, CancelKey, Stream};
 use bypass_wire::auth::Refusal;
-use bypass_wire::frame::read_header;
+use bypass_wire::frame::{check_frontend_tag, read_header};
 use bypass_wire::frontend::{Bind, DescribeKind, FrontendMessage, Parse};
 use bypass_wire::{SqlState, StartupRequest};
 use sqlparser::ast;
@@ -368,6 +368,7 @@ impl Connection {
 
     /// A whole message at the start of `input`, taken out of it.
     fn take_message(&mut self) -> Result<Option<(u8, Vec<u8>)>, String> {
+        check_frontend_tag(&self.input).map_err(|error| format!("invalid message: {error}"))?;
         match read_header(&self.input, self.message_size_max()) {
             Err(error) => Err(format!("invalid message: {error}")),
             Ok(Some(header)) if self.input.len() >= header.frame_len() => {

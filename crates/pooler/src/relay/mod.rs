@@ -18,7 +18,7 @@ pub mod tracker;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use bypass_wire::frame::{Header, Step};
+use bypass_wire::frame::{check_frontend_tag, Header, Step};
 use bypass_wire::tag;
 use bypass_wire::{BackendMessage, TransactionStatus, WireError, HEADER_LEN};
 
@@ -143,28 +143,8 @@ fn idle_deadline(linked: &Linked, timeout_ms: u64) -> Option<Instant> {
     (timeout_ms > 0 && linked.tracker.idle_in_transaction()).then(|| Instant::now() + Duration::from_millis(timeout_ms))
 }
 
-/// Messages a logged-in client may send.
-fn valid_client_tag(tag: u8) -> bool {
-    matches!(
-        tag,
-        tag::frontend::BIND
-            | tag::frontend::CLOSE
-            | tag::frontend::COPY_DATA
-            | tag::frontend::COPY_DONE
-            | tag::frontend::COPY_FAIL
-            | tag::frontend::DESCRIBE
-            | tag::frontend::EXECUTE
-            | tag::frontend::FLUSH
-            | tag::frontend::FUNCTION_CALL
-            | tag::frontend::PARSE
-            | tag::frontend::QUERY
-            | tag::frontend::SYNC
-            | tag::frontend::TERMINATE
-    )
-}
-
 fn check_client_message(header: Header) -> Result<(), PoolerError> {
-    if !valid_client_tag(header.tag) {
+    if !tag::frontend::after_login(header.tag) {
         return Err(PoolerError::ClientProtocol(WireError::UnknownTag(header.tag as char)));
     }
     if header.tag == tag::frontend::TERMINATE && header.length != 4 {
@@ -196,6 +176,9 @@ async fn forward_client(
     let (mut parses, mut binds) = (0u64, 0u64);
     let mut warnings: Vec<&'static str> = Vec::new(); // Allocates only when a warning is due.
     while consumed < pending.len() {
+        if client.scanner.at_boundary() {
+            check_frontend_tag(&pending[consumed..]).map_err(PoolerError::ClientProtocol)?;
+        }
         match client.scanner.next(&pending[consumed..], capacity, limit).map_err(PoolerError::ClientProtocol)? {
             Step::Message(header) => {
                 check_client_message(header)?;
