@@ -156,8 +156,8 @@ impl Executor<'_> {
         residual: Option<&Expr>,
     ) -> Result<JoinTable> {
         let types = build.output_types();
-        let build_batch = sort::concat(self.execute(build)?, &types);
-        JoinTable::build(self.runtime, kind, build_batch, build_keys, probe_keys.to_vec(), residual.cloned())
+        let batches = self.execute(build)?;
+        JoinTable::build(self.runtime, kind, batches, &types, build_keys, probe_keys.to_vec(), residual.cloned())
     }
 
     /// Right semi/anti join: the probe side streams through the hashed build side on all
@@ -344,11 +344,12 @@ pub(crate) fn run_operators(
             if caches.len() <= cache_index {
                 caches.resize_with(cache_index + 1, KeyCache::default);
             }
-            let mut produced = Vec::new();
-            table.probe(&mut caches[cache_index], &batch, &mut produced)?;
-            for output in produced {
-                run_operators(rest, caches, output, sink)?;
-            }
+            // The probe's cache is taken out while its output runs through the operators after
+            // it, which use the caches of their own slots.
+            let mut cache = std::mem::take(&mut caches[cache_index]);
+            let probed = table.probe(&mut cache, &batch, &mut |output| run_operators(rest, caches, output, sink));
+            caches[cache_index] = cache;
+            probed?;
         }
     }
     Ok(())
