@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use bypass_pooler::config::{AuthType, PoolMode};
 use bypass_pooler::Config;
-use bypass_testkit::Postgres;
+use bypass_testkit::{Postgres, TestUser};
 use common::*;
 
 /// A configuration with only the catch-all `*` database and an auth file holding `postgres`.
@@ -315,6 +315,44 @@ fn mock_salts_are_stable_across_restarts_and_differ_between_names() {
     assert_ne!(first[1], first[2], "unknown names get different salts");
     assert_ne!(first[0], first[1], "a known and an unknown name get different salts");
     let key_file = bypass_frontdoor::mock::mock_key_path(&dir.path().join("userlist.txt"));
+    let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&key_file).expect("key file").permissions());
+    assert_eq!(mode & 0o077, 0, "{}", key_file.display());
+}
+
+#[test]
+fn a_pooler_without_an_auth_file_keeps_its_mock_key_beside_its_configuration() {
+    // Goal: a pooler whose users come only through auth_query (no auth file) also gives an
+    // unknown user the same salt after a restart (its mock key was random per process, so
+    // unknown users' salts changed at a restart while known users' stayed: enumeration across
+    // restarts). Method: a configuration file with no auth file and no mock_key_file, hba
+    // scram-sha-256 for everyone, auth_user logging in with the database entry's password; the
+    // pooler started twice from it, salts of a user auth_query finds (PostgreSQL's own salt)
+    // and of two unknown users each time; the key is kept in `<config file>.mock-key`, 0600.
+    let postgres =
+        postgres_with_users(vec![TestUser::scram("carol", "carol-pw"), TestUser::md5("authenticator", "auth-pw")]);
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::write(dir.path().join("hba.conf"), "host all all all scram-sha-256\n").expect("hba file");
+    let path = dir.path().join("bypass.toml");
+    let text = format!(
+        "[pooler]\nlisten_addr = \"127.0.0.1:0\"\nworkers = 2\npool_mode = \"transaction\"\n\
+         auth_type = \"trust\"\nauth_hba_file = \"hba.conf\"\nauth_user = \"authenticator\"\n\n\
+         [databases.postgres]\nport = {}\nuser = \"authenticator\"\npassword = \"auth-pw\"\n",
+        postgres.port()
+    );
+    std::fs::write(&path, text).expect("configuration file");
+    let users = ["carol", "nobody", "someone_else"];
+    let salts_of_one_start = || {
+        let pooler = Pooler::start_from_file(&path);
+        users.map(|user| scram_salt(pooler.port, user))
+    };
+    let first = salts_of_one_start();
+    let second = salts_of_one_start();
+    let verifier = postgres.psql("select rolpassword from pg_authid where rolname = 'carol'").expect("verifier");
+    let carol_salt = verifier.trim().split(['$', ':']).nth(2).expect("SCRAM-SHA-256$<iterations>:<salt>$...");
+    assert_eq!(first[0], carol_salt, "carol was found through auth_query");
+    assert_eq!(first, second, "salts after a restart");
+    assert_ne!(first[1], first[2], "unknown names get different salts");
+    let key_file = dir.path().join("bypass.toml.mock-key");
     let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&key_file).expect("key file").permissions());
     assert_eq!(mode & 0o077, 0, "{}", key_file.display());
 }
