@@ -62,6 +62,6 @@ pub use cancel::CancelKey;
 pub use door::{Admission, Admitted, FrontDoor, FrontDoorConfig, LOGIN_BUFFER_MIN};
 pub use guard::{Attempted, GuardSettings, LoginGuard};
 pub use login::{CancelRequest, First, LoginError};
-pub use mock::mock_key;
+pub use mock::{mock_key, mock_key_in};
 pub use stream::Stream;
 pub use tls::{ServerTls, TlsFiles};

@@ -3,10 +3,12 @@
 //! changed at every restart while a real user's stayed, so two logins a restart apart told
 //! them apart.
 //!
-//! The key lives in a file beside the auth file (`<auth file>.mock-key`, 64 hex digits, mode
-//! 0600), written once by the first server that needs it. Where that file cannot be written
-//! (a read-only configuration directory), the key is derived from the auth file's bytes:
-//! stable while the file is unchanged, and as secret as the file.
+//! The key lives in a file (64 hex digits, mode 0600), written once by the first server that
+//! needs it: by default beside the auth file (`<auth file>.mock-key`), or wherever the server's
+//! configuration names ([`mock_key_in`]; a pooler without an auth file keeps it beside its
+//! configuration file). Where that file cannot be written (a read-only configuration
+//! directory), the key is derived from the auth file's bytes: stable while the file is
+//! unchanged, and as secret as the file.
 
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
@@ -24,14 +26,20 @@ pub fn mock_key_path(auth_file: &Path) -> PathBuf {
 /// The mock key for a server whose users are in `auth_file`: read from its key file, written
 /// there first if there is none, or derived from the auth file when it cannot be written.
 pub fn mock_key(auth_file: &Path) -> std::io::Result<MockKey> {
-    let path = mock_key_path(auth_file);
-    match stored_key(&path) {
-        Ok(key) => Ok(key),
-        Err(error) => {
+    mock_key_in(&mock_key_path(auth_file), Some(auth_file))
+}
+
+/// The mock key kept in `key_file`: read, or written there first if there is none. When that
+/// fails, derived from `auth_file` if there is one (else the error: the caller decides).
+pub fn mock_key_in(key_file: &Path, auth_file: Option<&Path>) -> std::io::Result<MockKey> {
+    match (stored_key(key_file), auth_file) {
+        (Ok(key), _) => Ok(key),
+        (Err(error), Some(auth_file)) => {
             let key = derived_key(auth_file)?;
-            tracing::warn!(path = %path.display(), %error, "mock key not stored; derived from the auth file");
+            tracing::warn!(path = %key_file.display(), %error, "mock key not stored; derived from the auth file");
             Ok(key)
         }
+        (Err(error), None) => Err(error),
     }
 }
 
@@ -97,5 +105,19 @@ mod tests {
         let derived = mock_key(&auth_file).expect("derived").to_bytes();
         assert_eq!(mock_key(&auth_file).expect("derived again").to_bytes(), derived);
         assert_ne!(derived, first);
+    }
+
+    // Goal: a key file named apart from any auth file is created once and read back, and one
+    // that cannot be written is an error (nothing to derive from); method: a temp dir.
+    #[test]
+    fn a_key_file_of_its_own_is_kept_or_refused() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let key_file = dir.path().join("keys").join("mock-key");
+        assert!(mock_key_in(&key_file, None).is_err(), "its folder does not exist");
+        std::fs::create_dir(dir.path().join("keys")).expect("folder");
+        let first = mock_key_in(&key_file, None).expect("created").to_bytes();
+        assert_eq!(mock_key_in(&key_file, None).expect("read").to_bytes(), first);
+        let mode = std::fs::metadata(&key_file).expect("metadata").permissions();
+        assert_eq!(std::os::unix::fs::PermissionsExt::mode(&mode) & 0o077, 0, "only the owner reads it");
     }
 }

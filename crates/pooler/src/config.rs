@@ -125,6 +125,15 @@ settings! {
         reload auth_type: AuthType = AuthType::Md5,
         /// PgBouncer-format user list (`"user" "secret"` per line); required unless `auth_type = trust`.
         reload auth_file: Option<PathBuf> = None,
+        /// File keeping the key of the mock SCRAM exchange unknown users get (and of the salts of
+        /// plaintext secrets in `auth_file`): 64 hex digits, mode 0600, created at the first start
+        /// if missing. Kept across restarts, an unknown user's salt stays the same as a known
+        /// user's does, so logins a restart apart cannot tell them apart (PostgreSQL keeps its
+        /// mock nonce in pg_control). If it cannot be written the key is derived from `auth_file`
+        /// (without one: a key per process, with a warning). Relative to the config file. Default
+        /// `<auth_file>.mock-key`, without an auth file (users only through `auth_query`)
+        /// `<config file>.mock-key`.
+        restart mock_key_file: Option<PathBuf> = None,
         /// Most client connections at once; more are refused with SQLSTATE 53300. Default 100.
         reload max_client_conn: u32 = 100,
         /// Servers per (database, user) pool. Default 20.

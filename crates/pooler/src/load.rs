@@ -42,6 +42,7 @@ impl Config {
         if let Some(folder) = path.parent() {
             resolve_file_paths(&mut config.pooler, folder);
         }
+        default_mock_key_file(&mut config.pooler, path);
         match config.validate() {
             Ok(valid) if problems.is_empty() => Ok(valid),
             Ok(_) => Err(ConfigError::Invalid(problems)),
@@ -221,11 +222,22 @@ fn resolve_file_paths(settings: &mut PoolerSettings, folder: &Path) {
         &mut settings.server_tls_cert_file,
         &mut settings.server_tls_key_file,
         &mut settings.auth_hba_file,
+        &mut settings.mock_key_file,
     ]
     .into_iter()
     .flatten()
     {
         *path = folder.join(&*path);
+    }
+}
+
+/// Where the mock key is kept when `mock_key_file` is unset: beside the auth file (where it
+/// always was), else beside the configuration file, so that a pooler whose users come only
+/// through `auth_query` keeps one across restarts too.
+fn default_mock_key_file(settings: &mut PoolerSettings, config_file: &Path) {
+    if settings.mock_key_file.is_none() {
+        let beside = settings.auth_file.as_deref().unwrap_or(config_file);
+        settings.mock_key_file = Some(bypass_frontdoor::mock::mock_key_path(beside));
     }
 }
 
@@ -285,5 +297,24 @@ mod tests {
         let valid = toml::from_str::<Config>(text).expect("parses").validate().expect("valid");
         assert_eq!(valid.config.databases["app"].backend_dbname("app"), "app");
         assert_eq!(valid.listen_addr.port(), 6432);
+    }
+
+    #[test]
+    fn every_configuration_file_names_a_mock_key_file() {
+        // Goal: the mock key has a home whatever the file says: beside the auth file, else beside
+        // the configuration file, or where mock_key_file says (relative to the file's folder).
+        let dir = tempfile::tempdir().expect("temp dir");
+        std::fs::write(dir.path().join("users.txt"), "\"alice\" \"pw\"\n").expect("auth file");
+        let path = dir.path().join("bypass.toml");
+        let key_file_of = |extra: &str| {
+            std::fs::write(&path, format!("[pooler]\n{extra}\n[databases.app]\nport = 5433\n")).expect("config");
+            Config::load(&path).expect("valid").config.pooler.mock_key_file.expect("a key file")
+        };
+        assert_eq!(key_file_of("auth_type = \"trust\""), dir.path().join("bypass.toml.mock-key"));
+        assert_eq!(key_file_of("auth_file = \"users.txt\""), dir.path().join("users.txt.mock-key"));
+        assert_eq!(
+            key_file_of("auth_file = \"users.txt\"\nmock_key_file = \"keys/mock\""),
+            dir.path().join("keys/mock")
+        );
     }
 }

@@ -103,7 +103,7 @@ pub struct Shared {
     /// Failed-login accounting: the log line, `auth_failure_delay_ms`, the per-address bound.
     pub guard: bypass_frontdoor::LoginGuard,
     /// The key of mock exchanges with unknown users and of plaintext salts, kept across
-    /// restarts beside the auth file (`bypass_frontdoor::mock_key`).
+    /// restarts in `mock_key_file` (see [`mock_key`]).
     pub mock: bypass_frontdoor::MockKey,
     /// Databases served by the `*` entry whose pools are all unused, since when.
     autodb_unused_since: Mutex<HashMap<String, std::time::Instant>>,
@@ -121,6 +121,18 @@ pub struct Snapshot {
     pub pools: u32,
 }
 
+/// The mock key from `mock_key_file` (a configuration file's loader always sets it), else from
+/// beside the auth file; a configuration built in code with neither gets a key for this process.
+fn mock_key(settings: &PoolerSettings) -> bypass_frontdoor::MockKey {
+    let auth_file = settings.auth_file.as_deref();
+    let key_file = settings.mock_key_file.clone().or_else(|| auth_file.map(bypass_frontdoor::mock::mock_key_path));
+    let Some(key_file) = key_file else { return bypass_frontdoor::MockKey::random() };
+    bypass_frontdoor::mock_key_in(&key_file, auth_file).unwrap_or_else(|error| {
+        tracing::warn!(path = %key_file.display(), %error, "mock key not kept; a key for this process only (set pooler.mock_key_file)");
+        bypass_frontdoor::MockKey::random()
+    })
+}
+
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -130,7 +142,6 @@ impl Shared {
         let ValidConfig { config: parsed, auth, tls, hba, .. } = config;
         let live = Live::new(parsed, auth, hba);
         let live_settings = live.settings.clone();
-        let mock = live_settings.auth_file.as_deref().and_then(|path| bypass_frontdoor::mock_key(path).ok());
         let fastpath =
             (live.settings.fast_path == crate::config::FastPathMode::Kernel).then(crate::kernel::load).flatten();
         if let Some(fast) = &fastpath {
@@ -156,7 +167,7 @@ impl Shared {
             tls,
             auth_cache: crate::auth_cache::AuthCache::default(),
             guard: bypass_frontdoor::LoginGuard::new(guard_settings(&live_settings)),
-            mock: mock.unwrap_or_else(bypass_frontdoor::MockKey::random),
+            mock: mock_key(&live_settings),
             autodb_unused_since: Mutex::default(),
         })
     }

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use bypass_pooler::config::{AuthType, PoolMode};
 use bypass_pooler::Config;
-use bypass_testkit::Postgres;
+use bypass_testkit::{Postgres, TestUser};
 use common::*;
 
 /// A configuration with only the catch-all `*` database and an auth file holding `postgres`.
@@ -226,36 +226,47 @@ async fn malformed_oversized_and_random_bytes_leave_the_pooler_serving() {
 fn a_startup_packet_after_login_is_refused_at_once() {
     // Goal: a StartupPacket or SSLRequest sent again after login (type byte 0) gets FATAL 08P01
     // at once and the connection closes, as PostgreSQL answers "invalid frontend message type
-    // 0" (the pooler took it for the header of a message ~2-10 KB long and waited for the
-    // rest). Method: raw logins in both pool modes, idle and after a query (linked in session
-    // mode); the answer must arrive without another byte sent (RawClient's 10 s read bound).
+    // 0" (the pooler, and in transaction mode the kernel fast path, took it for the header of a
+    // message ~2-10 KB long and waited for the rest). Method: raw logins in both pool modes
+    // (and in the kernel pass, transaction mode framed in the kernel): idle, after a query
+    // (linked in session mode), right behind a query in one write (the header starts mid-skb),
+    // and the type byte alone; the answer must arrive without another byte sent (RawClient's
+    // 10 s read bound) and the pooler must close the connection (EOF, not that bound).
     let postgres = postgres();
     let mut startup = Vec::new();
     bypass_wire::startup::encode_startup(&mut startup, &[("user", "postgres"), ("database", "postgres")]);
     let ssl_request = vec![0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f];
     let mut query = Vec::new();
     bypass_wire::frontend::build::query(&mut query, "select 1");
+    let ssl_behind_query = [query.clone(), ssl_request.clone()].concat();
+    let type_byte_behind_query = [query.clone(), vec![0]].concat();
+    // (what, a query answered first, bytes, answers allowed before the error)
+    let cases: [(&str, bool, &[u8], &[u8]); 7] = [
+        ("a StartupPacket", false, &startup, b""),
+        ("an SSLRequest", false, &ssl_request, b""),
+        ("a StartupPacket after a query", true, &startup, b""),
+        ("an SSLRequest after a query", true, &ssl_request, b""),
+        ("type byte 0 alone", false, &[0], b""),
+        // The query may be answered first (PostgreSQL would), or dropped with the connection.
+        ("an SSLRequest behind a query in one write", false, &ssl_behind_query, b"TDCZ"),
+        ("type byte 0 behind a query in one write", false, &type_byte_behind_query, b"TDCZ"),
+    ];
     for mode in [PoolMode::Session, PoolMode::Transaction] {
         let pooler = Pooler::start(config(&postgres, mode, 2));
-        // Known gap (issue 21): with the kernel fast path in transaction mode an idle client's
-        // bytes may be framed in the kernel, and a type-0 header there (an SSLRequest or a
-        // StartupPacket again, taken for a message of kilobytes) is waited on; whether it is
-        // depends on how soon the client is attached after login, so the kernel pass skips
-        // transaction mode here.
-        let kernel = fast_path_override() == Some(bypass_pooler::config::FastPathMode::Kernel);
-        let cases = [(&startup, false), (&ssl_request, false), (&startup, true), (&ssl_request, true)];
-        let skipped = kernel && mode == PoolMode::Transaction;
-        for (input, after_query) in cases.into_iter().filter(|_| !skipped) {
+        for (what, after_query, input, allowed_first) in cases {
             let mut raw = RawClient::login(pooler.port);
             if after_query {
                 raw.send(&query);
                 assert_eq!(raw.read_until(b'Z').last().map(|m| m.0), Some(b'Z'), "{mode:?}");
             }
             raw.send(input);
-            let answer = raw.read_message();
-            let Some((b'E', body)) = answer else { panic!("{mode:?} {input:?}: no ErrorResponse but {answer:?}") };
-            assert_eq!(error_code(&body), "08P01", "{mode:?} {input:?}");
-            assert!(raw.read_message().is_none(), "{mode:?} {input:?}: the connection closes");
+            let answers = raw.read_until(b'E');
+            let Some(((b'E', body), first)) = answers.split_last() else {
+                panic!("{mode:?}, {what}: no ErrorResponse but {answers:?}")
+            };
+            assert!(first.iter().all(|(tag, _)| allowed_first.contains(tag)), "{mode:?}, {what}: {answers:?}");
+            assert_eq!(error_code(body), "08P01", "{mode:?}, {what}");
+            assert!(raw.is_closed(), "{mode:?}, {what}: the connection closes");
         }
         let mut client = RawClient::login(pooler.port);
         client.send(&query);
@@ -304,6 +315,44 @@ fn mock_salts_are_stable_across_restarts_and_differ_between_names() {
     assert_ne!(first[1], first[2], "unknown names get different salts");
     assert_ne!(first[0], first[1], "a known and an unknown name get different salts");
     let key_file = bypass_frontdoor::mock::mock_key_path(&dir.path().join("userlist.txt"));
+    let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&key_file).expect("key file").permissions());
+    assert_eq!(mode & 0o077, 0, "{}", key_file.display());
+}
+
+#[test]
+fn a_pooler_without_an_auth_file_keeps_its_mock_key_beside_its_configuration() {
+    // Goal: a pooler whose users come only through auth_query (no auth file) also gives an
+    // unknown user the same salt after a restart (its mock key was random per process, so
+    // unknown users' salts changed at a restart while known users' stayed: enumeration across
+    // restarts). Method: a configuration file with no auth file and no mock_key_file, hba
+    // scram-sha-256 for everyone, auth_user logging in with the database entry's password; the
+    // pooler started twice from it, salts of a user auth_query finds (PostgreSQL's own salt)
+    // and of two unknown users each time; the key is kept in `<config file>.mock-key`, 0600.
+    let postgres =
+        postgres_with_users(vec![TestUser::scram("carol", "carol-pw"), TestUser::md5("authenticator", "auth-pw")]);
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::write(dir.path().join("hba.conf"), "host all all all scram-sha-256\n").expect("hba file");
+    let path = dir.path().join("bypass.toml");
+    let text = format!(
+        "[pooler]\nlisten_addr = \"127.0.0.1:0\"\nworkers = 2\npool_mode = \"transaction\"\n\
+         auth_type = \"trust\"\nauth_hba_file = \"hba.conf\"\nauth_user = \"authenticator\"\n\n\
+         [databases.postgres]\nport = {}\nuser = \"authenticator\"\npassword = \"auth-pw\"\n",
+        postgres.port()
+    );
+    std::fs::write(&path, text).expect("configuration file");
+    let users = ["carol", "nobody", "someone_else"];
+    let salts_of_one_start = || {
+        let pooler = Pooler::start_from_file(&path);
+        users.map(|user| scram_salt(pooler.port, user))
+    };
+    let first = salts_of_one_start();
+    let second = salts_of_one_start();
+    let verifier = postgres.psql("select rolpassword from pg_authid where rolname = 'carol'").expect("verifier");
+    let carol_salt = verifier.trim().split(['$', ':']).nth(2).expect("SCRAM-SHA-256$<iterations>:<salt>$...");
+    assert_eq!(first[0], carol_salt, "carol was found through auth_query");
+    assert_eq!(first, second, "salts after a restart");
+    assert_ne!(first[1], first[2], "unknown names get different salts");
+    let key_file = dir.path().join("bypass.toml.mock-key");
     let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&key_file).expect("key file").permissions());
     assert_eq!(mode & 0o077, 0, "{}", key_file.display());
 }

@@ -1,8 +1,8 @@
 //! A transaction-mode client whose traffic runs in the kernel fast path.
 //!
 //! User space sees the client's bytes only when the kernel closed its gate: no free server
-//! (clients wait here, FIFO), a named prepared statement or Terminate, or bytes that arrived
-//! before user space re-armed. Then:
+//! (clients wait here, FIFO), a named prepared statement or Terminate, a message no client may
+//! send (refused here at once), or bytes that arrived before user space re-armed. Then:
 //! - **assign**: every whole message is one the kernel may forward → take a server, link it to
 //!   the client in the kernel, write the request; the answer flows client-ward in the kernel;
 //! - **serve**: otherwise the transaction runs in user space with the ordinary relay (a server
@@ -15,7 +15,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bypass_fastpath::{ClientSlot, FastPath, ServerSlot};
-use bypass_wire::HEADER_LEN;
+use bypass_wire::frame::{check_frontend_tag, read_header};
+use bypass_wire::{WireError, HEADER_LEN};
 use tokio::sync::Notify;
 
 use super::{next_request, Session};
@@ -94,6 +95,10 @@ enum Batch {
     Serve,
     /// A message is still arriving.
     Incomplete,
+    /// A message no logged-in client may send (an unknown type byte, a length below 4 or over
+    /// `message_size_max`): refused at once with the relay's error, without waiting for a
+    /// body (a StartupPacket sent again would otherwise be waited on for kilobytes).
+    Refuse(WireError),
 }
 
 impl Session {
@@ -114,13 +119,14 @@ impl Session {
             if self.forward_raw(client).await? {
                 continue;
             }
-            match classify(client.buffer.pending(), client.buffer.capacity()) {
+            match classify(client.buffer.pending(), client.buffer.capacity(), self.limits.message_size_max) {
                 Batch::Incomplete => {
                     if read_some(&mut client.stream, &mut client.buffer).await.map_err(PoolerError::ClientIo)? == 0 {
                         return Ok(());
                     }
                 }
                 Batch::Forward { bytes, requests } => self.forward(client, bytes, requests).await?,
+                Batch::Refuse(error) => return Err(PoolerError::ClientProtocol(error)),
                 Batch::Serve => {
                     if client.buffer.pending().first() == Some(&b'X') && self.kernel_link().is_none() {
                         return Ok(());
@@ -346,30 +352,39 @@ impl Session {
     }
 }
 
-/// Classifies the whole messages at the front of `pending` (see [`Batch`]).
-fn classify(pending: &[u8], capacity: usize) -> Batch {
+/// Classifies the whole messages at the front of `pending`, which starts at a message
+/// boundary (see [`Batch`]). A type byte is judged as soon as it arrives, its length as soon
+/// as the header is whole, as the relay does; messages before one that stops the batch go
+/// first.
+fn classify(pending: &[u8], capacity: usize, message_size_max: u32) -> Batch {
     let (mut at, mut requests) = (0usize, 0u32);
-    while pending.len() - at >= HEADER_LEN {
-        let tag = pending[at];
-        let length = u32::from_be_bytes([pending[at + 1], pending[at + 2], pending[at + 3], pending[at + 4]]) as usize;
-        if length < 4 || length + 1 > capacity {
-            return if at > 0 { Batch::Forward { bytes: at, requests } } else { Batch::Serve };
+    let batch_or = |at: usize, requests: u32, otherwise: Batch| {
+        if at > 0 {
+            Batch::Forward { bytes: at, requests }
+        } else {
+            otherwise
         }
-        let end = at + 1 + length;
-        if end > pending.len() {
+    };
+    while at < pending.len() {
+        let rest = &pending[at..];
+        let header = match check_frontend_tag(rest).and_then(|()| read_header(rest, message_size_max)) {
+            Err(error) => return batch_or(at, requests, Batch::Refuse(error)),
+            Ok(None) => break,
+            Ok(Some(header)) => header,
+        };
+        if header.frame_len() > capacity {
+            return batch_or(at, requests, Batch::Serve); // The relay streams it.
+        }
+        if header.frame_len() > rest.len() {
             break;
         }
-        if !kernel_may_forward(tag, &pending[at + HEADER_LEN..end]) {
-            return if at > 0 { Batch::Forward { bytes: at, requests } } else { Batch::Serve };
+        if !kernel_may_forward(header.tag, &rest[HEADER_LEN..header.frame_len()]) {
+            return batch_or(at, requests, Batch::Serve);
         }
-        requests += u32::from(matches!(tag, b'Q' | b'S' | b'F'));
-        at = end;
+        requests += u32::from(matches!(header.tag, b'Q' | b'S' | b'F'));
+        at += header.frame_len();
     }
-    if at > 0 {
-        Batch::Forward { bytes: at, requests }
-    } else {
-        Batch::Incomplete
-    }
+    batch_or(at, requests, Batch::Incomplete)
 }
 
 /// The same rule as the client program: named statements and portals need the pooler's
@@ -438,7 +453,8 @@ async fn send_all(fd: RawFd, mut bytes: &[u8]) -> Result<(), PoolerError> {
 
 #[cfg(test)]
 mod tests {
-    use super::single_autocommit_statement;
+    use super::{classify, single_autocommit_statement, Batch};
+    use bypass_wire::WireError;
 
     fn query(sql: &str) -> Vec<u8> {
         let mut message = Vec::new();
@@ -461,5 +477,21 @@ mod tests {
         let two = [query("select 1"), query("select 2")].concat();
         assert!(!single_autocommit_statement(&two), "two messages");
         assert!(!single_autocommit_statement(b"S\0\0\0\x04"), "a Sync");
+    }
+
+    #[test]
+    fn a_message_no_client_may_send_is_refused_before_its_body_arrives() {
+        let ssl_request = [0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f];
+        let refused = |pending: &[u8]| matches!(classify(pending, 16_384, 1_024), Batch::Refuse(_));
+        assert!(refused(&ssl_request), "an SSLRequest again (type byte 0, taken for 2 KB)");
+        assert!(refused(&ssl_request[..1]), "its type byte alone");
+        assert!(matches!(classify(b"Q\0\0\x04\x01", 16_384, 1_024), Batch::Refuse(WireError::TooLarge { .. })));
+        assert!(matches!(classify(b"Q\0\0\0\x03", 16_384, 1_024), Batch::Refuse(WireError::BadLength { .. })));
+        let select = query("select 1");
+        let mut pending = select.clone();
+        pending.extend_from_slice(&ssl_request);
+        let Batch::Forward { bytes, requests } = classify(&pending, 16_384, 1_024) else { panic!("forward first") };
+        assert_eq!((bytes, requests), (select.len(), 1), "the query before it goes first");
+        assert!(matches!(classify(&select[..7], 16_384, 1_024), Batch::Incomplete), "a query still arriving");
     }
 }
