@@ -267,6 +267,39 @@ pub fn current() -> Option<Arc<QueryControl>> {
     }
 }
 
+/// Most a reservation's work ever took, in percent of what was reserved for it (tests read it
+/// to show that the reservations made from SQL text are upper bounds).
+static RESERVATION_USE_PERCENT_MAX: AtomicU64 = AtomicU64::new(0);
+
+/// Runs `f`, which cannot check the statement's control while it runs (the parser building a
+/// syntax tree), with `bytes` reserved for it ahead: past memory_limit or the server's budget
+/// the statement stops before `f` runs (53200). While `f` runs the reservation stands for what
+/// it allocates (counted apart, not twice); when it returns, what it still holds is charged to
+/// the statement. Outside a statement `f` just runs.
+pub fn with_reserved<R>(bytes: usize, f: impl FnOnce() -> R) -> Result<R> {
+    let Some(control) = current() else {
+        return Ok(f());
+    };
+    let reserved = isize::try_from(bytes).unwrap_or(isize::MAX);
+    control.charge(reserved);
+    if let Err(error) = control.check() {
+        control.charge(-reserved);
+        return Err(error);
+    }
+    let apart = QueryControl::unlimited();
+    let result = enter(&apart, f);
+    let (held, peak) = (apart.memory_used.load(Ordering::Relaxed), apart.memory_peak());
+    control.charge(held - reserved);
+    let percent = (peak as u128 * 100 / bytes.max(1) as u128).min(u128::from(u64::MAX)) as u64;
+    RESERVATION_USE_PERCENT_MAX.fetch_max(percent, Ordering::Relaxed);
+    Ok(result)
+}
+
+/// The largest share of its reservation any `with_reserved` work took so far, in percent.
+pub fn reservation_use_percent_max() -> u64 {
+    RESERVATION_USE_PERCENT_MAX.load(Ordering::Relaxed)
+}
+
 /// Ok unless the current statement was asked to stop (cancel, timeout, memory, client gone).
 /// Cheap: one thread-local read and one atomic load, plus a clock read when a deadline is set.
 pub fn check() -> Result<()> {

@@ -6,7 +6,9 @@ use std::sync::{Arc, Mutex};
 
 use sqlparser::ast;
 use sqlparser::dialect::PostgreSqlDialect;
+use sqlparser::keywords::Keyword;
 use sqlparser::parser::{Parser, ParserError};
+use sqlparser::tokenizer::{Token, TokenWithSpan, Tokenizer};
 
 use crate::catalog::{Catalog, Database};
 use crate::control::MemoryBudget;
@@ -22,6 +24,34 @@ use crate::vector::Batch;
 
 /// Longest SQL text accepted (bytes).
 pub const SQL_BYTES_MAX: usize = 1 << 20;
+/// What the parser's tokens and syntax tree take at most: per token (whitespace included), per
+/// SELECT (a query block's node is large), per statement and per byte of text (literals and
+/// names are copied). Measured worst cases use about 80% of the bound
+/// (`tests/depth.rs::parse_memory_stays_within_its_bound`: FROM lists, subqueries, literals).
+const PARSE_BYTES_PER_TOKEN: usize = 1536;
+const PARSE_BYTES_PER_SELECT: usize = 12 << 10;
+const PARSE_BYTES_PER_STATEMENT: usize = 16 << 10;
+const PARSE_BYTES_PER_TEXT_BYTE: usize = 8;
+
+/// An upper bound of the memory parsing `sql`, tokenized as `tokens`, takes.
+fn parse_tree_bytes_max(sql: &str, tokens: &[TokenWithSpan]) -> usize {
+    let (mut selects, mut statements) = (0usize, 1usize);
+    for token in tokens {
+        match &token.token {
+            Token::Word(word) if word.keyword == Keyword::SELECT => selects += 1,
+            Token::SemiColon => statements += 1,
+            _ => {}
+        }
+    }
+    [
+        (tokens.len(), PARSE_BYTES_PER_TOKEN),
+        (selects, PARSE_BYTES_PER_SELECT),
+        (statements, PARSE_BYTES_PER_STATEMENT),
+        (sql.len(), PARSE_BYTES_PER_TEXT_BYTE),
+    ]
+    .iter()
+    .fold(0usize, |sum, &(count, bytes)| sum.saturating_add(count.saturating_mul(bytes)))
+}
 
 /// The type of a result column: an engine type, or a PostgreSQL type of a catalog query.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -180,13 +210,27 @@ impl Engine {
         self.database.unlock_all(transaction);
     }
 
+    /// Parses `sql` into statements. The syntax tree is built in one step no control check can
+    /// interrupt, so its size bound (from the tokens, [`parse_tree_bytes_max`]) is reserved
+    /// from the current statement's memory_limit and the server's budget first: a text whose
+    /// tree might not fit is refused (53200) before the tree is built.
     pub fn parse(sql: &str) -> Result<Vec<ast::Statement>> {
         if sql.len() > SQL_BYTES_MAX {
             return Err(EngineError::LimitExceeded(format!("SQL text above {SQL_BYTES_MAX} bytes")));
         }
         let dialect = PostgreSqlDialect {};
-        let parser = Parser::new(&dialect).with_recursion_limit(crate::depth::parser_recursion_limit());
-        parser.try_with_sql(sql).and_then(|mut p| p.parse_statements()).map_err(|e| match e {
+        let tokens = Tokenizer::new(&dialect, sql)
+            .with_unescape(true)
+            .tokenize_with_location()
+            .map_err(|e| EngineError::Syntax(ParserError::from(e).to_string()))?;
+        let bound = parse_tree_bytes_max(sql, &tokens);
+        let parsed = crate::control::with_reserved(bound, || {
+            Parser::new(&dialect)
+                .with_recursion_limit(crate::depth::parser_recursion_limit())
+                .with_tokens_with_locations(tokens)
+                .parse_statements()
+        })?;
+        parsed.map_err(|e| match e {
             ParserError::RecursionLimitExceeded => crate::depth::too_deep("the statement nests too deeply".into()),
             other => EngineError::Syntax(other.to_string()),
         })

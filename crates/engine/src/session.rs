@@ -171,6 +171,13 @@ impl Session {
         QueryControl::with_budget(self.settings.statement_timeout, self.settings.memory_limit, budget)
     }
 
+    /// Parses `sql` under a control of its own with this session's memory_limit and the
+    /// server's budget, so a text whose syntax tree might not fit is refused (53200) before
+    /// the tree is built (see [`Engine::parse`]).
+    pub fn parse(&self, sql: &str) -> Result<Vec<ast::Statement>> {
+        crate::control::enter(&self.new_control(), || Engine::parse(sql))
+    }
+
     /// Starts an implicit block: statements until `end_implicit_block` share one transaction.
     pub fn begin_implicit_block(&mut self) {
         self.implicit_block = true;

@@ -146,16 +146,86 @@ fn nested_case_operands_answer_or_refuse() {
 
 // Goal: a long chain of CTEs, each reading the one before, binds in memory linear in its length
 // (a reference copied the CTE's plan: 10,000 CTEs, ~400 KB of SQL, grew past 11 GB, and
-// binding never looked at memory_limit); method: the chain answers under a 256 MiB
-// memory_limit (parsing it takes ~150 MiB), and is refused with 53200 under 64 MiB.
+// binding never looked at memory_limit); method: the chain answers under a 768 MiB
+// memory_limit (parsing it takes ~150 MiB, its parse reserves the bound of ~430 MiB), and is
+// refused with 53200 under 64 MiB.
 #[test]
 fn long_cte_chains_bind_in_bounded_memory() {
     let engine = engine_with_table();
     let links: Vec<String> = (1..10_000).map(|i| format!("c{i} as (select x + 1 as x from c{})", i - 1)).collect();
     let sql = format!("with c0 as (select x from t where x = 1), {} select x from c9999", links.join(", "));
-    let answered = QueryControl::new(None, 256 << 20);
+    let answered = QueryControl::new(None, 768 << 20);
     let result = under_control(&engine, &sql, &answered);
     assert_eq!(single_value(result), "10000", "peak {} bytes", answered.memory_peak());
     let refused = QueryControl::new(None, 64 << 20);
     assert_eq!(under_control(&engine, &sql, &refused).err().as_deref(), Some("53200"));
+}
+
+/// Texts whose syntax trees are as large per token as we found: long chains of each operator
+/// and list, nesting up to the parser's limit, long literals and names.
+fn parse_heavy_texts() -> Vec<(&'static str, String)> {
+    let terms = 100_000;
+    let ctes: Vec<String> = (1..5_000).map(|i| format!("c{i} as (select x + 1 as x from c{})", i - 1)).collect();
+    let values: Vec<String> = (0..terms / 4).map(|i| format!("({i}, 'v{i}', {i}.5, null)")).collect();
+    vec![
+        ("sum", format!("select {}", chain("1", "+", terms))),
+        ("and", format!("select x from t where {}", chain("x = 1", " and ", terms / 4))),
+        ("or", format!("select x from t where {}", chain("b", " or ", terms))),
+        ("in list", format!("select 1 in ({})", chain("1", ",", terms))),
+        ("select list", format!("select {} from t", chain("x", ",", terms))),
+        ("aliased select list", format!("select {} from t", chain("x as y", ",", terms / 2))),
+        ("casts", format!("select 1{}", "::int".repeat(terms / 2))),
+        ("negations", format!("select {}1", "- ".repeat(terms / 4))),
+        ("not", format!("select {}true", "not ".repeat(terms / 4))),
+        ("case", format!("select case {} end", chain("when x = 1 then 2", " ", terms / 8))),
+        ("function calls", format!("select {}", chain("abs(x)", "+", terms / 4))),
+        ("compound names", format!("select {} from t", chain("t.x", ",", terms / 2))),
+        ("arrays", format!("select array[{}]", chain("1", ",", terms))),
+        ("values", format!("insert into t (x, b, c, d) values {}", values.join(","))),
+        ("from list", format!("select 1 from {}", chain("t", ",", terms / 2))),
+        ("order by", format!("select x from t order by {}", chain("1", ",", terms))),
+        ("parentheses", format!("select {}1{}", "(".repeat(200), ")".repeat(200))),
+        ("ctes", format!("with c0 as (select x from t), {} select x from c4999", ctes.join(", "))),
+        ("literal", format!("select '{}'", "a".repeat(900_000))),
+        ("identifier", format!("select \"{}\"", "a".repeat(900_000))),
+        ("statements", chain("select 1", ";", terms / 4)),
+        ("inserts", chain("insert into t values (1)", ";", terms / 8)),
+        ("scalar subqueries", format!("select {}", chain("(select 1)", "+", terms / 4))),
+        ("exists", format!("select 1 from t where {}", chain("exists (select 1)", " and ", terms / 6))),
+        ("unions", chain("select 1", " union all ", terms / 4)),
+        ("derived tables", format!("select 1 from {}", chain("(select 1) a", ",", terms / 6))),
+        ("nested subqueries", format!("select {}1{}", "(select ".repeat(40), ")".repeat(40))),
+        ("windows", format!("select {} from t", chain("sum(x) over (partition by x order by x)", ",", terms / 16))),
+        ("joins", format!("select 1 from t{}", " join t on true".repeat(terms / 8))),
+        ("create tables", chain("create table if not exists z (a int)", ";", terms / 12)),
+    ]
+}
+
+// Goal: the memory parsing takes is bounded before the tree is built (issue 21: the syntax
+// tree used to be built before any control existed, ~380 bytes per byte of SQL). Method:
+// every heavy shape parsed under a control; the largest share of its reservation any parse
+// took must stay within 100%; a text whose bound exceeds memory_limit is refused with 53200.
+#[test]
+fn parse_memory_stays_within_its_bound() {
+    for (shape, sql) in parse_heavy_texts() {
+        let control = QueryControl::unlimited();
+        let parsed = bypass_engine::depth::with_statement_stack(&sql, || {
+            control::enter(&control, || Engine::parse(&sql).map(|s| s.len()).map_err(|e| e.sqlstate().to_string()))
+        })
+        .expect("runs");
+        let used = control::reservation_use_percent_max();
+        println!(
+            "{shape}: {} bytes of SQL, {parsed:?}, peak {} bytes, worst use so far {used}%",
+            sql.len(),
+            control.memory_peak()
+        );
+        assert!(used <= 100, "{shape}: a parse took {used}% of its reservation");
+    }
+    let sql = format!("select {}", chain("1", "+", 400_000));
+    let refused = QueryControl::new(None, 64 << 20);
+    let outcome = bypass_engine::depth::with_statement_stack(&sql, || {
+        control::enter(&refused, || Engine::parse(&sql).map(|_| ()).map_err(|e| e.sqlstate().to_string()))
+    })
+    .expect("runs");
+    assert_eq!(outcome, Err("53200".to_string()));
 }

@@ -22,6 +22,9 @@ pub const BUILD_ROWS_MAX: usize = 1 << 30;
 /// interrupt.
 const PAIRS_PER_FLUSH: usize = JOIN_OUTPUT_ROWS_MAX * 4;
 
+/// Where a probe hands (probe rows, build rows) pairs, in equal-length slices.
+type PairSink<'a> = dyn FnMut(&[u32], &[u32]) -> Result<()> + 'a;
+
 /// The hashed build side, in partitions by the keys' hash: each partition's rows are hashed
 /// into a table of their own, small enough to stay in cache while it is built, and the
 /// partitions are built on all workers.
@@ -235,7 +238,7 @@ impl JoinTable {
         cache: &mut KeyCache,
         batch: &Batch,
         stop_at_first: bool,
-        flush: &mut dyn FnMut(&[u32], &[u32]) -> Result<()>,
+        flush: &mut PairSink<'_>,
     ) -> Result<Vec<bool>> {
         let key_vectors = self.probe_keys.iter().map(|k| evaluate(k, batch)).collect::<Result<Vec<_>>>()?;
         let mut words = Vec::with_capacity(batch.rows * self.width);
@@ -274,7 +277,7 @@ impl JoinTable {
         batch: &Batch,
         probe_rows: &mut Vec<u32>,
         build_rows: &mut Vec<u32>,
-        flush: &mut dyn FnMut(&[u32], &[u32]) -> Result<()>,
+        flush: &mut PairSink<'_>,
     ) -> Result<()> {
         if let Some(residual) = &self.residual {
             self.retain_residual(batch, residual, probe_rows, build_rows)?;

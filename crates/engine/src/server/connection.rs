@@ -813,9 +813,9 @@ impl Connection {
         let sql = crate::error::utf8(parse.query)?.to_string();
         let sentinels = params::with_sentinels(&sql);
         let (count, query) = self
-            .with_session(move |_, _| {
+            .with_session(move |session, _| {
                 crate::depth::with_statement_stack(&sentinels, || {
-                    let statements = Engine::parse(&sentinels)?;
+                    let statements = session.parse(&sentinels)?;
                     Ok((statements.len(), matches!(statements.first(), Some(ast::Statement::Query(_)))))
                 })?
             })
@@ -848,7 +848,7 @@ impl Connection {
         let inferred = if open && !prepared.empty {
             let sentinels = params::with_sentinels(&prepared.sql);
             self.with_session(move |session, engine| {
-                crate::depth::with_statement_stack(&sentinels, || match Engine::parse(&sentinels) {
+                crate::depth::with_statement_stack(&sentinels, || match session.parse(&sentinels) {
                     Ok(mut statements) => match statements.pop() {
                         Some(statement) => session.describe_parameters(engine, &statement).1,
                         None => Default::default(),
@@ -915,7 +915,7 @@ impl Connection {
             None => None,
             Some(sql) => {
                 self.with_session(move |session, engine| {
-                    crate::depth::with_statement_stack(&sql, || match Engine::parse(&sql)?.pop() {
+                    crate::depth::with_statement_stack(&sql, || match session.parse(&sql)?.pop() {
                         Some(statement) => session.describe_with_origins(engine, &statement),
                         None => Ok(None),
                     })?
@@ -1087,7 +1087,7 @@ fn run_script(session: &mut Session, engine: &Engine, io: &mut TaskIo, sql: &str
 }
 
 fn script(session: &mut Session, engine: &Engine, io: &mut TaskIo, sql: &str) {
-    let statements = match Engine::parse(sql) {
+    let statements = match session.parse(sql) {
         Ok(statements) => statements,
         Err(error) => return send_error(io, &error),
     };
@@ -1138,7 +1138,7 @@ fn notices(session: &mut Session, out: &mut Vec<u8>) {
 /// result formats); CommandComplete is the caller's.
 fn run_portal(session: &mut Session, engine: &Engine, io: &mut TaskIo, sql: &str, formats: Vec<i16>) -> StatementEnd {
     let outcome = crate::depth::with_statement_stack(sql, || {
-        let statement = Engine::parse(sql)?.pop().ok_or_else(|| EngineError::Syntax("empty portal".into()))?;
+        let statement = session.parse(sql)?.pop().ok_or_else(|| EngineError::Syntax("empty portal".into()))?;
         run_statement(session, engine, io, &statement, false, formats)
     });
     match outcome.and_then(|inner| inner) {
@@ -1166,7 +1166,7 @@ fn start_portal(
     if stream {
         let control = session.new_control();
         let bound = crate::depth::with_statement_stack(&sql, || {
-            let statement = Engine::parse(&sql)?.pop().ok_or_else(|| EngineError::Syntax("empty portal".into()))?;
+            let statement = session.parse(&sql)?.pop().ok_or_else(|| EngineError::Syntax("empty portal".into()))?;
             crate::control::enter(&control, || session.bind_detached(engine, &statement))
         });
         match bound.and_then(|inner| inner) {
