@@ -4,26 +4,37 @@
 //! through filters, projections and join probes up to its sink (the next breaker or the
 //! result). Build sides of joins and inputs of breakers are separate pipelines, run first.
 
+use std::collections::HashMap;
+use std::sync::Arc;
+
 use crate::compiled::CompiledAggregate;
 use crate::exec::Tier;
-use crate::plan::{JoinKind, Plan};
+use crate::plan::{JoinKind, Plan, SharedPlan};
 
 /// Renders a plan; `tier` is the tier the session asked for.
 pub fn explain_plan(plan: &Plan, tier: Tier) -> String {
-    let mut lines = Vec::new();
+    let mut lines = Lines::default();
     let mut next_pipeline = 1;
     render(plan, tier, 0, &mut next_pipeline, None, &mut lines);
-    lines.join("\n")
+    lines.lines.join("\n")
 }
 
-fn render(
-    plan: &Plan,
-    tier: Tier,
-    depth: usize,
-    next: &mut usize,
-    pipeline: Option<(usize, &str)>,
-    lines: &mut Vec<String>,
-) {
+/// The rendered lines, and the pipeline of each materialized CTE already shown (rendered
+/// once, referred to after: a chain of CTEs each reading the one before twice would print
+/// 2^n subtrees).
+#[derive(Default)]
+struct Lines {
+    lines: Vec<String>,
+    shown: HashMap<*const SharedPlan, usize>,
+}
+
+impl Lines {
+    fn push(&mut self, line: String) {
+        self.lines.push(line);
+    }
+}
+
+fn render(plan: &Plan, tier: Tier, depth: usize, next: &mut usize, pipeline: Option<(usize, &str)>, lines: &mut Lines) {
     let indent = "  ".repeat(depth);
     let (pipeline_id, pipeline_tier) = match pipeline {
         Some(p) => p,
@@ -120,6 +131,14 @@ fn render(
             render(left, tier, depth + 1, next, None, lines);
             render(right, tier, depth + 1, next, None, lines);
         }
+        Plan::Shared(inner) if inner.materialized() => match lines.shown.get(&Arc::as_ptr(inner)) {
+            Some(&shown) => lines.push(tag(format!("CTE Scan (the rows of pipeline {shown})"))),
+            None => {
+                lines.push(tag("CTE Scan (materialized: runs once)".into()));
+                lines.shown.insert(Arc::as_ptr(inner), *next);
+                render(inner, tier, depth + 1, next, None, lines);
+            }
+        },
         Plan::Shared(inner) => render(inner, tier, depth, next, Some((pipeline_id, pipeline_tier)), lines),
     }
 }

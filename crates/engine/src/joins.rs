@@ -202,7 +202,7 @@ pub fn estimate_rows(plan: &Plan) -> f64 {
         Plan::Sort { input, limit, .. } => limit.map_or(estimate_rows(input), |l| estimate_rows(input).min(l as f64)),
         Plan::Limit { input, limit, .. } => limit.map_or(estimate_rows(input), |l| estimate_rows(input).min(l as f64)),
         Plan::Window { input, .. } => estimate_rows(input),
-        Plan::Shared(inner) => estimate_rows(inner),
+        Plan::Shared(inner) => *inner.estimated_rows.get_or_init(|| estimate_rows(&inner.plan)),
         Plan::SetOperation { op, left, right, .. } => match op {
             SetOperator::Union => estimate_rows(left) + estimate_rows(right),
             SetOperator::Intersect | SetOperator::Except => estimate_rows(left),

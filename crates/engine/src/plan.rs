@@ -1,6 +1,11 @@
 //! Physical plans: what the binder and planner produce and the executor runs.
 
-use std::sync::Arc;
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use crate::error::Result;
+use crate::vector::Batch;
 
 use crate::expr::Expr;
 use crate::storage::Table;
@@ -139,6 +144,72 @@ pub struct SortKey {
     pub nulls_first: bool,
 }
 
+/// A CTE's plan and how its references read it.
+#[derive(Debug)]
+pub struct SharedPlan {
+    pub plan: Plan,
+    /// `AS MATERIALIZED` (true), `AS NOT MATERIALIZED` (false), or neither.
+    hint: Option<bool>,
+    references: AtomicUsize,
+    /// The planner's row estimate, computed once (a chain of CTEs each reading the one before
+    /// twice would be estimated 2^n times otherwise).
+    pub estimated_rows: OnceLock<f64>,
+    /// The rows, once a materialized plan has run (plans are bound per statement, so these
+    /// are one statement's rows, charged to its memory).
+    rows: Mutex<Option<Arc<Vec<Batch>>>>,
+}
+
+impl SharedPlan {
+    pub fn new(plan: Plan, hint: Option<bool>) -> SharedPlan {
+        SharedPlan {
+            plan,
+            hint,
+            references: AtomicUsize::new(0),
+            estimated_rows: OnceLock::new(),
+            rows: Mutex::new(None),
+        }
+    }
+
+    /// The plan's rows, from `run` on the first call; the lock is held while it runs, so the
+    /// plan runs once (it cannot read itself: a CTE is not recursive here).
+    pub fn rows_or_run(&self, run: impl FnOnce() -> Result<Vec<Batch>>) -> Result<Arc<Vec<Batch>>> {
+        let mut rows = self.rows.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(rows) = rows.as_ref() {
+            return Ok(Arc::clone(rows));
+        }
+        let made = Arc::new(run()?);
+        *rows = Some(Arc::clone(&made));
+        Ok(made)
+    }
+
+    /// Counts one more reference (binding a CTE's name in FROM).
+    pub fn add_reference(&self) {
+        self.references.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Whether the plan runs once per statement and every reference reads its rows: as in
+    /// PostgreSQL, when the CTE is read more than once (then its rows are the same for every
+    /// reader, volatile functions included, and a chain of CTEs each reading the one before
+    /// twice runs in linear time, not 2^n) or is `MATERIALIZED`; `NOT MATERIALIZED` never.
+    pub fn materialized(&self) -> bool {
+        self.hint.unwrap_or_else(|| self.references.load(Ordering::Relaxed) > 1)
+    }
+
+    /// The same sharing with another plan (expressions mapped).
+    fn with_plan(&self, plan: Plan) -> SharedPlan {
+        let shared = SharedPlan::new(plan, self.hint);
+        shared.references.store(self.references.load(Ordering::Relaxed), Ordering::Relaxed);
+        shared
+    }
+}
+
+impl std::ops::Deref for SharedPlan {
+    type Target = Plan;
+    fn deref(&self) -> &Plan {
+        &self.plan
+    }
+}
+
 /// A physical plan node. Column indexes in expressions refer to the node's input columns.
 #[derive(Debug, Clone)]
 pub enum Plan {
@@ -204,10 +275,11 @@ pub enum Plan {
         left: Box<Plan>,
         right: Box<Plan>,
     },
-    /// A plan bound once and read in several places (a CTE's plan under each reference to it);
-    /// runs once per place, as the plan it holds. Shared rather than copied, so a chain of n
-    /// CTEs each reading the one before holds n nodes, not n²/2.
-    Shared(Arc<Plan>),
+    /// A plan bound once and read in several places (a CTE's plan under each reference to it).
+    /// Shared rather than copied, so a chain of n CTEs each reading the one before holds n
+    /// nodes, not n²/2; run once and read by every reference when materialized (see
+    /// [`SharedPlan::materialized`]), else run in each place as the plan it holds.
+    Shared(Arc<SharedPlan>),
 }
 
 impl Plan {
@@ -242,50 +314,68 @@ impl Plan {
         self.output_types().len()
     }
 
-    /// Every expression of the plan tree, each once (not those inside subqueries' plans).
+    /// Every expression of the plan tree, each once (not those inside subqueries' plans; a
+    /// shared plan's once, however many places read it).
     pub fn visit_exprs(&self, f: &mut dyn FnMut(&Expr)) {
+        self.visit_exprs_once(f, &mut HashSet::new());
+    }
+
+    fn visit_exprs_once(&self, f: &mut dyn FnMut(&Expr), seen: &mut HashSet<*const SharedPlan>) {
         match self {
             Plan::Scan { filter, .. } => filter.iter().for_each(&mut *f),
             Plan::SingleRow | Plan::Constant { .. } => {}
             Plan::Filter { input, predicate } => {
                 f(predicate);
-                input.visit_exprs(f);
+                input.visit_exprs_once(f, seen);
             }
             Plan::Project { input, exprs } => {
                 exprs.iter().for_each(&mut *f);
-                input.visit_exprs(f);
+                input.visit_exprs_once(f, seen);
             }
             Plan::HashJoin { probe, build, probe_keys, build_keys, residual, .. } => {
                 probe_keys.iter().chain(build_keys).chain(residual).for_each(&mut *f);
-                probe.visit_exprs(f);
-                build.visit_exprs(f);
+                probe.visit_exprs_once(f, seen);
+                build.visit_exprs_once(f, seen);
             }
             Plan::Aggregate { input, groups, aggregates } => {
                 let calls = aggregates.iter().flat_map(|a| a.argument.iter().chain(&a.second).chain(&a.filter));
                 groups.iter().chain(calls).for_each(&mut *f);
-                input.visit_exprs(f);
+                input.visit_exprs_once(f, seen);
             }
             Plan::Sort { input, keys, .. } => {
                 keys.iter().for_each(|k| f(&k.expr));
-                input.visit_exprs(f);
+                input.visit_exprs_once(f, seen);
             }
-            Plan::Limit { input, .. } => input.visit_exprs(f),
+            Plan::Limit { input, .. } => input.visit_exprs_once(f, seen),
             Plan::SetOperation { left, right, .. } => {
-                left.visit_exprs(f);
-                right.visit_exprs(f);
+                left.visit_exprs_once(f, seen);
+                right.visit_exprs_once(f, seen);
             }
-            Plan::Shared(inner) => inner.visit_exprs(f),
+            Plan::Shared(inner) => {
+                if seen.insert(Arc::as_ptr(inner)) {
+                    inner.plan.visit_exprs_once(f, seen);
+                }
+            }
             Plan::Window { input, calls } => {
                 for call in calls {
                     call.args.iter().chain(&call.partition).chain(call.order.iter().map(|k| &k.expr)).for_each(&mut *f);
                 }
-                input.visit_exprs(f);
+                input.visit_exprs_once(f, seen);
             }
         }
     }
 
-    /// The same plan with every expression replaced by `f(expression)`.
+    /// The same plan with every expression replaced by `f(expression)`; a shared plan is
+    /// mapped once and stays shared by the places that read it.
     pub fn map_exprs(&self, f: &dyn Fn(&Expr) -> Expr) -> Plan {
+        self.map_exprs_once(f, &mut HashMap::new())
+    }
+
+    fn map_exprs_once(
+        &self,
+        f: &dyn Fn(&Expr) -> Expr,
+        mapped: &mut HashMap<*const SharedPlan, Arc<SharedPlan>>,
+    ) -> Plan {
         let map_all = |exprs: &[Expr]| exprs.iter().map(f).collect::<Vec<_>>();
         match self {
             Plan::Scan { table, columns, filter } => {
@@ -294,21 +384,21 @@ impl Plan {
             Plan::SingleRow => Plan::SingleRow,
             Plan::Constant { types, batches } => Plan::Constant { types: types.clone(), batches: Arc::clone(batches) },
             Plan::Filter { input, predicate } => {
-                Plan::Filter { input: Box::new(input.map_exprs(f)), predicate: f(predicate) }
+                Plan::Filter { input: Box::new(input.map_exprs_once(f, mapped)), predicate: f(predicate) }
             }
             Plan::Project { input, exprs } => {
-                Plan::Project { input: Box::new(input.map_exprs(f)), exprs: map_all(exprs) }
+                Plan::Project { input: Box::new(input.map_exprs_once(f, mapped)), exprs: map_all(exprs) }
             }
             Plan::HashJoin { kind, probe, build, probe_keys, build_keys, residual } => Plan::HashJoin {
                 kind: *kind,
-                probe: Box::new(probe.map_exprs(f)),
-                build: Box::new(build.map_exprs(f)),
+                probe: Box::new(probe.map_exprs_once(f, mapped)),
+                build: Box::new(build.map_exprs_once(f, mapped)),
                 probe_keys: map_all(probe_keys),
                 build_keys: map_all(build_keys),
                 residual: residual.as_ref().map(f),
             },
             Plan::Aggregate { input, groups, aggregates } => Plan::Aggregate {
-                input: Box::new(input.map_exprs(f)),
+                input: Box::new(input.map_exprs_once(f, mapped)),
                 groups: map_all(groups),
                 aggregates: aggregates
                     .iter()
@@ -321,22 +411,29 @@ impl Plan {
                     .collect(),
             },
             Plan::Sort { input, keys, limit } => Plan::Sort {
-                input: Box::new(input.map_exprs(f)),
+                input: Box::new(input.map_exprs_once(f, mapped)),
                 keys: keys.iter().map(|k| SortKey { expr: f(&k.expr), ..k.clone() }).collect(),
                 limit: *limit,
             },
             Plan::Limit { input, limit, offset } => {
-                Plan::Limit { input: Box::new(input.map_exprs(f)), limit: *limit, offset: *offset }
+                Plan::Limit { input: Box::new(input.map_exprs_once(f, mapped)), limit: *limit, offset: *offset }
             }
             Plan::SetOperation { op, all, left, right } => Plan::SetOperation {
                 op: *op,
                 all: *all,
-                left: Box::new(left.map_exprs(f)),
-                right: Box::new(right.map_exprs(f)),
+                left: Box::new(left.map_exprs_once(f, mapped)),
+                right: Box::new(right.map_exprs_once(f, mapped)),
             },
-            Plan::Shared(inner) => Plan::Shared(Arc::new(inner.map_exprs(f))),
+            Plan::Shared(inner) => {
+                if let Some(done) = mapped.get(&Arc::as_ptr(inner)) {
+                    return Plan::Shared(Arc::clone(done));
+                }
+                let done = Arc::new(inner.with_plan(inner.plan.map_exprs_once(f, mapped)));
+                mapped.insert(Arc::as_ptr(inner), Arc::clone(&done));
+                Plan::Shared(done)
+            }
             Plan::Window { input, calls } => Plan::Window {
-                input: Box::new(input.map_exprs(f)),
+                input: Box::new(input.map_exprs_once(f, mapped)),
                 calls: calls
                     .iter()
                     .map(|c| WindowCall {

@@ -26,7 +26,7 @@ use crate::expr::{evaluate_constant, Expr};
 use crate::from::{with_outer, From};
 use crate::joins::{factor_or, split_conjuncts, Planned};
 use crate::plan::{
-    AggregateCall, Plan, SetOperator, SortKey, WindowCall, WindowFrame, WindowFunction, WINDOW_COLUMN_BASE,
+    AggregateCall, Plan, SetOperator, SharedPlan, SortKey, WindowCall, WindowFrame, WindowFunction, WINDOW_COLUMN_BASE,
 };
 use crate::storage::Catalog;
 use crate::types::{DataType, Value};
@@ -44,17 +44,20 @@ pub struct BoundQuery {
 pub(crate) struct Cte {
     pub name: String,
     pub names: Vec<String>,
-    pub plan: Arc<Plan>,
+    pub plan: Arc<SharedPlan>,
 }
 
 impl Cte {
     /// The plan a reference reads: the CTE's plan shared, not copied (a copy per reference
-    /// made a chain of n CTEs cost n²/2 plan nodes); a bare table scan is copied, so filters
-    /// still go into it.
+    /// made a chain of n CTEs cost n²/2 plan nodes), and counted (a CTE read more than once
+    /// is materialized); a bare table scan is copied, so filters still go into it.
     pub fn reference(&self) -> Plan {
-        match self.plan.as_ref() {
-            scan @ Plan::Scan { .. } => scan.clone(),
-            _ => Plan::Shared(Arc::clone(&self.plan)),
+        match &self.plan.plan {
+            scan @ Plan::Scan { .. } if !self.plan.materialized() => scan.clone(),
+            _ => {
+                self.plan.add_reference();
+                Plan::Shared(Arc::clone(&self.plan))
+            }
         }
     }
 }
@@ -122,7 +125,8 @@ impl<'c> QueryBinder<'c> {
                     names.len()
                 )));
             }
-            scoped.ctes.push(Arc::new(Cte { name, names, plan: Arc::new(bound.plan) }));
+            let hint = cte.materialized.as_ref().map(|m| matches!(m, ast::CteAsMaterialized::Materialized));
+            scoped.ctes.push(Arc::new(Cte { name, names, plan: Arc::new(SharedPlan::new(bound.plan, hint)) }));
         }
         scoped.bind_body(query, outer)
     }

@@ -17,17 +17,17 @@
 //! deposited (as rows or as an error), so the caller never waits for a slice no one works on;
 //! after an error or a stop no new slice is claimed.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 
 use crate::engine::ColumnType;
 use crate::error::{EngineError, Result};
 use crate::exec::keys::KeyCache;
 use crate::exec::{apply_filter, run_operators, Executor, Operator, Source};
 use crate::pg_catalog::{Datum, PgType};
-use crate::plan::Plan;
+use crate::plan::{Plan, SharedPlan};
 use crate::runtime::Runtime;
 use crate::types::{DataType, Value};
 use crate::vector::{scan_chunk, Batch, VECTOR_ROWS};
@@ -88,36 +88,54 @@ pub struct ColumnOrigin {
 /// For each output column of `plan`, the table column it passes on unchanged, if any
 /// (through filters, projections, joins, sorts and group keys, as PostgreSQL reports them).
 pub fn column_origins(plan: &Plan) -> Vec<Option<ColumnOrigin>> {
-    let through = |input: &Plan, exprs: &mut dyn Iterator<Item = &crate::expr::Expr>| {
-        let inner = column_origins(input);
-        exprs
-            .map(|expr| match expr {
-                crate::expr::Expr::Column { index, .. } => inner.get(*index).copied().flatten(),
-                _ => None,
-            })
-            .collect::<Vec<_>>()
-    };
+    origins(plan, &mut HashMap::new())
+}
+
+/// `column_origins`, each shared plan's worked out once (a chain of CTEs each reading the one
+/// before twice would take 2^n walks).
+fn origins(plan: &Plan, shared: &mut SharedOrigins) -> Vec<Option<ColumnOrigin>> {
     match plan {
         Plan::Scan { table, columns, .. } => columns
             .iter()
             .map(|&column| i16::try_from(column + 1).ok().map(|attribute| ColumnOrigin { table: table.oid, attribute }))
             .collect(),
-        Plan::Filter { input, .. } | Plan::Sort { input, .. } | Plan::Limit { input, .. } => column_origins(input),
-        Plan::Project { input, exprs } => through(input, &mut exprs.iter()),
+        Plan::Filter { input, .. } | Plan::Sort { input, .. } | Plan::Limit { input, .. } => origins(input, shared),
+        Plan::Project { input, exprs } => through(input, exprs, shared),
         Plan::HashJoin { kind, probe, build, .. } => match kind {
             crate::plan::JoinKind::Inner | crate::plan::JoinKind::Left => {
-                [column_origins(probe), column_origins(build)].concat()
+                [origins(probe, shared), origins(build, shared)].concat()
             }
-            crate::plan::JoinKind::RightSemi | crate::plan::JoinKind::RightAnti => column_origins(build),
+            crate::plan::JoinKind::RightSemi | crate::plan::JoinKind::RightAnti => origins(build, shared),
             crate::plan::JoinKind::Semi | crate::plan::JoinKind::Anti | crate::plan::JoinKind::NullAwareAnti => {
-                column_origins(probe)
+                origins(probe, shared)
             }
         },
-        Plan::Aggregate { input, groups, .. } => through(input, &mut groups.iter()),
-        Plan::Window { input, .. } => column_origins(input),
-        Plan::Shared(inner) => column_origins(inner),
+        Plan::Aggregate { input, groups, .. } => through(input, groups, shared),
+        Plan::Window { input, .. } => origins(input, shared),
+        Plan::Shared(inner) => {
+            if let Some(known) = shared.get(&Arc::as_ptr(inner)) {
+                return known.clone();
+            }
+            let known = origins(&inner.plan, shared);
+            shared.insert(Arc::as_ptr(inner), known.clone());
+            known
+        }
         Plan::SingleRow | Plan::Constant { .. } | Plan::SetOperation { .. } => Vec::new(),
     }
+}
+
+type SharedOrigins = HashMap<*const SharedPlan, Vec<Option<ColumnOrigin>>>;
+
+/// The origins of `exprs` over `input`: a column reference passes its input column's on.
+fn through(input: &Plan, exprs: &[crate::expr::Expr], shared: &mut SharedOrigins) -> Vec<Option<ColumnOrigin>> {
+    let inner = origins(input, shared);
+    exprs
+        .iter()
+        .map(|expr| match expr {
+            crate::expr::Expr::Column { index, .. } => inner.get(*index).copied().flatten(),
+            _ => None,
+        })
+        .collect()
 }
 
 /// The engine type closest to a catalog column's (embedded callers get engine values).
@@ -271,7 +289,7 @@ pub fn stream_plan(executor: &Executor<'_>, plan: &Plan, sink: &dyn ResultSink) 
             Ok(sent)
         }
         breaker => {
-            let source = Source::Batches(executor.execute(breaker)?);
+            let source = Source::Batches(Arc::new(executor.execute(breaker)?));
             let mut sent = 0;
             run_in_order(executor.runtime, &source, &[], &|batch| sink.encode(batch), &mut |piece| {
                 let rows = piece.rows();

@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 use crate::compiled;
 use crate::error::{EngineError, Result};
 use crate::expr::{evaluate, Expr};
-use crate::plan::{AggregateCall, JoinKind, Plan};
+use crate::plan::{AggregateCall, JoinKind, Plan, SharedPlan};
 use crate::runtime::Runtime;
 use crate::storage::Table;
 use crate::vector::{gather_chunk, scan_chunk, Batch, Data, Vector, VECTOR_ROWS};
@@ -49,8 +49,13 @@ pub(crate) enum Operator {
 
 /// Where a pipeline's rows come from.
 pub enum Source {
-    Scan { table: Arc<Table>, columns: Vec<usize>, filter: Option<Expr> },
-    Batches(Vec<Batch>),
+    Scan {
+        table: Arc<Table>,
+        columns: Vec<usize>,
+        filter: Option<Expr>,
+    },
+    /// Rows already made (a breaker's output, a materialized CTE), read by every reader.
+    Batches(Arc<Vec<Batch>>),
 }
 
 impl Source {
@@ -69,6 +74,13 @@ pub struct Executor<'r> {
 }
 
 impl Executor<'_> {
+    /// The rows of a materialized shared plan: run on its first read, then read by every
+    /// other place (the rows live in the plan, so readers on other executors, such as an
+    /// uncorrelated subquery's, find them too).
+    fn materialize(&self, shared: &SharedPlan) -> Result<Arc<Vec<Batch>>> {
+        shared.rows_or_run(|| self.execute(&shared.plan))
+    }
+
     /// Executes a plan to completion; batches come in a deterministic order.
     pub fn execute(&self, plan: &Plan) -> Result<Vec<Batch>> {
         match plan {
@@ -136,10 +148,11 @@ impl Executor<'_> {
                 Plan::Scan { table, columns, filter } => {
                     break Source::Scan { table: Arc::clone(table), columns: columns.clone(), filter: filter.clone() };
                 }
-                Plan::SingleRow => break Source::Batches(vec![Batch::new(Vec::new(), 1)]),
-                Plan::Shared(inner) => node = inner,
-                Plan::Constant { batches, .. } => break Source::Batches(batches.to_vec()),
-                breaker => break Source::Batches(self.execute(breaker)?),
+                Plan::SingleRow => break Source::Batches(Arc::new(vec![Batch::new(Vec::new(), 1)])),
+                Plan::Shared(inner) if inner.materialized() => break Source::Batches(self.materialize(inner)?),
+                Plan::Shared(inner) => node = &inner.plan,
+                Plan::Constant { batches, .. } => break Source::Batches(Arc::clone(batches)),
+                breaker => break Source::Batches(Arc::new(self.execute(breaker)?)),
             }
         };
         operators.reverse();
