@@ -199,8 +199,22 @@ impl LockState {
             let sharers = self.sharers.get(name).into_iter().flatten().copied();
             let others: Vec<TransactionId> = sharers.filter(|&t| t != transaction && !blockers.contains(&t)).collect();
             blockers.extend(others);
+        } else if !self.holds(name, transaction) {
+            // As in PostgreSQL, a new lock queues behind a waiting DROP/TRUNCATE instead of
+            // passing it: readers arriving one after another would keep it waiting forever.
+            let queued = self.waiting.iter().filter(|(&t, (waited, m))| {
+                t != transaction && *m == LockMode::Exclusive && waited == name && !blockers.contains(&t)
+            });
+            blockers.extend(queued.map(|(&t, _)| t).collect::<Vec<_>>());
         }
         blockers
+    }
+
+    /// Whether `transaction` holds a lock on `name` in any mode (then it does not queue: it
+    /// would wait for a waiter that waits for it).
+    fn holds(&self, name: &str, transaction: TransactionId) -> bool {
+        self.owners.get(name).is_some_and(|&(owner, _)| owner == transaction)
+            || self.sharers.get(name).is_some_and(|sharers| sharers.contains(&transaction))
     }
 
     fn grant(&mut self, name: &str, mode: LockMode, transaction: TransactionId) {
@@ -409,5 +423,33 @@ mod tests {
         database.unlock_all(2);
         waiter.join().expect("no panic").expect("granted once the other reader ended");
         assert!(database.locks.lock().expect("lock").sharers.get("u").is_some_and(|s| s.len() == 1));
+    }
+
+    // Goal: while DROP/TRUNCATE waits for a reader, a new reader or writer queues behind it
+    // (PostgreSQL's lock queue; passing it let a stream of readers keep DROP waiting for ever),
+    // and a transaction that already holds the name does not; method: one Database, a waiting
+    // exclusive request on a thread, short timeouts for the queued requests.
+    #[test]
+    fn new_locks_queue_behind_a_waiting_drop() {
+        let database = Arc::new(Database::default());
+        let short = Some(Duration::from_millis(20));
+        database.lock_mode(1, "q", LockMode::Share, None).expect("free");
+        let dropper = {
+            let database = Arc::clone(&database);
+            std::thread::spawn(move || database.lock_mode(2, "q", LockMode::Exclusive, None))
+        };
+        while database.lock_waiters() == 0 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        for mode in [LockMode::Share, LockMode::Write] {
+            let queued = database.lock_mode(3, "q", mode, short).expect_err("behind the waiting DROP");
+            assert_eq!(queued.sqlstate(), "55P03", "{mode:?}");
+        }
+        database.lock_mode(1, "q", LockMode::Share, None).expect("its holder does not queue");
+        database.lock_mode(3, "other", LockMode::Share, None).expect("other names are free");
+        database.unlock_all(1);
+        dropper.join().expect("no panic").expect("granted once the reader ended");
+        database.unlock_all(2);
+        database.lock_mode(3, "q", LockMode::Share, None).expect("free after the DROP");
     }
 }
