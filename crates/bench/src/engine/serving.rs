@@ -8,6 +8,7 @@
 //!   timing clients (raw protocol) ─► the server
 //!     /proc/<pid>/status: VmRSS after load, VmHWM while serving, VmRSS after DROP
 //!     a long join stopped by CancelRequest / statement_timeout: time to its ErrorResponse
+//!     a long join whose client leaves: time until the server's threads are idle (schedstat)
 //!   DuckDB ─► RSS after load, peak, after DROP
 //! ```
 
@@ -115,6 +116,9 @@ pub struct ServingReport {
     pub cancel_to_error: Latencies,
     /// The long query's ErrorResponse (57014) after its statement_timeout, minus the timeout.
     pub timeout_overshoot: Latencies,
+    /// The long query's client closes its socket: until the server's threads stop using CPU
+    /// (the first 10 ms window under 10% of a core after the close).
+    pub disconnect_to_idle: Latencies,
     pub engine_memory: Memory,
     /// DuckDB on the same rows (its own CSV reader, in memory): version, load, scan in record
     /// batches of 2,048 rows, memory.
@@ -266,6 +270,47 @@ fn stop_latencies(address: SocketAddr, runs: usize) -> anyhow::Result<(Vec<f64>,
     }
     client.timed("reset statement_timeout")?;
     Ok((canceled, timed_out))
+}
+
+/// `runs` long queries whose client closes its socket `STOP_AFTER` in: milliseconds from the
+/// close to the first 10 ms window in which the server's threads use under 10% of a core.
+fn disconnect_latencies(address: SocketAddr, pid: u32, runs: usize) -> anyhow::Result<Vec<f64>> {
+    const WINDOW: Duration = Duration::from_millis(10);
+    let mut stopped = Vec::new();
+    for _ in 0..runs {
+        let mut client = Probe::connect(address)?;
+        client.send(LONG_QUERY)?;
+        std::thread::sleep(STOP_AFTER - WINDOW);
+        let (before, cpu_before) = (Instant::now(), cpu_ns(pid)?);
+        std::thread::sleep(WINDOW);
+        let busy = Duration::from_nanos(cpu_ns(pid)?.saturating_sub(cpu_before));
+        anyhow::ensure!(busy > before.elapsed() / 2, "the long query was not running before its client left");
+        let closed = Instant::now();
+        drop(client);
+        loop {
+            let (window_start, cpu_before) = (Instant::now(), cpu_ns(pid)?);
+            std::thread::sleep(WINDOW);
+            let busy = Duration::from_nanos(cpu_ns(pid)?.saturating_sub(cpu_before));
+            if busy < window_start.elapsed() / 10 {
+                stopped.push(ms(window_start - closed));
+                break;
+            }
+            anyhow::ensure!(closed.elapsed() < READ_TIMEOUT, "the server kept working after its client left");
+        }
+        // The next run starts on an idle server.
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    Ok(stopped)
+}
+
+/// CPU time every thread of `pid` has used so far, from /proc/<pid>/task/*/schedstat.
+fn cpu_ns(pid: u32) -> anyhow::Result<u64> {
+    let mut total = 0u64;
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))? {
+        let stat = std::fs::read_to_string(task?.path().join("schedstat")).unwrap_or_default();
+        total += stat.split_whitespace().next().and_then(|ns| ns.parse::<u64>().ok()).unwrap_or(0);
+    }
+    Ok(total)
 }
 
 fn ms(duration: Duration) -> f64 {
@@ -432,6 +477,7 @@ pub fn run(args: &ServingArgs, bypass: &Path, python: Option<PathBuf>) -> anyhow
     let (canceled, timed_out) = stop_latencies(address, args.runs)?;
     report.cancel_to_error = Latencies::of(canceled);
     report.timeout_overshoot = Latencies::of(timed_out);
+    report.disconnect_to_idle = Latencies::of(disconnect_latencies(address, pid, args.runs)?);
     let drops: Vec<String> = tpch::TABLES.iter().map(|t| format!("drop table {t}")).collect();
     client.timed(&drops.join("; "))?;
     std::thread::sleep(Duration::from_secs(1));
@@ -476,6 +522,13 @@ fn markdown(report: &ServingReport) -> String {
         (
             format!("ErrorResponse after statement_timeout = {} ms, minus the timeout", STOP_AFTER.as_millis()),
             &report.timeout_overshoot,
+        ),
+        (
+            format!(
+                "client closes its socket {} ms into the join → server threads idle (< 10% of a core over 10 ms)",
+                STOP_AFTER.as_millis()
+            ),
+            &report.disconnect_to_idle,
         ),
     ] {
         out.push_str(&format!(
