@@ -148,6 +148,9 @@ pub enum EngineError {
     /// A column named twice where names must differ (JOIN USING).
     #[error("{0}")]
     DuplicateColumn(String),
+    /// A window frame offset that is NULL (22004) or negative (22013).
+    #[error("{message}")]
+    FrameOffset { message: String, null: bool },
 }
 
 impl EngineError {
@@ -203,6 +206,8 @@ impl EngineError {
             EngineError::UndefinedFunction(_) => "42883",
             EngineError::AmbiguousColumn(_) => "42702",
             EngineError::DuplicateColumn(_) => "42701",
+            EngineError::FrameOffset { null: true, .. } => "22004",
+            EngineError::FrameOffset { null: false, .. } => "22013",
         }
     }
 

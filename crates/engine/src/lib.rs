@@ -44,6 +44,7 @@ pub mod error;
 pub mod exec;
 pub mod explain;
 pub mod expr;
+pub mod frame_syntax;
 pub mod from;
 pub mod functions;
 pub mod joins;
@@ -67,6 +68,7 @@ pub mod types;
 pub mod vector;
 pub mod window;
 pub mod window_bind;
+pub mod window_frame;
 
 pub use engine::{Engine, EngineSettings, QueryResult};
 pub use error::EngineError;
