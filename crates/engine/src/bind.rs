@@ -734,6 +734,7 @@ impl<'s> ExprBinder<'s> {
         let Ok([argument]) = <[Expr; 1]>::try_from(bound_args) else {
             return Err(EngineError::unsupported(format!("{name} with {} arguments", args.len())));
         };
+        boolean_input(&name, argument.data_type())?;
         let data_type = aggregate_type(kind, argument.data_type())?;
         Ok(Some(AggregateCall { function: kind, argument: Some(argument), data_type, distinct, filter, second: None }))
     }
@@ -839,11 +840,25 @@ pub(crate) fn aggregate_function(name: &str) -> Option<AggregateFunction> {
         "count" => AggregateFunction::Count,
         "min" => AggregateFunction::Min,
         "max" => AggregateFunction::Max,
+        // Over booleans (false < true) these are min and max; `boolean_input` checks the type.
+        "bool_and" | "every" => AggregateFunction::Min,
+        "bool_or" => AggregateFunction::Max,
         _ => match crate::ordered_set::OrderedSet::named(name) {
             Some(kind) => AggregateFunction::Ordered(kind),
             None => AggregateFunction::Statistic(crate::statistics::Statistic::named(name)?),
         },
     })
+}
+
+/// bool_and, bool_or and every take booleans only, and min and max take no booleans (as in
+/// PostgreSQL, whose min and max have no boolean signature).
+pub(crate) fn boolean_input(name: &str, input: DataType) -> Result<()> {
+    let boolean_aggregate = matches!(name, "bool_and" | "bool_or" | "every");
+    let ordering_aggregate = matches!(name, "min" | "max");
+    if (boolean_aggregate && input != DataType::Bool) || (ordering_aggregate && input == DataType::Bool) {
+        return Err(EngineError::UndefinedFunction(format!("function {name}({}) does not exist", input.sql_name())));
+    }
+    Ok(())
 }
 
 /// PostgreSQL's result types: sum of int4 is bigint, of bigint and numerics numeric; avg of

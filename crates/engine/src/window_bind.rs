@@ -230,6 +230,7 @@ fn signature(name: &str, args: Vec<Expr>, star: bool) -> Result<(WindowFunction,
                 return Ok((W::Aggregate(kind), args, data_type));
             }
             arity(1..=1)?;
+            crate::bind::boolean_input(name, args[0].data_type())?;
             let data_type = aggregate_type(kind, args[0].data_type())?;
             Ok((W::Aggregate(kind), args, data_type))
         }
