@@ -66,6 +66,7 @@ pub mod table_functions;
 pub mod tpch;
 pub mod types;
 pub mod vector;
+pub mod view;
 pub mod window;
 pub mod window_bind;
 pub mod window_frame;
