@@ -95,6 +95,10 @@ impl Scope {
         match self.resolve_in(&self.relations[..split], qualifier, name)? {
             Some(found) => Ok(found),
             None => self.resolve_in(&self.relations[split..], qualifier, name)?.ok_or_else(|| {
+                if qualifier.is_none() && self.relations.iter().any(|r| r.alias == name) {
+                    // PostgreSQL reads a bare relation name as its whole row (a composite).
+                    return EngineError::unsupported(format!("whole-row reference {name}"));
+                }
                 let full = qualifier.map_or(name.to_string(), |q| format!("{q}.{name}"));
                 EngineError::UnknownColumn(format!("\"{full}\" does not exist"))
             }),

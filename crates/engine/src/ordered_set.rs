@@ -91,9 +91,9 @@ impl OrderedSet {
             (OrderedSet::Hypothetical(rank), Some(key)) => {
                 let [direct]: [Expr; 1] = args.try_into().map_err(|args: Vec<Expr>| no_signature(&args))?;
                 if !direct.columns().is_empty() {
-                    return Err(EngineError::Grouping(format!(
-                        "direct arguments of {name} must not use the group's columns (GROUP BY them)"
-                    )));
+                    // PostgreSQL allows grouped columns here (42803 for others); this engine
+                    // takes constants only.
+                    return Err(EngineError::unsupported(format!("direct arguments of {name} that read columns")));
                 }
                 let (mut unified, key_type) = crate::bind::unify(vec![key, direct])?;
                 let direct = unified.pop().expect("two unified expressions");
