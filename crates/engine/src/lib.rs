@@ -52,6 +52,7 @@ pub mod numeric;
 pub mod ordered_set;
 pub mod parquet_file;
 pub mod pg_catalog;
+pub mod pg_syntax;
 pub mod plan;
 pub mod pool;
 pub mod query;
