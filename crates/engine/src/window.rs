@@ -21,13 +21,22 @@ use crate::types::{DataType, Value, ValueKey};
 use crate::vector::{Batch, Data, Vector};
 use crate::window_frame::{Current, FrameInput};
 
-/// The input's columns followed by each call's values.
+/// The input's columns followed by each call's values. When every call has the same
+/// PARTITION BY and ORDER BY, the rows come in that order, as PostgreSQL's window node emits
+/// them (a LIMIT or a stable final sort then keeps PostgreSQL's rows); else in input order.
 pub fn evaluate_windows(batch: &Batch, calls: &[WindowCall]) -> Result<Batch> {
     let mut columns = batch.columns.clone();
     for call in calls {
         columns.push(evaluate_call(batch, call)?);
     }
-    Ok(Batch::new(columns, batch.rows))
+    let evaluated = Batch::new(columns, batch.rows);
+    let Some(first) = calls.first() else { return Ok(evaluated) };
+    let one_window = calls.iter().all(|c| c.partition == first.partition && c.order == first.order);
+    if !one_window || (first.partition.is_empty() && first.order.is_empty()) {
+        return Ok(evaluated);
+    }
+    let order = sort_rows(batch, first)?.rows;
+    Ok(Batch::new(evaluated.columns.iter().map(|c| c.gather(&order)).collect(), batch.rows))
 }
 
 /// The call's sorted rows, their partition and peer boundaries, and its arguments.
