@@ -779,6 +779,9 @@ impl ExprBinder<'_> {
                 }
             }
         }
+        // With DISTINCT, PostgreSQL wants each ORDER BY expression to be an argument as written
+        // (`distinct f1::text … order by f1` is 42P10), not merely equal after the text cast.
+        let written_argument = args.first().cloned();
         let (argument, second, data_type) = kind.bind(name, args, within)?;
         match (order_keys.as_slice(), &mut kind) {
             ([], _) => {}
@@ -788,7 +791,13 @@ impl ExprBinder<'_> {
                     Some(ast::OrderBySort::Desc) => true,
                     Some(ast::OrderBySort::Using(_)) => return Err(EngineError::unsupported("ORDER BY … USING")),
                 };
-                if cast_expr(self.bind(&key.expr)?, DataType::Text)? != argument {
+                let key_expr = self.bind(&key.expr)?;
+                if distinct && Some(&key_expr) != written_argument.as_ref() {
+                    return Err(EngineError::InvalidColumnReference(
+                        "in an aggregate with DISTINCT, ORDER BY expressions must appear in argument list".into(),
+                    ));
+                }
+                if cast_expr(key_expr, DataType::Text)? != argument {
                     return Err(EngineError::unsupported(format!("ORDER BY inside {name} by other than its value")));
                 }
                 *order = Some(descending);
