@@ -95,6 +95,10 @@ impl Scope {
         match self.resolve_in(&self.relations[..split], qualifier, name)? {
             Some(found) => Ok(found),
             None => self.resolve_in(&self.relations[split..], qualifier, name)?.ok_or_else(|| {
+                if qualifier.is_none() && self.relations.iter().any(|r| r.alias == name) {
+                    // PostgreSQL reads a bare relation name as its whole row (a composite).
+                    return EngineError::unsupported(format!("whole-row reference {name}"));
+                }
                 let full = qualifier.map_or(name.to_string(), |q| format!("{q}.{name}"));
                 EngineError::UnknownColumn(format!("\"{full}\" does not exist"))
             }),
@@ -734,6 +738,7 @@ impl<'s> ExprBinder<'s> {
         let Ok([argument]) = <[Expr; 1]>::try_from(bound_args) else {
             return Err(EngineError::unsupported(format!("{name} with {} arguments", args.len())));
         };
+        boolean_input(&name, argument.data_type())?;
         let data_type = aggregate_type(kind, argument.data_type())?;
         Ok(Some(AggregateCall { function: kind, argument: Some(argument), data_type, distinct, filter, second: None }))
     }
@@ -774,6 +779,9 @@ impl ExprBinder<'_> {
                 }
             }
         }
+        // With DISTINCT, PostgreSQL wants each ORDER BY expression to be an argument as written
+        // (`distinct f1::text … order by f1` is 42P10), not merely equal after the text cast.
+        let written_argument = args.first().cloned();
         let (argument, second, data_type) = kind.bind(name, args, within)?;
         match (order_keys.as_slice(), &mut kind) {
             ([], _) => {}
@@ -783,7 +791,13 @@ impl ExprBinder<'_> {
                     Some(ast::OrderBySort::Desc) => true,
                     Some(ast::OrderBySort::Using(_)) => return Err(EngineError::unsupported("ORDER BY … USING")),
                 };
-                if cast_expr(self.bind(&key.expr)?, DataType::Text)? != argument {
+                let key_expr = self.bind(&key.expr)?;
+                if distinct && Some(&key_expr) != written_argument.as_ref() {
+                    return Err(EngineError::InvalidColumnReference(
+                        "in an aggregate with DISTINCT, ORDER BY expressions must appear in argument list".into(),
+                    ));
+                }
+                if cast_expr(key_expr, DataType::Text)? != argument {
                     return Err(EngineError::unsupported(format!("ORDER BY inside {name} by other than its value")));
                 }
                 *order = Some(descending);
@@ -839,11 +853,25 @@ pub(crate) fn aggregate_function(name: &str) -> Option<AggregateFunction> {
         "count" => AggregateFunction::Count,
         "min" => AggregateFunction::Min,
         "max" => AggregateFunction::Max,
+        // Over booleans (false < true) these are min and max; `boolean_input` checks the type.
+        "bool_and" | "every" => AggregateFunction::Min,
+        "bool_or" => AggregateFunction::Max,
         _ => match crate::ordered_set::OrderedSet::named(name) {
             Some(kind) => AggregateFunction::Ordered(kind),
             None => AggregateFunction::Statistic(crate::statistics::Statistic::named(name)?),
         },
     })
+}
+
+/// bool_and, bool_or and every take booleans only, and min and max take no booleans (as in
+/// PostgreSQL, whose min and max have no boolean signature).
+pub(crate) fn boolean_input(name: &str, input: DataType) -> Result<()> {
+    let boolean_aggregate = matches!(name, "bool_and" | "bool_or" | "every");
+    let ordering_aggregate = matches!(name, "min" | "max");
+    if (boolean_aggregate && input != DataType::Bool) || (ordering_aggregate && input == DataType::Bool) {
+        return Err(EngineError::UndefinedFunction(format!("function {name}({}) does not exist", input.sql_name())));
+    }
+    Ok(())
 }
 
 /// PostgreSQL's result types: sum of int4 is bigint, of bigint and numerics numeric; avg of

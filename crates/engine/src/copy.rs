@@ -137,6 +137,9 @@ pub fn start(
         return Err(EngineError::unsupported("COPY (query) FROM"));
     };
     let name = crate::ddl::storage_key(session, engine, &user_table_name(table_name)?);
+    if let Some(target) = session.catalog(engine).find(&name) {
+        crate::view::check_not_view(&target, "COPY FROM")?;
+    }
     let base = session.take_for_write(engine, &name)?.ok_or_else(|| EngineError::UnknownTable(name.clone()))?;
     let columns: Vec<ast::ObjectName> = columns.iter().map(|c| ast::ObjectName::from(vec![c.clone()])).collect();
     let targets = target_columns(&base.schema, &columns)?;
@@ -516,6 +519,10 @@ fn copy_to_stdout(
     let query = match source {
         ast::CopySource::Query(query) => (**query).clone(),
         ast::CopySource::Table { table_name, columns } => {
+            let key = crate::ddl::storage_key(session, engine, &user_table_name(table_name)?);
+            if session.catalog(engine).find(&key).is_some_and(|t| t.view.is_some()) {
+                return Err(EngineError::WrongObjectType(format!("cannot copy from view \"{table_name}\"")));
+            }
             let list = if columns.is_empty() {
                 "*".to_string()
             } else {

@@ -230,16 +230,20 @@ pub fn drop_tables(
     names: &[ast::ObjectName],
     if_exists: bool,
 ) -> Result<String> {
-    for name in names {
-        let name = user_table_name(name)?;
-        let key = storage_key(session, engine, &name);
-        if session.table_for_drop(engine, &key)?.is_none() {
+    let dropped: Vec<String> = names.iter().map(user_table_name).collect::<Result<_>>()?;
+    for name in &dropped {
+        let key = storage_key(session, engine, name);
+        let Some(existing) = session.table_for_drop(engine, &key)? else {
             if if_exists {
                 session.notice("00000", format!("table \"{name}\" does not exist, skipping"));
                 continue;
             }
-            return Err(EngineError::UnknownTable(name));
+            return Err(EngineError::UnknownTable(name.clone()));
+        };
+        if existing.view.is_some() {
+            return Err(EngineError::WrongObjectType(format!("\"{name}\" is not a table")));
         }
+        crate::view::check_no_dependents(&session.catalog(engine), name, &dropped)?;
         session.write(&key, None);
     }
     Ok("DROP TABLE".into())
@@ -280,6 +284,7 @@ pub fn truncate(session: &mut Session, engine: &Engine, truncate: &ast::Truncate
             }
             return Err(EngineError::UnknownTable(name));
         };
+        crate::view::check_not_view(&table, "TRUNCATE")?;
         let pool = Arc::clone(engine.runtime().pool());
         let empty = TableBuilder::with_constraints(
             pool,
@@ -326,6 +331,7 @@ pub fn create_index(session: &mut Session, engine: &Engine, create: &ast::Create
     let table_name = storage_key(session, engine, &user_table_name(&create.table_name)?);
     let table =
         session.table_for_write(engine, &table_name)?.ok_or_else(|| EngineError::UnknownTable(table_name.clone()))?;
+    crate::view::check_not_view(&table, "CREATE INDEX")?;
     let columns: Vec<usize> = create
         .columns
         .iter()

@@ -42,6 +42,7 @@ pub fn insert(session: &mut Session, engine: &Engine, insert: &ast::Insert, sink
     let name = crate::ddl::storage_key(session, engine, &user_table_name(table_name)?);
     let catalog = session.catalog(engine);
     let target = catalog.get(&name)?;
+    crate::view::check_not_view(&target, "INSERT")?;
     let targets = target_columns(&target.schema, &insert.columns)?;
     let rows = match insert.source.as_deref() {
         None => vec![vec![None; 0]],
@@ -159,7 +160,11 @@ fn single_table(session: &mut Session, engine: &Engine, relation: &ast::TableFac
     }
     let table = user_table_name(name)?;
     let alias = alias.as_ref().map_or_else(|| table.clone(), |a| identifier(&a.name));
-    Ok((crate::ddl::storage_key(session, engine, &table), alias))
+    let key = crate::ddl::storage_key(session, engine, &table);
+    if let Some(target) = session.catalog(engine).find(&key) {
+        crate::view::check_not_view(&target, "UPDATE or DELETE")?;
+    }
+    Ok((key, alias))
 }
 
 fn table_scope(alias: &str, schema: &[ColumnDef]) -> Scope {

@@ -223,6 +223,7 @@ impl Engine {
             .with_unescape(true)
             .tokenize_with_location()
             .map_err(|e| EngineError::Syntax(ParserError::from(e).to_string()))?;
+        let tokens = crate::pg_syntax::rewrite(tokens)?;
         let bound = parse_tree_bytes_max(sql, &tokens);
         let parsed = crate::control::with_reserved(bound, || {
             Parser::new(&dialect)

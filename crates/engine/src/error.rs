@@ -148,6 +148,18 @@ pub enum EngineError {
     /// A column named twice where names must differ (JOIN USING).
     #[error("{0}")]
     DuplicateColumn(String),
+    /// A statement on the wrong kind of relation, such as DROP VIEW of a table.
+    #[error("{0}")]
+    WrongObjectType(String),
+    /// A definition that cannot replace the existing one (CREATE OR REPLACE VIEW).
+    #[error("{0}")]
+    InvalidTableDefinition(String),
+    /// A view that reads itself.
+    #[error("{0}")]
+    InfiniteRecursion(String),
+    /// A window frame offset that is NULL (22004) or negative (22013).
+    #[error("{message}")]
+    FrameOffset { message: String, null: bool },
 }
 
 impl EngineError {
@@ -203,6 +215,11 @@ impl EngineError {
             EngineError::UndefinedFunction(_) => "42883",
             EngineError::AmbiguousColumn(_) => "42702",
             EngineError::DuplicateColumn(_) => "42701",
+            EngineError::WrongObjectType(_) => "42809",
+            EngineError::InvalidTableDefinition(_) => "42P16",
+            EngineError::InfiniteRecursion(_) => "42P17",
+            EngineError::FrameOffset { null: true, .. } => "22004",
+            EngineError::FrameOffset { null: false, .. } => "22013",
         }
     }
 

@@ -290,7 +290,13 @@ impl<'c> QueryBinder<'c> {
                         None => {
                             let table = self.catalog.get(&object_name(name)?)?;
                             let columns = table.schema.iter().map(|c| (c.name.clone(), c.data_type)).collect();
-                            (table.name.clone(), columns, RelationSource::Table(Arc::clone(&table)))
+                            let source = match &table.view {
+                                Some(view) => {
+                                    RelationSource::Derived(crate::view::bind_view(self.catalog, &table, view)?)
+                                }
+                                None => RelationSource::Table(Arc::clone(&table)),
+                            };
+                            (table.name.clone(), columns, source)
                         }
                     };
                     (name, alias.as_ref(), columns, source)

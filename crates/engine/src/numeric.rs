@@ -276,6 +276,11 @@ impl Numeric {
     pub fn parse(text: &str) -> Result<Numeric> {
         let invalid = || EngineError::InvalidValue(format!("invalid input syntax for type numeric: \"{text}\""));
         let trimmed = text.trim();
+        // PostgreSQL's numeric has NaN and ±Infinity; this one does not, and says so.
+        let special = ["nan", "inf", "+inf", "-inf", "infinity", "+infinity", "-infinity"];
+        if special.iter().any(|s| trimmed.eq_ignore_ascii_case(s)) {
+            return Err(EngineError::unsupported("NaN or infinity as numeric"));
+        }
         let (negative, rest) = match trimmed.as_bytes().first() {
             Some(b'-') => (true, &trimmed[1..]),
             Some(b'+') => (false, &trimmed[1..]),

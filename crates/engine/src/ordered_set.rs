@@ -1,6 +1,9 @@
-//! Aggregates over all of a group's values: string_agg, and the ordered-set aggregates
-//! percentile_cont, percentile_disc and mode (`WITHIN GROUP (ORDER BY x)`), as PostgreSQL
-//! computes them. A group's non-null values are kept, then sorted once at the end.
+//! Aggregates over all of a group's values: string_agg, the ordered-set aggregates
+//! percentile_cont, percentile_disc and mode (`WITHIN GROUP (ORDER BY x)`), and the
+//! hypothetical-set aggregates rank, dense_rank, percent_rank and cume_dist (`rank(c)
+//! WITHIN GROUP (ORDER BY x)`: where c would rank among the group's values), as PostgreSQL
+//! computes them. A group's non-null values (all values, NULLs included, for the
+//! hypothetical-set ones, whose NULLs sort last) are kept, then sorted once at the end.
 
 use crate::error::{EngineError, Result};
 use crate::expr::{evaluate_constant, Expr};
@@ -18,6 +21,16 @@ pub enum OrderedSet {
     PercentileCont,
     PercentileDisc,
     Mode,
+    Hypothetical(HypotheticalRank),
+}
+
+/// What a hypothetical-set aggregate computes for the hypothetical row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HypotheticalRank {
+    Rank,
+    DenseRank,
+    PercentRank,
+    CumeDist,
 }
 
 impl OrderedSet {
@@ -27,6 +40,10 @@ impl OrderedSet {
             "percentile_cont" => OrderedSet::PercentileCont,
             "percentile_disc" => OrderedSet::PercentileDisc,
             "mode" => OrderedSet::Mode,
+            "rank" => OrderedSet::Hypothetical(HypotheticalRank::Rank),
+            "dense_rank" => OrderedSet::Hypothetical(HypotheticalRank::DenseRank),
+            "percent_rank" => OrderedSet::Hypothetical(HypotheticalRank::PercentRank),
+            "cume_dist" => OrderedSet::Hypothetical(HypotheticalRank::CumeDist),
             _ => return None,
         })
     }
@@ -71,6 +88,22 @@ impl OrderedSet {
                 }
                 Ok((crate::bind::cast_expr(key, DataType::Float64)?, Some(fraction), DataType::Float64))
             }
+            (OrderedSet::Hypothetical(rank), Some(key)) => {
+                let [direct]: [Expr; 1] = args.try_into().map_err(|args: Vec<Expr>| no_signature(&args))?;
+                if !direct.columns().is_empty() {
+                    // PostgreSQL allows grouped columns here (42803 for others); this engine
+                    // takes constants only.
+                    return Err(EngineError::unsupported(format!("direct arguments of {name} that read columns")));
+                }
+                let (mut unified, key_type) = crate::bind::unify(vec![key, direct])?;
+                let direct = unified.pop().expect("two unified expressions");
+                let key = unified.pop().expect("the key");
+                let result_type = match rank {
+                    HypotheticalRank::Rank | HypotheticalRank::DenseRank => DataType::Int64,
+                    HypotheticalRank::PercentRank | HypotheticalRank::CumeDist => DataType::Float64,
+                };
+                Ok((key, Some(constant(direct, key_type)?), result_type))
+            }
             (OrderedSet::Mode, Some(key)) if args.is_empty() => {
                 let data_type = key.data_type();
                 Ok((key, None, data_type))
@@ -86,13 +119,16 @@ impl OrderedSet {
 
     /// The result of one group from its non-null values (in input order).
     pub fn finish(self, mut values: Vec<Value>, second: Option<&Expr>) -> Result<Value> {
-        if values.is_empty() {
-            return Ok(Value::Null);
-        }
         let constant = match second {
             Some(Expr::Literal { value, .. }) => value.clone(),
             _ => Value::Null,
         };
+        if let OrderedSet::Hypothetical(rank) = self {
+            return Ok(hypothetical(rank, &values, &constant));
+        }
+        if values.is_empty() {
+            return Ok(Value::Null);
+        }
         match self {
             OrderedSet::StringAgg { order } => {
                 if let Some(descending) = order {
@@ -117,7 +153,36 @@ impl OrderedSet {
                 values.sort_by(compare_values);
                 Ok(mode(values))
             }
+            OrderedSet::Hypothetical(_) => unreachable!("handled above"),
         }
+    }
+}
+
+/// Where `candidate` ranks among `values` (ascending, NULLs last and peers of each other):
+/// rank and dense_rank count the values before it, percent_rank and cume_dist are the
+/// window functions' fractions over the values with the hypothetical row added.
+fn hypothetical(rank: HypotheticalRank, values: &[Value], candidate: &Value) -> Value {
+    use std::cmp::Ordering;
+    let order = |value: &Value| match (value.is_null(), candidate.is_null()) {
+        (true, true) => Ordering::Equal,
+        (true, false) => Ordering::Greater,
+        (false, true) => Ordering::Less,
+        (false, false) => compare_values(value, candidate),
+    };
+    let before = values.iter().filter(|v| order(v) == Ordering::Less).count();
+    let peers = values.iter().filter(|v| order(v) == Ordering::Equal).count();
+    let n = values.len();
+    match rank {
+        HypotheticalRank::Rank => Value::Int64(before as i64 + 1),
+        HypotheticalRank::DenseRank => {
+            let mut distinct: Vec<&Value> = values.iter().filter(|v| order(v) == Ordering::Less).collect();
+            distinct.sort_by(|a, b| compare_values(a, b));
+            distinct.dedup_by(|a, b| compare_values(a, b).is_eq());
+            Value::Int64(distinct.len() as i64 + 1)
+        }
+        HypotheticalRank::PercentRank if n == 0 => Value::Float64(0.0),
+        HypotheticalRank::PercentRank => Value::Float64(before as f64 / n as f64),
+        HypotheticalRank::CumeDist => Value::Float64((before + peers + 1) as f64 / (n + 1) as f64),
     }
 }
 
@@ -151,6 +216,13 @@ fn mode(sorted: Vec<Value>) -> Value {
         index += run;
     }
     best
+}
+
+/// Adds all of a batch's values, NULLs too, to their groups' lists (hypothetical-set).
+pub fn collect_all(lists: &mut [Vec<Value>], groups: &[u32], values: &Vector) {
+    for (row, &group) in groups.iter().enumerate() {
+        lists[group as usize].push(values.value(row));
+    }
 }
 
 /// Adds a batch's non-null values to their groups' lists.

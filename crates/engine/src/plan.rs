@@ -97,29 +97,8 @@ pub enum WindowFunction {
     Aggregate(AggregateFunction),
 }
 
-/// One end of a window frame (offsets only in ROWS mode).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FrameBound {
-    UnboundedPreceding,
-    Preceding(u64),
-    CurrentRow,
-    Following(u64),
-    UnboundedFollowing,
-}
-
-/// ROWS (`rows`: the current row is itself) or RANGE (the current row is its peers) frame.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct WindowFrame {
-    pub rows: bool,
-    pub start: FrameBound,
-    pub end: FrameBound,
-}
-
-impl WindowFrame {
-    /// PostgreSQL's default: RANGE BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW.
-    pub const DEFAULT: WindowFrame =
-        WindowFrame { rows: false, start: FrameBound::UnboundedPreceding, end: FrameBound::CurrentRow };
-}
+/// A window call's frame (ROWS, RANGE or GROUPS, offsets, EXCLUDE): see `window_frame`.
+pub use crate::window_frame::{FrameBound, FrameExclusion, FrameOffset, FrameUnits, WindowFrame};
 
 /// `function(args) OVER (PARTITION BY partition ORDER BY order frame)`; expressions over the
 /// window node's input.

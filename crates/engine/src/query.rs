@@ -797,8 +797,8 @@ fn expand_select_items<'a>(items: &'a [ast::SelectItem], scope: &Scope) -> Resul
             ast::SelectItem::Wildcard(_) if scope.star.is_some() => {
                 for (alias, name) in scope.star.iter().flatten() {
                     let expr = match alias.is_empty() {
-                        true => ast::Expr::Identifier(ast::Ident::new(name)),
-                        false => ast::Expr::CompoundIdentifier(vec![ast::Ident::new(alias), ast::Ident::new(name)]),
+                        true => ast::Expr::Identifier(quoted(name)),
+                        false => ast::Expr::CompoundIdentifier(vec![quoted(alias), quoted(name)]),
                     };
                     out.push((Cow::Owned(expr), name.clone()));
                 }
@@ -806,10 +806,7 @@ fn expand_select_items<'a>(items: &'a [ast::SelectItem], scope: &Scope) -> Resul
             ast::SelectItem::Wildcard(_) => {
                 for relation in &scope.relations {
                     for (name, _) in &relation.columns {
-                        let expr = ast::Expr::CompoundIdentifier(vec![
-                            ast::Ident::new(&relation.alias),
-                            ast::Ident::new(name),
-                        ]);
+                        let expr = ast::Expr::CompoundIdentifier(vec![quoted(&relation.alias), quoted(name)]);
                         out.push((Cow::Owned(expr), name.clone()));
                     }
                 }
@@ -822,7 +819,7 @@ fn expand_select_items<'a>(items: &'a [ast::SelectItem], scope: &Scope) -> Resul
                     .find(|r| r.alias == alias)
                     .ok_or_else(|| EngineError::UnknownTable(alias.clone()))?;
                 for (column, _) in &relation.columns {
-                    let expr = ast::Expr::CompoundIdentifier(vec![ast::Ident::new(&alias), ast::Ident::new(column)]);
+                    let expr = ast::Expr::CompoundIdentifier(vec![quoted(&alias), quoted(column)]);
                     out.push((Cow::Owned(expr), column.clone()));
                 }
             }
@@ -830,6 +827,11 @@ fn expand_select_items<'a>(items: &'a [ast::SelectItem], scope: &Scope) -> Resul
         }
     }
     Ok(out)
+}
+
+/// An identifier that names `name` exactly (a column named "Approved" keeps its case).
+fn quoted(name: &str) -> ast::Ident {
+    ast::Ident::with_quote('"', name)
 }
 
 /// PostgreSQL's default output names: the column name, the function name, else `?column?`.

@@ -387,6 +387,9 @@ pub struct Table {
     /// One per unique constraint, in the same order.
     indexes: Vec<Arc<UniqueIndex>>,
     distinct_counts: Vec<OnceLock<usize>>,
+    /// A view: no rows, its query bound at each use (`view`); its schema is the query's
+    /// output when it was created.
+    pub view: Option<Arc<crate::view::ViewDefinition>>,
 }
 
 impl std::fmt::Debug for Table {
@@ -555,6 +558,7 @@ impl TableBuilder {
             chunk_rows: shared.chunk_rows,
             indexes: shared.indexes.clone(),
             distinct_counts: Vec::new(),
+            view: None,
         });
         TableBuilder {
             pool,
@@ -761,6 +765,7 @@ impl TableBuilder {
             chunk_rows: self.chunk_rows,
             indexes: Vec::new(),
             distinct_counts: self.schema.iter().map(|_| OnceLock::new()).collect(),
+            view: None,
         }
     }
 
@@ -782,6 +787,7 @@ impl TableBuilder {
             chunk_rows: self.chunk_rows,
             indexes: self.indexes,
             distinct_counts,
+            view: None,
         }
     }
 }

@@ -7,26 +7,36 @@
 //!   output: the input's columns, then one column per call (rows keep the input's order)
 //! ```
 //!
-//! Frames are row ranges of the sorted partition: ROWS counts rows, RANGE extends CURRENT ROW
-//! to the row's peers (no ORDER BY: every row is a peer). Aggregates reuse the hash
-//! aggregate's states: a frame that starts at the partition's first row grows row by row
+//! Frames are position ranges of the sorted partition (`window_frame`: ROWS, RANGE, GROUPS,
+//! EXCLUDE; no ORDER BY: every row is a peer). Aggregates reuse the hash aggregate's states:
+//! a frame that starts at the partition's first row and excludes nothing grows row by row
 //! with one state; any other frame is aggregated afresh per row.
 
 use crate::error::{EngineError, Result};
 use crate::exec::aggregate::AggregateState;
 use crate::exec::sort::sort_batch;
 use crate::expr::{evaluate, Expr};
-use crate::plan::{AggregateCall, AggregateFunction, FrameBound, SortKey, WindowCall, WindowFunction};
+use crate::plan::{AggregateCall, AggregateFunction, FrameBound, FrameExclusion, SortKey, WindowCall, WindowFunction};
 use crate::types::{DataType, Value, ValueKey};
 use crate::vector::{Batch, Data, Vector};
+use crate::window_frame::{Current, FrameInput};
 
-/// The input's columns followed by each call's values.
+/// The input's columns followed by each call's values. When every call has the same
+/// PARTITION BY and ORDER BY, the rows come in that order, as PostgreSQL's window node emits
+/// them (a LIMIT or a stable final sort then keeps PostgreSQL's rows); else in input order.
 pub fn evaluate_windows(batch: &Batch, calls: &[WindowCall]) -> Result<Batch> {
     let mut columns = batch.columns.clone();
     for call in calls {
         columns.push(evaluate_call(batch, call)?);
     }
-    Ok(Batch::new(columns, batch.rows))
+    let evaluated = Batch::new(columns, batch.rows);
+    let Some(first) = calls.first() else { return Ok(evaluated) };
+    let one_window = calls.iter().all(|c| c.partition == first.partition && c.order == first.order);
+    if !one_window || (first.partition.is_empty() && first.order.is_empty()) {
+        return Ok(evaluated);
+    }
+    let order = sort_rows(batch, first)?.rows;
+    Ok(Batch::new(evaluated.columns.iter().map(|c| c.gather(&order)).collect(), batch.rows))
 }
 
 /// The call's sorted rows, their partition and peer boundaries, and its arguments.
@@ -119,29 +129,23 @@ impl Partition<'_> {
         groups
     }
 
-    /// The frame of position `i` as a range of positions (empty when it ends before it starts).
-    fn frame(&self, call: &WindowCall, i: usize, peers: (usize, usize)) -> (usize, usize) {
-        let n = self.len();
-        let frame = call.frame;
-        let start = match frame.start {
-            FrameBound::UnboundedPreceding => 0,
-            FrameBound::Preceding(k) => i.saturating_sub(usize::try_from(k).unwrap_or(usize::MAX)),
-            FrameBound::CurrentRow if frame.rows => i,
-            FrameBound::CurrentRow => peers.0,
-            FrameBound::Following(k) => i.saturating_add(usize::try_from(k).unwrap_or(usize::MAX)).min(n),
-            FrameBound::UnboundedFollowing => n,
+    /// The frame of position `i` (in peer group `group`) as ascending position ranges.
+    fn frame(
+        &self,
+        call: &WindowCall,
+        groups: &[(usize, usize)],
+        i: usize,
+        group: usize,
+    ) -> Result<Vec<(usize, usize)>> {
+        let first_key = call.order.first();
+        let input = FrameInput {
+            len: self.len(),
+            groups,
+            keys: self.order_keys,
+            descending: first_key.is_some_and(|k| k.descending),
+            nulls_first: first_key.is_some_and(|k| k.nulls_first),
         };
-        let end = match frame.end {
-            FrameBound::UnboundedPreceding => 0,
-            FrameBound::Preceding(k) => (i + 1).saturating_sub(usize::try_from(k).unwrap_or(usize::MAX)),
-            FrameBound::CurrentRow if frame.rows => i + 1,
-            FrameBound::CurrentRow => peers.1,
-            FrameBound::Following(k) => {
-                i.saturating_add(usize::try_from(k).unwrap_or(usize::MAX)).saturating_add(1).min(n)
-            }
-            FrameBound::UnboundedFollowing => n,
-        };
-        (start, end.max(start))
+        input.pieces(&call.frame, Current { position: i, group })
     }
 
     fn evaluate(&self, call: &WindowCall, args: &[Vector], results: &mut [Value]) -> Result<()> {
@@ -161,7 +165,7 @@ impl Partition<'_> {
                     WindowFunction::Ntile => ntile(args, self.rows[i], i, n)?,
                     WindowFunction::Lag | WindowFunction::Lead => self.offset_value(call, args, i)?,
                     WindowFunction::FirstValue | WindowFunction::LastValue | WindowFunction::NthValue => {
-                        self.frame_value(call, args, i, (start, end))?
+                        self.frame_value(call, args, &self.frame(call, &groups, i, dense)?, i)?
                     }
                     WindowFunction::Aggregate(_) => continue,
                 };
@@ -194,22 +198,19 @@ impl Partition<'_> {
     }
 
     /// first_value / last_value / nth_value over the row's frame.
-    fn frame_value(&self, call: &WindowCall, args: &[Vector], i: usize, peers: (usize, usize)) -> Result<Value> {
-        let (start, end) = self.frame(call, i, peers);
+    fn frame_value(&self, call: &WindowCall, args: &[Vector], pieces: &[(usize, usize)], i: usize) -> Result<Value> {
+        let mut positions = pieces.iter().flat_map(|&(start, end)| start..end);
         let position = match call.function {
-            WindowFunction::FirstValue => Some(start),
-            WindowFunction::LastValue => end.checked_sub(1),
+            WindowFunction::FirstValue => positions.next(),
+            WindowFunction::LastValue => pieces.last().map(|&(_, end)| end - 1),
             _ => match args[1].value(self.rows[i] as usize) {
                 Value::Null => return Ok(Value::Null),
-                Value::Int32(k) if k > 0 => Some(start + k as usize - 1),
-                Value::Int64(k) if k > 0 => Some(start + k as usize - 1),
+                Value::Int32(k) if k > 0 => positions.nth(k as usize - 1),
+                Value::Int64(k) if k > 0 => positions.nth(usize::try_from(k - 1).unwrap_or(usize::MAX)),
                 _ => return Err(EngineError::InvalidValue("argument of nth_value must be greater than zero".into())),
             },
         };
-        Ok(match position {
-            Some(p) if p >= start && p < end => args[0].value(self.rows[p] as usize),
-            _ => Value::Null,
-        })
+        Ok(position.map_or(Value::Null, |p| args[0].value(self.rows[p] as usize)))
     }
 
     /// An aggregate over each row's frame: grown row by row while frames start at the
@@ -231,32 +232,50 @@ impl Partition<'_> {
             filter: None,
             second: column(1),
         };
-        let frames: Vec<(usize, (usize, usize))> = groups
-            .iter()
-            .flat_map(|&peers| (peers.0..peers.1).map(move |i| (i, peers)))
-            .map(|(i, peers)| (i, self.frame(call, i, peers)))
-            .collect();
-        let growing = call.frame.start == FrameBound::UnboundedPreceding;
+        // A frame that starts at the partition's first row and leaves nothing out only grows
+        // as the row advances (its end is monotone), so one state serves every row.
+        let growing =
+            call.frame.start == FrameBound::UnboundedPreceding && call.frame.exclusion == FrameExclusion::NoOthers;
         let mut state = new_state(&aggregate);
         let mut added = 0;
-        for (i, (start, end)) in frames {
-            if i % crate::exec::CHECK_EVERY_ROWS == 0 {
-                crate::control::check()?;
+        for (group, &(peers_start, peers_end)) in groups.iter().enumerate() {
+            for i in peers_start..peers_end {
+                if i % crate::exec::CHECK_EVERY_ROWS == 0 {
+                    crate::control::check()?;
+                }
+                let pieces = self.frame(call, groups, i, group)?;
+                if growing {
+                    let end = pieces.last().map_or(0, |&(_, end)| end);
+                    if end > added {
+                        self.add_rows(&aggregate, &mut state, args, added..end)?;
+                        added = end;
+                    }
+                } else {
+                    state = new_state(&aggregate);
+                    for (start, end) in pieces {
+                        self.add_rows(&aggregate, &mut state, args, start..end)?;
+                    }
+                }
+                results[self.rows[i] as usize] = state.finish(&aggregate)?.value(0);
             }
-            if !growing {
-                state = new_state(&aggregate);
-                added = start;
-            }
-            if end > added {
-                let rows: Vec<u32> = self.rows[added..end].to_vec();
-                let zeros = vec![0u32; rows.len()];
-                let gathered = Batch::new(args.iter().map(|a| a.gather(&rows)).collect(), rows.len());
-                state.update_call(&aggregate, &zeros, &gathered)?;
-                added = end;
-            }
-            results[self.rows[i] as usize] = state.finish(&aggregate)?.value(0);
         }
         Ok(())
+    }
+}
+
+impl Partition<'_> {
+    /// Adds the rows at `positions` to the aggregate's one state.
+    fn add_rows(
+        &self,
+        aggregate: &AggregateCall,
+        state: &mut AggregateState,
+        args: &[Vector],
+        positions: std::ops::Range<usize>,
+    ) -> Result<()> {
+        let rows: Vec<u32> = self.rows[positions].to_vec();
+        let zeros = vec![0u32; rows.len()];
+        let gathered = Batch::new(args.iter().map(|a| a.gather(&rows)).collect(), rows.len());
+        state.update_call(aggregate, &zeros, &gathered)
     }
 }
 

@@ -2,10 +2,11 @@
 //! signatures, the frame, and a placeholder column for the call in the select list.
 //!
 //! Supported: row_number, rank, dense_rank, percent_rank, cume_dist, ntile, lag, lead,
-//! first_value, last_value, nth_value, and sum/avg/count/min/max over ROWS frames with any
-//! bounds or RANGE frames bounded by UNBOUNDED or CURRENT ROW; named windows (WINDOW w AS …,
-//! OVER w, OVER (w ORDER BY …)). Refused (0A000): GROUPS, RANGE with an offset, EXCLUDE,
-//! DISTINCT/FILTER/ORDER BY inside the call.
+//! first_value, last_value, nth_value, and sum/avg/count/min/max over ROWS, RANGE and GROUPS
+//! frames with any bounds (RANGE offsets over integer, float and numeric keys) and EXCLUDE
+//! (which reaches the binder as a marker in PARTITION BY, see `frame_syntax`); named windows
+//! (WINDOW w AS …, OVER w, OVER (w ORDER BY …)). Refused (0A000): DISTINCT/FILTER/ORDER BY
+//! inside the call.
 
 use std::cell::RefCell;
 
@@ -17,7 +18,8 @@ use crate::bind::{
 use crate::error::{EngineError, Result};
 use crate::expr::{evaluate_constant, Expr};
 use crate::plan::{
-    AggregateFunction, FrameBound, SortKey, WindowCall, WindowFrame, WindowFunction, WINDOW_COLUMN_BASE,
+    AggregateFunction, FrameBound, FrameExclusion, FrameOffset, FrameUnits, SortKey, WindowCall, WindowFrame,
+    WindowFunction, WINDOW_COLUMN_BASE,
 };
 use crate::types::{DataType, Value};
 
@@ -34,7 +36,9 @@ impl WindowContext<'_> {
         let Some(base_name) = &spec.window_name else { return Ok(spec.clone()) };
         let base = self.named_window(base_name, depth)?;
         let name = &base_name.value;
-        if !spec.partition_by.is_empty() {
+        let (markers, own_partition): (Vec<ast::Expr>, Vec<ast::Expr>) =
+            spec.partition_by.iter().cloned().partition(|e| exclusion_marker(e).is_some());
+        if !own_partition.is_empty() {
             return Err(EngineError::Windowing(format!("cannot override PARTITION BY clause of window \"{name}\"")));
         }
         if !spec.order_by.is_empty() && !base.order_by.is_empty() {
@@ -46,7 +50,7 @@ impl WindowContext<'_> {
         let order_by = if spec.order_by.is_empty() { base.order_by } else { spec.order_by.clone() };
         Ok(ast::WindowSpec {
             window_name: None,
-            partition_by: base.partition_by,
+            partition_by: base.partition_by.into_iter().chain(markers).collect(),
             order_by,
             window_frame: spec.window_frame.clone(),
         })
@@ -59,6 +63,9 @@ impl WindowContext<'_> {
             .iter()
             .find(|d| crate::bind::identifier(&d.0) == wanted)
             .ok_or_else(|| EngineError::UnknownObject(format!("window \"{wanted}\" does not exist")))?;
+        if self.named.iter().filter(|d| crate::bind::identifier(&d.0) == wanted).count() > 1 {
+            return Err(EngineError::Windowing(format!("window \"{wanted}\" is already defined")));
+        }
         if depth > self.named.len() {
             return Err(EngineError::Windowing(format!("window \"{wanted}\" refers to itself")));
         }
@@ -85,6 +92,7 @@ impl ExprBinder<'_> {
             Some(ast::WindowType::NamedWindow(name)) => windows.named_window(name, 0)?,
             None => return Err(EngineError::Syntax(format!("{name} without OVER"))),
         };
+        let (partition_by, exclusion) = split_exclusion(&spec.partition_by)?;
         let spec = &spec;
         check_call_modifiers(function, &name)?;
         // Arguments and keys are bound like the select list (over the aggregate's output in an
@@ -94,13 +102,13 @@ impl ExprBinder<'_> {
             if matches!(list.args.as_slice(), [ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Wildcard)]));
         let args = if star { Vec::new() } else { function_args(function)? };
         let args = args.into_iter().map(|a| inner.nested(a, context)).collect::<Result<Vec<_>>>()?;
-        let partition = spec.partition_by.iter().map(|e| inner.nested(e, context)).collect::<Result<Vec<_>>>()?;
+        let partition = partition_by.iter().map(|e| inner.nested(e, context)).collect::<Result<Vec<_>>>()?;
         let mut order = Vec::with_capacity(spec.order_by.len());
         for (expr, descending, nulls_first) in crate::query::order_items(&spec.order_by)? {
             order.push(SortKey { expr: inner.nested(expr, context)?, descending, nulls_first });
         }
         let (function, args, data_type) = signature(&name, args, star)?;
-        let frame = frame(spec.window_frame.as_ref())?;
+        let frame = frame(spec.window_frame.as_ref(), &order, exclusion)?;
         let call = WindowCall { function, args, partition, order, frame, data_type };
         let mut calls = windows.calls.borrow_mut();
         let index = match calls.iter().position(|c| *c == call) {
@@ -222,22 +230,51 @@ fn signature(name: &str, args: Vec<Expr>, star: bool) -> Result<(WindowFunction,
                 return Ok((W::Aggregate(kind), args, data_type));
             }
             arity(1..=1)?;
+            crate::bind::boolean_input(name, args[0].data_type())?;
             let data_type = aggregate_type(kind, args[0].data_type())?;
             Ok((W::Aggregate(kind), args, data_type))
         }
     }
 }
 
-/// The frame clause (PostgreSQL's default when absent).
-fn frame(frame: Option<&ast::WindowFrame>) -> Result<WindowFrame> {
-    let Some(frame) = frame else { return Ok(WindowFrame::DEFAULT) };
-    let rows = match frame.units {
-        ast::WindowFrameUnits::Rows => true,
-        ast::WindowFrameUnits::Range => false,
-        ast::WindowFrameUnits::Groups => return Err(EngineError::unsupported("GROUPS window frames")),
+/// PARTITION BY without the EXCLUDE marker, and the exclusion it names.
+fn split_exclusion(partition_by: &[ast::Expr]) -> Result<(Vec<&ast::Expr>, FrameExclusion)> {
+    let mut exclusion = FrameExclusion::NoOthers;
+    let mut rest = Vec::with_capacity(partition_by.len());
+    for expr in partition_by {
+        match exclusion_marker(expr) {
+            Some(marked) => exclusion = marked,
+            None => rest.push(expr),
+        }
+    }
+    Ok((rest, exclusion))
+}
+
+fn exclusion_marker(expr: &ast::Expr) -> Option<FrameExclusion> {
+    match expr {
+        ast::Expr::Identifier(ident) if ident.quote_style == Some('"') => {
+            crate::frame_syntax::exclusion_of_marker(&ident.value)
+        }
+        _ => None,
+    }
+}
+
+/// The frame clause (PostgreSQL's default when absent), checked against the ORDER BY keys.
+fn frame(frame: Option<&ast::WindowFrame>, order: &[SortKey], exclusion: FrameExclusion) -> Result<WindowFrame> {
+    let Some(frame) = frame else { return Ok(WindowFrame { exclusion, ..WindowFrame::DEFAULT }) };
+    let units = match frame.units {
+        ast::WindowFrameUnits::Rows => FrameUnits::Rows,
+        ast::WindowFrameUnits::Range => FrameUnits::Range,
+        ast::WindowFrameUnits::Groups => FrameUnits::Groups,
     };
-    let start = bound(&frame.start_bound, rows)?;
-    let end = frame.end_bound.as_ref().map(|b| bound(b, rows)).transpose()?.unwrap_or(FrameBound::CurrentRow);
+    if units == FrameUnits::Groups && order.is_empty() {
+        return Err(EngineError::Windowing("GROUPS mode requires an ORDER BY clause".into()));
+    }
+    let start = bound(&frame.start_bound, units, order, "starting")?;
+    let end = match &frame.end_bound {
+        Some(end) => bound(end, units, order, "ending")?,
+        None => FrameBound::CurrentRow,
+    };
     if start == FrameBound::UnboundedFollowing {
         return Err(EngineError::Windowing("frame start cannot be UNBOUNDED FOLLOWING".into()));
     }
@@ -251,20 +288,14 @@ fn frame(frame: Option<&ast::WindowFrame>) -> Result<WindowFrame> {
     if start == FrameBound::CurrentRow && matches!(end, FrameBound::Preceding(_)) {
         return Err(EngineError::Windowing("frame starting from current row cannot have preceding rows".into()));
     }
-    Ok(WindowFrame { rows, start, end })
+    Ok(WindowFrame { units, start, end, exclusion })
 }
 
-fn bound(bound: &ast::WindowFrameBound, rows: bool) -> Result<FrameBound> {
-    let offset = |expr: &ast::Expr| -> Result<u64> {
-        if !rows {
-            return Err(EngineError::unsupported("RANGE window frames with an offset"));
-        }
-        let scope = crate::bind::Scope::default();
-        let bound = ExprBinder::new(&scope).bind(expr)?;
-        match evaluate_constant(&cast_expr(bound, DataType::Int64)?)? {
-            Value::Int64(n) if n >= 0 => Ok(n as u64),
-            Value::Null => Err(EngineError::InvalidValue("frame offset must not be null".into())),
-            _ => Err(EngineError::InvalidValue("frame starting offset must not be negative".into())),
+fn bound(bound: &ast::WindowFrameBound, units: FrameUnits, order: &[SortKey], which: &str) -> Result<FrameBound> {
+    let offset = |expr: &ast::Expr| -> Result<FrameOffset> {
+        match units {
+            FrameUnits::Range => range_distance(expr, order, which),
+            FrameUnits::Rows | FrameUnits::Groups => frame_count(expr, which),
         }
     };
     Ok(match bound {
@@ -274,4 +305,71 @@ fn bound(bound: &ast::WindowFrameBound, rows: bool) -> Result<FrameBound> {
         ast::WindowFrameBound::Preceding(Some(n)) => FrameBound::Preceding(offset(n)?),
         ast::WindowFrameBound::Following(Some(n)) => FrameBound::Following(offset(n)?),
     })
+}
+
+/// A frame offset is a constant: bound without columns and evaluated once.
+fn constant_offset(expr: &ast::Expr) -> Result<Expr> {
+    let scope = crate::bind::Scope::default();
+    ExprBinder::new(&scope).bind(expr)
+}
+
+/// A ROWS or GROUPS offset: a bigint that is neither NULL nor negative.
+fn frame_count(expr: &ast::Expr, which: &str) -> Result<FrameOffset> {
+    match evaluate_constant(&cast_expr(constant_offset(expr)?, DataType::Int64)?)? {
+        Value::Int64(n) if n >= 0 => Ok(FrameOffset::Count(n as u64)),
+        Value::Null => {
+            Err(EngineError::FrameOffset { message: format!("frame {which} offset must not be null"), null: true })
+        }
+        _ => {
+            Err(EngineError::FrameOffset { message: format!("frame {which} offset must not be negative"), null: false })
+        }
+    }
+}
+
+/// A RANGE offset: a distance in the one ORDER BY key's type (PostgreSQL's in_range
+/// signatures: integers by a bigint, floats by a double, numeric by a numeric).
+fn range_distance(expr: &ast::Expr, order: &[SortKey], which: &str) -> Result<FrameOffset> {
+    let [key] = order else {
+        return Err(EngineError::Windowing(
+            "RANGE with offset PRECEDING/FOLLOWING requires exactly one ORDER BY column".into(),
+        ));
+    };
+    let offset = constant_offset(expr)?;
+    let (key_type, offset_type) = (key.expr.data_type(), offset.data_type());
+    let integer = |t: DataType| matches!(t, DataType::Int16 | DataType::Int32 | DataType::Int64);
+    let exact = |t: DataType| integer(t) || matches!(t, DataType::Decimal { .. } | DataType::Numeric);
+    let unknown = offset_type.is_text();
+    let target = match key_type {
+        t if integer(t) && (integer(offset_type) || unknown) => Some(DataType::Int64),
+        DataType::Float32 | DataType::Float64 if offset_type.is_numeric() || unknown => Some(DataType::Float64),
+        DataType::Decimal { .. } | DataType::Numeric if exact(offset_type) || unknown => Some(DataType::Numeric),
+        _ => None,
+    };
+    let Some(target) = target else {
+        return Err(EngineError::unsupported(format!(
+            "RANGE with offset PRECEDING/FOLLOWING for column type {} and offset type {}",
+            key_type.sql_name(),
+            offset_type.sql_name()
+        )));
+    };
+    let value = evaluate_constant(&cast_expr(offset, target)?)?;
+    let negative = match &value {
+        Value::Null => {
+            return Err(EngineError::FrameOffset {
+                message: format!("frame {which} offset must not be null"),
+                null: true,
+            })
+        }
+        Value::Int64(n) => *n < 0,
+        Value::Float64(f) => f.is_nan() || *f < 0.0,
+        Value::Numeric(n) => n.signum() < 0,
+        other => return Err(EngineError::Runtime(format!("RANGE offset {other:?}"))),
+    };
+    if negative {
+        return Err(EngineError::FrameOffset {
+            message: "invalid preceding or following size in window function".into(),
+            null: false,
+        });
+    }
+    Ok(FrameOffset::Distance(value))
 }

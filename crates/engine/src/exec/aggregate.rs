@@ -5,6 +5,7 @@ use hashbrown::HashTable;
 use super::keys::{hash_words, same_key, KeyCache, KeyEncoder};
 use crate::error::{EngineError, Result};
 use crate::expr::{evaluate, Expr};
+use crate::ordered_set::OrderedSet;
 use std::collections::HashMap;
 
 use crate::numeric::Numeric;
@@ -158,6 +159,13 @@ impl AggregateState {
         if let (AggregateState::SumFloat { sums, counts }, DataType::Float32) = (&mut *self, call.data_type) {
             let argument = argument.expect("sum has an argument");
             return sum_real(sums, counts, groups, &argument);
+        }
+        if let (AggregateState::Values(lists), AggregateFunction::Ordered(OrderedSet::Hypothetical(_))) =
+            (&mut *self, call.function)
+        {
+            let values = argument.expect("hypothetical-set aggregates have an argument");
+            crate::ordered_set::collect_all(lists, groups, &values);
+            return Ok(());
         }
         self.update(groups, argument.as_ref())
     }

@@ -378,10 +378,13 @@ impl Variables {
 }
 
 /// Errors that follow from an earlier refusal are refusals too (the statement was not run as
-/// written): a relation whose CREATE the engine refused, a transaction a refusal aborted.
+/// written): a relation whose CREATE the engine refused, a transaction a refusal aborted, and
+/// any wrong answer of a statement that reads a relation whose INSERT or COPY the engine
+/// refused (its rows are not PostgreSQL's).
 #[derive(Default)]
 struct Cascade {
     refused_relations: std::collections::BTreeSet<String>,
+    incomplete_relations: std::collections::BTreeSet<String>,
     aborted_by_refusal: bool,
 }
 
@@ -389,6 +392,13 @@ impl Cascade {
     fn follow(&mut self, sql: &str, theirs: &Answer, ours: &Answer, verdict: (Outcome, String)) -> (Outcome, String) {
         let postgres_ok = !matches!(theirs, Answer::Error { .. } | Answer::Lost(_));
         let (outcome, detail) = verdict;
+        let refused = matches!(ours, Answer::Error { code, .. } if code == compare::REFUSED);
+        if outcome == Outcome::Wrong && postgres_ok && !refused {
+            let words = scope::words(sql);
+            if let Some(relation) = self.incomplete_relations.iter().find(|r| words.contains(r)) {
+                return (Outcome::Refused, format!("reads {relation}, whose INSERT or COPY the engine refused"));
+            }
+        }
         let Answer::Error { code, message } = ours else {
             self.aborted_by_refusal = false;
             return (outcome, detail);
@@ -397,6 +407,7 @@ impl Cascade {
             self.aborted_by_refusal = true;
             if postgres_ok {
                 self.refused_relations.extend(created_relation(sql));
+                self.incomplete_relations.extend(written_relation(sql));
             }
             return (outcome, detail);
         }
@@ -426,6 +437,16 @@ fn created_relation(sql: &str) -> Option<String> {
     }
     let kind = words.iter().position(|w| w == "table" || w == "view")?;
     words[kind + 1..].iter().find(|w| !matches!(w.as_str(), "if" | "not" | "exists")).cloned()
+}
+
+/// The relation `INSERT INTO name …` or `COPY name … FROM …` adds rows to.
+fn written_relation(sql: &str) -> Option<String> {
+    let words = scope::words(sql);
+    match words.as_slice() {
+        [insert, into, name, ..] if insert == "insert" && into == "into" => Some(name.clone()),
+        [copy, name, rest @ ..] if copy == "copy" && rest.iter().any(|w| w == "from") => Some(name.clone()),
+        _ => None,
+    }
 }
 
 fn is_query(sql: &str) -> bool {
@@ -542,6 +563,11 @@ mod tests {
         let other = Answer::Error { code: "42P01".into(), message: "relation \"bar\" does not exist".into() };
         let verdict = compare::judge(&rows, &other, false);
         assert_eq!(cascade.follow("select * from bar", &rows, &other, verdict).0, Outcome::Wrong);
+        let verdict = compare::judge(&done, &refused, false);
+        cascade.follow("insert into bar values ('infinity')", &done, &refused, verdict);
+        let short = Answer::Rows { columns: 1, rows: vec![vec![Some("1".into())]] };
+        let verdict = compare::judge(&short, &rows, false);
+        assert_eq!(cascade.follow("select * from bar", &short, &rows, verdict).0, Outcome::Refused);
         let verdict = compare::judge(&done, &refused, false);
         cascade.follow("begin; create temp table t ()", &done, &refused, verdict);
         let aborted = Answer::Error { code: "25P02".into(), message: "aborted".into() };
