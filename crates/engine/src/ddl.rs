@@ -230,23 +230,36 @@ pub fn drop_tables(
     names: &[ast::ObjectName],
     if_exists: bool,
 ) -> Result<String> {
+    drop_relations(session, engine, names, if_exists, false)
+}
+
+/// DROP TABLE or (`views`) DROP VIEW [IF EXISTS] names: each must be of the kind the statement
+/// names (42809), and no view may read it unless it is dropped too (2BP01).
+pub(crate) fn drop_relations(
+    session: &mut Session,
+    engine: &Engine,
+    names: &[ast::ObjectName],
+    if_exists: bool,
+    views: bool,
+) -> Result<String> {
+    let (noun, tag) = if views { ("view", "DROP VIEW") } else { ("table", "DROP TABLE") };
     let dropped: Vec<String> = names.iter().map(user_table_name).collect::<Result<_>>()?;
     for name in &dropped {
         let key = storage_key(session, engine, name);
         let Some(existing) = session.table_for_drop(engine, &key)? else {
             if if_exists {
-                session.notice("00000", format!("table \"{name}\" does not exist, skipping"));
+                session.notice("00000", format!("{noun} \"{name}\" does not exist, skipping"));
                 continue;
             }
             return Err(EngineError::UnknownTable(name.clone()));
         };
-        if existing.view.is_some() {
-            return Err(EngineError::WrongObjectType(format!("\"{name}\" is not a table")));
+        if existing.view.is_some() != views {
+            return Err(EngineError::WrongObjectType(format!("\"{name}\" is not a {noun}")));
         }
         crate::view::check_no_dependents(&session.catalog(engine), name, &dropped)?;
         session.write(&key, None);
     }
-    Ok("DROP TABLE".into())
+    Ok(tag.into())
 }
 
 /// Drops the session's temporary tables (at its end), in a transaction of their own.

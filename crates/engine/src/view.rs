@@ -140,23 +140,7 @@ pub fn drop_views(
     names: &[ast::ObjectName],
     if_exists: bool,
 ) -> Result<String> {
-    let dropped: Vec<String> = names.iter().map(user_table_name).collect::<Result<_>>()?;
-    for name in &dropped {
-        let key = crate::ddl::storage_key(session, engine, name);
-        let Some(existing) = session.table_for_drop(engine, &key)? else {
-            if if_exists {
-                session.notice("00000", format!("view \"{name}\" does not exist, skipping"));
-                continue;
-            }
-            return Err(EngineError::UnknownTable(name.clone()));
-        };
-        if existing.view.is_none() {
-            return Err(EngineError::WrongObjectType(format!("\"{name}\" is not a view")));
-        }
-        check_no_dependents(&session.catalog(engine), name, &dropped)?;
-        session.write(&key, None);
-    }
-    Ok("DROP VIEW".into())
+    crate::ddl::drop_relations(session, engine, names, if_exists, true)
 }
 
 /// Refuses to drop `name` while a view other than those being dropped reads it.
