@@ -322,10 +322,6 @@ impl JoinTable {
     /// Joins one probe batch; hands each output batch to `out` as soon as it is made, so a
     /// probe step holds at most `PAIRS_PER_FLUSH` pairs whatever the keys' fan-out.
     pub fn probe(&self, cache: &mut KeyCache, batch: &Batch, out: &mut dyn FnMut(Batch) -> Result<()>) -> Result<()> {
-        let stop_at_first =
-            matches!(self.kind, JoinKind::Semi | JoinKind::Anti | JoinKind::NullAwareAnti) && self.residual.is_none();
-        let mut matched = vec![false; batch.rows];
-        let mut mark = |probe_rows: &[u32]| probe_rows.iter().for_each(|&p| matched[p as usize] = true);
         match self.kind {
             JoinKind::RightSemi | JoinKind::RightAnti => {
                 return Err(EngineError::Runtime(
@@ -336,16 +332,14 @@ impl JoinTable {
                 self.for_each_match(cache, batch, false, &mut |p, b| self.emit_pairs(batch, p, b, out))?;
             }
             JoinKind::Semi | JoinKind::Anti => {
-                self.for_each_match(cache, batch, stop_at_first, &mut |p, _| {
-                    mark(p);
-                    Ok(())
-                })?;
+                let (matched, _) = self.matched_rows(cache, batch)?;
                 let want = self.kind == JoinKind::Semi;
                 emit_rows(batch, |r| matched[r] == want, out)?;
             }
             JoinKind::Left => {
+                let mut matched = vec![false; batch.rows];
                 self.for_each_match(cache, batch, false, &mut |p, b| {
-                    mark(p);
+                    p.iter().for_each(|&row| matched[row as usize] = true);
                     self.emit_pairs(batch, p, b, out)
                 })?;
                 self.emit_unmatched(batch, &matched, out)?;
@@ -357,14 +351,22 @@ impl JoinTable {
                 if self.build_has_null {
                     return Ok(());
                 }
-                let has_null = self.for_each_match(cache, batch, stop_at_first, &mut |p, _| {
-                    mark(p);
-                    Ok(())
-                })?;
+                let (matched, has_null) = self.matched_rows(cache, batch)?;
                 emit_rows(batch, |r| !matched[r] && !has_null[r], out)?;
             }
         }
         Ok(())
+    }
+
+    /// Semi/anti joins: which probe rows have a match (the first one ends a row's search when
+    /// there is no residual), and which have a NULL key.
+    fn matched_rows(&self, cache: &mut KeyCache, batch: &Batch) -> Result<(Vec<bool>, Vec<bool>)> {
+        let mut matched = vec![false; batch.rows];
+        let has_null = self.for_each_match(cache, batch, self.residual.is_none(), &mut |p, _| {
+            p.iter().for_each(|&row| matched[row as usize] = true);
+            Ok(())
+        })?;
+        Ok((matched, has_null))
     }
 
     /// Right semi/anti joins: marks the build rows that some row of `batch` matches (and
