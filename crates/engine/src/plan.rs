@@ -167,9 +167,9 @@ impl SharedPlan {
     }
 
     /// Whether the plan runs once per statement and every reference reads its rows: as in
-    /// PostgreSQL, when the CTE is read more than once (then its rows are the same for every
-    /// reader, volatile functions included, and a chain of CTEs each reading the one before
-    /// twice runs in linear time, not 2^n) or is `MATERIALIZED`; `NOT MATERIALIZED` never.
+    /// PostgreSQL, when the CTE is read more than once (then every reader reads the same rows,
+    /// and a chain of CTEs each reading the one before twice runs in linear time, not 2^n) or
+    /// is `MATERIALIZED`; `NOT MATERIALIZED` never.
     pub fn materialized(&self) -> bool {
         self.hint.unwrap_or_else(|| self.references.load(Ordering::Relaxed) > 1)
     }
