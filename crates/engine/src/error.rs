@@ -15,6 +15,9 @@ pub enum EngineError {
     /// A table that does not exist.
     #[error("relation \"{0}\" does not exist")]
     UnknownTable(String),
+    /// A FROM item that reads one it may not see (a LATERAL reference across a RIGHT or FULL JOIN).
+    #[error("invalid reference to FROM-clause entry for table \"{0}\"")]
+    InvalidFromReference(String),
     /// A table that already exists.
     #[error("relation \"{0}\" already exists")]
     TableExists(String),
@@ -211,7 +214,7 @@ impl EngineError {
             EngineError::CardinalityViolation => "21000",
             EngineError::Grouping(_) => "42803",
             EngineError::Windowing(_) => "42P20",
-            EngineError::InvalidColumnReference(_) => "42P10",
+            EngineError::InvalidColumnReference(_) | EngineError::InvalidFromReference(_) => "42P10",
             EngineError::UndefinedFunction(_) => "42883",
             EngineError::AmbiguousColumn(_) => "42702",
             EngineError::DuplicateColumn(_) => "42701",

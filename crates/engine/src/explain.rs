@@ -126,6 +126,18 @@ fn render(plan: &Plan, tier: Tier, depth: usize, next: &mut usize, pipeline: Opt
             lines.push(tag(format!("Window [{}]", names.join(", "))));
             render(input, tier, depth + 1, next, None, lines);
         }
+        Plan::Lateral { input, right, outer, condition, .. } => {
+            let kind = if *outer { "Left" } else { "Inner" };
+            let condition = condition.as_ref().map_or(String::new(), |c| format!(" on={c}"));
+            lines.push(tag(format!("Lateral {kind}{condition} (right side runs per distinct parameter row)")));
+            render(input, tier, depth + 1, next, None, lines);
+            render(right, tier, depth + 1, next, None, lines);
+        }
+        Plan::Series { args, with_ordinality, .. } => {
+            let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+            let ordinality = if *with_ordinality { " WITH ORDINALITY" } else { "" };
+            lines.push(tag(format!("Series generate_series({}){ordinality}", args.join(", "))));
+        }
         Plan::SetOperation { op, all, left, right } => {
             lines.push(tag(format!("{}{}", op.sql_name(), if *all { " ALL" } else { "" })));
             render(left, tier, depth + 1, next, None, lines);

@@ -304,6 +304,11 @@ impl Expr {
         matches!(self, Expr::Subquery(_)) || self.children().iter().any(|c| c.contains_subquery())
     }
 
+    /// Whether the expression reads a parameter (a value of the enclosing or LATERAL row).
+    pub fn contains_param(&self) -> bool {
+        matches!(self, Expr::Param { .. }) || self.children().iter().any(|c| c.contains_param())
+    }
+
     /// Column indexes this expression reads, ascending and distinct.
     pub fn columns(&self) -> Vec<usize> {
         let mut out = Vec::new();

@@ -15,7 +15,6 @@ use crate::joins::{
 };
 use crate::plan::{JoinKind, Plan};
 use crate::query::QueryBinder;
-use crate::table_functions::bind_table_function;
 use crate::types::DataType;
 
 /// A LEFT JOIN waiting to be applied after the inner joins: `relation` (an input) is
@@ -37,10 +36,10 @@ pub(crate) struct From {
 
 /// The columns an unqualified `*` lists for one FROM item, as (relation alias, column name,
 /// wide column), in order; JOIN USING / NATURAL JOIN list each merged column once, first.
-type Visible = Vec<(String, String, usize)>;
+pub(crate) type Visible = Vec<(String, String, usize)>;
 
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum JoinSide {
+pub(crate) enum JoinSide {
     Inner,
     /// LEFT JOIN: the right side is null-extended.
     Left,
@@ -101,7 +100,15 @@ impl<'c> QueryBinder<'c> {
         for join in joins {
             let (side, constraint) = join_side(&join.join_operator)?;
             let first_right = bound.inputs.len();
-            let right = self.add_factor(bound, &join.relation, side == JoinSide::Inner, outer, correlation)?;
+            let right = match self.lateral_item(bound, &join.relation, outer)? {
+                Some(item) if item.reads_before(bound) => {
+                    let right = self.join_lateral(bound, item, side, constraint, outer, correlation)?;
+                    visible.extend(right);
+                    continue;
+                }
+                Some(item) => self.add_bound_relation(bound, item, correlation)?,
+                None => self.add_factor(bound, &join.relation, side == JoinSide::Inner, outer, correlation)?,
+            };
             let (on, merged) = match constraint {
                 ast::JoinConstraint::On(expr) => {
                     let scope = with_outer(&bound.scope, outer);
@@ -186,7 +193,7 @@ impl<'c> QueryBinder<'c> {
             .collect();
         let source = RelationSource::Derived(Plan::Project { input: Box::new(planned.plan), exprs });
         let offset = bound.scope.width();
-        bound.inputs.push(JoinInput { source, offset, width: outputs.len() });
+        bound.inputs.push(JoinInput::range(source, offset, outputs.len()));
         match alias {
             None => {
                 for relation in &scope.relations {
@@ -229,7 +236,14 @@ impl<'c> QueryBinder<'c> {
             }
             return self.add_unit(bound, table_with_joins, alias.as_ref(), outer, correlation);
         }
-        let index = self.add_relation(bound, factor)?;
+        match self.lateral_item(bound, factor, outer)? {
+            Some(item) if item.reads_before(bound) => {
+                return self.join_lateral(bound, item, JoinSide::Inner, &ast::JoinConstraint::None, outer, correlation)
+            }
+            Some(item) => return self.add_bound_relation(bound, item, correlation),
+            None => {}
+        }
+        let index = self.add_relation(bound, factor, outer, correlation)?;
         let relation = &bound.scope.relations[index];
         Ok(relation
             .columns
@@ -239,7 +253,13 @@ impl<'c> QueryBinder<'c> {
             .collect())
     }
 
-    fn add_relation(&self, from: &mut From, factor: &ast::TableFactor) -> Result<usize> {
+    fn add_relation(
+        &self,
+        from: &mut From,
+        factor: &ast::TableFactor,
+        outer: Option<&Scope>,
+        correlation: Option<&Correlation>,
+    ) -> Result<usize> {
         let (name, alias, columns, source) = match factor {
             ast::TableFactor::Table {
                 name,
@@ -261,60 +281,41 @@ impl<'c> QueryBinder<'c> {
                     && json_path.is_none()
                     && sample.is_none()
                     && index_hints.is_empty();
-                let function = args.as_ref().filter(|a| a.settings.is_none());
-                let plain_function = function.is_some()
-                    && with_hints.is_empty()
-                    && version.is_none()
-                    && partitions.is_empty()
-                    && json_path.is_none()
-                    && sample.is_none()
-                    && index_hints.is_empty();
-                if let (true, Some(function)) = (plain_function, function) {
-                    let name = object_name(name)?;
-                    let bound = bind_table_function(&name, &function.args, *with_ordinality, &from.scope)?;
-                    // PostgreSQL: a function returning one column names it after the alias.
-                    let mut columns = bound.columns;
-                    if let Some(alias) = alias.as_ref().filter(|a| a.columns.is_empty()) {
-                        columns[0].0 = identifier(&alias.name);
-                    }
-                    (name, alias.as_ref(), columns, RelationSource::Derived(bound.plan))
-                } else {
-                    if !plain {
-                        return Err(EngineError::unsupported(format!("FROM item {factor}")));
-                    }
-                    let (name, columns, source) = match self.cte(name) {
-                        Some(cte) => {
-                            let columns = cte.names.iter().cloned().zip(cte.plan.output_types()).collect();
-                            (cte.name.clone(), columns, RelationSource::Derived(cte.reference()))
-                        }
-                        None => {
-                            let table = self.catalog.get(&object_name(name)?)?;
-                            let columns = table.schema.iter().map(|c| (c.name.clone(), c.data_type)).collect();
-                            let source = match &table.view {
-                                Some(view) => {
-                                    RelationSource::Derived(crate::view::bind_view(self.catalog, &table, view)?)
-                                }
-                                None => RelationSource::Table(Arc::clone(&table)),
-                            };
-                            (table.name.clone(), columns, source)
-                        }
-                    };
-                    (name, alias.as_ref(), columns, source)
+                if !plain {
+                    return Err(EngineError::unsupported(format!("FROM item {factor}")));
                 }
+                let (name, columns, source) = match self.cte(name) {
+                    Some(cte) => {
+                        let columns = cte.names.iter().cloned().zip(cte.plan.output_types()).collect();
+                        (cte.name.clone(), columns, RelationSource::Derived(cte.reference()))
+                    }
+                    None => {
+                        let table = self.catalog.get(&object_name(name)?)?;
+                        let columns = table.schema.iter().map(|c| (c.name.clone(), c.data_type)).collect();
+                        let source = match &table.view {
+                            Some(view) => RelationSource::Derived(crate::view::bind_view(self.catalog, &table, view)?),
+                            None => RelationSource::Table(Arc::clone(&table)),
+                        };
+                        (table.name.clone(), columns, source)
+                    }
+                };
+                (name, alias.as_ref(), columns, source)
             }
             ast::TableFactor::Derived { subquery, alias, lateral: false, sample: None } => {
                 let alias =
                     alias.as_ref().ok_or_else(|| EngineError::Syntax("subquery in FROM must have an alias".into()))?;
-                let bound = self.bind_query(subquery)?;
+                // It may read the enclosing query's row (not the FROM items before it: that is LATERAL).
+                let bound = self.bind_query_in(subquery, outer)?;
                 let columns = bound.names.into_iter().zip(bound.plan.output_types()).collect();
-                (identifier(&alias.name), Some(alias), columns, RelationSource::Derived(bound.plan))
+                let plan = params_of_block(bound.plan, &bound.params, correlation)?;
+                (identifier(&alias.name), Some(alias), columns, RelationSource::Derived(plan))
             }
             other => return Err(EngineError::unsupported(format!("FROM item {other}"))),
         };
         let (alias, columns) = apply_alias(name, alias, columns)?;
         let width = columns.len();
         let index = from.scope.add(&alias, columns);
-        from.inputs.push(JoinInput { source, offset: from.scope.relations[index].offset, width });
+        from.inputs.push(JoinInput::range(source, from.scope.relations[index].offset, width));
         Ok(index)
     }
 
@@ -359,10 +360,9 @@ impl<'c> QueryBinder<'c> {
             }
             outer_joins.push(left);
         }
-        let widths: Vec<usize> = inputs.iter().map(|i| i.offset).collect();
-        let offsets_only: Vec<JoinInput> = widths
+        let offsets_only: Vec<JoinInput> = inputs
             .iter()
-            .map(|&offset| JoinInput { source: RelationSource::Derived(Plan::SingleRow), offset, width: 0 })
+            .map(|i| JoinInput { source: RelationSource::Derived(Plan::SingleRow), columns: i.columns.clone() })
             .collect();
         let mut planned_inputs: Vec<Option<Planned>> = Vec::new();
         for (index, (input, filters)) in inputs.into_iter().zip(per_relation).enumerate() {
@@ -485,8 +485,30 @@ fn merge_columns(
     Ok((on, merged))
 }
 
+/// A derived table's plan with its parameters (`params`: columns of the enclosing query's row)
+/// renumbered as the block's own, so the block's caller supplies them.
+pub(crate) fn params_of_block(plan: Plan, params: &[Expr], correlation: Option<&Correlation>) -> Result<Plan> {
+    if params.is_empty() {
+        return Ok(plan);
+    }
+    let correlation = correlation.ok_or_else(|| EngineError::unsupported("a derived table reading an outer query"))?;
+    let renumbered: Vec<Expr> = params
+        .iter()
+        .map(|param| match param {
+            Expr::Column { index, data_type } => correlation.param(*index, *data_type),
+            other => other.clone(),
+        })
+        .collect();
+    Ok(plan.map_exprs(&|expr| {
+        expr.transform(&|node| match node {
+            Expr::Param { index, .. } => Some(renumbered[*index].clone()),
+            _ => None,
+        })
+    }))
+}
+
 /// A relation's name and columns under its alias: `t AS u (a, b)` renames the first columns.
-fn apply_alias(
+pub(crate) fn apply_alias(
     name: String,
     alias: Option<&ast::TableAlias>,
     mut columns: Vec<(String, DataType)>,

@@ -31,8 +31,16 @@ pub enum RelationSource {
 /// A relation to join, with its columns' place in the wide row.
 pub struct JoinInput {
     pub source: RelationSource,
-    pub offset: usize,
-    pub width: usize,
+    /// The wide-row columns the source outputs, in its order (ascending): a range for a
+    /// relation; for a LATERAL join, its left relations' columns and then its own.
+    pub columns: Vec<usize>,
+}
+
+impl JoinInput {
+    /// A relation whose `width` columns start at wide column `offset`.
+    pub fn range(source: RelationSource, offset: usize, width: usize) -> JoinInput {
+        JoinInput { source, columns: (offset..offset + width).collect() }
+    }
 }
 
 /// A sub-plan with the wide-row columns it outputs (in order) and its estimated size.
@@ -126,35 +134,32 @@ pub struct Conjunct {
 
 pub fn relation_set(expr: &Expr, inputs: &[JoinInput]) -> u64 {
     expr.columns().iter().fold(0u64, |set, &column| {
-        let relation = inputs.iter().rposition(|r| r.offset <= column).expect("column within the scope");
+        let relation =
+            inputs.iter().position(|r| r.columns.binary_search(&column).is_ok()).expect("column within the scope");
         set | (1 << relation)
     })
 }
 
 /// Scans each relation with its pushed-down filters and only the `used` columns.
 pub fn plan_relation(index: usize, input: JoinInput, used: &[bool], filters: &[Expr]) -> Result<Planned> {
-    let JoinInput { source, offset, width } = input;
+    let JoinInput { source, columns: wide } = input;
     let mut planned = match source {
         RelationSource::Table(table) => {
-            let mut columns: Vec<usize> = (0..width).filter(|c| used[offset + c]).collect();
-            if columns.is_empty() && width > 0 {
+            let mut columns: Vec<usize> = (0..wide.len()).filter(|&c| used[wide[c]]).collect();
+            if columns.is_empty() && !wide.is_empty() {
                 columns.push(0); // COUNT(*) still needs row counts
             }
-            let layout = columns.iter().map(|c| offset + c).collect();
+            let layout = columns.iter().map(|&c| wide[c]).collect();
             let distinct = columns
                 .iter()
-                .map(|&c| (offset + c, DistinctValues { table: Arc::clone(&table), column: c, cap: f64::INFINITY }))
+                .map(|&c| (wide[c], DistinctValues { table: Arc::clone(&table), column: c, cap: f64::INFINITY }))
                 .collect();
             let rows = table.rows() as f64;
             Planned { plan: Plan::Scan { table, columns, filter: None }, layout, relations: 1 << index, rows, distinct }
         }
-        RelationSource::Derived(plan) => Planned {
-            rows: estimate_rows(&plan),
-            plan,
-            layout: (offset..offset + width).collect(),
-            relations: 1 << index,
-            distinct: HashMap::new(),
-        },
+        RelationSource::Derived(plan) => {
+            Planned { rows: estimate_rows(&plan), plan, layout: wide, relations: 1 << index, distinct: HashMap::new() }
+        }
     };
     let unfiltered_rows = planned.rows;
     planned.add_filters(filters, 1.0);
@@ -202,6 +207,9 @@ pub fn estimate_rows(plan: &Plan) -> f64 {
         Plan::Sort { input, limit, .. } => limit.map_or(estimate_rows(input), |l| estimate_rows(input).min(l as f64)),
         Plan::Limit { input, limit, .. } => limit.map_or(estimate_rows(input), |l| estimate_rows(input).min(l as f64)),
         Plan::Window { input, .. } => estimate_rows(input),
+        // A guess: PostgreSQL's default of 1000 rows per function call is as blind.
+        Plan::Series { .. } => 1000.0,
+        Plan::Lateral { input, right, .. } => estimate_rows(input) * estimate_rows(right),
         Plan::Shared(inner) => *inner.estimated_rows.get_or_init(|| estimate_rows(&inner.plan)),
         Plan::SetOperation { op, left, right, .. } => match op {
             SetOperator::Union => estimate_rows(left) + estimate_rows(right),

@@ -48,6 +48,7 @@ pub mod frame_syntax;
 pub mod from;
 pub mod functions;
 pub mod joins;
+pub mod lateral;
 pub mod numeric;
 pub mod ordered_set;
 pub mod parquet_file;

@@ -254,6 +254,26 @@ pub enum Plan {
         left: Box<Plan>,
         right: Box<Plan>,
     },
+    /// `FROM left, LATERAL right`: for each row of `input`, `right` runs with the row's
+    /// `params` (over `input`) as its `Expr::Param`s, and the row is joined to each row it
+    /// returns. Output: input columns, then right's. `right` is opaque to `map_exprs` and
+    /// `visit_exprs`, as a subquery's plan is: its parameters are its own. With `outer`
+    /// (LEFT JOIN LATERAL … ON condition), a row none of whose right rows pass `condition`
+    /// (over the output columns) is kept once with NULLs.
+    Lateral {
+        input: Box<Plan>,
+        right: Arc<Plan>,
+        params: Vec<Expr>,
+        outer: bool,
+        condition: Option<Expr>,
+    },
+    /// `generate_series(args)` whose arguments are known only when it runs (they read a
+    /// LATERAL row's parameters); one integer column, then the ordinality when asked.
+    Series {
+        args: Vec<Expr>,
+        data_type: DataType,
+        with_ordinality: bool,
+    },
     /// A plan bound once and read in several places (a CTE's plan under each reference to it).
     /// Shared rather than copied, so a chain of n CTEs each reading the one before holds n
     /// nodes, not n²/2; run once and read by every reference when materialized (see
@@ -268,6 +288,10 @@ impl Plan {
             Plan::Scan { table, columns, .. } => columns.iter().map(|&c| table.schema[c].data_type).collect(),
             Plan::SingleRow => Vec::new(),
             Plan::Constant { types, .. } => types.clone(),
+            Plan::Lateral { input, right, .. } => [input.output_types(), right.output_types()].concat(),
+            Plan::Series { data_type, with_ordinality, .. } => {
+                [*data_type].into_iter().chain(with_ordinality.then_some(DataType::Int64)).collect()
+            }
             Plan::Filter { input, .. } | Plan::Sort { input, .. } | Plan::Limit { input, .. } => input.output_types(),
             Plan::SetOperation { left, .. } => left.output_types(),
             Plan::Shared(inner) => inner.output_types(),
@@ -303,6 +327,11 @@ impl Plan {
         match self {
             Plan::Scan { filter, .. } => filter.iter().for_each(&mut *f),
             Plan::SingleRow | Plan::Constant { .. } => {}
+            Plan::Series { args, .. } => args.iter().for_each(&mut *f),
+            Plan::Lateral { input, params, condition, .. } => {
+                params.iter().chain(condition).for_each(&mut *f);
+                input.visit_exprs_once(f, seen);
+            }
             Plan::Filter { input, predicate } => {
                 f(predicate);
                 input.visit_exprs_once(f, seen);
@@ -362,6 +391,16 @@ impl Plan {
             }
             Plan::SingleRow => Plan::SingleRow,
             Plan::Constant { types, batches } => Plan::Constant { types: types.clone(), batches: Arc::clone(batches) },
+            Plan::Series { args, data_type, with_ordinality } => {
+                Plan::Series { args: map_all(args), data_type: *data_type, with_ordinality: *with_ordinality }
+            }
+            Plan::Lateral { input, right, params, outer, condition } => Plan::Lateral {
+                input: Box::new(input.map_exprs_once(f, mapped)),
+                right: Arc::clone(right),
+                params: map_all(params),
+                outer: *outer,
+                condition: condition.as_ref().map(f),
+            },
             Plan::Filter { input, predicate } => {
                 Plan::Filter { input: Box::new(input.map_exprs_once(f, mapped)), predicate: f(predicate) }
             }

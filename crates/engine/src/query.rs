@@ -151,7 +151,7 @@ impl<'c> QueryBinder<'c> {
                 order_and_limit(bound, order_by, limit, offset)
             }
             ast::SetExpr::Values(values) => {
-                let bound = self.bind_values(values)?;
+                let bound = self.bind_values(values, outer)?;
                 order_and_limit(bound, order_by, limit, offset)
             }
             other => Err(EngineError::unsupported(format!("query body {other}"))),
@@ -165,7 +165,7 @@ impl<'c> QueryBinder<'c> {
             ast::SetExpr::Select(select) => return self.bind_select(select, &[], None, 0, outer),
             ast::SetExpr::Query(inner) => return self.bind_query_in(inner, outer),
             ast::SetExpr::SetOperation { op, set_quantifier, left, right } => (op, set_quantifier, left, right),
-            ast::SetExpr::Values(values) => return self.bind_values(values),
+            ast::SetExpr::Values(values) => return self.bind_values(values, outer),
             other => return Err(EngineError::unsupported(format!("query body {other}"))),
         };
         let op = match op {
@@ -179,10 +179,20 @@ impl<'c> QueryBinder<'c> {
             ast::SetQuantifier::None | ast::SetQuantifier::Distinct => false,
             other => return Err(EngineError::unsupported(format!("{} {other}", op.sql_name()))),
         };
-        let (left, right) = (self.bind_set_expr(left, outer)?, self.bind_set_expr(right, outer)?);
-        if !left.params.is_empty() || !right.params.is_empty() {
-            return Err(EngineError::unsupported("a set operation reading the enclosing query's row"));
+        let (left, mut right) = (self.bind_set_expr(left, outer)?, self.bind_set_expr(right, outer)?);
+        // Both operands' parameters become the operation's: the right's are numbered after the left's.
+        let shift = left.params.len();
+        if shift > 0 && !right.params.is_empty() {
+            right.plan = right.plan.map_exprs(&|expr| {
+                expr.transform(&|node| match node {
+                    Expr::Param { index, data_type } => {
+                        Some(Expr::Param { index: index + shift, data_type: *data_type })
+                    }
+                    _ => None,
+                })
+            });
         }
+        let params = [left.params, right.params].concat();
         if left.plan.width() != right.plan.width() {
             return Err(EngineError::Syntax(format!(
                 "each {} query must have the same number of columns",
@@ -191,19 +201,20 @@ impl<'c> QueryBinder<'c> {
         }
         let (left_plan, right_plan) = common_columns(op, left.plan, right.plan)?;
         let plan = Plan::SetOperation { op, all, left: Box::new(left_plan), right: Box::new(right_plan) };
-        Ok(BoundQuery { plan, names: left.names, params: Vec::new() })
+        Ok(BoundQuery { plan, names: left.names, params })
     }
 
     /// `VALUES (…), (…)`: each row a projection of the single row, the rows concatenated (UNION
     /// ALL); each column takes the rows' common type, as PostgreSQL's VALUES does; the columns
     /// are named column1, column2, ….
-    fn bind_values(&self, values: &ast::Values) -> Result<BoundQuery> {
+    fn bind_values(&self, values: &ast::Values, outer: Option<&Scope>) -> Result<BoundQuery> {
         let width = values.rows.first().map_or(0, |row| row.content.len());
         if values.rows.iter().any(|row| row.content.len() != width) {
             return Err(EngineError::Syntax("VALUES lists must all be the same length".into()));
         }
-        let scope = Scope::default();
-        let binder = ExprBinder { scope: &scope, queries: Some(self), correlation: None, windows: None };
+        let scope = with_outer(&Scope::default(), outer);
+        let correlation = Correlation::default();
+        let binder = ExprBinder { scope: &scope, queries: Some(self), correlation: Some(&correlation), windows: None };
         let mut columns: Vec<Vec<Expr>> = vec![Vec::with_capacity(values.rows.len()); width];
         for row in &values.rows {
             for (column, expr) in columns.iter_mut().zip(&row.content) {
@@ -226,7 +237,7 @@ impl<'c> QueryBinder<'c> {
             })
             .collect();
         let names = (1..=width).map(|i| format!("column{i}")).collect();
-        Ok(BoundQuery { plan: union_all(rows), names, params: Vec::new() })
+        Ok(BoundQuery { plan: union_all(rows), names, params: correlation.params() })
     }
 
     fn bind_select(
@@ -439,7 +450,7 @@ fn order_and_limit(
     if limit.is_some() || offset > 0 {
         plan = Plan::Limit { input: Box::new(plan), limit, offset };
     }
-    Ok(BoundQuery { plan, names: bound.names, params: Vec::new() })
+    Ok(BoundQuery { plan, names: bound.names, params: bound.params })
 }
 
 /// ORDER BY items as (expression, descending, nulls first).

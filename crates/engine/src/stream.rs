@@ -120,7 +120,13 @@ fn origins(plan: &Plan, shared: &mut SharedOrigins) -> Vec<Option<ColumnOrigin>>
             shared.insert(Arc::as_ptr(inner), known.clone());
             known
         }
-        Plan::SingleRow | Plan::Constant { .. } | Plan::SetOperation { .. } => Vec::new(),
+        Plan::Lateral { input, right, .. } => {
+            let mut known = origins(input, shared);
+            known.resize(input.width(), None);
+            known.extend(origins(right, shared));
+            known
+        }
+        Plan::SingleRow | Plan::Constant { .. } | Plan::Series { .. } | Plan::SetOperation { .. } => Vec::new(),
     }
 }
 

@@ -1,13 +1,13 @@
 //! Set-returning functions in FROM: `generate_series(start, stop [, step]) [WITH ORDINALITY]`
-//! over integers. The arguments must be constant (PostgreSQL also lets them read earlier FROM
-//! items, LATERAL: refused with 0A000 here); the rows are computed while binding and become a
-//! constant relation (`Plan::Constant`).
+//! over integers. With constant arguments the rows are computed while binding and become a
+//! constant relation (`Plan::Constant`); arguments that read earlier FROM items (implicitly
+//! LATERAL, as in PostgreSQL) make a `Plan::Series` run once per row of those items.
 
 use std::sync::Arc;
 
 use sqlparser::ast;
 
-use crate::bind::{cast_expr, ExprBinder, Scope};
+use crate::bind::{cast_expr, ExprBinder};
 use crate::error::{EngineError, Result};
 use crate::expr::evaluate_constant;
 use crate::plan::Plan;
@@ -23,12 +23,14 @@ pub struct TableFunction {
     pub plan: Plan,
 }
 
-/// Binds `name(args)` in FROM; `scope` holds the FROM items before it.
+/// Binds `name(args)` in FROM with `binder`, whose scope holds the FROM items before it as the
+/// enclosing row: arguments that read them become the binder's parameters, and the series is
+/// computed per row (`Plan::Series` under a `Plan::Lateral`); constant ones are computed now.
 pub fn bind_table_function(
     name: &str,
     args: &[ast::FunctionArg],
     with_ordinality: bool,
-    scope: &Scope,
+    binder: &ExprBinder<'_>,
 ) -> Result<TableFunction> {
     if name != "generate_series" {
         return Err(EngineError::unsupported(format!("function {name} in FROM")));
@@ -46,13 +48,28 @@ pub fn bind_table_function(
             args.len()
         )));
     }
-    let binder = ExprBinder::new(scope);
     let bound = args.iter().map(|a| binder.bind(a)).collect::<Result<Vec<_>>>()?;
-    if bound.iter().any(|e| !e.columns().is_empty()) {
-        return Err(EngineError::unsupported("set-returning functions over columns of earlier FROM items (LATERAL)"));
-    }
     let data_type = series_type(bound.iter().map(|e| e.data_type()))?;
-    let values = bound.into_iter().map(|e| evaluate_constant(&cast_expr(e, data_type)?)).collect::<Result<Vec<_>>>()?;
+    let args = bound.into_iter().map(|e| cast_expr(e, data_type)).collect::<Result<Vec<_>>>()?;
+    let mut columns = vec![(name.to_string(), data_type)];
+    if with_ordinality {
+        columns.push(("ordinality".to_string(), DataType::Int64));
+    }
+    let reads_row = args.iter().any(|a| a.contains_param());
+    let plan = Plan::Series { args, data_type, with_ordinality };
+    if reads_row {
+        return Ok(TableFunction { columns, plan });
+    }
+    let types = plan.output_types();
+    Ok(TableFunction { columns, plan: Plan::Constant { types, batches: Arc::new(series_rows(&plan)?) } })
+}
+
+/// The rows of a `Plan::Series` whose arguments are constant (parameters substituted).
+pub fn series_rows(plan: &Plan) -> Result<Vec<Batch>> {
+    let Plan::Series { args, data_type, with_ordinality } = plan else {
+        unreachable!("series_rows runs a Plan::Series");
+    };
+    let values = args.iter().map(evaluate_constant).collect::<Result<Vec<_>>>()?;
     let integer = |value: &Value| match value {
         Value::Int32(v) => Some(i64::from(*v)),
         Value::Int64(v) => Some(*v),
@@ -64,25 +81,23 @@ pub fn bind_table_function(
         Some(ints) => series(ints[0], ints[1], ints.get(2).copied().unwrap_or(1))?,
         None => Vec::new(),
     };
-    let mut columns = vec![(name.to_string(), data_type)];
+    let data_type = *data_type;
     let mut vectors: Vec<Vec<Value>> = vec![series
         .iter()
         .map(|&v| if data_type == DataType::Int32 { Value::Int32(v as i32) } else { Value::Int64(v) })
         .collect()];
-    if with_ordinality {
-        columns.push(("ordinality".to_string(), DataType::Int64));
+    if *with_ordinality {
         vectors.push((1..=series.len() as i64).map(Value::Int64).collect());
     }
-    let types: Vec<DataType> = columns.iter().map(|(_, t)| *t).collect();
-    let batches = (0..series.len())
+    let types = plan.output_types();
+    Ok((0..series.len())
         .step_by(VECTOR_ROWS)
         .map(|start| {
             let end = (start + VECTOR_ROWS).min(series.len());
             let columns = vectors.iter().zip(&types).map(|(v, t)| Vector::from_values(&v[start..end], *t)).collect();
             Batch::new(columns, end - start)
         })
-        .collect();
-    Ok(TableFunction { columns, plan: Plan::Constant { types, batches: Arc::new(batches) } })
+        .collect())
 }
 
 /// integer when every argument is, else bigint; other types are not implemented.

@@ -9,6 +9,7 @@
 pub mod aggregate;
 pub mod join;
 pub mod keys;
+mod lateral;
 pub mod set_ops;
 pub mod sort;
 pub mod subquery;
@@ -112,6 +113,10 @@ impl Executor<'_> {
                 let table = self.join_table(*kind, build, build_keys, probe_keys, residual.as_ref())?;
                 Ok(vec![self.right_semi_join(&table, probe)?])
             }
+            Plan::Lateral { input, right, params, outer, condition } => {
+                let lateral = lateral::Lateral { right, params, outer: *outer, condition: condition.as_ref() };
+                self.lateral(input, &lateral)
+            }
             Plan::Limit { input, limit, offset } => {
                 let types = input.output_types();
                 let batch = sort::concat(self.execute(input)?, &types);
@@ -152,6 +157,7 @@ impl Executor<'_> {
                 Plan::Shared(inner) if inner.materialized() => break Source::Batches(self.materialize(inner)?),
                 Plan::Shared(inner) => node = &inner.plan,
                 Plan::Constant { batches, .. } => break Source::Batches(Arc::clone(batches)),
+                Plan::Series { .. } => break Source::Batches(Arc::new(crate::table_functions::series_rows(node)?)),
                 breaker => break Source::Batches(Arc::new(self.execute(breaker)?)),
             }
         };

@@ -129,6 +129,9 @@ impl Defined {
         if let Some(name) = words.iter().find(|w| self.uses(sql, w)) {
             return Some(format!("uses {name}, defined by an out-of-scope statement"));
         }
+        if let Some(name) = ABSENT_AGGREGATES.iter().find(|name| calls(sql, name)) {
+            return Some(format!("uses {name}, a CREATE AGGREGATE of create_aggregate.sql (not in the corpus)"));
+        }
         if let Some(word) =
             words.iter().find(|w| w.starts_with("pg_") && !matches!(w.as_str(), "pg_typeof" | "pg_temp"))
         {
@@ -173,16 +176,34 @@ impl Defined {
         match self.names.get(word) {
             None => false,
             Some(false) => true,
-            Some(true) => {
-                let lower = sql.to_ascii_lowercase();
-                lower.match_indices(word).any(|(at, _)| {
-                    let before = lower[..at].chars().next_back();
-                    let after = lower[at + word.len()..].trim_start().chars().next();
-                    !before.is_some_and(|c| c.is_alphanumeric() || c == '_') && after == Some('(')
-                })
-            }
+            Some(true) => calls(sql, word),
         }
     }
+}
+
+/// User-defined aggregates that aggregates.sql calls and create_aggregate.sql, which runs
+/// before it in PostgreSQL's schedule, defines: PostgreSQL itself has none of them here.
+const ABSENT_AGGREGATES: [&str; 10] = [
+    "aggfns",
+    "aggfstr",
+    "cleast_agg",
+    "least_agg",
+    "test_rank",
+    "test_percentile_disc",
+    "newavg",
+    "newsum",
+    "newcnt",
+    "sum2",
+];
+
+/// Whether `sql` calls a function named `word` (`word(`, not a longer name ending in it).
+fn calls(sql: &str, word: &str) -> bool {
+    let lower = sql.to_ascii_lowercase();
+    lower.match_indices(word).any(|(at, _)| {
+        let before = lower[..at].chars().next_back();
+        let after = lower[at + word.len()..].trim_start().chars().next();
+        !before.is_some_and(|c| c.is_alphanumeric() || c == '_') && after == Some('(')
+    })
 }
 
 /// Words too common to mark every later statement that contains them (`create type` of a
