@@ -59,6 +59,9 @@ pub struct Scope {
     /// Relations from this index on belong to the enclosing query (correlated subqueries);
     /// names resolve in the inner relations first.
     pub outer_start: Option<usize>,
+    /// Where the enclosing query's own enclosing queries start, nearest first: a name
+    /// resolves in the nearest level that has it, as in PostgreSQL.
+    pub further_starts: Vec<usize>,
     /// Wide columns unqualified names do not find: the second copy of a JOIN USING column.
     pub hidden: Vec<usize>,
     /// What an unqualified `*` lists (relation alias, column), when FROM decided it; an empty
@@ -67,6 +70,9 @@ pub struct Scope {
     /// Unqualified names that stand for an expression: FULL JOIN USING's merged columns
     /// (`COALESCE(left.c, right.c)`).
     pub computed: Vec<(String, ast::Expr)>,
+    /// `JOIN … USING (…) AS alias`: the alias and what `alias.column` stands for, for each
+    /// merged column (the alias names nothing else).
+    pub join_aliases: Vec<(String, Vec<(String, ast::Expr)>)>,
 }
 
 impl Scope {
@@ -85,24 +91,35 @@ impl Scope {
         self.outer_start.map(|start| self.relations.get(start).map_or(self.width(), |r| r.offset))
     }
 
+    /// The merged columns a `JOIN … USING (…) AS alias` names, when `alias` is one.
+    pub fn join_alias(&self, alias: &str) -> Option<&[(String, ast::Expr)]> {
+        self.join_aliases.iter().find(|(name, _)| name == alias).map(|(_, columns)| columns.as_slice())
+    }
+
     /// Index of the relation that owns wide column `column`.
     pub fn relation_of(&self, column: usize) -> usize {
         self.relations.iter().rposition(|r| r.offset <= column).expect("column inside the scope")
     }
 
     fn resolve(&self, qualifier: Option<&str>, name: &str) -> Result<(usize, DataType)> {
-        let split = self.outer_start.unwrap_or(self.relations.len());
-        match self.resolve_in(&self.relations[..split], qualifier, name)? {
-            Some(found) => Ok(found),
-            None => self.resolve_in(&self.relations[split..], qualifier, name)?.ok_or_else(|| {
-                if qualifier.is_none() && self.relations.iter().any(|r| r.alias == name) {
-                    // PostgreSQL reads a bare relation name as its whole row (a composite).
-                    return EngineError::unsupported(format!("whole-row reference {name}"));
-                }
-                let full = qualifier.map_or(name.to_string(), |q| format!("{q}.{name}"));
-                EngineError::UnknownColumn(format!("\"{full}\" does not exist"))
-            }),
+        let mut bounds = vec![0];
+        bounds.extend(self.outer_start);
+        bounds.extend(&self.further_starts);
+        bounds.push(self.relations.len());
+        for level in bounds.windows(2) {
+            if let Some(found) = self.resolve_in(&self.relations[level[0]..level[1]], qualifier, name)? {
+                return Ok(found);
+            }
         }
+        if let Some(table) = qualifier.filter(|q| !self.relations.iter().any(|r| r.alias == *q)) {
+            return Err(EngineError::MissingFromEntry(table.to_string()));
+        }
+        if qualifier.is_none() && self.relations.iter().any(|r| r.alias == name) {
+            // PostgreSQL reads a bare relation name as its whole row (a composite).
+            return Err(EngineError::unsupported(format!("whole-row reference {name}")));
+        }
+        let full = qualifier.map_or(name.to_string(), |q| format!("{q}.{name}"));
+        Err(EngineError::UnknownColumn(format!("\"{full}\" does not exist")))
     }
 
     fn resolve_in(
@@ -252,7 +269,19 @@ impl<'s> ExprBinder<'s> {
             E::CompoundIdentifier(parts) => {
                 let qualifier = parts.len().checked_sub(2).map(|i| identifier(&parts[i]));
                 let last = parts.last().ok_or_else(|| EngineError::Syntax("empty identifier".into()))?;
-                self.column(qualifier.as_deref(), last)
+                match qualifier.as_deref().and_then(|q| self.scope.join_alias(q)) {
+                    Some(columns) => {
+                        let name = identifier(last);
+                        let (_, merged) = columns.iter().find(|(column, _)| *column == name).ok_or_else(|| {
+                            EngineError::UnknownColumn(format!(
+                                "{}.{name} does not exist",
+                                qualifier.unwrap_or_default()
+                            ))
+                        })?;
+                        self.bind_in(merged, context)
+                    }
+                    None => self.column(qualifier.as_deref(), last),
+                }
             }
             E::Nested(inner) => self.bind_in(inner, context),
             E::Value(value) => literal(&value.value),

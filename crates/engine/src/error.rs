@@ -18,6 +18,12 @@ pub enum EngineError {
     /// A FROM item that reads one it may not see (a LATERAL reference across a RIGHT or FULL JOIN).
     #[error("invalid reference to FROM-clause entry for table \"{0}\"")]
     InvalidFromReference(String),
+    /// A qualified column whose qualifier names no FROM item.
+    #[error("missing FROM-clause entry for table \"{0}\"")]
+    MissingFromEntry(String),
+    /// A FROM clause naming two items alike.
+    #[error("{0}")]
+    DuplicateAlias(String),
     /// A table that already exists.
     #[error("relation \"{0}\" already exists")]
     TableExists(String),
@@ -171,7 +177,7 @@ impl EngineError {
         match self {
             EngineError::Syntax(_) => "42601",
             EngineError::Unsupported(_) => "0A000",
-            EngineError::UnknownTable(_) => "42P01",
+            EngineError::UnknownTable(_) | EngineError::MissingFromEntry(_) => "42P01",
             EngineError::TableExists(_) => "42P07",
             EngineError::UnknownColumn(_) => "42703",
             EngineError::Type(_) => "42804",
@@ -215,6 +221,7 @@ impl EngineError {
             EngineError::Grouping(_) => "42803",
             EngineError::Windowing(_) => "42P20",
             EngineError::InvalidColumnReference(_) | EngineError::InvalidFromReference(_) => "42P10",
+            EngineError::DuplicateAlias(_) => "42712",
             EngineError::UndefinedFunction(_) => "42883",
             EngineError::AmbiguousColumn(_) => "42702",
             EngineError::DuplicateColumn(_) => "42701",

@@ -119,8 +119,13 @@ impl<'c> QueryBinder<'c> {
                 }
                 ast::JoinConstraint::None => (Vec::new(), visible.into_iter().chain(right).collect()),
                 ast::JoinConstraint::Using(names) => {
-                    let names = names.iter().map(object_name).collect::<Result<Vec<_>>>()?;
-                    merge_columns(&mut bound.scope, &names, visible, right, side)?
+                    let mut names = names.iter().map(object_name).collect::<Result<Vec<_>>>()?;
+                    let alias = take_join_alias(&mut names);
+                    let (on, merged) = merge_columns(&mut bound.scope, &names, visible, right, side)?;
+                    if let Some(alias) = alias {
+                        add_join_alias(&mut bound.scope, alias, &merged[..names.len()])?;
+                    }
+                    (on, merged)
                 }
                 ast::JoinConstraint::Natural => {
                     let names = visible
@@ -200,6 +205,7 @@ impl<'c> QueryBinder<'c> {
                     bound.scope.add(&relation.alias, relation.columns.clone());
                 }
                 bound.scope.hidden.extend(scope.hidden.iter().map(|h| h + offset));
+                bound.scope.join_aliases.extend(scope.join_aliases.iter().cloned());
                 Ok(star
                     .iter()
                     .map(|entry| (entry.0.clone(), entry.1.clone(), offset + wide_of(entry).expect("a unit column")))
@@ -485,6 +491,35 @@ fn merge_columns(
     Ok((on, merged))
 }
 
+/// The alias `pg_syntax` carried into a USING list, taken out of it.
+fn take_join_alias(names: &mut Vec<String>) -> Option<String> {
+    let at = names.iter().position(|n| n.starts_with(crate::pg_syntax::JOIN_ALIAS_MARK))?;
+    Some(names.remove(at)[crate::pg_syntax::JOIN_ALIAS_MARK.len()..].to_string())
+}
+
+/// `JOIN … USING (…) AS alias`: `alias.c` reads merged column c (as the unqualified name does).
+fn add_join_alias(scope: &mut Scope, alias: String, merged: &[(String, String, usize)]) -> Result<()> {
+    if scope.relations.iter().any(|r| r.alias == alias) || scope.join_alias(&alias).is_some() {
+        return Err(EngineError::DuplicateAlias(format!("table name \"{alias}\" specified more than once")));
+    }
+    let computed = scope.computed.clone();
+    let columns = merged
+        .iter()
+        .map(|(relation, name, _)| {
+            let expr = match relation.is_empty() {
+                true => computed.iter().find(|(merged, _)| merged == name).map(|(_, e)| e.clone()).expect("merged"),
+                false => ast::Expr::CompoundIdentifier(vec![
+                    ast::Ident::with_quote('"', relation),
+                    ast::Ident::with_quote('"', name),
+                ]),
+            };
+            (name.clone(), expr)
+        })
+        .collect();
+    scope.join_aliases.push((alias, columns));
+    Ok(())
+}
+
 /// A derived table's plan with its parameters (`params`: columns of the enclosing query's row)
 /// renumbered as the block's own, so the block's caller supplies them.
 pub(crate) fn params_of_block(plan: Plan, params: &[Expr], correlation: Option<&Correlation>) -> Result<Plan> {
@@ -531,9 +566,12 @@ pub(crate) fn apply_alias(
 pub(crate) fn with_outer(scope: &Scope, outer: Option<&Scope>) -> Scope {
     let mut combined = scope.clone();
     if let Some(outer) = outer {
-        combined.outer_start = Some(combined.relations.len());
+        let base = combined.relations.len();
+        combined.outer_start = Some(base);
+        combined.further_starts = outer.outer_start.iter().chain(&outer.further_starts).map(|s| s + base).collect();
         let shift = combined.width();
         combined.hidden.extend(outer.hidden.iter().map(|column| column + shift));
+        combined.join_aliases.extend(outer.join_aliases.iter().cloned());
         for relation in &outer.relations {
             combined.add(&relation.alias, relation.columns.clone());
         }

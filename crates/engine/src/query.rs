@@ -824,6 +824,13 @@ fn expand_select_items<'a>(items: &'a [ast::SelectItem], scope: &Scope) -> Resul
             }
             ast::SelectItem::QualifiedWildcard(ast::SelectItemQualifiedWildcardKind::ObjectName(name), _) => {
                 let alias = object_name(name)?;
+                if let Some(columns) = scope.join_alias(&alias) {
+                    for (column, _) in columns {
+                        let expr = ast::Expr::CompoundIdentifier(vec![quoted(&alias), quoted(column)]);
+                        out.push((Cow::Owned(expr), column.clone()));
+                    }
+                    continue;
+                }
                 let relation = scope
                     .relations
                     .iter()
