@@ -720,8 +720,20 @@ impl<'s> ExprBinder<'s> {
             }
             return self.ordered_set_call(&name, kind, function, distinct, filter).map(Some);
         }
-        if matches!(&function.args, ast::FunctionArguments::List(list) if !list.clauses.is_empty()) {
-            return Err(EngineError::unsupported(format!("ORDER BY or other clauses inside {name}(…)")));
+        if !function.within_group.is_empty() {
+            return Err(EngineError::WrongObjectType(format!(
+                "{name} is not an ordered-set aggregate, so it cannot have WITHIN GROUP"
+            )));
+        }
+        if let ast::FunctionArguments::List(list) = &function.args {
+            // The order of the input changes nothing for count, min and max (bool_and, bool_or
+            // and every among them).
+            let order_blind =
+                matches!(kind, AggregateFunction::Count | AggregateFunction::Min | AggregateFunction::Max);
+            let only_order = list.clauses.iter().all(|c| matches!(c, ast::FunctionArgumentClause::OrderBy(_)));
+            if !list.clauses.is_empty() && !(order_blind && only_order) {
+                return Err(EngineError::unsupported(format!("ORDER BY or other clauses inside {name}(…)")));
+            }
         }
         let filter = function
             .filter
@@ -785,6 +797,11 @@ impl ExprBinder<'_> {
         filter: Option<Expr>,
     ) -> Result<AggregateCall> {
         use crate::ordered_set::OrderedSet;
+        let ordered_inside = matches!(&function.args, ast::FunctionArguments::List(list)
+            if list.clauses.iter().any(|c| matches!(c, ast::FunctionArgumentClause::OrderBy(_))));
+        if ordered_inside && !function.within_group.is_empty() {
+            return Err(EngineError::Syntax("cannot use multiple ORDER BY clauses with WITHIN GROUP".into()));
+        }
         let args = function_args(function)?.into_iter().map(|a| self.bind(a)).collect::<Result<Vec<_>>>()?;
         let ascending_key = |key: &ast::OrderByExpr| -> Result<Expr> {
             let plain =

@@ -593,13 +593,15 @@ fn full_join(left: Planned, right: Planned, on: Vec<Expr>, inputs: &[JoinInput])
         copy.relations = p.relations;
         copy
     };
+    // `ON true` / `ON false` need no join key (PostgreSQL takes them as well).
+    let constant_on = on.iter().all(|c| c.columns().is_empty() && !c.contains_param() && !c.contains_subquery());
     let unmatched = hash_join_on(JoinKind::Anti, copy(&right), copy(&left), on.clone(), inputs)?;
     let mut exprs: Vec<Expr> = left_types.iter().map(|&t| Expr::literal(crate::types::Value::Null, t)).collect();
     let right_types = unmatched.plan.output_types();
     exprs.extend((0..right_width).map(|index| Expr::Column { index, data_type: right_types[index] }));
     let extended = Plan::Project { input: Box::new(unmatched.plan), exprs };
     let matched = hash_join_on(JoinKind::Left, left, right, on, inputs)?;
-    if matches!(&matched.plan, Plan::HashJoin { probe_keys, .. } if probe_keys.is_empty()) {
+    if !constant_on && matches!(&matched.plan, Plan::HashJoin { probe_keys, .. } if probe_keys.is_empty()) {
         return Err(EngineError::unsupported(
             "FULL JOIN is only supported with merge-joinable or hash-joinable join conditions",
         ));
