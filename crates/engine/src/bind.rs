@@ -731,7 +731,8 @@ impl<'s> ExprBinder<'s> {
             let order_blind =
                 matches!(kind, AggregateFunction::Count | AggregateFunction::Min | AggregateFunction::Max);
             let only_order = list.clauses.iter().all(|c| matches!(c, ast::FunctionArgumentClause::OrderBy(_)));
-            if !list.clauses.is_empty() && !(order_blind && only_order) {
+            let ignorable = list.clauses.is_empty() || order_blind && only_order;
+            if !ignorable {
                 return Err(EngineError::unsupported(format!("ORDER BY or other clauses inside {name}(…)")));
             }
         }
