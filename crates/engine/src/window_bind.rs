@@ -362,7 +362,8 @@ fn range_distance(expr: &ast::Expr, order: &[SortKey], which: &str) -> Result<Fr
         }
         Value::Int64(n) => *n < 0,
         Value::Float64(f) => f.is_nan() || *f < 0.0,
-        Value::Numeric(n) => n.signum() < 0,
+        // in_range_numeric_numeric rejects NaN too (-Infinity is negative).
+        Value::Numeric(n) => n.signum() < 0 || n.is_nan(),
         other => return Err(EngineError::Runtime(format!("RANGE offset {other:?}"))),
     };
     if negative {

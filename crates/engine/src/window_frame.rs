@@ -231,8 +231,7 @@ fn in_range(value: &ValueKey, base: &ValueKey, offset: &Value, subtract: bool, l
             Ok(float_in_range(f64::from_bits(*v), f64::from_bits(*b), *o, subtract, less))
         }
         (ValueKey::Numeric(v), ValueKey::Numeric(b), Value::Numeric(o)) => {
-            let bound = if subtract { b.checked_sub(*o)? } else { b.checked_add(*o)? };
-            Ok(within(v.cmp(&bound)))
+            Ok(numeric_in_range(*v, *b, *o, subtract, less))
         }
         (ValueKey::Numeric(v), ValueKey::Numeric(b), Value::Decimal { value, scale }) => in_range(
             &ValueKey::Numeric(*v),
@@ -242,6 +241,38 @@ fn in_range(value: &ValueKey, base: &ValueKey, offset: &Value, subtract: bool, l
             less,
         ),
         _ => Err(EngineError::Runtime(format!("RANGE offset {offset:?} over key {base:?}"))),
+    }
+}
+
+/// in_range_numeric_numeric: NaN is above everything and equal to itself; an infinite
+/// offset reaches every value on its side (and, from the infinity it would cancel, every
+/// value); an infinite value or base compares as it is, whatever the finite offset.
+fn numeric_in_range(value: Numeric, base: Numeric, offset: Numeric, subtract: bool, less: bool) -> bool {
+    use std::cmp::Ordering;
+    let within = |order: Ordering| if less { order != Ordering::Greater } else { order != Ordering::Less };
+    if value.is_nan() {
+        return base.is_nan() || !less;
+    }
+    if base.is_nan() {
+        return less;
+    }
+    if offset.is_infinite() {
+        let cancels = if subtract { base == Numeric::INFINITY } else { base == Numeric::NEG_INFINITY };
+        return cancels
+            || match (subtract, less) {
+                (true, true) => value == Numeric::NEG_INFINITY,
+                (false, false) => value == Numeric::INFINITY,
+                _ => true,
+            };
+    }
+    if value.is_special() || base.is_special() {
+        return within(value.cmp(&base));
+    }
+    let bound = if subtract { base.checked_sub(offset) } else { base.checked_add(offset) };
+    match bound {
+        Ok(bound) => within(value.cmp(&bound)),
+        // Beyond 38 digits the bound is further from base than any value that fits.
+        Err(_) => subtract != less,
     }
 }
 
