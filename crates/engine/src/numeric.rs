@@ -610,6 +610,34 @@ mod tests {
         assert_eq!(two.checked_div(n("3.0000000000")).expect("wide").to_string(), "-0.666666666666666666666666666667");
     }
 
+    // Goal: NaN and the infinities behave as PostgreSQL 15's numeric; method: the cases of
+    // numeric.c's special-value branches, answers taken from PostgreSQL.
+    #[test]
+    fn special_values_follow_postgres() {
+        let (nan, inf, ninf) = (Numeric::NAN, Numeric::INFINITY, Numeric::NEG_INFINITY);
+        assert_eq!(n("NaN"), nan);
+        assert_eq!(n(" -Infinity "), ninf);
+        assert_eq!(n("inf"), inf);
+        assert!(Numeric::parse("+nan").is_err());
+        assert_eq!([nan.to_string(), inf.to_string(), ninf.to_string()], ["NaN", "Infinity", "-Infinity"]);
+        assert!(nan > inf && inf > n("1e30") && ninf < n("-1e30"));
+        assert_eq!(nan.cmp(&nan), Ordering::Equal);
+        assert_eq!(inf.checked_sub(inf).expect("NaN"), nan);
+        assert_eq!(inf.checked_mul(Numeric::ZERO).expect("NaN"), nan);
+        assert_eq!(inf.checked_mul(n("-2")).expect("-inf"), ninf);
+        assert_eq!(n("1").checked_div(inf).expect("zero"), Numeric::ZERO);
+        assert_eq!(nan.checked_div(Numeric::ZERO).expect("NaN"), nan);
+        assert!(matches!(inf.checked_div(Numeric::ZERO), Err(EngineError::DivisionByZero)));
+        assert_eq!(n("5").checked_rem(inf).expect("5"), n("5"));
+        assert_eq!(inf.checked_rem(n("2")).expect("NaN"), nan);
+        assert_eq!(ninf.negated(), inf);
+        assert_eq!(nan.normalized(), nan);
+        assert_eq!(inf.round(2).expect("inf"), inf);
+        assert_eq!(Numeric::from_f64(f64::NEG_INFINITY).expect("special"), ninf);
+        assert!(inf.to_f64().is_infinite() && nan.to_f64().is_nan());
+        assert_eq!(nan.to_i64(), None);
+    }
+
     // Goal: parse, print, compare and round like PostgreSQL's numeric; method: fixed cases.
     #[test]
     fn parse_print_compare_round() {
