@@ -113,18 +113,38 @@ fn from_numerics(values: &[Numeric], to: DataType, valid: impl Fn(usize) -> bool
     let values = values.iter().copied();
     Ok(match to {
         DataType::Int16 => Data::I32(convert(values, 0, valid, |n| {
-            n.to_i64().and_then(|x| i16::try_from(x).ok()).map(i32::from).ok_or_else(|| out_of_range(to))
+            i16::try_from(numeric_to_integer(n, to)?).map(i32::from).map_err(|_| out_of_range(to))
         })?),
         DataType::Int32 => Data::I32(convert(values, 0, valid, |n| {
-            n.to_i64().and_then(|x| i32::try_from(x).ok()).ok_or_else(|| out_of_range(to))
+            i32::try_from(numeric_to_integer(n, to)?).map_err(|_| out_of_range(to))
         })?),
         DataType::Float32 => Data::F64(convert(values, 0.0, valid, |n| Ok(f64::from(to_float32(n.to_f64())?)))?),
-        DataType::Int64 => Data::I64(convert(values, 0, valid, |n| n.to_i64().ok_or_else(|| out_of_range(to)))?),
-        DataType::Float64 => Data::F64(convert(values, 0.0, valid, |n| finite(n.to_f64()))?),
+        DataType::Int64 => Data::I64(convert(values, 0, valid, |n| numeric_to_integer(n, to))?),
+        // A finite numeric beyond double's range overflows; the special values convert.
+        DataType::Float64 => {
+            Data::F64(convert(
+                values,
+                0.0,
+                valid,
+                |n| if n.is_special() { Ok(n.to_f64()) } else { finite(n.to_f64()) },
+            )?)
+        }
         DataType::Decimal { .. } => Data::I64(convert(values, 0, valid, |n| decimal_from_numeric(n, to))?),
         DataType::Numeric => Data::Numeric(values.collect()),
         other => return Err(cannot_cast(DataType::Numeric, other)),
     })
+}
+
+/// A numeric rounded to a bigint, with numeric_int8's errors for NaN and the infinities
+/// (named for the target type; PostgreSQL files them under 0A000, feature_not_supported).
+fn numeric_to_integer(value: Numeric, to: DataType) -> Result<i64> {
+    if value.is_nan() {
+        return Err(EngineError::unsupported(format!("cannot convert NaN to {}", to.sql_name())));
+    }
+    if value.is_infinite() {
+        return Err(EngineError::unsupported(format!("cannot convert infinity to {}", to.sql_name())));
+    }
+    value.to_i64().ok_or_else(|| out_of_range(to))
 }
 
 fn finite(value: f64) -> Result<f64> {
@@ -180,7 +200,7 @@ fn to_float32(x: f64) -> Result<f32> {
 fn from_float32s(values: &[f64], to: DataType, valid: impl Fn(usize) -> bool) -> Result<Data> {
     let as_numeric = |x: f64| -> Result<Numeric> {
         if !x.is_finite() {
-            return Err(EngineError::unsupported("NaN or infinity as numeric"));
+            return Numeric::from_f64(x);
         }
         Numeric::parse(&format!("{:.5e}", x as f32)).map(Numeric::normalized)
     };
@@ -197,6 +217,15 @@ fn from_float32s(values: &[f64], to: DataType, valid: impl Fn(usize) -> bool) ->
 /// A numeric as `numeric(p, s)`: rounded to s digits, fewer than p digits in all.
 pub fn decimal_from_numeric(value: Numeric, to: DataType) -> Result<i64> {
     let DataType::Decimal { precision, scale } = to else { unreachable!("decimal targets only") };
+    // PostgreSQL's numeric(p, s) holds NaN; these scaled integers cannot.
+    if value.is_nan() {
+        return Err(EngineError::unsupported("NaN in numeric(p, s)"));
+    }
+    if value.is_infinite() {
+        return Err(EngineError::Overflow(format!(
+            "numeric field overflow: a field with precision {precision}, scale {scale} cannot hold an infinite value"
+        )));
+    }
     let rounded = value.rescale(scale).map_err(|_| out_of_range(to))?;
     let limit = crate::numeric::pow10_wide(u32::from(precision)).unwrap_or(i128::MAX);
     if rounded.mantissa.unsigned_abs() >= limit.unsigned_abs() {

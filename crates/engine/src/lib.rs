@@ -47,6 +47,7 @@ pub mod expr;
 pub mod frame_syntax;
 pub mod from;
 pub mod functions;
+pub mod interval;
 pub mod joins;
 pub mod lateral;
 pub mod numeric;

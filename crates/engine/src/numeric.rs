@@ -6,6 +6,10 @@
 //! path of the TPC-H tables; this type is what literals with a fraction, division, `avg` and
 //! `sum` of exact numbers produce. Results that need more than 38 digits are an error
 //! (`22003`), where PostgreSQL would keep going up to 131,072 digits.
+//!
+//! NaN, +Infinity and -Infinity are values too, as in PostgreSQL 15: NaN equals itself and
+//! sorts above every other value, and arithmetic on them follows PostgreSQL's numeric.c
+//! (`inf - inf` and `inf * 0` are NaN, `x / inf` is 0, `inf / 0` is a division by zero).
 
 use std::cmp::Ordering;
 use std::fmt;
@@ -19,6 +23,10 @@ pub const NUMERIC_SCALE_MAX: u8 = 76;
 const DIVISION_SIGNIFICANT_DIGITS: i32 = 16;
 /// Digits per base-10000 "digit" of PostgreSQL's representation, which its scale rules use.
 const BASE_DIGITS: i32 = 4;
+/// The scale that marks a special value: NaN has mantissa 0, +Infinity 1, -Infinity -1.
+/// A finite value's scale never exceeds `NUMERIC_SCALE_MAX`, so this one is free, and
+/// negation (`-mantissa`) already maps +Infinity and -Infinity onto each other.
+const SPECIAL_SCALE: u8 = u8::MAX;
 
 /// An exact decimal number with its display scale.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -54,6 +62,40 @@ fn divide_rounded(numerator: i128, denominator: i128) -> i128 {
 
 impl Numeric {
     pub const ZERO: Numeric = Numeric { mantissa: 0, scale: 0 };
+    pub const NAN: Numeric = Numeric { mantissa: 0, scale: SPECIAL_SCALE };
+    pub const INFINITY: Numeric = Numeric { mantissa: 1, scale: SPECIAL_SCALE };
+    pub const NEG_INFINITY: Numeric = Numeric { mantissa: -1, scale: SPECIAL_SCALE };
+
+    /// NaN, +Infinity or -Infinity.
+    pub fn is_special(self) -> bool {
+        self.scale == SPECIAL_SCALE
+    }
+
+    pub fn is_nan(self) -> bool {
+        self == Numeric::NAN
+    }
+
+    pub fn is_infinite(self) -> bool {
+        self.is_special() && !self.is_nan()
+    }
+
+    /// +Infinity for a positive sign, -Infinity for a negative one, NaN for 0 (`inf * 0`).
+    fn infinity_with_sign(sign: i128) -> Numeric {
+        match sign.signum() {
+            1 => Numeric::INFINITY,
+            -1 => Numeric::NEG_INFINITY,
+            _ => Numeric::NAN,
+        }
+    }
+
+    /// Where the value sorts among the special ones: -Infinity, finite, +Infinity, NaN.
+    fn order_class(self) -> i8 {
+        match (self.is_special(), self.mantissa) {
+            (false, _) => 0,
+            (true, 0) => 2,
+            (true, sign) => sign.signum() as i8,
+        }
+    }
 
     pub fn new(mantissa: i128, scale: u8) -> Numeric {
         Numeric { mantissa, scale }
@@ -63,13 +105,17 @@ impl Numeric {
         Numeric { mantissa: i128::from(value), scale: 0 }
     }
 
+    /// A finite zero (NaN's mantissa is 0 too).
     pub fn is_zero(self) -> bool {
-        self.mantissa == 0
+        self.mantissa == 0 && !self.is_special()
     }
 
     /// The same value with exactly `scale` fractional digits (rounding half away from zero
     /// when digits are dropped).
     pub fn rescale(self, scale: u8) -> Result<Numeric> {
+        if self.is_special() {
+            return Ok(self);
+        }
         let mantissa = match scale.cmp(&self.scale) {
             Ordering::Equal => self.mantissa,
             Ordering::Greater => shift_up(self.mantissa, u32::from(scale - self.scale))?,
@@ -83,6 +129,9 @@ impl Numeric {
 
     /// Drops trailing fractional zeros: equal values get equal representations (hash keys).
     pub fn normalized(self) -> Numeric {
+        if self.is_special() {
+            return self;
+        }
         let (mut mantissa, mut scale) = (self.mantissa, self.scale);
         while scale > 0 && mantissa % 10 == 0 {
             mantissa /= 10;
@@ -97,16 +146,28 @@ impl Numeric {
     }
 
     pub fn checked_add(self, other: Numeric) -> Result<Numeric> {
+        if self.is_special() || other.is_special() {
+            return Ok(special_sum(self, other));
+        }
         let (a, b, scale) = Numeric::align(self, other)?;
         Ok(Numeric { mantissa: a.checked_add(b).ok_or_else(overflow)?, scale })
     }
 
     pub fn checked_sub(self, other: Numeric) -> Result<Numeric> {
+        if self.is_special() || other.is_special() {
+            return Ok(special_sum(self, other.negated()));
+        }
         let (a, b, scale) = Numeric::align(self, other)?;
         Ok(Numeric { mantissa: a.checked_sub(b).ok_or_else(overflow)?, scale })
     }
 
     pub fn checked_mul(self, other: Numeric) -> Result<Numeric> {
+        if self.is_special() || other.is_special() {
+            if self.is_nan() || other.is_nan() {
+                return Ok(Numeric::NAN);
+            }
+            return Ok(Numeric::infinity_with_sign(self.mantissa.signum() * other.mantissa.signum()));
+        }
         let scale = self.scale.checked_add(other.scale).filter(|&s| s <= NUMERIC_SCALE_MAX).ok_or_else(overflow)?;
         Ok(Numeric { mantissa: self.mantissa.checked_mul(other.mantissa).ok_or_else(overflow)?, scale })
     }
@@ -160,6 +221,9 @@ impl Numeric {
 
     /// `self / other` with PostgreSQL's result scale, rounded half away from zero.
     pub fn checked_div(self, other: Numeric) -> Result<Numeric> {
+        if let Some(quotient) = special_quotient(self, other) {
+            return quotient;
+        }
         if other.is_zero() {
             return Err(EngineError::DivisionByZero);
         }
@@ -169,6 +233,9 @@ impl Numeric {
 
     /// `self / other` rounded to `scale` fractional digits.
     pub fn div_to_scale(self, other: Numeric, scale: u8) -> Result<Numeric> {
+        if let Some(quotient) = special_quotient(self, other) {
+            return quotient;
+        }
         if other.is_zero() {
             return Err(EngineError::DivisionByZero);
         }
@@ -188,6 +255,9 @@ impl Numeric {
 
     /// Remainder with the sign of the dividend (PostgreSQL's `%` on numeric).
     pub fn checked_rem(self, other: Numeric) -> Result<Numeric> {
+        if self.is_special() || other.is_special() {
+            return special_remainder(self, other);
+        }
         if other.is_zero() {
             return Err(EngineError::DivisionByZero);
         }
@@ -207,6 +277,9 @@ impl Numeric {
     }
 
     fn round_with(self, digits: i32, divide: fn(i128, i128) -> i128) -> Result<Numeric> {
+        if self.is_special() {
+            return Ok(self);
+        }
         let digits = digits.min(i32::from(NUMERIC_SCALE_MAX));
         let drop = i32::from(self.scale) - digits;
         let scale = digits.max(0) as u8;
@@ -222,6 +295,9 @@ impl Numeric {
 
     /// Largest integer ≤ self (scale 0).
     pub fn floor(self) -> Numeric {
+        if self.is_special() {
+            return self;
+        }
         let divisor = pow10_wide(u32::from(self.scale)).unwrap_or(i128::MAX);
         Numeric { mantissa: self.mantissa.div_euclid(divisor), scale: 0 }
     }
@@ -237,6 +313,9 @@ impl Numeric {
         if self.mantissa < 0 {
             return Err(EngineError::Runtime("square root of a negative numeric".into()));
         }
+        if self.is_special() {
+            return Ok(self);
+        }
         // sqrt(m / 10^s) · 10^(scale+1) = sqrt(m · 10^(2·scale + 2 − s)): one digit more, to round.
         let exponent = 2 * i32::from(scale) + 2 - i32::from(self.scale);
         let root = if exponent >= 0 {
@@ -249,24 +328,36 @@ impl Numeric {
         Ok(Numeric { mantissa: i128::try_from(rounded).map_err(|_| overflow())?, scale })
     }
 
+    /// -1, 0 or 1; the infinities have their sign, NaN 0.
     pub fn signum(self) -> i32 {
         self.mantissa.signum() as i32
     }
 
-    /// The value rounded to an integer (half away from zero), if it fits `i64`.
+    /// The value rounded to an integer (half away from zero), if it is finite and fits `i64`.
     pub fn to_i64(self) -> Option<i64> {
+        if self.is_special() {
+            return None;
+        }
         i64::try_from(self.rescale(0).ok()?.mantissa).ok()
     }
 
     /// The nearest double (via the decimal text, as PostgreSQL's numeric_float8).
     pub fn to_f64(self) -> f64 {
-        self.to_string().parse().unwrap_or(f64::NAN)
+        match self.order_class() {
+            0 => self.to_string().parse().unwrap_or(f64::NAN),
+            1 => f64::INFINITY,
+            -1 => f64::NEG_INFINITY,
+            _ => f64::NAN,
+        }
     }
 
     /// PostgreSQL's float8 → numeric: the double printed with 15 significant digits.
     pub fn from_f64(value: f64) -> Result<Numeric> {
-        if !value.is_finite() {
-            return Err(EngineError::unsupported("NaN or infinity as numeric"));
+        if value.is_nan() {
+            return Ok(Numeric::NAN);
+        }
+        if value.is_infinite() {
+            return Ok(Numeric::infinity_with_sign(if value > 0.0 { 1 } else { -1 }));
         }
         Numeric::parse(&format!("{value:.14e}")).map(Numeric::normalized)
     }
@@ -276,10 +367,8 @@ impl Numeric {
     pub fn parse(text: &str) -> Result<Numeric> {
         let invalid = || EngineError::InvalidValue(format!("invalid input syntax for type numeric: \"{text}\""));
         let trimmed = text.trim();
-        // PostgreSQL's numeric has NaN and ±Infinity; this one does not, and says so.
-        let special = ["nan", "inf", "+inf", "-inf", "infinity", "+infinity", "-infinity"];
-        if special.iter().any(|s| trimmed.eq_ignore_ascii_case(s)) {
-            return Err(EngineError::unsupported("NaN or infinity as numeric"));
+        if let Some(special) = parse_special(trimmed) {
+            return Ok(special);
         }
         let (negative, rest) = match trimmed.as_bytes().first() {
             Some(b'-') => (true, &trimmed[1..]),
@@ -322,6 +411,9 @@ impl Ord for Numeric {
     /// Numeric order (`1.5 = 1.50`); an aligned mantissa too large for i128 is larger in
     /// magnitude than any that fits, so its sign decides.
     fn cmp(&self, other: &Numeric) -> Ordering {
+        if self.is_special() || other.is_special() {
+            return self.order_class().cmp(&other.order_class());
+        }
         let scale = self.scale.max(other.scale);
         match (self.rescale(scale), other.rescale(scale)) {
             (Ok(a), Ok(b)) => a.mantissa.cmp(&b.mantissa),
@@ -333,6 +425,12 @@ impl Ord for Numeric {
 
 impl fmt::Display for Numeric {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.order_class() {
+            2 => return write!(f, "NaN"),
+            1 => return write!(f, "Infinity"),
+            -1 => return write!(f, "-Infinity"),
+            _ => {}
+        }
         let digits = self.mantissa.unsigned_abs().to_string();
         let sign = if self.mantissa < 0 { "-" } else { "" };
         let scale = usize::from(self.scale);
@@ -343,6 +441,61 @@ impl fmt::Display for Numeric {
         let (whole, fraction) = padded.split_at(padded.len() - scale);
         write!(f, "{sign}{whole}.{fraction}")
     }
+}
+
+/// `NaN`, `Infinity`, `inf` (any case, with a sign or not), as numeric_in accepts them.
+fn parse_special(text: &str) -> Option<Numeric> {
+    let (sign, word) = match text.as_bytes().first() {
+        Some(b'-') => (-1, &text[1..]),
+        Some(b'+') => (1, &text[1..]),
+        _ => (1, text),
+    };
+    if word.eq_ignore_ascii_case("infinity") || word.eq_ignore_ascii_case("inf") {
+        return Some(Numeric::infinity_with_sign(sign));
+    }
+    // A sign before NaN is invalid input, as in PostgreSQL.
+    (text.eq_ignore_ascii_case("nan")).then_some(Numeric::NAN)
+}
+
+/// `a + b` when either is special: NaN wins, opposite infinities give NaN.
+fn special_sum(a: Numeric, b: Numeric) -> Numeric {
+    match (a.order_class(), b.order_class()) {
+        (2, _) | (_, 2) => Numeric::NAN,
+        (x, y) if x != 0 && y != 0 && x != y => Numeric::NAN,
+        (0, _) => b,
+        _ => a,
+    }
+}
+
+/// numeric_div's rules for special operands: NaN wins, `inf / inf` is NaN, `inf / 0` is a
+/// division by zero, `x / inf` is 0. None when both are finite.
+fn special_quotient(a: Numeric, b: Numeric) -> Option<Result<Numeric>> {
+    if !a.is_special() && !b.is_special() {
+        return None;
+    }
+    Some(if a.is_nan() || b.is_nan() || (a.is_special() && b.is_special()) {
+        Ok(Numeric::NAN)
+    } else if a.is_special() {
+        if b.is_zero() {
+            Err(EngineError::DivisionByZero)
+        } else {
+            Ok(Numeric::infinity_with_sign(a.mantissa.signum() * b.mantissa.signum()))
+        }
+    } else {
+        Ok(Numeric::ZERO)
+    })
+}
+
+/// numeric_mod's rules: NaN wins, `inf % 0` is a division by zero, `inf % x` is NaN, and
+/// `x % inf` is x.
+fn special_remainder(a: Numeric, b: Numeric) -> Result<Numeric> {
+    if a.is_nan() || b.is_nan() {
+        return Ok(Numeric::NAN);
+    }
+    if a.is_special() {
+        return if b.is_zero() { Err(EngineError::DivisionByZero) } else { Ok(Numeric::NAN) };
+    }
+    Ok(a)
 }
 
 /// 256-bit arithmetic for the one step that outgrows i128: a quotient whose scaled numerator
@@ -455,6 +608,34 @@ mod tests {
         assert_eq!(one.checked_div(n("3.0000000000")).expect("wide").to_string(), "0.333333333333333333333333333333");
         let two = n("-2.000000000000000000000000000000");
         assert_eq!(two.checked_div(n("3.0000000000")).expect("wide").to_string(), "-0.666666666666666666666666666667");
+    }
+
+    // Goal: NaN and the infinities behave as PostgreSQL 15's numeric; method: the cases of
+    // numeric.c's special-value branches, answers taken from PostgreSQL.
+    #[test]
+    fn special_values_follow_postgres() {
+        let (nan, inf, ninf) = (Numeric::NAN, Numeric::INFINITY, Numeric::NEG_INFINITY);
+        assert_eq!(n("NaN"), nan);
+        assert_eq!(n(" -Infinity "), ninf);
+        assert_eq!(n("inf"), inf);
+        assert!(Numeric::parse("+nan").is_err());
+        assert_eq!([nan.to_string(), inf.to_string(), ninf.to_string()], ["NaN", "Infinity", "-Infinity"]);
+        assert!(nan > inf && inf > n("1e30") && ninf < n("-1e30"));
+        assert_eq!(nan.cmp(&nan), Ordering::Equal);
+        assert_eq!(inf.checked_sub(inf).expect("NaN"), nan);
+        assert_eq!(inf.checked_mul(Numeric::ZERO).expect("NaN"), nan);
+        assert_eq!(inf.checked_mul(n("-2")).expect("-inf"), ninf);
+        assert_eq!(n("1").checked_div(inf).expect("zero"), Numeric::ZERO);
+        assert_eq!(nan.checked_div(Numeric::ZERO).expect("NaN"), nan);
+        assert!(matches!(inf.checked_div(Numeric::ZERO), Err(EngineError::DivisionByZero)));
+        assert_eq!(n("5").checked_rem(inf).expect("5"), n("5"));
+        assert_eq!(inf.checked_rem(n("2")).expect("NaN"), nan);
+        assert_eq!(ninf.negated(), inf);
+        assert_eq!(nan.normalized(), nan);
+        assert_eq!(inf.round(2).expect("inf"), inf);
+        assert_eq!(Numeric::from_f64(f64::NEG_INFINITY).expect("special"), ninf);
+        assert!(inf.to_f64().is_infinite() && nan.to_f64().is_nan());
+        assert_eq!(nan.to_i64(), None);
     }
 
     // Goal: parse, print, compare and round like PostgreSQL's numeric; method: fixed cases.

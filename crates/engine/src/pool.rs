@@ -285,6 +285,8 @@ impl Pod for u32 {}
 impl Pod for i32 {}
 impl Pod for i64 {}
 impl Pod for f64 {}
+// An i128 and a scale: all-zero bytes are the numeric 0.
+impl Pod for crate::numeric::Numeric {}
 
 enum Origin {
     Pool(Arc<ChunkPool>, usize),

@@ -311,6 +311,10 @@ impl ExactMoments {
         }
         let n = Numeric::from_i64(self.n);
         let numerator = n.checked_mul(self.sxx)?.checked_sub(self.sx.checked_mul(self.sx)?)?;
+        // Any NaN or infinite input makes the numerator NaN (inf - inf); PostgreSQL answers NaN.
+        if numerator.is_special() {
+            return Ok(Some(Numeric::NAN));
+        }
         if numerator.signum() <= 0 {
             return Ok(Some(Numeric::ZERO));
         }

@@ -16,6 +16,7 @@
 use std::sync::{Arc, OnceLock};
 
 use crate::error::{EngineError, Result};
+use crate::numeric::Numeric;
 use crate::pool::{ChunkPool, PoolBuffer};
 use crate::types::{DataType, Value};
 
@@ -139,6 +140,8 @@ pub enum ChunkData {
     F64(PoolBuffer<f64>),
     /// Dictionary codes of a text column.
     Text(PoolBuffer<u32>),
+    /// Unconstrained numeric values, each with its own scale.
+    Numeric(PoolBuffer<Numeric>),
 }
 
 /// One column chunk: values plus an optional validity mask (1 = not null).
@@ -213,6 +216,7 @@ impl ChunkData {
             ChunkData::I64(_) => ChunkData::I64(pool.buffer(rows)?),
             ChunkData::F64(_) => ChunkData::F64(pool.buffer(rows)?),
             ChunkData::Text(_) => ChunkData::Text(pool.buffer(rows)?),
+            ChunkData::Numeric(_) => ChunkData::Numeric(pool.buffer(rows)?),
         })
     }
 
@@ -232,6 +236,7 @@ impl ChunkData {
             ChunkData::I64(v) => ChunkData::I64(copy(pool, v, capacity)?),
             ChunkData::F64(v) => ChunkData::F64(copy(pool, v, capacity)?),
             ChunkData::Text(v) => ChunkData::Text(copy(pool, v, capacity)?),
+            ChunkData::Numeric(v) => ChunkData::Numeric(copy(pool, v, capacity)?),
         })
     }
 }
@@ -423,10 +428,12 @@ impl Table {
     }
 
     fn count_distinct(&self, column: usize) -> usize {
+        use std::hash::BuildHasher;
         if let Some(dictionary) = &self.dictionaries[column] {
             return dictionary.len().max(1);
         }
         let mut seen = hashbrown::HashSet::new();
+        let numeric_hasher = hashbrown::DefaultHashBuilder::default();
         for chunk in &self.chunks {
             match &chunk.columns[column].data {
                 ChunkData::Bool(v) => seen.extend(v.iter().map(|&x| u64::from(x))),
@@ -434,6 +441,8 @@ impl Table {
                 ChunkData::I64(v) => seen.extend(v.iter().map(|&x| x as u64)),
                 ChunkData::F64(v) => seen.extend(v.iter().map(|x| x.to_bits())),
                 ChunkData::Text(v) => seen.extend(v.iter().map(|&x| u64::from(x))),
+                // Equal numerics (1.5, 1.50) count once: their normalized forms hash alike.
+                ChunkData::Numeric(v) => seen.extend(v.iter().map(|x| numeric_hasher.hash_one(x.normalized()))),
             }
         }
         seen.len().max(1)
@@ -457,6 +466,7 @@ impl Table {
             (ChunkData::I64(v), DataType::Decimal { scale, .. }) => Value::Decimal { value: v[row], scale },
             (ChunkData::I64(v), _) => Value::Int64(v[row]),
             (ChunkData::F64(v), _) => Value::Float64(v[row]),
+            (ChunkData::Numeric(v), _) => Value::Numeric(v[row]),
             (ChunkData::Text(v), _) => {
                 let dictionary = self.dictionaries[column].as_ref().expect("text columns have a dictionary");
                 Value::Text(dictionary.get(v[row]).to_string())
@@ -485,6 +495,7 @@ impl ChunkData {
             ChunkData::I64(v) => v.capacity(),
             ChunkData::F64(v) => v.capacity(),
             ChunkData::Text(v) => v.capacity(),
+            ChunkData::Numeric(v) => v.capacity(),
         }
     }
 
@@ -495,6 +506,7 @@ impl ChunkData {
             ChunkData::I64(v) => v.capacity() * 8,
             ChunkData::F64(v) => v.capacity() * 8,
             ChunkData::Text(v) => v.capacity() * 4,
+            ChunkData::Numeric(v) => v.capacity() * std::mem::size_of::<Numeric>(),
         }
     }
 }
@@ -839,7 +851,7 @@ fn new_chunk_data(pool: &Arc<ChunkPool>, data_type: DataType, rows: usize) -> Re
         DataType::Int64 | DataType::Decimal { .. } => ChunkData::I64(pool.buffer(rows)?),
         DataType::Float64 | DataType::Float32 => ChunkData::F64(pool.buffer(rows)?),
         DataType::Text | DataType::Char(_) | DataType::Varchar(_) => ChunkData::Text(pool.buffer(rows)?),
-        DataType::Numeric => return Err(EngineError::unsupported("columns of unconstrained numeric")),
+        DataType::Numeric => ChunkData::Numeric(pool.buffer(rows)?),
     })
 }
 
@@ -850,6 +862,8 @@ fn push_value(data: &mut ChunkData, value: &Value, code: u32) -> Result<()> {
         (ChunkData::I64(b), Value::Null) => b.push(0),
         (ChunkData::F64(b), Value::Null) => b.push(0.0),
         (ChunkData::Text(b), Value::Null) => b.push(0),
+        (ChunkData::Numeric(b), Value::Null) => b.push(Numeric::ZERO),
+        (ChunkData::Numeric(b), Value::Numeric(v)) => b.push(*v),
         (ChunkData::Bool(b), Value::Bool(v)) => b.push(u8::from(*v)),
         (ChunkData::I32(b), Value::Int32(v) | Value::Date(v)) => b.push(*v),
         (ChunkData::I64(b), Value::Int64(v) | Value::Decimal { value: v, .. }) => b.push(*v),

@@ -272,6 +272,7 @@ pub fn scan_chunk(table: &Table, chunk: usize, columns: &[usize], start: usize, 
                 ChunkData::I32(v) => Data::I32(v[start..end].to_vec()),
                 ChunkData::I64(v) => Data::I64(v[start..end].to_vec()),
                 ChunkData::F64(v) => Data::F64(v[start..end].to_vec()),
+                ChunkData::Numeric(v) => Data::Numeric(v[start..end].to_vec()),
                 ChunkData::Text(v) => Data::Text(
                     v[start..end].to_vec(),
                     Arc::clone(table.dictionaries[column].as_ref().expect("text columns have a dictionary")),
@@ -302,6 +303,7 @@ pub fn gather_chunk(table: &Table, chunk: usize, columns: &[usize], start: usize
                 ChunkData::I32(v) => Data::I32(pick(v, start, selection, |x| x)),
                 ChunkData::I64(v) => Data::I64(pick(v, start, selection, |x| x)),
                 ChunkData::F64(v) => Data::F64(pick(v, start, selection, |x| x)),
+                ChunkData::Numeric(v) => Data::Numeric(pick(v, start, selection, |x| x)),
                 ChunkData::Text(v) => Data::Text(
                     pick(v, start, selection, |x| x),
                     Arc::clone(table.dictionaries[column].as_ref().expect("text columns have a dictionary")),

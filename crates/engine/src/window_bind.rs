@@ -17,6 +17,7 @@ use crate::bind::{
 };
 use crate::error::{EngineError, Result};
 use crate::expr::{evaluate_constant, Expr};
+use crate::interval::Interval;
 use crate::plan::{
     AggregateFunction, FrameBound, FrameExclusion, FrameOffset, FrameUnits, SortKey, WindowCall, WindowFrame,
     WindowFunction, WINDOW_COLUMN_BASE,
@@ -326,6 +327,49 @@ fn frame_count(expr: &ast::Expr, which: &str) -> Result<FrameOffset> {
     }
 }
 
+/// The RANGE offset of a date key: an interval constant (`'1 year'::interval`, `interval
+/// '1 year'`, or an untyped string, which PostgreSQL reads as the interval in_range takes),
+/// neither NULL nor negative.
+fn interval_distance(expr: &ast::Expr) -> Result<FrameOffset> {
+    // The frame rewriting (frame_syntax) leaves offsets in parentheses.
+    fn unnested(mut expr: &ast::Expr) -> &ast::Expr {
+        while let ast::Expr::Nested(inner) = expr {
+            expr = inner;
+        }
+        expr
+    }
+    let string = |e: &ast::Expr| match unnested(e) {
+        ast::Expr::Value(ast::ValueWithSpan { value: ast::Value::SingleQuotedString(s), .. }) => Some(s.clone()),
+        _ => None,
+    };
+    let text = match unnested(expr) {
+        ast::Expr::Cast { expr, data_type: ast::DataType::Interval { fields: None, precision: None }, .. } => {
+            string(expr)
+        }
+        ast::Expr::Interval(ast::Interval {
+            value,
+            leading_field: None,
+            leading_precision: None,
+            last_field: None,
+            fractional_seconds_precision: None,
+        }) => string(value),
+        other => string(other),
+    };
+    let Some(text) = text else {
+        return Err(EngineError::unsupported(format!(
+            "RANGE offset {expr} over a date (only interval constants are supported)"
+        )));
+    };
+    let interval = Interval::parse(&text)?;
+    if interval.is_negative() {
+        return Err(EngineError::FrameOffset {
+            message: "invalid preceding or following size in window function".into(),
+            null: false,
+        });
+    }
+    Ok(FrameOffset::Interval(interval))
+}
+
 /// A RANGE offset: a distance in the one ORDER BY key's type (PostgreSQL's in_range
 /// signatures: integers by a bigint, floats by a double, numeric by a numeric).
 fn range_distance(expr: &ast::Expr, order: &[SortKey], which: &str) -> Result<FrameOffset> {
@@ -334,6 +378,9 @@ fn range_distance(expr: &ast::Expr, order: &[SortKey], which: &str) -> Result<Fr
             "RANGE with offset PRECEDING/FOLLOWING requires exactly one ORDER BY column".into(),
         ));
     };
+    if key.expr.data_type() == DataType::Date {
+        return interval_distance(expr);
+    }
     let offset = constant_offset(expr)?;
     let (key_type, offset_type) = (key.expr.data_type(), offset.data_type());
     let integer = |t: DataType| matches!(t, DataType::Int16 | DataType::Int32 | DataType::Int64);
@@ -362,7 +409,8 @@ fn range_distance(expr: &ast::Expr, order: &[SortKey], which: &str) -> Result<Fr
         }
         Value::Int64(n) => *n < 0,
         Value::Float64(f) => f.is_nan() || *f < 0.0,
-        Value::Numeric(n) => n.signum() < 0,
+        // in_range_numeric_numeric rejects NaN too (-Infinity is negative).
+        Value::Numeric(n) => n.signum() < 0 || n.is_nan(),
         other => return Err(EngineError::Runtime(format!("RANGE offset {other:?}"))),
     };
     if negative {

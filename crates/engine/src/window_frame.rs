@@ -14,6 +14,7 @@
 //! peers of each other and never within an offset of a non-NULL key.
 
 use crate::error::{EngineError, Result};
+use crate::interval::Interval;
 use crate::numeric::Numeric;
 use crate::types::{Value, ValueKey};
 
@@ -26,11 +27,13 @@ pub enum FrameUnits {
 }
 
 /// A ROWS or GROUPS offset is a count; a RANGE offset is a value of the offset type the
-/// ORDER BY key's type takes (bigint for integers, double for floats, numeric for numeric).
+/// ORDER BY key's type takes (bigint for integers, double for floats, numeric for numeric,
+/// interval for dates).
 #[derive(Debug, Clone, PartialEq)]
 pub enum FrameOffset {
     Count(u64),
     Distance(Value),
+    Interval(Interval),
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -126,8 +129,8 @@ impl FrameInput<'_> {
             (FrameBound::Following(FrameOffset::Count(k)), _) => {
                 self.groups.get(g.saturating_add(count(*k))).map_or(self.len, |group| group.0)
             }
-            (FrameBound::Preceding(FrameOffset::Distance(d)), _) => self.range_start(i, d, true)?,
-            (FrameBound::Following(FrameOffset::Distance(d)), _) => self.range_start(i, d, false)?,
+            (FrameBound::Preceding(d), _) => self.range_start(i, d, true)?,
+            (FrameBound::Following(d), _) => self.range_start(i, d, false)?,
         })
     }
 
@@ -149,14 +152,14 @@ impl FrameInput<'_> {
             (FrameBound::Following(FrameOffset::Count(k)), _) => {
                 self.groups[g.saturating_add(count(*k)).min(self.groups.len() - 1)].1
             }
-            (FrameBound::Preceding(FrameOffset::Distance(d)), _) => self.range_end(i, d, true)?,
-            (FrameBound::Following(FrameOffset::Distance(d)), _) => self.range_end(i, d, false)?,
+            (FrameBound::Preceding(d), _) => self.range_end(i, d, true)?,
+            (FrameBound::Following(d), _) => self.range_end(i, d, false)?,
         })
     }
 
     /// The first position whose key is not before `key(i) ∓ distance` in sort order
     /// (PostgreSQL's frame head search, as a binary search: the test is monotone).
-    fn range_start(&self, i: usize, distance: &Value, preceding: bool) -> Result<usize> {
+    fn range_start(&self, i: usize, distance: &FrameOffset, preceding: bool) -> Result<usize> {
         let subtract = preceding != self.descending;
         let less = self.descending;
         let current = &self.keys[i][0];
@@ -178,7 +181,7 @@ impl FrameInput<'_> {
     }
 
     /// One past the last position whose key is not after `key(i) ∓ distance` in sort order.
-    fn range_end(&self, i: usize, distance: &Value, preceding: bool) -> Result<usize> {
+    fn range_end(&self, i: usize, distance: &FrameOffset, preceding: bool) -> Result<usize> {
         let subtract = preceding != self.descending;
         let less = !self.descending;
         let current = &self.keys[i][0];
@@ -219,9 +222,22 @@ fn partition_point(len: usize, mut before: impl FnMut(usize) -> bool) -> usize {
 
 /// PostgreSQL's `in_range(value, base, offset, subtract, less)`: whether `value` is at most
 /// (`less`) or at least `base - offset` (`subtract`) or `base + offset`.
-fn in_range(value: &ValueKey, base: &ValueKey, offset: &Value, subtract: bool, less: bool) -> Result<bool> {
+fn in_range(value: &ValueKey, base: &ValueKey, offset: &FrameOffset, subtract: bool, less: bool) -> Result<bool> {
     use std::cmp::Ordering;
     let within = |order: Ordering| if less { order != Ordering::Greater } else { order != Ordering::Less };
+    let offset = match offset {
+        // in_range_date_interval: the date at midnight against base ± offset as timestamps.
+        FrameOffset::Interval(interval) => {
+            let (ValueKey::Int(v), ValueKey::Int(b)) = (value, base) else {
+                return Err(EngineError::Runtime(format!("RANGE offset {interval:?} over key {base:?}")));
+            };
+            let shift = if subtract { interval.negated() } else { *interval };
+            let bound = shift.added_to_date(*b as i32);
+            return Ok(within((i128::from(*v) * i128::from(crate::interval::MICROS_PER_DAY)).cmp(&bound)));
+        }
+        FrameOffset::Distance(offset) => offset,
+        FrameOffset::Count(_) => unreachable!("counts are ROWS and GROUPS offsets"),
+    };
     match (value, base, offset) {
         (ValueKey::Int(v), ValueKey::Int(b), Value::Int64(o)) => {
             let bound = if subtract { i128::from(*b) - i128::from(*o) } else { i128::from(*b) + i128::from(*o) };
@@ -231,17 +247,44 @@ fn in_range(value: &ValueKey, base: &ValueKey, offset: &Value, subtract: bool, l
             Ok(float_in_range(f64::from_bits(*v), f64::from_bits(*b), *o, subtract, less))
         }
         (ValueKey::Numeric(v), ValueKey::Numeric(b), Value::Numeric(o)) => {
-            let bound = if subtract { b.checked_sub(*o)? } else { b.checked_add(*o)? };
-            Ok(within(v.cmp(&bound)))
+            Ok(numeric_in_range(*v, *b, *o, subtract, less))
         }
-        (ValueKey::Numeric(v), ValueKey::Numeric(b), Value::Decimal { value, scale }) => in_range(
-            &ValueKey::Numeric(*v),
-            &ValueKey::Numeric(*b),
-            &Value::Numeric(Numeric::new(i128::from(*value), *scale)),
-            subtract,
-            less,
-        ),
+        (ValueKey::Numeric(v), ValueKey::Numeric(b), Value::Decimal { value, scale }) => {
+            Ok(numeric_in_range(*v, *b, Numeric::new(i128::from(*value), *scale), subtract, less))
+        }
         _ => Err(EngineError::Runtime(format!("RANGE offset {offset:?} over key {base:?}"))),
+    }
+}
+
+/// in_range_numeric_numeric: NaN is above everything and equal to itself; an infinite
+/// offset reaches every value on its side (and, from the infinity it would cancel, every
+/// value); an infinite value or base compares as it is, whatever the finite offset.
+fn numeric_in_range(value: Numeric, base: Numeric, offset: Numeric, subtract: bool, less: bool) -> bool {
+    use std::cmp::Ordering;
+    let within = |order: Ordering| if less { order != Ordering::Greater } else { order != Ordering::Less };
+    if value.is_nan() {
+        return base.is_nan() || !less;
+    }
+    if base.is_nan() {
+        return less;
+    }
+    if offset.is_infinite() {
+        let cancels = if subtract { base == Numeric::INFINITY } else { base == Numeric::NEG_INFINITY };
+        return cancels
+            || match (subtract, less) {
+                (true, true) => value == Numeric::NEG_INFINITY,
+                (false, false) => value == Numeric::INFINITY,
+                _ => true,
+            };
+    }
+    if value.is_special() || base.is_special() {
+        return within(value.cmp(&base));
+    }
+    let bound = if subtract { base.checked_sub(offset) } else { base.checked_add(offset) };
+    match bound {
+        Ok(bound) => within(value.cmp(&bound)),
+        // Beyond 38 digits the bound is further from base than any value that fits.
+        Err(_) => subtract != less,
     }
 }
 

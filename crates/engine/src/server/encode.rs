@@ -280,8 +280,23 @@ fn binary_cell(out: &mut Vec<u8>, vector: &Vector, row: usize) {
             out.extend_from_slice(pad_char(dictionary.get(codes[row]), length).as_bytes())
         }
         (Data::Text(codes, dictionary), _) => out.extend_from_slice(dictionary.get(codes[row]).as_bytes()),
+        (Data::Numeric(v), _) if v[row].is_special() => encode_special_numeric(v[row], out),
         (Data::Numeric(v), _) => encode_numeric(v[row].mantissa, v[row].scale, out),
     }
+}
+
+/// NaN and the infinities in binary: no digits, the sign word says which (NUMERIC_NAN,
+/// NUMERIC_PINF, NUMERIC_NINF).
+fn encode_special_numeric(value: crate::numeric::Numeric, out: &mut Vec<u8>) {
+    let sign: u16 = match value.signum() {
+        1 => 0xD000,
+        -1 => 0xF000,
+        _ => 0xC000,
+    };
+    put_i16(out, 0);
+    put_i16(out, 0);
+    out.extend_from_slice(&sign.to_be_bytes());
+    put_i16(out, 0);
 }
 
 /// PostgreSQL's binary numeric: ndigits, weight, sign, dscale, then base-10000 digits.
