@@ -30,9 +30,11 @@ use crate::vector::{scan_chunk, Data, VECTOR_ROWS};
 
 /// INSERT INTO t [(columns)] VALUES … | query | DEFAULT VALUES [RETURNING …].
 pub fn insert(session: &mut Session, engine: &Engine, insert: &ast::Insert, sink: &dyn ResultSink) -> Result<String> {
-    if insert.on.is_some() {
-        return Err(EngineError::unsupported("INSERT … ON CONFLICT"));
-    }
+    let on_conflict = match &insert.on {
+        None => None,
+        Some(ast::OnInsert::OnConflict(on_conflict)) => Some(on_conflict),
+        Some(other) => return Err(EngineError::unsupported(format!("INSERT … {other}"))),
+    };
     if insert.table_alias.is_some() || insert.output.is_some() || !insert.assignments.is_empty() {
         return Err(EngineError::unsupported("this form of INSERT"));
     }
@@ -56,6 +58,37 @@ pub fn insert(session: &mut Session, engine: &Engine, insert: &ast::Insert, sink
                 .collect(),
         },
     };
+    if let Some(on_conflict) = on_conflict {
+        if crate::family::is_partitioned(&target) || !crate::family::children(&catalog, &name).is_empty() {
+            return Err(EngineError::unsupported("INSERT … ON CONFLICT into a table with partitions or children"));
+        }
+        let partition_constraint = crate::family::PartitionConstraint::of(&catalog, &target);
+        drop(catalog);
+        let full = rows
+            .into_iter()
+            .map(|row| full_row(&target.schema, &target.constraints, &targets, row))
+            .collect::<Result<Vec<_>>>()?;
+        full.iter().try_for_each(|row| partition_constraint.check(row))?;
+        let (table, affected) = crate::upsert::upsert(session, engine, (&name, &target), on_conflict, full)?;
+        if let Some(items) = &insert.returning {
+            returning(engine, &table, &table.name, items, affected.clone(), sink)?;
+        }
+        session.write(&name, Some(table));
+        return Ok(format!("INSERT 0 {}", affected.len()));
+    }
+    if let Some(router) = crate::family::Router::of(&catalog, &name, &target) {
+        let partition_constraint = crate::family::PartitionConstraint::of(&catalog, &target);
+        drop(catalog);
+        return insert_routed(
+            session,
+            engine,
+            insert,
+            (&target, &targets, rows),
+            (&router, &partition_constraint),
+            sink,
+        );
+    }
+    let partition_constraint = crate::family::PartitionConstraint::of(&catalog, &target);
     drop((catalog, target));
     let base = session.take_for_write(engine, &name)?.ok_or_else(|| EngineError::UnknownTable(name.clone()))?;
     let mut builder = TableBuilder::from_version(Arc::clone(engine.runtime().pool()), base);
@@ -66,6 +99,7 @@ pub fn insert(session: &mut Session, engine: &Engine, insert: &ast::Insert, sink
             crate::control::check()?;
         }
         let full = full_row(builder.schema(), builder.constraints(), &targets, row)?;
+        partition_constraint.check(&full)?;
         builder.push_row(&full)?;
         if insert.returning.is_some() {
             inserted.push(full);
@@ -76,6 +110,48 @@ pub fn insert(session: &mut Session, engine: &Engine, insert: &ast::Insert, sink
         returning(engine, &table, &table.name, items, inserted, sink)?;
     }
     session.write(&name, Some(table));
+    Ok(format!("INSERT 0 {count}"))
+}
+
+/// INSERT into a partitioned table: each row (completed with the table's defaults) goes to
+/// the partition `router` picks, in one new version per partition written.
+fn insert_routed(
+    session: &mut Session,
+    engine: &Engine,
+    insert: &ast::Insert,
+    (target, targets, rows): (&Table, &[usize], Vec<Vec<Option<Value>>>),
+    (router, partition_constraint): (&crate::family::Router, &crate::family::PartitionConstraint),
+    sink: &dyn ResultSink,
+) -> Result<String> {
+    let count = rows.len();
+    let mut builders: Vec<(String, TableBuilder)> = Vec::new();
+    let mut inserted = Vec::new();
+    for (number, row) in rows.into_iter().enumerate() {
+        if number % VECTOR_ROWS == 0 {
+            crate::control::check()?;
+        }
+        let full = full_row(&target.schema, &target.constraints, targets, row)?;
+        partition_constraint.check(&full)?;
+        let key = router.route(&full)?;
+        let position = match builders.iter().position(|(k, _)| k == key) {
+            Some(position) => position,
+            None => {
+                let base = session.take_for_write(engine, key)?.ok_or_else(|| EngineError::UnknownTable(key.into()))?;
+                builders.push((key.to_string(), TableBuilder::from_version(Arc::clone(engine.runtime().pool()), base)));
+                builders.len() - 1
+            }
+        };
+        builders[position].1.push_row(&full)?;
+        if insert.returning.is_some() {
+            inserted.push(full);
+        }
+    }
+    if let Some(items) = &insert.returning {
+        returning(engine, target, &target.name, items, inserted, sink)?;
+    }
+    for (key, builder) in builders {
+        session.write(&key, Some(builder.finish()));
+    }
     Ok(format!("INSERT 0 {count}"))
 }
 
@@ -161,8 +237,10 @@ fn single_table(session: &mut Session, engine: &Engine, relation: &ast::TableFac
     let table = user_table_name(name)?;
     let alias = alias.as_ref().map_or_else(|| table.clone(), |a| identifier(&a.name));
     let key = crate::ddl::storage_key(session, engine, &table);
-    if let Some(target) = session.catalog(engine).find(&key) {
+    let catalog = session.catalog(engine);
+    if let Some(target) = catalog.find(&key) {
         crate::view::check_not_view(&target, "UPDATE or DELETE")?;
+        crate::family::check_single_target(&catalog, &key, &target, crate::ddl::is_only(name))?;
     }
     Ok((key, alias))
 }
@@ -182,6 +260,7 @@ pub fn update(session: &mut Session, engine: &Engine, update: &ast::Update, sink
     if let Some(ast::UpdateTableFromKind::AfterSet(items) | ast::UpdateTableFromKind::BeforeSet(items)) = &update.from {
         return update_from(session, engine, update, (&name, &alias), items);
     }
+    let partition_constraint = crate::family::PartitionConstraint::of_key(&session.catalog(engine), &name);
     let base = session.take_for_write(engine, &name)?.ok_or_else(|| EngineError::UnknownTable(name.clone()))?;
     let scope = table_scope(&alias, &base.schema);
     let binder = ExprBinder::new(&scope);
@@ -228,6 +307,7 @@ pub fn update(session: &mut Session, engine: &Engine, update: &ast::Update, sink
         Ok(any.then_some((kept, changed)))
     };
     let (table, affected) = rewrite_table(engine, base, &rewrite)?;
+    affected.iter().try_for_each(|row| partition_constraint.check(row))?;
     if let Some(items) = &update.returning {
         returning(engine, &table, &alias, items, affected.clone(), sink)?;
     }
@@ -366,6 +446,7 @@ fn update_from(
         }
     }
     drop(locked);
+    let partition_constraint = crate::family::PartitionConstraint::of_key(&session.catalog(engine), name);
     let base = session.take_for_write(engine, name)?.ok_or_else(|| EngineError::UnknownTable(name.to_string()))?;
     let rewrite = |table: &Table, chunk: usize| -> Result<Rewritten> {
         let (mut kept, mut changed) = (Vec::new(), Vec::new());
@@ -385,6 +466,7 @@ fn update_from(
         Ok((!changed.is_empty()).then_some((kept, changed)))
     };
     let (table, affected) = rewrite_table(engine, base, &rewrite)?;
+    affected.iter().try_for_each(|row| partition_constraint.check(row))?;
     session.write(name, Some(table));
     Ok(format!("UPDATE {}", affected.len()))
 }

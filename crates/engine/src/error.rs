@@ -157,6 +157,15 @@ pub enum EngineError {
     /// A view that reads itself.
     #[error("{0}")]
     InfiniteRecursion(String),
+    /// ON CONFLICT DO UPDATE meeting one row twice (21000).
+    #[error("ON CONFLICT DO UPDATE command cannot affect row a second time")]
+    UpsertTwice,
+    /// A row outside its partition's bounds, or no partition for it (23514).
+    #[error("{0}")]
+    CheckViolation(String),
+    /// A definition that contradicts another object (overlapping partitions: 42P17).
+    #[error("{0}")]
+    InvalidObjectDefinition(String),
     /// A window frame offset that is NULL (22004) or negative (22013).
     #[error("{message}")]
     FrameOffset { message: String, null: bool },
@@ -218,6 +227,9 @@ impl EngineError {
             EngineError::WrongObjectType(_) => "42809",
             EngineError::InvalidTableDefinition(_) => "42P16",
             EngineError::InfiniteRecursion(_) => "42P17",
+            EngineError::CheckViolation(_) => "23514",
+            EngineError::UpsertTwice => "21000",
+            EngineError::InvalidObjectDefinition(_) => "42P17",
             EngineError::FrameOffset { null: true, .. } => "22004",
             EngineError::FrameOffset { null: false, .. } => "22013",
         }

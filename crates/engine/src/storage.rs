@@ -289,6 +289,9 @@ pub struct Constraints {
     /// Indexes that are not unique: catalog entries only (every query scans the columns; an
     /// index would not change a result, only a row store's speed).
     pub indexes: Vec<IndexDefinition>,
+    /// Where the table sits in an inheritance or partitioning tree (kept here so every new
+    /// version of the table keeps it).
+    pub family: crate::family::Family,
 }
 
 /// A non-unique index (CREATE INDEX).
@@ -306,6 +309,7 @@ impl Constraints {
             defaults: vec![None; width],
             unique: Vec::new(),
             indexes: Vec::new(),
+            family: crate::family::Family::default(),
         }
     }
 }
@@ -349,7 +353,7 @@ impl UniqueIndex {
 }
 
 /// The key of `row` under `columns` as bytes; `None` when a part is NULL.
-fn unique_key(row: &[Value], columns: &[usize]) -> Option<Box<[u8]>> {
+pub(crate) fn unique_key(row: &[Value], columns: &[usize]) -> Option<Box<[u8]>> {
     let mut key = Vec::with_capacity(columns.len() * 9);
     for &column in columns {
         match &row[column] {
