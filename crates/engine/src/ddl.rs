@@ -222,8 +222,9 @@ fn parent_tables(
             )));
         }
         if parents.iter().any(|(k, _)| *k == key) {
-            // PostgreSQL: 42P07 "relation … would be inherited from more than once".
-            return Err(EngineError::TableExists(parent_name));
+            return Err(EngineError::DuplicateTable(format!(
+                "relation \"{parent_name}\" would be inherited from more than once"
+            )));
         }
         if create.partition_of.is_none() {
             if crate::family::is_partitioned(&parent) {
@@ -273,6 +274,78 @@ fn table_family(
         family.bound = Some(bound);
     }
     Ok(family)
+}
+
+/// The parent `ALTER TABLE c INHERIT p` names (as `pg_syntax` rewrote it), if that is the
+/// statement.
+pub fn inherited_parent(alter: &ast::AlterTable) -> Option<&ast::Ident> {
+    let [ast::AlterTableOperation::SetOptionsParens { options }] = alter.operations.as_slice() else { return None };
+    match options.as_slice() {
+        [ast::SqlOption::KeyValue { key, value: ast::Expr::Identifier(parent) }]
+            if key.value == crate::pg_syntax::INHERIT_OPTION =>
+        {
+            Some(parent)
+        }
+        _ => None,
+    }
+}
+
+/// ALTER TABLE c INHERIT p: c must have each of p's columns with its type, and NOT NULL where
+/// p has it (42804); p must not be c, a descendant of c (42P07) or a partitioned table.
+pub fn alter_inherit(session: &mut Session, engine: &Engine, alter: &ast::AlterTable) -> Result<String> {
+    let parent_ident = inherited_parent(alter).ok_or_else(|| EngineError::Syntax("ALTER TABLE … INHERIT".into()))?;
+    let child_name = user_table_name(&alter.name)?;
+    let parent_name = identifier(parent_ident);
+    let child_key = storage_key(session, engine, &child_name);
+    let parent_key = storage_key(session, engine, &parent_name);
+    let parent =
+        session.table_for_write(engine, &parent_key)?.ok_or_else(|| EngineError::UnknownTable(parent_name.clone()))?;
+    let child =
+        session.table_for_write(engine, &child_key)?.ok_or_else(|| EngineError::UnknownTable(child_name.clone()))?;
+    for table in [&parent, &child] {
+        crate::view::check_not_view(table, "ALTER TABLE … INHERIT")?;
+        if crate::family::is_partitioned(table) || table.constraints.family.bound.is_some() {
+            return Err(EngineError::WrongObjectType(format!(
+                "cannot change inheritance of partitioned table or partition \"{}\"",
+                table.name
+            )));
+        }
+    }
+    let catalog = session.catalog(engine);
+    let below_child = crate::family::descendants(&catalog, &child_key).iter().any(|(k, _)| *k == parent_key);
+    if parent_key == child_key || below_child {
+        return Err(EngineError::DuplicateTable(format!(
+            "circular inheritance not allowed (\"{parent_name}\" is already a child of \"{child_name}\")"
+        )));
+    }
+    if child.constraints.family.parents.contains(&parent_key) {
+        return Err(EngineError::DuplicateTable(format!(
+            "relation \"{parent_name}\" would be inherited from more than once"
+        )));
+    }
+    for (index, column) in parent.schema.iter().enumerate() {
+        let Some(own) = child.column_index(&column.name) else {
+            return Err(EngineError::Type(format!("child table is missing column \"{}\"", column.name)));
+        };
+        if child.schema[own].data_type != column.data_type {
+            return Err(EngineError::Type(format!(
+                "child table \"{child_name}\" has different type for column \"{}\"",
+                column.name
+            )));
+        }
+        if parent.constraints.not_null[index] && !child.constraints.not_null[own] {
+            return Err(EngineError::Type(format!(
+                "column \"{}\" in child table must be marked NOT NULL",
+                column.name
+            )));
+        }
+    }
+    drop((catalog, parent, child));
+    let child = session.take_for_write(engine, &child_key)?.ok_or(EngineError::UnknownTable(child_name))?;
+    let mut builder = TableBuilder::from_version(Arc::clone(engine.runtime().pool()), child);
+    builder.add_parent(parent_key);
+    session.write(&child_key, Some(builder.finish()));
+    Ok("ALTER TABLE".into())
 }
 
 /// A unique constraint of a partitioned table holds across its partitions only when it

@@ -157,6 +157,10 @@ pub enum EngineError {
     /// A view that reads itself.
     #[error("{0}")]
     InfiniteRecursion(String),
+    /// A relation twice where it may appear once (a parent inherited twice, circular
+    /// inheritance): 42P07 with PostgreSQL's own message.
+    #[error("{0}")]
+    DuplicateTable(String),
     /// ON CONFLICT DO UPDATE meeting one row twice (21000).
     #[error("ON CONFLICT DO UPDATE command cannot affect row a second time")]
     UpsertTwice,
@@ -229,6 +233,7 @@ impl EngineError {
             EngineError::InfiniteRecursion(_) => "42P17",
             EngineError::CheckViolation(_) => "23514",
             EngineError::UpsertTwice => "21000",
+            EngineError::DuplicateTable(_) => "42P07",
             EngineError::InvalidObjectDefinition(_) => "42P17",
             EngineError::FrameOffset { null: true, .. } => "22004",
             EngineError::FrameOffset { null: false, .. } => "22013",

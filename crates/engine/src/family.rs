@@ -545,15 +545,19 @@ impl PartitionConstraint {
     }
 }
 
-/// UPDATE and DELETE change one table's rows here: a partitioned table (whose rows are in its
-/// partitions) or, without ONLY, a table with descendants is refused rather than half done.
+/// UPDATE … FROM and DELETE … USING change one table's rows: a partitioned table (whose rows
+/// are in its partitions) or, without ONLY, a table with descendants is refused rather than
+/// half done.
 pub(crate) fn check_single_target(catalog: &Catalog, key: &str, table: &Table, only: bool) -> Result<()> {
     if is_partitioned(table) {
-        return Err(EngineError::unsupported(format!("UPDATE or DELETE on partitioned table \"{}\"", table.name)));
+        return Err(EngineError::unsupported(format!(
+            "UPDATE … FROM or DELETE … USING on partitioned table \"{}\"",
+            table.name
+        )));
     }
     if !only && !children(catalog, key).is_empty() {
         return Err(EngineError::unsupported(format!(
-            "UPDATE or DELETE on \"{}\" with its inheritance children (only UPDATE/DELETE ONLY)",
+            "UPDATE … FROM or DELETE … USING on \"{}\" with its inheritance children",
             table.name
         )));
     }

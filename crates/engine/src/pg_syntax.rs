@@ -6,6 +6,7 @@
 //!   inheritance children; the name is marked (see [`ONLY_QUALIFIER`]).
 //! - `FROM t*` (t and its children, PostgreSQL's default anyway): the `*` is dropped.
 //! - `JOIN … USING (…) AS alias`: refused.
+//! - `ALTER TABLE c INHERIT p`: rewritten to a SET form (see [`INHERIT_OPTION`]).
 //! - Window frame syntax: see `frame_syntax`.
 
 use sqlparser::tokenizer::{Token, TokenWithSpan, Word};
@@ -15,7 +16,7 @@ use crate::error::{EngineError, Result};
 /// The token stream with PostgreSQL-only syntax rewritten, or the refusal it needs.
 pub fn rewrite(tokens: Vec<TokenWithSpan>) -> Result<Vec<TokenWithSpan>> {
     refuse_unsupported(&tokens)?;
-    Ok(crate::frame_syntax::rewrite(mark_only(tokens)))
+    Ok(crate::frame_syntax::rewrite(mark_only(alter_inherit(tokens))))
 }
 
 fn is_word(token: &Token, wanted: &str) -> bool {
@@ -40,6 +41,49 @@ fn refuse_unsupported(tokens: &[TokenWithSpan]) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The option key `ALTER TABLE c INHERIT p` becomes (`ALTER TABLE c SET ("\u{1}inherit" = p)`):
+/// sqlparser has no INHERIT; no option a client can write starts with this byte.
+pub const INHERIT_OPTION: &str = "\u{1}inherit";
+
+/// Rewrites `ALTER TABLE c INHERIT p` (plain names) to the SET form [`INHERIT_OPTION`] names.
+fn alter_inherit(tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
+    let solid = solid(&tokens);
+    let token = |k: usize| solid.get(k).map(|&i| &tokens[i].token);
+    let shape = token(0).is_some_and(|t| is_word(t, "ALTER"))
+        && token(1).is_some_and(|t| is_word(t, "TABLE"))
+        && matches!(token(2), Some(Token::Word(_)))
+        && token(3).is_some_and(|t| is_word(t, "INHERIT"))
+        && matches!(token(4), Some(Token::Word(_)))
+        && matches!(token(5), None | Some(Token::SemiColon));
+    if !shape {
+        return tokens;
+    }
+    let (inherit, parent) = (solid[3], solid[4]);
+    let mut rewritten = Vec::with_capacity(tokens.len() + 4);
+    for (i, token) in tokens.into_iter().enumerate() {
+        let span = token.span;
+        if i == inherit {
+            let option = Token::Word(Word {
+                value: INHERIT_OPTION.to_string(),
+                quote_style: Some('"'),
+                keyword: sqlparser::keywords::Keyword::NoKeyword,
+            });
+            let set = Token::make_keyword("SET");
+            for token in
+                [set, Token::Whitespace(sqlparser::tokenizer::Whitespace::Space), Token::LParen, option, Token::Eq]
+            {
+                rewritten.push(TokenWithSpan::new(token, span));
+            }
+            continue;
+        }
+        rewritten.push(token);
+        if i == parent {
+            rewritten.push(TokenWithSpan::new(Token::RParen, span));
+        }
+    }
+    rewritten
 }
 
 /// The schema-like qualifier `ONLY t` becomes (`"\u{1}only".t`): sqlparser has no ONLY, and
@@ -108,6 +152,7 @@ mod tests {
         );
         assert_eq!(rewritten("select a * b from t").expect("rewritten"), "select a * b from t");
         assert_eq!(rewritten("select * from t* x").expect("rewritten"), "select * from t x");
+        assert_eq!(rewritten("alter table c inherit p").expect("rewritten"), "alter table c SET (\"\u{1}inherit\"=p)");
         assert!(matches!(rewritten("select * from a join b using (i) as x"), Err(EngineError::Unsupported(_))));
     }
 }

@@ -698,6 +698,9 @@ impl Session {
             } => done(crate::view::drop_views(self, engine, names, *if_exists, *cascade)?),
             ast::Statement::Truncate(truncate) => done(crate::ddl::truncate(self, engine, truncate)?),
             ast::Statement::CreateIndex(create) => done(crate::ddl::create_index(self, engine, create)?),
+            ast::Statement::AlterTable(alter) if crate::ddl::inherited_parent(alter).is_some() => {
+                done(crate::ddl::alter_inherit(self, engine, alter)?)
+            }
             ast::Statement::Drop { object_type: ast::ObjectType::Index, if_exists, names, cascade: false, .. } => {
                 done(crate::ddl::drop_indexes(self, engine, names, *if_exists)?)
             }

@@ -710,6 +710,11 @@ impl TableBuilder {
         self.rebuild_indexes()
     }
 
+    /// Makes the table a child of the table stored under `parent_key` (ALTER TABLE … INHERIT).
+    pub fn add_parent(&mut self, parent_key: String) {
+        Arc::make_mut(&mut self.constraints).family.parents.push(parent_key);
+    }
+
     /// Adds a non-unique index (a catalog entry).
     pub fn add_index(&mut self, index: IndexDefinition) {
         Arc::make_mut(&mut self.constraints).indexes.push(index);
