@@ -1,4 +1,5 @@
-//! CREATE TABLE (with NOT NULL, DEFAULT, PRIMARY KEY and UNIQUE), CREATE TABLE AS, DROP TABLE
+//! CREATE TABLE (with NOT NULL, DEFAULT, PRIMARY KEY and UNIQUE; INHERITS, PARTITION BY and
+//! PARTITION OF, see `family`), CREATE TABLE AS, ALTER TABLE … INHERIT, DROP TABLE [CASCADE]
 //! and TRUNCATE, inside the session's transaction. Constraints we do not enforce (CHECK,
 //! FOREIGN KEY, generated and identity columns) refuse the whole statement with 0A000.
 
@@ -114,6 +115,9 @@ fn create_table_as(
 ) -> Result<String> {
     if !create.columns.is_empty() || !create.constraints.is_empty() {
         return Err(EngineError::unsupported("column definitions with CREATE TABLE AS"));
+    }
+    if create.inherits.is_some() || create.partition_by.is_some() || create.partition_of.is_some() {
+        return Err(EngineError::unsupported("CREATE TABLE AS with INHERITS or partitioning"));
     }
     let catalog = session.catalog(engine);
     let result = engine.collect_query(&catalog, query)?;

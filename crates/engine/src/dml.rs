@@ -9,6 +9,10 @@
 //!              through the ordinary binder and the streaming executor
 //! ```
 //!
+//! INSERT into a partitioned table routes each row to its partition (`family::Router`);
+//! UPDATE and DELETE of an inheritance parent change its descendants too; INSERT … ON
+//! CONFLICT is `upsert`.
+//!
 //! A failed statement leaves nothing behind: its version never reaches the transaction, and
 //! the transaction fails (PostgreSQL's semantics), so no partial write can be seen.
 
