@@ -99,6 +99,13 @@ impl Catalog {
         self
     }
 
+    /// The same view with `table` stored under `key` (a statement's private stand-in for a
+    /// table, such as ON CONFLICT's one-row `excluded`).
+    pub fn with_table(mut self, key: &str, table: Arc<Table>) -> Catalog {
+        self.changes.insert(key.to_string(), Some(table));
+        self
+    }
+
     /// The key a table is stored under: its temporary table's, if the session has one.
     pub fn key_of(&self, name: &str) -> String {
         if !self.temp_namespace.is_empty() && !name.starts_with(TEMP_KEY_START) {
@@ -132,6 +139,11 @@ impl Catalog {
 
     /// Every visible table, by name.
     pub fn tables(&self) -> Vec<Arc<Table>> {
+        self.entries().into_iter().map(|(_, table)| table).collect()
+    }
+
+    /// Every visible table with the key it is stored under, by key.
+    pub fn entries(&self) -> Vec<(String, Arc<Table>)> {
         let mut tables: BTreeMap<&str, Arc<Table>> =
             self.snapshot.tables.iter().map(|(name, table)| (name.as_str(), Arc::clone(table))).collect();
         for (name, change) in &self.changes {
@@ -143,7 +155,7 @@ impl Catalog {
         // Other sessions' temporary tables are not visible.
         let own = |key: &str| !self.temp_namespace.is_empty() && key.starts_with(self.temp_namespace.as_str());
         tables.retain(|key, _| !key.starts_with(TEMP_KEY_START) || own(key));
-        tables.into_values().collect()
+        tables.into_iter().map(|(key, table)| (key.to_string(), table)).collect()
     }
 
     pub fn names(&self) -> Vec<String> {

@@ -139,6 +139,13 @@ pub fn start(
     let name = crate::ddl::storage_key(session, engine, &user_table_name(table_name)?);
     if let Some(target) = session.catalog(engine).find(&name) {
         crate::view::check_not_view(&target, "COPY FROM")?;
+        // Rows would have to be routed (or checked against the partition's bounds).
+        if crate::family::is_partitioned(&target) || target.constraints.family.bound.is_some() {
+            return Err(EngineError::unsupported(format!(
+                "COPY FROM into partitioned table or partition \"{}\"",
+                target.name
+            )));
+        }
     }
     let base = session.take_for_write(engine, &name)?.ok_or_else(|| EngineError::UnknownTable(name.clone()))?;
     let columns: Vec<ast::ObjectName> = columns.iter().map(|c| ast::ObjectName::from(vec![c.clone()])).collect();
@@ -523,6 +530,11 @@ fn copy_to_stdout(
             if session.catalog(engine).find(&key).is_some_and(|t| t.view.is_some()) {
                 return Err(EngineError::WrongObjectType(format!("cannot copy from view \"{table_name}\"")));
             }
+            if session.catalog(engine).find(&key).is_some_and(|t| crate::family::is_partitioned(&t)) {
+                return Err(EngineError::WrongObjectType(format!(
+                    "cannot copy from partitioned table \"{table_name}\""
+                )));
+            }
             let list = if columns.is_empty() {
                 "*".to_string()
             } else {
@@ -532,7 +544,8 @@ fn copy_to_stdout(
                     .collect::<Vec<_>>()
                     .join(", ")
             };
-            let sql = format!("SELECT {list} FROM {table_name}");
+            // COPY t TO reads t's own rows, not its inheritance children's.
+            let sql = format!("SELECT {list} FROM ONLY {table_name}");
             match Engine::parse(&sql)?.pop() {
                 Some(ast::Statement::Query(query)) => *query,
                 _ => return Err(EngineError::Syntax("COPY source".into())),

@@ -9,6 +9,10 @@
 //!              through the ordinary binder and the streaming executor
 //! ```
 //!
+//! INSERT into a partitioned table routes each row to its partition (`family::Router`);
+//! UPDATE and DELETE of an inheritance parent change its descendants too; INSERT … ON
+//! CONFLICT is `upsert`.
+//!
 //! A failed statement leaves nothing behind: its version never reaches the transaction, and
 //! the transaction fails (PostgreSQL's semantics), so no partial write can be seen.
 
@@ -30,9 +34,11 @@ use crate::vector::{scan_chunk, Data, VECTOR_ROWS};
 
 /// INSERT INTO t [(columns)] VALUES … | query | DEFAULT VALUES [RETURNING …].
 pub fn insert(session: &mut Session, engine: &Engine, insert: &ast::Insert, sink: &dyn ResultSink) -> Result<String> {
-    if insert.on.is_some() {
-        return Err(EngineError::unsupported("INSERT … ON CONFLICT"));
-    }
+    let on_conflict = match &insert.on {
+        None => None,
+        Some(ast::OnInsert::OnConflict(on_conflict)) => Some(on_conflict),
+        Some(other) => return Err(EngineError::unsupported(format!("INSERT … {other}"))),
+    };
     if insert.table_alias.is_some() || insert.output.is_some() || !insert.assignments.is_empty() {
         return Err(EngineError::unsupported("this form of INSERT"));
     }
@@ -56,6 +62,37 @@ pub fn insert(session: &mut Session, engine: &Engine, insert: &ast::Insert, sink
                 .collect(),
         },
     };
+    if let Some(on_conflict) = on_conflict {
+        if crate::family::is_partitioned(&target) || !crate::family::children(&catalog, &name).is_empty() {
+            return Err(EngineError::unsupported("INSERT … ON CONFLICT into a table with partitions or children"));
+        }
+        let partition_constraint = crate::family::PartitionConstraint::of(&catalog, &target);
+        drop(catalog);
+        let full = rows
+            .into_iter()
+            .map(|row| full_row(&target.schema, &target.constraints, &targets, row))
+            .collect::<Result<Vec<_>>>()?;
+        full.iter().try_for_each(|row| partition_constraint.check(row))?;
+        let (table, affected) = crate::upsert::upsert(session, engine, (&name, &target), on_conflict, full)?;
+        if let Some(items) = &insert.returning {
+            returning(engine, &table, &table.name, items, affected.clone(), sink)?;
+        }
+        session.write(&name, Some(table));
+        return Ok(format!("INSERT 0 {}", affected.len()));
+    }
+    if let Some(router) = crate::family::Router::of(&catalog, &name, &target) {
+        let partition_constraint = crate::family::PartitionConstraint::of(&catalog, &target);
+        drop(catalog);
+        return insert_routed(
+            session,
+            engine,
+            insert,
+            (&target, &targets, rows),
+            (&router, &partition_constraint),
+            sink,
+        );
+    }
+    let partition_constraint = crate::family::PartitionConstraint::of(&catalog, &target);
     drop((catalog, target));
     let base = session.take_for_write(engine, &name)?.ok_or_else(|| EngineError::UnknownTable(name.clone()))?;
     let mut builder = TableBuilder::from_version(Arc::clone(engine.runtime().pool()), base);
@@ -66,6 +103,7 @@ pub fn insert(session: &mut Session, engine: &Engine, insert: &ast::Insert, sink
             crate::control::check()?;
         }
         let full = full_row(builder.schema(), builder.constraints(), &targets, row)?;
+        partition_constraint.check(&full)?;
         builder.push_row(&full)?;
         if insert.returning.is_some() {
             inserted.push(full);
@@ -76,6 +114,48 @@ pub fn insert(session: &mut Session, engine: &Engine, insert: &ast::Insert, sink
         returning(engine, &table, &table.name, items, inserted, sink)?;
     }
     session.write(&name, Some(table));
+    Ok(format!("INSERT 0 {count}"))
+}
+
+/// INSERT into a partitioned table: each row (completed with the table's defaults) goes to
+/// the partition `router` picks, in one new version per partition written.
+fn insert_routed(
+    session: &mut Session,
+    engine: &Engine,
+    insert: &ast::Insert,
+    (target, targets, rows): (&Table, &[usize], Vec<Vec<Option<Value>>>),
+    (router, partition_constraint): (&crate::family::Router, &crate::family::PartitionConstraint),
+    sink: &dyn ResultSink,
+) -> Result<String> {
+    let count = rows.len();
+    let mut builders: Vec<(String, TableBuilder)> = Vec::new();
+    let mut inserted = Vec::new();
+    for (number, row) in rows.into_iter().enumerate() {
+        if number % VECTOR_ROWS == 0 {
+            crate::control::check()?;
+        }
+        let full = full_row(&target.schema, &target.constraints, targets, row)?;
+        partition_constraint.check(&full)?;
+        let key = router.route(&full)?;
+        let position = match builders.iter().position(|(k, _)| k == key) {
+            Some(position) => position,
+            None => {
+                let base = session.take_for_write(engine, key)?.ok_or_else(|| EngineError::UnknownTable(key.into()))?;
+                builders.push((key.to_string(), TableBuilder::from_version(Arc::clone(engine.runtime().pool()), base)));
+                builders.len() - 1
+            }
+        };
+        builders[position].1.push_row(&full)?;
+        if insert.returning.is_some() {
+            inserted.push(full);
+        }
+    }
+    if let Some(items) = &insert.returning {
+        returning(engine, target, &target.name, items, inserted, sink)?;
+    }
+    for (key, builder) in builders {
+        session.write(&key, Some(builder.finish()));
+    }
     Ok(format!("INSERT 0 {count}"))
 }
 
@@ -149,9 +229,19 @@ fn is_default_keyword(expr: &ast::Expr) -> bool {
     matches!(expr, ast::Expr::Identifier(ident) if ident.quote_style.is_none() && ident.value.eq_ignore_ascii_case("default"))
 }
 
-/// The one table an UPDATE or DELETE names, and the alias its expressions use.
-/// The storage key and the alias of the one table UPDATE or DELETE names.
+/// The storage key and the alias of the one table UPDATE or DELETE names (refused when it
+/// has descendants; see [`family_members`] for the statements that handle them).
 fn single_table(session: &mut Session, engine: &Engine, relation: &ast::TableFactor) -> Result<(String, String)> {
+    let (key, alias, only) = named_table(session, engine, relation)?;
+    let catalog = session.catalog(engine);
+    if let Some(target) = catalog.find(&key) {
+        crate::family::check_single_target(&catalog, &key, &target, only)?;
+    }
+    Ok((key, alias))
+}
+
+/// The storage key, alias and ONLY mark of the one table UPDATE or DELETE names.
+fn named_table(session: &mut Session, engine: &Engine, relation: &ast::TableFactor) -> Result<(String, String, bool)> {
     let ast::TableFactor::Table { name, alias, args: None, with_hints, .. } = relation else {
         return Err(EngineError::unsupported("UPDATE/DELETE of anything but a plain table"));
     };
@@ -164,7 +254,42 @@ fn single_table(session: &mut Session, engine: &Engine, relation: &ast::TableFac
     if let Some(target) = session.catalog(engine).find(&key) {
         crate::view::check_not_view(&target, "UPDATE or DELETE")?;
     }
-    Ok((key, alias))
+    Ok((key, alias, crate::ddl::is_only(name)))
+}
+
+/// The tables a plain UPDATE or DELETE of `key` changes: it and, without ONLY, its
+/// descendants (partitioned ones hold no rows), each with the order to read its columns in:
+/// the target's columns (by name) first, so expressions bound over the target read them,
+/// then its own.
+fn family_members(session: &mut Session, engine: &Engine, key: &str, only: bool) -> Result<Vec<(String, Vec<usize>)>> {
+    let catalog = session.catalog(engine);
+    let target = catalog.get(key)?;
+    let mut members = vec![(key.to_string(), (0..target.schema.len()).collect())];
+    if only {
+        return Ok(members);
+    }
+    for (member_key, member) in crate::family::descendants(&catalog, key) {
+        let mut order: Vec<usize> = Vec::with_capacity(member.schema.len());
+        for column in &target.schema {
+            let position = member.column_index(&column.name).ok_or_else(|| {
+                EngineError::Runtime(format!("\"{}\" lacks its parent's column \"{}\"", member.name, column.name))
+            })?;
+            order.push(position);
+        }
+        let own: Vec<usize> = (0..member.schema.len()).filter(|c| !order.contains(c)).collect();
+        order.extend(own);
+        members.push((member_key, order));
+    }
+    Ok(members)
+}
+
+/// A row read in `order` (see [`family_members`]) back in its table's column order.
+fn in_table_order(order: &[usize], read: Vec<Value>) -> Vec<Value> {
+    let mut row = vec![Value::Null; read.len()];
+    for (value, &column) in read.into_iter().zip(order) {
+        row[column] = value;
+    }
+    row
 }
 
 fn table_scope(alias: &str, schema: &[ColumnDef]) -> Scope {
@@ -178,11 +303,17 @@ pub fn update(session: &mut Session, engine: &Engine, update: &ast::Update, sink
     if !update.table.joins.is_empty() || update.limit.is_some() || !update.order_by.is_empty() {
         return Err(EngineError::unsupported("UPDATE of a join, ORDER BY or LIMIT"));
     }
-    let (name, alias) = single_table(session, engine, &update.table.relation)?;
     if let Some(ast::UpdateTableFromKind::AfterSet(items) | ast::UpdateTableFromKind::BeforeSet(items)) = &update.from {
+        let (name, alias) = single_table(session, engine, &update.table.relation)?;
         return update_from(session, engine, update, (&name, &alias), items);
     }
-    let base = session.take_for_write(engine, &name)?.ok_or_else(|| EngineError::UnknownTable(name.clone()))?;
+    let (name, alias, only) = named_table(session, engine, &update.table.relation)?;
+    if session.catalog(engine).find(&name).is_some_and(|t| crate::family::is_partitioned(&t)) {
+        // A changed partition key would move rows between partitions.
+        return Err(EngineError::unsupported(format!("UPDATE on partitioned table \"{name}\"")));
+    }
+    let members = family_members(session, engine, &name, only)?;
+    let base = session.catalog(engine).get(&name)?;
     let scope = table_scope(&alias, &base.schema);
     let binder = ExprBinder::new(&scope);
     let predicate = update.selection.as_ref().map(|e| binder.bind(e)).transpose()?;
@@ -205,35 +336,44 @@ pub fn update(session: &mut Session, engine: &Engine, update: &ast::Update, sink
         };
         assignments.push((index, value));
     }
-    let rewrite = |table: &Table, chunk: usize| -> Result<Rewritten> {
-        let mut kept = Vec::new();
-        let mut changed = Vec::new();
-        let mut any = false;
-        for_each_slice(table, chunk, |batch| {
-            let matched = matching_rows(predicate.as_ref(), &batch)?;
-            let new_values = assignments.iter().map(|(_, e)| evaluate(e, &batch)).collect::<Result<Vec<_>>>()?;
-            for (row, &hit) in matched.iter().enumerate() {
-                let mut values = batch.row(row);
-                if hit {
-                    any = true;
-                    for ((column, _), vector) in assignments.iter().zip(&new_values) {
-                        values[*column] = vector.value(row);
+    let width = base.schema.len();
+    let mut returned = Vec::new();
+    for (key, order) in members {
+        let partition_constraint = crate::family::PartitionConstraint::of_key(&session.catalog(engine), &key);
+        let member = session.take_for_write(engine, &key)?.ok_or_else(|| EngineError::UnknownTable(key.clone()))?;
+        let rewrite = |table: &Table, chunk: usize| -> Result<Rewritten> {
+            let mut kept = Vec::new();
+            let mut changed = Vec::new();
+            let mut any = false;
+            for_each_slice(table, chunk, &order, |batch| {
+                let matched = matching_rows(predicate.as_ref(), &batch)?;
+                let new_values = assignments.iter().map(|(_, e)| evaluate(e, &batch)).collect::<Result<Vec<_>>>()?;
+                for (row, &hit) in matched.iter().enumerate() {
+                    let mut values = batch.row(row);
+                    if hit {
+                        any = true;
+                        for ((column, _), vector) in assignments.iter().zip(&new_values) {
+                            values[*column] = vector.value(row);
+                        }
+                        changed.push(values.clone());
                     }
-                    changed.push(values.clone());
+                    kept.push(in_table_order(&order, values));
                 }
-                kept.push(values);
-            }
-            Ok(())
-        })?;
-        Ok(any.then_some((kept, changed)))
-    };
-    let (table, affected) = rewrite_table(engine, base, &rewrite)?;
-    if let Some(items) = &update.returning {
-        returning(engine, &table, &alias, items, affected.clone(), sink)?;
+                Ok(())
+            })?;
+            Ok(any.then_some((kept, changed)))
+        };
+        let (table, affected) = rewrite_table(engine, member, &rewrite)?;
+        for read in affected {
+            partition_constraint.check(&in_table_order(&order, read.clone()))?;
+            returned.push(read[..width].to_vec());
+        }
+        session.write(&key, Some(table));
     }
-    let count = affected.len();
-    session.write(&name, Some(table));
-    Ok(format!("UPDATE {count}"))
+    if let Some(items) = &update.returning {
+        returning(engine, &base, &alias, items, returned.clone(), sink)?;
+    }
+    Ok(format!("UPDATE {}", returned.len()))
 }
 
 /// DELETE FROM t [AS a] [WHERE …] [RETURNING …].
@@ -245,35 +385,42 @@ pub fn delete(session: &mut Session, engine: &Engine, delete: &ast::Delete, sink
     if delete.limit.is_some() || !delete.order_by.is_empty() {
         return Err(EngineError::unsupported("DELETE … ORDER BY or LIMIT"));
     }
-    let (name, alias) = single_table(session, engine, &from[0].relation)?;
     if let Some(items) = &delete.using {
+        let (name, alias) = single_table(session, engine, &from[0].relation)?;
         return delete_using(session, engine, delete, (&name, &alias), &from[0].relation, items);
     }
-    let base = session.take_for_write(engine, &name)?.ok_or_else(|| EngineError::UnknownTable(name.clone()))?;
+    let (name, alias, only) = named_table(session, engine, &from[0].relation)?;
+    let members = family_members(session, engine, &name, only)?;
+    let base = session.catalog(engine).get(&name)?;
     let scope = table_scope(&alias, &base.schema);
     let predicate = delete.selection.as_ref().map(|e| ExprBinder::new(&scope).bind(e)).transpose()?;
-    let rewrite = |table: &Table, chunk: usize| -> Result<Rewritten> {
-        let mut kept = Vec::new();
-        let mut removed = Vec::new();
-        for_each_slice(table, chunk, |batch| {
-            for (row, hit) in matching_rows(predicate.as_ref(), &batch)?.into_iter().enumerate() {
-                if hit {
-                    removed.push(batch.row(row));
-                } else {
-                    kept.push(batch.row(row));
+    let width = base.schema.len();
+    let mut returned = Vec::new();
+    for (key, order) in members {
+        let member = session.take_for_write(engine, &key)?.ok_or_else(|| EngineError::UnknownTable(key.clone()))?;
+        let rewrite = |table: &Table, chunk: usize| -> Result<Rewritten> {
+            let mut kept = Vec::new();
+            let mut removed = Vec::new();
+            for_each_slice(table, chunk, &order, |batch| {
+                for (row, hit) in matching_rows(predicate.as_ref(), &batch)?.into_iter().enumerate() {
+                    if hit {
+                        removed.push(batch.row(row));
+                    } else {
+                        kept.push(in_table_order(&order, batch.row(row)));
+                    }
                 }
-            }
-            Ok(())
-        })?;
-        Ok((!removed.is_empty()).then_some((kept, removed)))
-    };
-    let (table, affected) = rewrite_table(engine, base, &rewrite)?;
-    if let Some(items) = &delete.returning {
-        returning(engine, &table, &alias, items, affected.clone(), sink)?;
+                Ok(())
+            })?;
+            Ok((!removed.is_empty()).then_some((kept, removed)))
+        };
+        let (table, affected) = rewrite_table(engine, member, &rewrite)?;
+        returned.extend(affected.into_iter().map(|read| read[..width].to_vec()));
+        session.write(&key, Some(table));
     }
-    let count = affected.len();
-    session.write(&name, Some(table));
-    Ok(format!("DELETE {count}"))
+    if let Some(items) = &delete.returning {
+        returning(engine, &base, &alias, items, returned.clone(), sink)?;
+    }
+    Ok(format!("DELETE {}", returned.len()))
 }
 
 /// The key of a whole row: rows with equal values behave alike in any condition over them.
@@ -366,10 +513,11 @@ fn update_from(
         }
     }
     drop(locked);
+    let partition_constraint = crate::family::PartitionConstraint::of_key(&session.catalog(engine), name);
     let base = session.take_for_write(engine, name)?.ok_or_else(|| EngineError::UnknownTable(name.to_string()))?;
     let rewrite = |table: &Table, chunk: usize| -> Result<Rewritten> {
         let (mut kept, mut changed) = (Vec::new(), Vec::new());
-        for_each_slice(table, chunk, |batch| {
+        for_each_slice(table, chunk, &(0..table.schema.len()).collect::<Vec<_>>(), |batch| {
             for row in 0..batch.rows {
                 let mut values = batch.row(row);
                 if let Some(assigned) = new_values.get(&row_key(&values)) {
@@ -385,6 +533,7 @@ fn update_from(
         Ok((!changed.is_empty()).then_some((kept, changed)))
     };
     let (table, affected) = rewrite_table(engine, base, &rewrite)?;
+    affected.iter().try_for_each(|row| partition_constraint.check(row))?;
     session.write(name, Some(table));
     Ok(format!("UPDATE {}", affected.len()))
 }
@@ -409,7 +558,7 @@ fn delete_using(
     let base = session.take_for_write(engine, name)?.ok_or_else(|| EngineError::UnknownTable(name.to_string()))?;
     let rewrite = |table: &Table, chunk: usize| -> Result<Rewritten> {
         let (mut kept, mut removed) = (Vec::new(), Vec::new());
-        for_each_slice(table, chunk, |batch| {
+        for_each_slice(table, chunk, &(0..table.schema.len()).collect::<Vec<_>>(), |batch| {
             for row in 0..batch.rows {
                 let values = batch.row(row);
                 if doomed.contains(&row_key(&values)) {
@@ -454,12 +603,17 @@ fn rewrite_table(engine: &Engine, base: Arc<Table>, rewrite: &ChunkRewrite<'_>) 
     Ok((builder.finish(), affected))
 }
 
-fn for_each_slice(table: &Table, chunk: usize, mut f: impl FnMut(crate::vector::Batch) -> Result<()>) -> Result<()> {
-    let columns: Vec<usize> = (0..table.schema.len()).collect();
+/// Runs `f` over the rows of one chunk, a vector at a time, its columns read in `columns`' order.
+fn for_each_slice(
+    table: &Table,
+    chunk: usize,
+    columns: &[usize],
+    mut f: impl FnMut(crate::vector::Batch) -> Result<()>,
+) -> Result<()> {
     let rows = table.chunks[chunk].rows;
     for start in (0..rows).step_by(VECTOR_ROWS) {
         crate::control::check()?;
-        f(scan_chunk(table, chunk, &columns, start, (start + VECTOR_ROWS).min(rows)))?;
+        f(scan_chunk(table, chunk, columns, start, (start + VECTOR_ROWS).min(rows)))?;
     }
     Ok(())
 }
@@ -539,7 +693,7 @@ pub fn describe_returning(
         },
         ast::Statement::Update(update) => match &update.returning {
             Some(items) => {
-                let (name, alias) = single_table(session, engine, &update.table.relation)?;
+                let (name, alias, _) = named_table(session, engine, &update.table.relation)?;
                 (name, alias, items)
             }
             None => return Ok(None),
@@ -548,7 +702,7 @@ pub fn describe_returning(
             (ast::FromTable::WithFromKeyword(from) | ast::FromTable::WithoutKeyword(from), Some(items))
                 if from.len() == 1 =>
             {
-                let (name, alias) = single_table(session, engine, &from[0].relation)?;
+                let (name, alias, _) = named_table(session, engine, &from[0].relation)?;
                 (name, alias, items)
             }
             _ => return Ok(None),

@@ -166,6 +166,19 @@ pub enum EngineError {
     /// A view that reads itself.
     #[error("{0}")]
     InfiniteRecursion(String),
+    /// A relation twice where it may appear once (a parent inherited twice, circular
+    /// inheritance): 42P07 with PostgreSQL's own message.
+    #[error("{0}")]
+    DuplicateTable(String),
+    /// ON CONFLICT DO UPDATE meeting one row twice (21000).
+    #[error("ON CONFLICT DO UPDATE command cannot affect row a second time")]
+    UpsertTwice,
+    /// A row outside its partition's bounds, or no partition for it (23514).
+    #[error("{0}")]
+    CheckViolation(String),
+    /// A definition that contradicts another object (overlapping partitions: 42P17).
+    #[error("{0}")]
+    InvalidObjectDefinition(String),
     /// A window frame offset that is NULL (22004) or negative (22013).
     #[error("{message}")]
     FrameOffset { message: String, null: bool },
@@ -228,6 +241,10 @@ impl EngineError {
             EngineError::WrongObjectType(_) => "42809",
             EngineError::InvalidTableDefinition(_) => "42P16",
             EngineError::InfiniteRecursion(_) => "42P17",
+            EngineError::CheckViolation(_) => "23514",
+            EngineError::UpsertTwice => "21000",
+            EngineError::DuplicateTable(_) => "42P07",
+            EngineError::InvalidObjectDefinition(_) => "42P17",
             EngineError::FrameOffset { null: true, .. } => "22004",
             EngineError::FrameOffset { null: false, .. } => "22013",
         }

@@ -296,11 +296,17 @@ impl<'c> QueryBinder<'c> {
                         (cte.name.clone(), columns, RelationSource::Derived(cte.reference()))
                     }
                     None => {
-                        let table = self.catalog.get(&object_name(name)?)?;
+                        let table_name = object_name(name)?;
+                        let table = self.catalog.get(&table_name)?;
                         let columns = table.schema.iter().map(|c| (c.name.clone(), c.data_type)).collect();
+                        let key = self.catalog.key_of(&table_name);
+                        let only = crate::ddl::is_only(name);
                         let source = match &table.view {
                             Some(view) => RelationSource::Derived(crate::view::bind_view(self.catalog, &table, view)?),
-                            None => RelationSource::Table(Arc::clone(&table)),
+                            None => match crate::family::family_scan(self.catalog, &key, &table, only)? {
+                                Some(plan) => RelationSource::Derived(plan),
+                                None => RelationSource::Table(Arc::clone(&table)),
+                            },
                         };
                         (table.name.clone(), columns, source)
                     }

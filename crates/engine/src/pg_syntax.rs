@@ -1,25 +1,23 @@
 //! PostgreSQL syntax sqlparser 0.63 does not read, handled in the token stream before the
-//! parser sees it: rewritten when this engine means the same by other words, refused with
-//! 0A000 when it does not support it (instead of a syntax error PostgreSQL would not give).
+//! parser sees it, rewritten into words this engine's binder reads the same way.
 //!
 //! - `FROM ONLY t`, `UPDATE ONLY t`, `DELETE FROM ONLY t`, `TRUNCATE ONLY t`: ONLY leaves out
-//!   inheritance children; this engine has no inheritance (CREATE TABLE … INHERITS is
-//!   refused), so `ONLY t` is `t` and the word is dropped.
-//! - `FROM t*` (t and its children): refused.
+//!   inheritance children; the name is marked (see [`ONLY_QUALIFIER`]).
+//! - `FROM t*` (t and its children, PostgreSQL's default anyway): the `*` is dropped.
 //! - `JOIN … USING (a, b) AS x` (x names the merged columns): rewritten to `USING (a, b,
 //!   "<JOIN_ALIAS_MARK>x")`, a column name no SQL text can hold, which the binder takes back
 //!   out as the alias.
+//! - `ALTER TABLE c INHERIT p`: rewritten to a SET form (see [`INHERIT_OPTION`]).
 //! - Window frame syntax: see `frame_syntax`.
 
 use sqlparser::keywords::Keyword;
 use sqlparser::tokenizer::{Token, TokenWithSpan, Word};
 
-use crate::error::{EngineError, Result};
+use crate::error::Result;
 
-/// The token stream with PostgreSQL-only syntax rewritten, or the refusal it needs.
+/// The token stream with PostgreSQL-only syntax rewritten.
 pub fn rewrite(tokens: Vec<TokenWithSpan>) -> Result<Vec<TokenWithSpan>> {
-    refuse_unsupported(&tokens)?;
-    Ok(crate::frame_syntax::rewrite(join_aliases_into_using(drop_only(tokens))))
+    Ok(crate::frame_syntax::rewrite(join_aliases_into_using(mark_only(alter_inherit(tokens)))))
 }
 
 /// Starts the USING column that carries a join alias (a control character: never in a name
@@ -33,18 +31,6 @@ fn is_word(token: &Token, wanted: &str) -> bool {
 /// Indexes of the tokens that are not whitespace, in order.
 fn solid(tokens: &[TokenWithSpan]) -> Vec<usize> {
     (0..tokens.len()).filter(|&i| !matches!(tokens[i].token, Token::Whitespace(_))).collect()
-}
-
-fn refuse_unsupported(tokens: &[TokenWithSpan]) -> Result<()> {
-    let solid = solid(tokens);
-    let token = |k: usize| solid.get(k).map(|&i| &tokens[i].token);
-    for k in 0..solid.len() {
-        let after_from = k > 0 && token(k - 1).is_some_and(|t| is_word(t, "FROM") || is_word(t, "JOIN"));
-        if after_from && matches!(token(k), Some(Token::Word(_))) && token(k + 1) == Some(&Token::Mul) {
-            return Err(EngineError::unsupported("table inheritance (FROM name*)"));
-        }
-    }
-    Ok(())
 }
 
 /// `USING ( … ) AS x` → `USING ( … , "<mark>x" )`.
@@ -78,21 +64,92 @@ fn join_aliases_into_using(mut tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan>
     }
 }
 
-/// Drops ONLY between FROM / JOIN / UPDATE / TRUNCATE and a table name.
-fn drop_only(tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
-    if !tokens.iter().any(|t| is_word(&t.token, "ONLY")) {
+/// The option key `ALTER TABLE c INHERIT p` becomes (`ALTER TABLE c SET ("\u{1}inherit" = p)`):
+/// sqlparser has no INHERIT; no option a client can write starts with this byte.
+pub const INHERIT_OPTION: &str = "\u{1}inherit";
+
+/// Rewrites `ALTER TABLE c INHERIT p` (plain names) to the SET form [`INHERIT_OPTION`] names.
+fn alter_inherit(tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
+    let solid = solid(&tokens);
+    let token = |k: usize| solid.get(k).map(|&i| &tokens[i].token);
+    let shape = token(0).is_some_and(|t| is_word(t, "ALTER"))
+        && token(1).is_some_and(|t| is_word(t, "TABLE"))
+        && matches!(token(2), Some(Token::Word(_)))
+        && token(3).is_some_and(|t| is_word(t, "INHERIT"))
+        && matches!(token(4), Some(Token::Word(_)))
+        && matches!(token(5), None | Some(Token::SemiColon));
+    if !shape {
         return tokens;
     }
-    let solid = solid(&tokens);
-    let mut dropped = Vec::new();
-    for k in 1..solid.len().saturating_sub(1) {
-        let (before, only, after) = (&tokens[solid[k - 1]].token, &tokens[solid[k]].token, &tokens[solid[k + 1]].token);
-        let opener = ["FROM", "JOIN", "UPDATE", "TRUNCATE"].iter().any(|w| is_word(before, w));
-        if opener && is_word(only, "ONLY") && matches!(after, Token::Word(_)) {
-            dropped.push(solid[k]);
+    let (inherit, parent) = (solid[3], solid[4]);
+    let mut rewritten = Vec::with_capacity(tokens.len() + 4);
+    for (i, token) in tokens.into_iter().enumerate() {
+        let span = token.span;
+        if i == inherit {
+            let option = Token::Word(Word {
+                value: INHERIT_OPTION.to_string(),
+                quote_style: Some('"'),
+                keyword: sqlparser::keywords::Keyword::NoKeyword,
+            });
+            let set = Token::make_keyword("SET");
+            for token in
+                [set, Token::Whitespace(sqlparser::tokenizer::Whitespace::Space), Token::LParen, option, Token::Eq]
+            {
+                rewritten.push(TokenWithSpan::new(token, span));
+            }
+            continue;
+        }
+        rewritten.push(token);
+        if i == parent {
+            rewritten.push(TokenWithSpan::new(Token::RParen, span));
         }
     }
-    tokens.into_iter().enumerate().filter(|(i, _)| !dropped.contains(i)).map(|(_, t)| t).collect()
+    rewritten
+}
+
+/// The schema-like qualifier `ONLY t` becomes (`"\u{1}only".t`): sqlparser has no ONLY, and
+/// no identifier a client can write starts with this byte. See [`crate::ddl::is_only`].
+pub const ONLY_QUALIFIER: &str = "\u{1}only";
+
+/// Marks the table after ONLY (following FROM / JOIN / UPDATE / TRUNCATE) with
+/// [`ONLY_QUALIFIER`], and drops the `*` of `FROM t*` (t and its descendants: the default).
+fn mark_only(tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
+    let solid = solid(&tokens);
+    let mut marked = Vec::new();
+    let mut stars = Vec::new();
+    for k in 1..solid.len() {
+        let (before, current) = (&tokens[solid[k - 1]].token, &tokens[solid[k]].token);
+        let after = solid.get(k + 1).map(|&i| &tokens[i].token);
+        let opener = ["FROM", "JOIN", "UPDATE", "TRUNCATE"].iter().any(|w| is_word(before, w));
+        if opener && is_word(current, "ONLY") && matches!(after, Some(Token::Word(_))) {
+            marked.push(solid[k]);
+        }
+        let after_from = is_word(before, "FROM") || is_word(before, "JOIN");
+        if after_from && matches!(current, Token::Word(_)) && after == Some(&Token::Mul) {
+            stars.push(solid[k + 1]);
+        }
+    }
+    if marked.is_empty() && stars.is_empty() {
+        return tokens;
+    }
+    let mut rewritten = Vec::with_capacity(tokens.len() + marked.len());
+    for (i, token) in tokens.into_iter().enumerate() {
+        if stars.contains(&i) {
+            continue;
+        }
+        if marked.contains(&i) {
+            let qualifier = Token::Word(Word {
+                value: ONLY_QUALIFIER.to_string(),
+                quote_style: Some('"'),
+                keyword: sqlparser::keywords::Keyword::NoKeyword,
+            });
+            rewritten.push(TokenWithSpan::new(qualifier, token.span));
+            rewritten.push(TokenWithSpan::new(Token::Period, token.span));
+            continue;
+        }
+        rewritten.push(token);
+    }
+    rewritten
 }
 
 #[cfg(test)]
@@ -109,13 +166,14 @@ mod tests {
     /// Goal: ONLY is dropped and unsupported PostgreSQL syntax refused, other text unchanged;
     /// method: rewrite small statements and compare.
     #[test]
-    fn only_dropped_and_inheritance_refused() {
+    fn only_marked_and_star_dropped() {
         assert_eq!(
             rewritten("select * from only t join only u using (a)").expect("rewritten"),
-            "select * from  t join  u using (a)"
+            "select * from \"\u{1}only\". t join \"\u{1}only\". u using (a)"
         );
         assert_eq!(rewritten("select a * b from t").expect("rewritten"), "select a * b from t");
-        assert!(matches!(rewritten("select * from t* x"), Err(EngineError::Unsupported(_))));
+        assert_eq!(rewritten("select * from t* x").expect("rewritten"), "select * from t x");
+        assert_eq!(rewritten("alter table c inherit p").expect("rewritten"), "alter table c SET (\"\u{1}inherit\"=p)");
         assert_eq!(
             rewritten("select * from a join b using (i) as X where x.i = 1").expect("rewritten"),
             format!("select * from a join b using (i,\"{JOIN_ALIAS_MARK}x\")  where x.i = 1")

@@ -684,15 +684,23 @@ impl Session {
             }
             ast::Statement::Explain { statement, analyze: false, .. } => self.explain(engine, statement, sink),
             ast::Statement::CreateTable(create) => done(crate::ddl::create_table(self, engine, create)?),
-            ast::Statement::Drop { object_type: ast::ObjectType::Table, if_exists, names, cascade: false, .. } => {
-                done(crate::ddl::drop_tables(self, engine, names, *if_exists)?)
-            }
+            ast::Statement::Drop {
+                object_type: ast::ObjectType::Table,
+                if_exists,
+                names,
+                cascade,
+                restrict: _,
+                ..
+            } => done(crate::ddl::drop_tables(self, engine, names, *if_exists, *cascade)?),
             ast::Statement::CreateView(create) => done(crate::view::create_view(self, engine, create)?),
-            ast::Statement::Drop { object_type: ast::ObjectType::View, if_exists, names, cascade: false, .. } => {
-                done(crate::view::drop_views(self, engine, names, *if_exists)?)
-            }
+            ast::Statement::Drop {
+                object_type: ast::ObjectType::View, if_exists, names, cascade, restrict: _, ..
+            } => done(crate::view::drop_views(self, engine, names, *if_exists, *cascade)?),
             ast::Statement::Truncate(truncate) => done(crate::ddl::truncate(self, engine, truncate)?),
             ast::Statement::CreateIndex(create) => done(crate::ddl::create_index(self, engine, create)?),
+            ast::Statement::AlterTable(alter) if crate::ddl::inherited_parent(alter).is_some() => {
+                done(crate::ddl::alter_inherit(self, engine, alter)?)
+            }
             ast::Statement::Drop { object_type: ast::ObjectType::Index, if_exists, names, cascade: false, .. } => {
                 done(crate::ddl::drop_indexes(self, engine, names, *if_exists)?)
             }

@@ -294,6 +294,9 @@ pub struct Constraints {
     /// Indexes that are not unique: catalog entries only (every query scans the columns; an
     /// index would not change a result, only a row store's speed).
     pub indexes: Vec<IndexDefinition>,
+    /// Where the table sits in an inheritance or partitioning tree (kept here so every new
+    /// version of the table keeps it).
+    pub family: crate::family::Family,
 }
 
 /// A non-unique index (CREATE INDEX).
@@ -311,6 +314,7 @@ impl Constraints {
             defaults: vec![None; width],
             unique: Vec::new(),
             indexes: Vec::new(),
+            family: crate::family::Family::default(),
         }
     }
 }
@@ -354,7 +358,7 @@ impl UniqueIndex {
 }
 
 /// The key of `row` under `columns` as bytes; `None` when a part is NULL.
-fn unique_key(row: &[Value], columns: &[usize]) -> Option<Box<[u8]>> {
+pub(crate) fn unique_key(row: &[Value], columns: &[usize]) -> Option<Box<[u8]>> {
     let mut key = Vec::with_capacity(columns.len() * 9);
     for &column in columns {
         match &row[column] {
@@ -716,6 +720,11 @@ impl TableBuilder {
         Arc::make_mut(&mut self.constraints).unique.push(unique);
         self.indexes.push(Arc::new(UniqueIndex::default()));
         self.rebuild_indexes()
+    }
+
+    /// Makes the table a child of the table stored under `parent_key` (ALTER TABLE … INHERIT).
+    pub fn add_parent(&mut self, parent_key: String) {
+        Arc::make_mut(&mut self.constraints).family.parents.push(parent_key);
     }
 
     /// Adds a non-unique index (a catalog entry).

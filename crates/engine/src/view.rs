@@ -10,8 +10,8 @@
 //!
 //! A view lives in the catalog as a table (so transactions, temporary namespaces and locks
 //! treat it as one) and is read-only here: INSERT, UPDATE, DELETE, COPY, TRUNCATE and
-//! indexes refuse it. A table or view other views read cannot be dropped (2BP01), as in
-//! PostgreSQL without CASCADE.
+//! indexes refuse it. A table or view other views read cannot be dropped (2BP01) unless
+//! CASCADE drops those views too, as in PostgreSQL.
 
 use std::cell::Cell;
 use std::sync::Arc;
@@ -133,32 +133,31 @@ fn check_replacement(old: &[ColumnDef], new: &[ColumnDef]) -> Result<()> {
     Ok(())
 }
 
-/// DROP VIEW [IF EXISTS] names.
+/// DROP VIEW [IF EXISTS] names [CASCADE].
 pub fn drop_views(
     session: &mut Session,
     engine: &Engine,
     names: &[ast::ObjectName],
     if_exists: bool,
+    cascade: bool,
 ) -> Result<String> {
-    crate::ddl::drop_relations(session, engine, names, if_exists, true)
+    crate::ddl::drop_relations(session, engine, names, (if_exists, cascade), true)
 }
 
-/// Refuses to drop `name` while a view other than those being dropped reads it.
-pub(crate) fn check_no_dependents(catalog: &Catalog, name: &str, dropped: &[String]) -> Result<()> {
-    for table in catalog.tables() {
+/// The views (storage key, name) whose query names `name`.
+pub(crate) fn dependent_views(catalog: &Catalog, name: &str) -> Vec<(String, String)> {
+    let mut found = Vec::new();
+    for (key, table) in catalog.entries() {
         let Some(view) = &table.view else { continue };
-        if dropped.contains(&table.name) || table.name == name {
+        if table.name == name {
             continue;
         }
         let statement = ast::Statement::Query(Box::new(view.query.clone()));
         if crate::catalog::named_tables(&statement).contains(name) {
-            return Err(EngineError::DependentObjects(format!(
-                "cannot drop {name} because other objects depend on it (view {} depends on it)",
-                table.name
-            )));
+            found.push((key, table.name.clone()));
         }
     }
-    Ok(())
+    found
 }
 
 /// Refuses a view as the target of a statement that writes rows or storage.

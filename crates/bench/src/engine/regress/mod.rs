@@ -422,6 +422,10 @@ impl Cascade {
         let missing = self.refused_relations.iter().find(|r| message.contains(&format!("\"{r}\"")));
         match (code.as_str(), missing) {
             ("42P01", Some(relation)) => {
+                // A CREATE that fails for want of a refused relation is refused too (CREATE
+                // TABLE c () INHERITS (p) of a refused p): what reads c follows from it.
+                let relation = relation.clone();
+                self.refused_relations.extend(created_relation(sql));
                 (Outcome::Refused, format!("needs {relation}, whose CREATE the engine refused"))
             }
             _ => (outcome, detail),
@@ -560,6 +564,12 @@ mod tests {
         let rows = Answer::Rows { columns: 1, rows: Vec::new() };
         let verdict = compare::judge(&rows, &missing, false);
         assert_eq!(cascade.follow("select * from foo", &rows, &missing, verdict.clone()).0, Outcome::Refused);
+        // A child of the refused foo cannot be created, and what reads it follows from that.
+        let verdict = compare::judge(&done, &missing, false);
+        assert_eq!(cascade.follow("create table kid () inherits (foo)", &done, &missing, verdict).0, Outcome::Refused);
+        let no_kid = Answer::Error { code: "42P01".into(), message: "relation \"kid\" does not exist".into() };
+        let verdict = compare::judge(&rows, &no_kid, false);
+        assert_eq!(cascade.follow("select * from kid", &rows, &no_kid, verdict).0, Outcome::Refused);
         let other = Answer::Error { code: "42P01".into(), message: "relation \"bar\" does not exist".into() };
         let verdict = compare::judge(&rows, &other, false);
         assert_eq!(cascade.follow("select * from bar", &rows, &other, verdict).0, Outcome::Wrong);
