@@ -173,7 +173,7 @@ mod tests {
         );
         assert_eq!(rewritten("select a * b from t").expect("rewritten"), "select a * b from t");
         assert_eq!(rewritten("select * from t* x").expect("rewritten"), "select * from t x");
-        assert_eq!(rewritten("alter table c inherit p").expect("rewritten"), "alter table c SET (\"\u{1}inherit\"=p)");
+        assert_eq!(rewritten("alter table c inherit p").expect("rewritten"), "alter table c SET (\"\u{1}inherit\"= p)");
         assert_eq!(
             rewritten("select * from a join b using (i) as X where x.i = 1").expect("rewritten"),
             format!("select * from a join b using (i,\"{JOIN_ALIAS_MARK}x\")  where x.i = 1")

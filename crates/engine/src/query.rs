@@ -395,15 +395,13 @@ fn common_columns(op: SetOperator, left: Plan, right: Plan) -> Result<(Plan, Pla
     let mut targets = Vec::with_capacity(left_types.len());
     for (index, (&l, &r)) in left_types.iter().zip(&right_types).enumerate() {
         let pair = vec![representative(&left, index, l), representative(&right, index, r)];
-        // A literal that does not read as the other side's type keeps its own error (22P02).
-        let (_, target) = unify(pair).map_err(|error| match error {
-            EngineError::Type(_) => EngineError::Type(format!(
+        let (_, target) = unify(pair).map_err(|_| {
+            EngineError::Type(format!(
                 "{} types {} and {} cannot be matched",
                 op.sql_name(),
                 l.sql_name(),
                 r.sql_name()
-            )),
-            other => other,
+            ))
         })?;
         targets.push(target);
     }

@@ -164,6 +164,19 @@ fn update_query(target: &Table, statement: &ast::DoUpdate) -> Result<(Vec<usize>
         columns.push(index);
         values.push(assignment.value.to_string());
     }
+    // The query reads the target as a one-row stand-in (the existing row): a subquery reading
+    // the target (or excluded) would see that row only, so it is refused.
+    let reads_stand_in = |expr: &ast::Expr| {
+        ast::visit_relations(expr, |relation| match object_name(relation) {
+            Ok(name) if name == target.name || name == "excluded" => std::ops::ControlFlow::Break(()),
+            _ => std::ops::ControlFlow::Continue(()),
+        })
+        .is_break()
+    };
+    let values_read = statement.assignments.iter().map(|a| &a.value).chain(&statement.selection);
+    if values_read.into_iter().any(reads_stand_in) {
+        return Err(EngineError::unsupported("a subquery reading the target table in ON CONFLICT DO UPDATE"));
+    }
     let table = ast::Ident::with_quote('"', target.name.as_str()).to_string();
     let filter = statement.selection.as_ref().map_or(String::new(), |s| format!(" WHERE {s}"));
     let sql = format!("SELECT {} FROM {table}, excluded{filter}", values.join(", "));
