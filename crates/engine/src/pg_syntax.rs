@@ -33,27 +33,32 @@ fn solid(tokens: &[TokenWithSpan]) -> Vec<usize> {
     (0..tokens.len()).filter(|&i| !matches!(tokens[i].token, Token::Whitespace(_))).collect()
 }
 
-/// `USING ( … ) AS x` → `USING ( … , "<mark>x" )`.
+/// `USING ( … ) AS x` → `USING ( … , "<mark>x" )`, in one pass over the tokens (a scan
+/// per USING would make long statements quadratic).
 fn join_aliases_into_using(mut tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
-    loop {
-        let solid = solid(&tokens);
-        let token = |k: usize| solid.get(k).map(|&i| &tokens[i].token);
-        let aliased = (0..solid.len()).find_map(|k| {
-            let opens = token(k).is_some_and(|t| is_word(t, "USING")) && token(k + 1) == Some(&Token::LParen);
-            let close = (k + 2..solid.len()).find(|&j| token(j) == Some(&Token::RParen)).filter(|_| opens)?;
-            // A column list (not `DELETE … USING (SELECT …) AS s`).
-            let columns = (k + 2..close).all(|j| matches!(token(j), Some(Token::Word(_) | Token::Comma)));
-            let columns = columns && !token(k + 2).is_some_and(|t| is_word(t, "SELECT"));
-            if !columns {
-                return None;
+    let solid = solid(&tokens);
+    let token = |k: usize| solid.get(k).map(|&i| &tokens[i].token);
+    let mut aliased = Vec::new();
+    for k in 0..solid.len() {
+        if !(token(k).is_some_and(|t| is_word(t, "USING")) && token(k + 1) == Some(&Token::LParen)) {
+            continue;
+        }
+        // A column list (not `DELETE … USING (SELECT …) AS s`) up to its parenthesis.
+        let Some(close) = (k + 2..solid.len()).find(|&j| !matches!(token(j), Some(Token::Word(_) | Token::Comma)))
+        else {
+            continue;
+        };
+        if token(close) != Some(&Token::RParen) || token(k + 2).is_some_and(|t| is_word(t, "SELECT")) {
+            continue;
+        }
+        if let (Some(as_word), Some(Token::Word(alias))) = (token(close + 1), token(close + 2)) {
+            if is_word(as_word, "AS") {
+                aliased.push((solid[close], solid[close + 1], solid[close + 2], alias.clone()));
             }
-            let alias = match (token(close + 1), token(close + 2)) {
-                (Some(as_word), Some(Token::Word(alias))) if is_word(as_word, "AS") => alias.clone(),
-                _ => return None,
-            };
-            Some((solid[close], solid[close + 1], solid[close + 2], alias))
-        });
-        let Some((close, as_word, alias_at, alias)) = aliased else { return tokens };
+        }
+    }
+    // From the back, so the positions of earlier matches stay valid.
+    for (close, as_word, alias_at, alias) in aliased.into_iter().rev() {
         let name = if alias.quote_style.is_some() { alias.value } else { alias.value.to_lowercase() };
         let marked =
             Word { value: format!("{JOIN_ALIAS_MARK}{name}"), quote_style: Some('"'), keyword: Keyword::NoKeyword };
@@ -62,6 +67,7 @@ fn join_aliases_into_using(mut tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan>
         let inserted = [Token::Comma, Token::Word(marked)].map(|token| TokenWithSpan { token, span });
         tokens.splice(close..close, inserted);
     }
+    tokens
 }
 
 /// The option key `ALTER TABLE c INHERIT p` becomes (`ALTER TABLE c SET ("\u{1}inherit" = p)`):
@@ -115,18 +121,18 @@ pub const ONLY_QUALIFIER: &str = "\u{1}only";
 /// [`ONLY_QUALIFIER`], and drops the `*` of `FROM t*` (t and its descendants: the default).
 fn mark_only(tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
     let solid = solid(&tokens);
-    let mut marked = Vec::new();
-    let mut stars = Vec::new();
+    let mut marked = std::collections::BTreeSet::new();
+    let mut stars = std::collections::BTreeSet::new();
     for k in 1..solid.len() {
         let (before, current) = (&tokens[solid[k - 1]].token, &tokens[solid[k]].token);
         let after = solid.get(k + 1).map(|&i| &tokens[i].token);
         let opener = ["FROM", "JOIN", "UPDATE", "TRUNCATE"].iter().any(|w| is_word(before, w));
         if opener && is_word(current, "ONLY") && matches!(after, Some(Token::Word(_))) {
-            marked.push(solid[k]);
+            marked.insert(solid[k]);
         }
         let after_from = is_word(before, "FROM") || is_word(before, "JOIN");
         if after_from && matches!(current, Token::Word(_)) && after == Some(&Token::Mul) {
-            stars.push(solid[k + 1]);
+            stars.insert(solid[k + 1]);
         }
     }
     if marked.is_empty() && stars.is_empty() {
