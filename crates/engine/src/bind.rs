@@ -6,14 +6,16 @@
 
 use sqlparser::ast;
 
+use crate::datetime::DatePart;
 use crate::error::{EngineError, Result};
-use crate::expr::{disjunction, evaluate_constant, BinaryOp, DateField, Expr};
+use crate::expr::{disjunction, evaluate_constant, BinaryOp, Expr};
 use crate::expr::{SubqueryExpr, SubqueryKind};
 use crate::functions::{self, ScalarFunction, TrimSide};
+use crate::interval::Interval;
 use crate::numeric::Numeric;
 use crate::plan::{AggregateCall, AggregateFunction, Plan};
 use crate::query::QueryBinder;
-use crate::types::{add_months, DataType, Value, DECIMAL_PRECISION_MAX};
+use crate::types::{DataType, Value, DECIMAL_PRECISION_MAX};
 
 /// Prefix of the string literal that stands for parameter `$n` while a statement is described
 /// (Describe comes before Bind, so values are unknown); casts record the type each one needs.
@@ -322,15 +324,13 @@ impl<'s> ExprBinder<'s> {
                 cast_expr(value, to)
             }
             E::Extract { field, expr, .. } => {
-                let field = match field {
-                    ast::DateTimeField::Year | ast::DateTimeField::Years => DateField::Year,
-                    ast::DateTimeField::Month | ast::DateTimeField::Months => DateField::Month,
-                    ast::DateTimeField::Day | ast::DateTimeField::Days => DateField::Day,
-                    other => return Err(EngineError::unsupported(format!("EXTRACT({other})"))),
-                };
                 let value = self.bind_in(expr, context)?;
-                expect_type(&value, DataType::Date, "EXTRACT")?;
-                Ok(Expr::Extract { field, expr: Box::new(value) })
+                let name = field.to_string().to_lowercase();
+                let part = DatePart::named(&name).ok_or_else(|| {
+                    let type_name = value.data_type().sql_name();
+                    EngineError::InvalidParameterValue(format!("unit \"{name}\" not recognized for type {type_name}"))
+                })?;
+                extract(part, value)
             }
             E::Substring { expr, substring_from, substring_for, .. } => {
                 let value = self.bind_in(expr, context)?;
@@ -362,7 +362,7 @@ impl<'s> ExprBinder<'s> {
                 }
                 functions::call(ScalarFunction::Trim(side), args)
             }
-            E::Interval(_) => Err(EngineError::unsupported("an interval outside date arithmetic")),
+            E::Interval(interval) => interval_literal(interval),
             E::Subquery(query) => self.subquery(query, SubqueryKind::Scalar, None, context),
             E::Exists { subquery, negated } => {
                 let exists = self.subquery(subquery, SubqueryKind::Exists, None, context)?;
@@ -414,6 +414,9 @@ impl<'s> ExprBinder<'s> {
 
     fn column(&self, qualifier: Option<&str>, ident: &ast::Ident) -> Result<Expr> {
         let (index, data_type) = self.scope.resolve(qualifier, &identifier(ident))?;
+        if data_type == DataType::TimestampTz {
+            crate::datetime::check_time_zone()?;
+        }
         Ok(self.capture(Expr::Column { index, data_type }))
     }
 
@@ -497,12 +500,6 @@ impl<'s> ExprBinder<'s> {
         if matches!(op, B::And | B::Or) {
             return self.logical_chain(left, op, right, context);
         }
-        if let (B::Plus | B::Minus, ast::Expr::Interval(interval)) = (op, right) {
-            let date = self.bind_in(left, context)?;
-            let (months, days) = interval_value(interval)?;
-            let sign = if matches!(op, B::Minus) { -1 } else { 1 };
-            return date_plus_interval(date, sign * months, sign * days);
-        }
         let l = self.bind_in(left, context)?;
         let r = self.bind_in(right, context)?;
         let op = match op {
@@ -581,7 +578,9 @@ impl<'s> ExprBinder<'s> {
                 expect_type(&value, DataType::Bool, "NOT")?;
                 Ok(Expr::Not(Box::new(value)))
             }
-            ast::UnaryOperator::Minus if value.data_type().is_numeric() => fold(Expr::Negate(Box::new(value))),
+            ast::UnaryOperator::Minus if value.data_type().is_numeric() || value.data_type() == DataType::Interval => {
+                fold(Expr::Negate(Box::new(value)))
+            }
             ast::UnaryOperator::Plus if value.data_type().is_numeric() => Ok(value),
             other => Err(EngineError::unsupported(format!("unary operator {other}"))),
         }
@@ -692,6 +691,19 @@ impl<'s> ExprBinder<'s> {
                 let length = rest.first().map(|l| self.constant_integer(l)).transpose()?;
                 Ok(Expr::Substring { expr: Box::new(value), start, length })
             }
+            ("date_part", [unit, value]) => {
+                let value = self.bind_in(value, context)?;
+                let part = self.date_unit(unit, value.data_type())?;
+                // date_part over a date is over its midnight (PostgreSQL's SQL wrapper).
+                let value =
+                    if value.data_type() == DataType::Date { cast_expr(value, DataType::Timestamp)? } else { value };
+                cast_expr(extract(part, value)?, DataType::Float64)
+            }
+            ("date_trunc", [unit, value]) => {
+                let value = self.bind_in(value, context)?;
+                let part = self.date_unit(unit, value.data_type())?;
+                functions::call(ScalarFunction::DateTrunc(part), vec![value])
+            }
             (name, args) => match ScalarFunction::named(name) {
                 Some(function) => {
                     let args = args.iter().map(|a| self.bind_in(a, context)).collect::<Result<Vec<_>>>()?;
@@ -700,6 +712,16 @@ impl<'s> ExprBinder<'s> {
                 None => Err(EngineError::unsupported(format!("function {name}"))),
             },
         }
+    }
+
+    /// The unit named by date_trunc's or date_part's first argument, a constant string.
+    fn date_unit(&self, unit: &ast::Expr, of: DataType) -> Result<DatePart> {
+        let Expr::Literal { value: Value::Text(name), .. } = self.bind(unit)? else {
+            return Err(EngineError::unsupported("a date/time unit that is not a constant string"));
+        };
+        DatePart::named(&name).ok_or_else(|| {
+            EngineError::InvalidParameterValue(format!("unit \"{name}\" not recognized for type {}", of.sql_name()))
+        })
     }
 
     /// `Some(call)` when `function` is an aggregate; binds its argument over the input scope.
@@ -931,6 +953,9 @@ pub(crate) fn aggregate_type(function: AggregateFunction, input: DataType) -> Re
         (AggregateFunction::Sum, DataType::Float32) => DataType::Float32,
         (AggregateFunction::Sum | AggregateFunction::Avg, DataType::Float64 | DataType::Float32) => DataType::Float64,
         (AggregateFunction::Sum | AggregateFunction::Avg, t) if t.is_numeric() => DataType::Numeric,
+        (AggregateFunction::Sum | AggregateFunction::Avg, DataType::Interval) => {
+            return Err(EngineError::unsupported(format!("{function:?} of interval")))
+        }
         (f, t) => return Err(EngineError::Type(format!("{f:?} of {}", t.sql_name()))),
     })
 }
@@ -1108,6 +1133,14 @@ pub fn sql_type(data_type: &ast::DataType) -> Result<DataType> {
         T::Float(ast::ExactNumberInfo::None) => DataType::Float64,
         T::Double(_) | T::DoublePrecision | T::Float8 => DataType::Float64,
         T::Date => DataType::Date,
+        T::Timestamp(None | Some(6), ast::TimezoneInfo::None | ast::TimezoneInfo::WithoutTimeZone) => {
+            DataType::Timestamp
+        }
+        T::Timestamp(None | Some(6), ast::TimezoneInfo::WithTimeZone | ast::TimezoneInfo::Tz) => {
+            crate::datetime::check_time_zone()?;
+            DataType::TimestampTz
+        }
+        T::Interval { fields: None, precision: None } => DataType::Interval,
         T::Text | T::String(None) => DataType::Text,
         T::Varchar(length) | T::CharacterVarying(length) => match character_length(length)? {
             Some(n) => DataType::Varchar(n),
@@ -1146,47 +1179,48 @@ fn character_length(length: &Option<ast::CharacterLength>) -> Result<Option<u32>
     }
 }
 
-fn interval_value(interval: &ast::Interval) -> Result<(i32, i32)> {
+/// `interval '1 year 2 mons'`, `interval '3' day`: a constant interval.
+fn interval_literal(interval: &ast::Interval) -> Result<Expr> {
     let text = match interval.value.as_ref() {
         ast::Expr::Value(ast::ValueWithSpan { value: ast::Value::SingleQuotedString(s), .. }) => s.clone(),
         ast::Expr::Value(ast::ValueWithSpan { value: ast::Value::Number(n, _), .. }) => n.clone(),
         other => return Err(EngineError::unsupported(format!("interval value {other}"))),
     };
-    let mut words = text.split_whitespace();
-    let amount: i32 = words
-        .next()
-        .and_then(|w| w.parse().ok())
-        .ok_or_else(|| EngineError::InvalidValue(format!("interval '{text}'")))?;
-    let unit = match (words.next(), &interval.leading_field) {
-        (Some(word), _) => word.to_lowercase(),
-        (None, Some(field)) => field.to_string().to_lowercase(),
-        (None, None) => return Err(EngineError::unsupported(format!("interval '{text}' without a unit"))),
-    };
-    match unit.trim_end_matches('s') {
-        "day" => Ok((0, amount)),
-        "month" => Ok((amount, 0)),
-        "year" => Ok((amount * 12, 0)),
-        other => Err(EngineError::unsupported(format!("interval unit {other}"))),
+    if interval.last_field.is_some()
+        || interval.leading_precision.is_some()
+        || interval.fractional_seconds_precision.is_some()
+    {
+        return Err(EngineError::unsupported(format!("interval qualifier in {interval}")));
     }
+    let parsed = match &interval.leading_field {
+        // A bare number takes the qualifier's unit: interval '3' day.
+        Some(field) if text.trim().parse::<f64>().is_ok() => Interval::parse(&format!("{text} {field}"))?,
+        Some(field) => return Err(EngineError::unsupported(format!("interval '{text}' {field}"))),
+        None => Interval::parse(&text)?,
+    };
+    Ok(Expr::literal(Value::Interval(parsed), DataType::Interval))
 }
 
-fn date_plus_interval(date: Expr, months: i32, days: i32) -> Result<Expr> {
-    let date = if date.data_type() == DataType::Text { cast_expr(date, DataType::Date)? } else { date };
-    expect_type(&date, DataType::Date, "interval arithmetic")?;
-    let mut result = date;
-    if months != 0 {
-        result = match result {
-            Expr::Literal { value: Value::Date(d), .. } => {
-                Expr::literal(Value::Date(add_months(d, months)), DataType::Date)
-            }
-            other => Expr::AddMonths { expr: Box::new(other), months },
-        };
+/// EXTRACT(part FROM value) for the kinds of value that have the field (PostgreSQL 15: 0A000
+/// for a unit the type lacks, such as hours of a date).
+fn extract(part: DatePart, value: Expr) -> Result<Expr> {
+    let data_type = value.data_type();
+    let applies = match data_type {
+        DataType::Date => part.applies(true, false),
+        DataType::Timestamp => part.applies(false, false),
+        DataType::TimestampTz => part.applies(false, true),
+        DataType::Interval => part.applies_to_interval(),
+        other => {
+            return Err(EngineError::UndefinedFunction(format!(
+                "function extract(unknown, {}) does not exist",
+                other.sql_name()
+            )))
+        }
+    };
+    if !applies {
+        return Err(EngineError::unsupported(format!("unit \"{}\" for type {}", part.name(), data_type.sql_name())));
     }
-    if days != 0 {
-        let offset = Expr::literal(Value::Int32(days), DataType::Int32);
-        result = fold(Expr::binary(BinaryOp::Add, result, offset, DataType::Date))?;
-    }
-    Ok(result)
+    fold(Expr::Extract { field: part, expr: Box::new(value) })
 }
 
 thread_local! {
@@ -1244,6 +1278,8 @@ pub fn common_type(a: DataType, b: DataType, _op: BinaryOp) -> Result<DataType> 
         }
         (T::Int32 | T::Int16, T::Int64) | (T::Int64, T::Int32 | T::Int16) => T::Int64,
         (T::Int16, T::Int32) | (T::Int32, T::Int16) => T::Int32,
+        (T::Date, T::Timestamp) | (T::Timestamp, T::Date) => T::Timestamp,
+        (T::Date | T::Timestamp, T::TimestampTz) | (T::TimestampTz, T::Date | T::Timestamp) => T::TimestampTz,
         _ => return Err(EngineError::Type(format!("types {} and {} cannot be matched", a.sql_name(), b.sql_name()))),
     })
 }
@@ -1372,6 +1408,61 @@ fn settle_operands(left: Expr, right: Expr) -> Result<(Expr, Expr)> {
     Ok((left, right))
 }
 
+/// An untyped literal read as an interval where PostgreSQL's only candidate takes one:
+/// `timestamp + '1 day'`, `interval ± '1 hour'` (`timestamp - '…'` reads a timestamp).
+fn untyped_as_interval(op: BinaryOp, left: Expr, right: Expr) -> Result<(Expr, Expr)> {
+    let takes_interval = |other: DataType| match other {
+        DataType::Timestamp | DataType::TimestampTz => op == BinaryOp::Add,
+        DataType::Interval => matches!(op, BinaryOp::Add | BinaryOp::Sub),
+        _ => false,
+    };
+    if is_untyped(&right) && !is_untyped(&left) && takes_interval(left.data_type()) {
+        return Ok((left, cast_expr(right, DataType::Interval)?));
+    }
+    if is_untyped(&left) && !is_untyped(&right) && takes_interval(right.data_type()) && op == BinaryOp::Add {
+        return Ok((cast_expr(left, DataType::Interval)?, right));
+    }
+    Ok((left, right))
+}
+
+fn is_datetime_operand(t: DataType) -> bool {
+    matches!(t, DataType::Date | DataType::Timestamp | DataType::TimestampTz | DataType::Interval)
+}
+
+/// PostgreSQL's operators over dates, timestamps and intervals: a date with an interval is
+/// a timestamp, the difference of two timestamps an interval, intervals scale by numbers.
+fn datetime_arithmetic(op: BinaryOp, left: Expr, right: Expr) -> Result<Expr> {
+    use DataType as T;
+    let (lt, rt) = (left.data_type(), right.data_type());
+    let additive = matches!(op, BinaryOp::Add | BinaryOp::Sub);
+    let as_timestamp = |e: Expr| if e.data_type() == T::Date { cast_expr(e, T::Timestamp) } else { Ok(e) };
+    let expr = match (lt, rt) {
+        (T::Date | T::Timestamp | T::TimestampTz, T::Interval) if additive => {
+            let left = as_timestamp(left)?;
+            let data_type = left.data_type();
+            Expr::binary(op, left, right, data_type)
+        }
+        (T::Interval, T::Date | T::Timestamp | T::TimestampTz) if op == BinaryOp::Add => {
+            let right = as_timestamp(right)?;
+            let data_type = right.data_type();
+            Expr::binary(op, right, left, data_type)
+        }
+        (T::Date | T::Timestamp | T::TimestampTz, T::Date | T::Timestamp | T::TimestampTz) if op == BinaryOp::Sub => {
+            let target = common_type(lt, rt, op)?;
+            Expr::binary(op, cast_expr(left, target)?, cast_expr(right, target)?, T::Interval)
+        }
+        (T::Interval, T::Interval) if additive => Expr::binary(op, left, right, T::Interval),
+        (T::Interval, t) if t.is_numeric() && matches!(op, BinaryOp::Mul | BinaryOp::Div) => {
+            Expr::binary(op, left, cast_expr(right, T::Float64)?, T::Interval)
+        }
+        (t, T::Interval) if t.is_numeric() && op == BinaryOp::Mul => {
+            Expr::binary(op, right, cast_expr(left, T::Float64)?, T::Interval)
+        }
+        _ => return Err(undefined_operator(op, lt, rt)),
+    };
+    fold(expr)
+}
+
 fn undefined_operator(op: BinaryOp, left: DataType, right: DataType) -> EngineError {
     EngineError::UndefinedFunction(format!(
         "operator does not exist: {} {} {}",
@@ -1385,13 +1476,44 @@ pub fn comparison(op: BinaryOp, left: Expr, right: Expr) -> Result<Expr> {
     let (left, right) = text_comparands(left, right)?;
     let (left, right) = settle_operands(left, right)?;
     let (lt, rt) = (left.data_type(), right.data_type());
+    if let Some(on_dates) = date_against_timestamp_constant(op, &left, &right) {
+        return Ok(on_dates);
+    }
     let target = common_type(lt, rt, op).map_err(|_| undefined_operator(op, lt, rt))?;
     let (left, right) = (cast_expr(left, target)?, cast_expr(right, target)?);
     fold(Expr::binary(op, left, right, DataType::Bool))
 }
 
+/// `date_column < timestamp '…'` compared as dates, so the column is not cast row by row
+/// (TPC-H's `l_shipdate < date '1994-01-01' + interval '1' year` is such a bound): a date d
+/// is below t exactly when d is below t's day rounded up, at most t when at most its day.
+fn date_against_timestamp_constant(op: BinaryOp, left: &Expr, right: &Expr) -> Option<Expr> {
+    let timestamp_constant = |e: &Expr| match e {
+        Expr::Literal { value: Value::Timestamp(t), .. } => Some(*t),
+        _ => None,
+    };
+    let (date, bound, op) = match (left.data_type(), right.data_type()) {
+        (DataType::Date, DataType::Timestamp) => (left, timestamp_constant(right)?, op),
+        (DataType::Timestamp, DataType::Date) => (right, timestamp_constant(left)?, op.flipped()),
+        _ => return None,
+    };
+    let micros_per_day = crate::interval::MICROS_PER_DAY;
+    let floor = i32::try_from(bound.div_euclid(micros_per_day)).ok()?;
+    let on_midnight = bound.rem_euclid(micros_per_day) == 0;
+    let ceiling = if on_midnight { floor } else { floor.checked_add(1)? };
+    let day = match op {
+        BinaryOp::Lt | BinaryOp::GtEq => ceiling,
+        BinaryOp::LtEq | BinaryOp::Gt => floor,
+        BinaryOp::Eq | BinaryOp::NotEq if on_midnight => floor,
+        _ => return None,
+    };
+    let literal = Expr::literal(Value::Date(day), DataType::Date);
+    fold(Expr::binary(op, date.clone(), literal, DataType::Bool)).ok()
+}
+
 pub fn arithmetic(op: BinaryOp, left: Expr, right: Expr) -> Result<Expr> {
     use DataType as T;
+    let (left, right) = untyped_as_interval(op, left, right)?;
     let (left, right) = settle_operands(left, right)?;
     let (lt, rt) = (left.data_type(), right.data_type());
     let inexact = matches!(lt, T::Float64 | T::Float32) || matches!(rt, T::Float64 | T::Float32);
@@ -1400,6 +1522,7 @@ pub fn arithmetic(op: BinaryOp, left: Expr, right: Expr) -> Result<Expr> {
         (T::Int32, T::Date) if op == BinaryOp::Add => Expr::binary(op, right, left, T::Date),
         // Dates are day numbers: their difference is an integer of days.
         (T::Date, T::Date) if op == BinaryOp::Sub => Expr::binary(op, left, right, T::Int32),
+        _ if is_datetime_operand(lt) || is_datetime_operand(rt) => return datetime_arithmetic(op, left, right),
         _ if !lt.is_numeric() || !rt.is_numeric() => return Err(undefined_operator(op, lt, rt)),
         // PostgreSQL divides numerics with at least 16 significant digits (`numeric` module).
         (T::Decimal { .. } | T::Numeric, _) | (_, T::Decimal { .. } | T::Numeric)

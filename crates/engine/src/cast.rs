@@ -4,7 +4,9 @@
 
 use std::sync::Arc;
 
+use crate::datetime;
 use crate::error::{EngineError, Result};
+use crate::interval::Interval;
 use crate::numeric::Numeric;
 use crate::storage::Dictionary;
 use crate::types::{format_date, parse_date, pow10, DataType, Value};
@@ -19,6 +21,12 @@ pub fn can_cast(from: DataType, to: DataType) -> bool {
         || to.is_text()
         || (from.is_numeric() && to.is_numeric())
         || matches!((from, to), (T::Bool, T::Int32) | (T::Int32, T::Bool))
+        || (is_datetime(from) && is_datetime(to))
+}
+
+/// date, timestamp and timestamp with time zone, which cast to one another.
+fn is_datetime(t: DataType) -> bool {
+    matches!(t, DataType::Date | DataType::Timestamp | DataType::TimestampTz)
 }
 
 pub fn cannot_cast(from: DataType, to: DataType) -> EngineError {
@@ -59,12 +67,18 @@ pub fn cast(vector: Vector, to: DataType) -> Result<Vector> {
         (Data::Text(codes, dictionary), _) => from_text(codes, dictionary, &vector, to)?,
         (Data::Bool(v), DataType::Int32) => Data::I32(v.iter().map(|&b| i32::from(b)).collect()),
         (Data::I32(v), DataType::Bool) => Data::Bool(v.iter().map(|&x| x != 0).collect()),
-        (Data::I32(v), _) => from_integers(v.iter().map(|&x| i64::from(x)), to, valid)?,
+        (Data::I32(v), _) if from != DataType::Date => from_integers(v.iter().map(|&x| i64::from(x)), to, valid)?,
         (Data::I64(v), _) if matches!(from, DataType::Decimal { .. }) => from_decimal(v, from.scale(), to, valid)?,
-        (Data::I64(v), _) => from_integers(v.iter().copied(), to, valid)?,
+        (Data::I64(v), _) if from == DataType::Int64 => from_integers(v.iter().copied(), to, valid)?,
         (Data::F64(v), _) if from == DataType::Float32 => from_float32s(v, to, valid)?,
         (Data::F64(v), _) => from_floats(v, to, valid)?,
         (Data::Numeric(v), _) => from_numerics(v, to, valid)?,
+        (Data::I32(v), DataType::Timestamp | DataType::TimestampTz) if from == DataType::Date => {
+            Data::I64(v.iter().map(|&d| datetime::timestamp_of_date(d)).collect())
+        }
+        (Data::I64(v), DataType::Date) => Data::I32(convert(v.iter().copied(), 0, valid, datetime::date_of_timestamp)?),
+        // The engine's one time zone is UTC (`datetime::check_time_zone`): the instant is the same.
+        (Data::I64(v), DataType::Timestamp | DataType::TimestampTz) => Data::I64(v.clone()),
         _ => return Err(cannot_cast(from, to)),
     };
     Ok(Vector { data_type: to, data, validity: vector.validity })
@@ -323,6 +337,9 @@ pub fn parse_value(text: &str, to: DataType) -> Result<Value> {
             Value::Float32(single)
         }
         DataType::Date => Value::Date(parse_date(text)?),
+        DataType::Timestamp => Value::Timestamp(datetime::parse_timestamp(text, false)?),
+        DataType::TimestampTz => Value::TimestampTz(datetime::parse_timestamp(text, true)?),
+        DataType::Interval => Value::Interval(Interval::parse(text)?),
         DataType::Numeric => Value::Numeric(Numeric::parse(text)?),
         DataType::Decimal { scale, .. } => {
             Value::Decimal { value: decimal_from_numeric(Numeric::parse(text)?, to)?, scale }

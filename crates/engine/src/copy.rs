@@ -451,7 +451,14 @@ pub fn parse_field(text: &str, data_type: DataType) -> Result<Value> {
             "f" | "false" | "0" | "no" | "n" | "off" => Value::Bool(false),
             _ => return Err(invalid()),
         },
-        DataType::Int16 | DataType::Float32 | DataType::Char(_) | DataType::Varchar(_) => {
+        DataType::Int16
+        | DataType::Float32
+        | DataType::Char(_)
+        | DataType::Varchar(_)
+        | DataType::Timestamp
+        | DataType::Interval => crate::cast::parse_value(text, data_type)?,
+        DataType::TimestampTz => {
+            crate::datetime::check_time_zone()?;
             crate::cast::parse_value(text, data_type)?
         }
         DataType::Int32 => Value::Int32(parse_integer(text, data_type)?),
@@ -507,6 +514,9 @@ pub fn coerce_value(value: Value, to: DataType) -> Result<Value> {
         Value::Decimal { scale, .. } => DataType::Decimal { precision: 18, scale: *scale },
         Value::Text(_) => DataType::Text,
         Value::Numeric(_) => DataType::Numeric,
+        Value::Timestamp(_) => DataType::Timestamp,
+        Value::TimestampTz(_) => DataType::TimestampTz,
+        Value::Interval(_) => DataType::Interval,
         Value::Null => unreachable!("handled above"),
     };
     if data_type == to {

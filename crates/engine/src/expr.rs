@@ -6,11 +6,13 @@
 
 use std::sync::Arc;
 
+use crate::datetime::{self, DatePart};
 use crate::error::{EngineError, Result};
 use crate::functions::ScalarFunction;
+use crate::interval::Interval;
 use crate::numeric::Numeric;
 use crate::storage::Dictionary;
-use crate::types::{add_months, civil_from_days, pow10, DataType, Value};
+use crate::types::{civil_from_days, compare_values, pow10, DataType, Value};
 use crate::vector::{Batch, Data, Vector};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,13 +67,6 @@ impl BinaryOp {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DateField {
-    Year,
-    Month,
-    Day,
-}
-
 /// A typed expression over the columns of its input batch.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Expr {
@@ -114,8 +109,9 @@ pub enum Expr {
         pattern: String,
         negated: bool,
     },
+    /// EXTRACT(field FROM date, timestamp or interval): numeric, as in PostgreSQL 15.
     Extract {
-        field: DateField,
+        field: DatePart,
         expr: Box<Expr>,
     },
     Substring {
@@ -124,10 +120,6 @@ pub enum Expr {
         length: Option<i64>,
     },
     /// `date + n months` with a constant n (intervals on columns).
-    AddMonths {
-        expr: Box<Expr>,
-        months: i32,
-    },
     /// A value of the enclosing query's row inside a correlated subquery's plan (the
     /// subquery's `params[index]`), substituted before each execution.
     Param {
@@ -208,9 +200,10 @@ impl Expr {
             Expr::Not(_) | Expr::IsNull { .. } | Expr::InList { .. } | Expr::Like { .. } => DataType::Bool,
             Expr::Negate(inner) => inner.data_type(),
             Expr::Cast { to, .. } => *to,
-            Expr::Extract { .. } => DataType::Int32,
+            Expr::Extract { field, expr } => {
+                DataType::Decimal { precision: 18, scale: field.scale(expr.data_type() == DataType::Date) }
+            }
             Expr::Substring { .. } => DataType::Text,
-            Expr::AddMonths { .. } => DataType::Date,
             Expr::Param { data_type, .. } => *data_type,
             Expr::Subquery(subquery) => subquery.data_type(),
         }
@@ -233,7 +226,7 @@ impl Expr {
             Expr::Binary { left, right, .. } => vec![left, right],
             Expr::Not(e) | Expr::Negate(e) | Expr::Cast { expr: e, .. } | Expr::IsNull { expr: e, .. } => vec![e],
             Expr::InList { expr, .. } | Expr::Like { expr, .. } | Expr::Extract { expr, .. } => vec![expr],
-            Expr::Substring { expr, .. } | Expr::AddMonths { expr, .. } => vec![expr],
+            Expr::Substring { expr, .. } => vec![expr],
             Expr::Case { branches, otherwise, .. } => {
                 branches.iter().flat_map(|(c, r)| [c, r]).chain(std::iter::once(otherwise.as_ref())).collect()
             }
@@ -268,7 +261,6 @@ impl Expr {
             Expr::Substring { expr, start, length } => {
                 Expr::Substring { expr: boxed(expr), start: *start, length: *length }
             }
-            Expr::AddMonths { expr, months } => Expr::AddMonths { expr: boxed(expr), months: *months },
             Expr::Subquery(subquery) => {
                 let params = subquery.params.iter().map(|p| *boxed(p)).collect();
                 let lhs = subquery.lhs.as_ref().map(|l| *boxed(l));
@@ -363,7 +355,6 @@ impl std::fmt::Display for Expr {
             }
             Expr::Extract { field, expr } => write!(f, "EXTRACT({field:?} FROM {expr})"),
             Expr::Substring { expr, start, length } => write!(f, "SUBSTRING({expr}, {start}, {length:?})"),
-            Expr::AddMonths { expr, months } => write!(f, "({expr} + {months} months)"),
             Expr::Param { index, .. } => write!(f, "${}", index + 1),
             Expr::Subquery(subquery) => {
                 let params: Vec<String> = subquery.params.iter().map(ToString::to_string).collect();
@@ -450,13 +441,6 @@ pub fn evaluate(expr: &Expr, batch: &Batch) -> Result<Vector> {
             let args = args.iter().map(|a| evaluate(a, batch)).collect::<Result<Vec<_>>>()?;
             crate::functions::evaluate(*function, &args, batch.rows, *data_type)
         }
-        Expr::AddMonths { expr, months } => {
-            let mut vector = evaluate(expr, batch)?;
-            if let Data::I32(days) = &mut vector.data {
-                days.iter_mut().for_each(|d| *d = add_months(*d, *months));
-            }
-            Ok(vector)
-        }
     }
 }
 
@@ -514,6 +498,33 @@ fn binary(op: BinaryOp, left: &Vector, right: &Vector, data_type: DataType) -> R
         (Data::Bool(a), Data::Bool(b)) if op.is_comparison() => Data::Bool(compare(op, a, b)),
         (Data::Text(..), Data::Text(..)) if op.is_comparison() => Data::Bool(compare_text(op, left, right)),
         (Data::Numeric(a), Data::Numeric(b)) if op.is_comparison() => Data::Bool(compare(op, a, b)),
+        (Data::Interval(a), Data::Interval(b)) if op.is_comparison() => {
+            let spans = |v: &[Interval]| v.iter().map(|i| i.span_micros()).collect::<Vec<_>>();
+            Data::Bool(compare(op, &spans(a), &spans(b)))
+        }
+        (Data::I64(a), Data::Interval(b)) => Data::I64(pairwise(a, b, &validity, |t, i| {
+            datetime::add_interval(t, if op == BinaryOp::Sub { i.negated() } else { i })
+        })?),
+        (Data::I64(a), Data::I64(b)) if data_type == DataType::Interval => {
+            Data::Interval(pairwise(a, b, &validity, datetime::difference)?)
+        }
+        (Data::Interval(a), Data::Interval(b)) => {
+            Data::Interval(pairwise(a, b, &validity, |x, y| x.plus(if op == BinaryOp::Sub { y.negated() } else { y }))?)
+        }
+        (Data::Interval(a), Data::F64(b)) => {
+            Data::Interval(pairwise(
+                a,
+                b,
+                &validity,
+                |i, f| {
+                    if op == BinaryOp::Div {
+                        i.divided(f)
+                    } else {
+                        i.scaled(f)
+                    }
+                },
+            )?)
+        }
         (Data::I32(a), Data::I32(b)) if data_type == DataType::Date => Data::I32(date_arithmetic(op, a, b, &validity)?),
         (Data::I32(a), Data::I32(b)) => Data::I32(narrow(arith_i32(op, a, b, &validity)?, data_type, &validity)?),
         (Data::I64(a), Data::I64(b)) => Data::I64(arith_i64(op, a, b, &validity)?),
@@ -529,6 +540,17 @@ fn binary(op: BinaryOp, left: &Vector, right: &Vector, data_type: DataType) -> R
         }
     };
     Ok(Vector { data_type, data, validity })
+}
+
+/// `f` over pairs of valid rows; a row NULL on either side gets `T::default()`.
+fn pairwise<A: Copy, B: Copy, T: Default>(
+    a: &[A],
+    b: &[B],
+    validity: &Option<Vec<bool>>,
+    f: impl Fn(A, B) -> Result<T>,
+) -> Result<Vec<T>> {
+    let valid = |row: usize| validity.as_ref().is_none_or(|v| v[row]);
+    a.iter().zip(b).enumerate().map(|(row, (&x, &y))| if valid(row) { f(x, y) } else { Ok(T::default()) }).collect()
 }
 
 fn compare<T: PartialOrd + Copy>(op: BinaryOp, a: &[T], b: &[T]) -> Vec<bool> {
@@ -758,6 +780,7 @@ fn negate(mut vector: Vector) -> Result<Vector> {
         }
         Data::F64(v) => v.iter_mut().for_each(|x| *x = -*x),
         Data::Numeric(v) => v.iter_mut().for_each(|x| *x = x.negated()),
+        Data::Interval(v) => v.iter_mut().for_each(|x| *x = x.negated()),
         _ => return Err(EngineError::Type(format!("cannot negate {}", data_type.sql_name()))),
     }
     Ok(vector)
@@ -874,6 +897,9 @@ pub fn values_equal(a: &Value, b: &Value) -> bool {
             i128::from(*x) * i128::from(pow10(*sy)) == i128::from(*y) * i128::from(pow10(*sx))
         }
         (Value::Numeric(x), Value::Numeric(y)) => x.cmp(y).is_eq(),
+        (Value::Timestamp(_), Value::Timestamp(_))
+        | (Value::TimestampTz(_), Value::TimestampTz(_))
+        | (Value::Interval(_), Value::Interval(_)) => compare_values(a, b).is_eq(),
         _ => match (a.as_f64(), b.as_f64()) {
             (Some(x), Some(y)) => x == y,
             _ => false,
@@ -895,22 +921,38 @@ fn text_predicate(vector: &Vector, predicate: impl Fn(&str) -> bool) -> Result<V
     Ok(Vector { data_type: DataType::Bool, data: Data::Bool(values), validity: vector.validity.clone() })
 }
 
-fn extract(field: DateField, vector: Vector) -> Result<Vector> {
-    let Data::I32(days) = &vector.data else {
-        return Err(EngineError::Type("EXTRACT needs a date".into()));
+fn extract(field: DatePart, vector: Vector) -> Result<Vector> {
+    let of_date = vector.data_type == DataType::Date;
+    let data_type = DataType::Decimal { precision: 18, scale: field.scale(of_date) };
+    let valid = |row: usize| vector.is_valid(row);
+    let values = match &vector.data {
+        Data::I32(days) => extract_days(field, days, valid)?,
+        Data::I64(micros) => convert_valid(micros, valid, |m| datetime::extract(field, m, false))?,
+        Data::Interval(intervals) => convert_valid(intervals, valid, |i| datetime::extract_interval(field, i))?,
+        _ => return Err(EngineError::Type("EXTRACT needs a date, timestamp or interval".into())),
     };
-    let values = days
-        .iter()
-        .map(|&d| {
-            let (year, month, day) = civil_from_days(d);
-            match field {
-                DateField::Year => year,
-                DateField::Month => month as i32,
-                DateField::Day => day as i32,
-            }
-        })
-        .collect();
-    Ok(Vector { data_type: DataType::Int32, data: Data::I32(values), validity: vector.validity })
+    Ok(Vector { data_type, data: Data::I64(values), validity: vector.validity })
+}
+
+/// EXTRACT from dates; year, month and day without going through a timestamp (TPC-H's
+/// `extract(year from o_orderdate)` runs over every order).
+fn extract_days(field: DatePart, days: &[i32], valid: impl Fn(usize) -> bool) -> Result<Vec<i64>> {
+    let civil = |d: i32, pick: fn((i32, u32, u32)) -> i64| Ok(pick(civil_from_days(d)));
+    match field {
+        DatePart::Year => convert_valid(days, valid, |d| civil(d, |(y, _, _)| i64::from(y))),
+        DatePart::Month => convert_valid(days, valid, |d| civil(d, |(_, m, _)| i64::from(m))),
+        DatePart::Day => convert_valid(days, valid, |d| civil(d, |(_, _, day)| i64::from(day))),
+        _ => convert_valid(days, valid, |d| datetime::extract(field, datetime::timestamp_of_date(d), true)),
+    }
+}
+
+/// `f` over the valid rows; NULL rows get 0 and are never passed to `f`.
+fn convert_valid<T: Copy, U: Copy + Default>(
+    values: &[T],
+    valid: impl Fn(usize) -> bool,
+    f: impl Fn(T) -> Result<U>,
+) -> Result<Vec<U>> {
+    values.iter().enumerate().map(|(row, &x)| if valid(row) { f(x) } else { Ok(U::default()) }).collect()
 }
 
 /// SQL `SUBSTRING(s FROM start FOR length)`, 1-based, in characters.

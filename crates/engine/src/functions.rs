@@ -4,6 +4,7 @@
 //! functions that sit in projections and filters (the hot arithmetic stays in `expr`).
 
 use crate::bind::{cast_expr, fold, is_untyped, unify};
+use crate::datetime::DatePart;
 use crate::error::{EngineError, Result};
 use crate::expr::Expr;
 use crate::types::{compare_values, DataType, Value};
@@ -29,6 +30,8 @@ pub enum ScalarFunction {
     /// `abs(x)`: its argument evaluated once (binding it as a CASE copied the argument three
     /// times, so nested calls grew as 3^depth).
     Abs,
+    /// `date_trunc(unit, timestamp)`; a date is truncated as a `timestamp with time zone`.
+    DateTrunc(DatePart),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,6 +84,7 @@ impl ScalarFunction {
             F::Floor => "floor",
             F::Ceil => "ceil",
             F::Abs => "abs",
+            F::DateTrunc(_) => "date_trunc",
         }
     }
 }
@@ -106,9 +110,33 @@ pub fn call(function: ScalarFunction, args: Vec<Expr>) -> Result<Expr> {
         F::Abs if args.len() == 1 && is_untyped(&args[0]) => {
             (args.into_iter().map(|a| cast_expr(a, DataType::Float64)).collect::<Result<_>>()?, DataType::Float64)
         }
+        F::DateTrunc(part) if args.len() == 1 => date_trunc_operand(part, args)?,
         _ => return Err(no_signature(function, &args)),
     };
     fold(Expr::Function { function, args, data_type })
+}
+
+/// date_trunc's operand: a timestamp of either kind, or a date read as a `timestamp with
+/// time zone` (PostgreSQL's choice for a date); units that are not spans are refused.
+fn date_trunc_operand(part: DatePart, mut args: Vec<Expr>) -> Result<(Vec<Expr>, DataType)> {
+    let value = args.remove(0);
+    let value = match value.data_type() {
+        DataType::Timestamp | DataType::TimestampTz => value,
+        DataType::Date => {
+            crate::datetime::check_time_zone()?;
+            cast_expr(value, DataType::TimestampTz)?
+        }
+        _ => return Err(no_signature(ScalarFunction::DateTrunc(part), &[value])),
+    };
+    let data_type = value.data_type();
+    if crate::datetime::truncate(part, 0).is_err() {
+        return Err(EngineError::InvalidParameterValue(format!(
+            "unit \"{}\" not recognized for type {}",
+            part.name(),
+            data_type.sql_name()
+        )));
+    }
+    Ok((vec![value], data_type))
 }
 
 fn no_signature(function: ScalarFunction, args: &[Expr]) -> EngineError {
@@ -202,6 +230,11 @@ fn apply(function: ScalarFunction, args: &[Value], data_type: DataType) -> Resul
         F::Trim(side) => Ok(Value::Text(trim(text(&args[0]), args.get(1).map_or(" ", text), side))),
         F::Round | F::Trunc | F::Floor | F::Ceil => round(function, args),
         F::Abs => abs(&args[0], data_type),
+        F::DateTrunc(part) => match args[0] {
+            Value::Timestamp(t) => Ok(Value::Timestamp(crate::datetime::truncate(part, t)?)),
+            Value::TimestampTz(t) => Ok(Value::TimestampTz(crate::datetime::truncate(part, t)?)),
+            ref other => Err(EngineError::Runtime(format!("date_trunc of {other:?}"))),
+        },
     }
 }
 

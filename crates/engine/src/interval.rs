@@ -12,7 +12,7 @@ use crate::types::add_months;
 pub const MICROS_PER_DAY: i64 = 86_400_000_000;
 const MICROS_PER_SECOND: f64 = 1_000_000.0;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct Interval {
     pub months: i32,
     pub days: i32,
@@ -45,6 +45,8 @@ fn unit(word: &str) -> Option<Unit> {
 }
 
 impl Interval {
+    pub const ZERO: Interval = Interval { months: 0, days: 0, micros: 0 };
+
     /// PostgreSQL's verbose input: `1 year 2 mons`, `-2 years`, `70 min`, `@ 1 day ago`,
     /// `1 day 04:05:06.5`, a bare number of seconds. Fractional years, months, weeks or days
     /// (which PostgreSQL spreads into smaller fields) are refused, not approximated.
@@ -87,7 +89,7 @@ impl Interval {
     }
 
     /// The span with 30-day months, as PostgreSQL orders intervals.
-    fn span_micros(self) -> i128 {
+    pub fn span_micros(self) -> i128 {
         (i128::from(self.months) * 30 + i128::from(self.days)) * i128::from(MICROS_PER_DAY) + i128::from(self.micros)
     }
 
@@ -101,6 +103,58 @@ impl Interval {
     pub fn added_to_date(self, days: i32) -> i128 {
         let shifted = i128::from(add_months(days, self.months)) + i128::from(self.days);
         shifted * i128::from(MICROS_PER_DAY) + i128::from(self.micros)
+    }
+}
+
+impl Interval {
+    /// `interval + interval`, field by field (22008 when a field overflows).
+    pub fn plus(self, other: Interval) -> Result<Interval> {
+        let overflow = || EngineError::DatetimeOutOfRange("interval out of range".into());
+        Ok(Interval {
+            months: self.months.checked_add(other.months).ok_or_else(overflow)?,
+            days: self.days.checked_add(other.days).ok_or_else(overflow)?,
+            micros: self.micros.checked_add(other.micros).ok_or_else(overflow)?,
+        })
+    }
+
+    /// `interval * factor` as PostgreSQL's interval_mul: fractional months spill into days
+    /// (30 to a month) and fractional days into time (24 hours to a day).
+    pub fn scaled(self, factor: f64) -> Result<Interval> {
+        if !factor.is_finite() {
+            return Err(EngineError::DatetimeOutOfRange("interval out of range".into()));
+        }
+        self.spread(|x| x * factor)
+    }
+
+    /// `interval / divisor` (22012 for zero), dividing each field as PostgreSQL's interval_div.
+    pub fn divided(self, divisor: f64) -> Result<Interval> {
+        if divisor == 0.0 {
+            return Err(EngineError::DivisionByZero);
+        }
+        self.spread(|x| x / divisor)
+    }
+
+    /// Applies `op` to each field, spilling fractions into the next smaller field.
+    fn spread(self, op: impl Fn(f64) -> f64) -> Result<Interval> {
+        const SECONDS_PER_DAY: f64 = 86_400.0;
+        let round_micro = |x: f64| (x * 1e6).round_ties_even() / 1e6;
+        let months_exact = op(f64::from(self.months));
+        let days_exact = op(f64::from(self.days));
+        let (months, mut days) = (months_exact.trunc(), days_exact.trunc());
+        let month_remainder_days = round_micro((months_exact - months) * 30.0);
+        let mut seconds_left = round_micro((days_exact - days + month_remainder_days.fract()) * SECONDS_PER_DAY);
+        if seconds_left.abs() >= SECONDS_PER_DAY {
+            let whole_days = (seconds_left / SECONDS_PER_DAY).trunc();
+            days += whole_days;
+            seconds_left -= whole_days * SECONDS_PER_DAY;
+        }
+        days += month_remainder_days.trunc();
+        let micros = (op(self.micros as f64) + seconds_left * 1e6).round_ties_even();
+        let fits = |x: f64, max: f64| x.abs() <= max;
+        if !fits(months, f64::from(i32::MAX)) || !fits(days, f64::from(i32::MAX)) || !fits(micros, 9.2e18) {
+            return Err(EngineError::DatetimeOutOfRange("interval out of range".into()));
+        }
+        Ok(Interval { months: months as i32, days: days as i32, micros: micros as i64 })
     }
 }
 

@@ -35,6 +35,7 @@ pub mod catalog;
 pub mod compiled;
 pub mod control;
 pub mod copy;
+pub mod datetime;
 pub mod ddl;
 pub mod decorrelate;
 pub mod depth;

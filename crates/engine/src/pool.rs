@@ -287,6 +287,8 @@ impl Pod for i64 {}
 impl Pod for f64 {}
 // An i128 and a scale: all-zero bytes are the numeric 0.
 impl Pod for crate::numeric::Numeric {}
+// Three integers: all-zero bytes are the zero interval.
+impl Pod for crate::interval::Interval {}
 
 enum Origin {
     Pool(Arc<ChunkPool>, usize),

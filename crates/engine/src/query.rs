@@ -877,6 +877,9 @@ fn figure_name(mut expr: &ast::Expr) -> Option<String> {
             }
             ast::Expr::Case { .. } => Some("case".into()),
             ast::Expr::Extract { .. } => Some("extract".into()),
+            // `timestamp '…'` is a cast of a string: named by its type, as `'…'::timestamp`.
+            ast::Expr::TypedString(typed) => cast_type_name(&typed.data_type),
+            ast::Expr::Interval(_) => Some("interval".into()),
             ast::Expr::Substring { .. } => Some("substring".into()),
             ast::Expr::Exists { .. } => Some("exists".into()),
             _ => None,
@@ -897,6 +900,9 @@ fn cast_type_name(data_type: &ast::DataType) -> Option<String> {
         T::Real | T::Float4 => "float4",
         T::Float(_) => "float8",
         T::Date => "date",
+        T::Timestamp(_, ast::TimezoneInfo::WithTimeZone | ast::TimezoneInfo::Tz) => "timestamptz",
+        T::Timestamp(..) => "timestamp",
+        T::Interval { .. } => "interval",
         T::Text => "text",
         T::Varchar(_) | T::CharacterVarying(_) => "varchar",
         T::Char(_) | T::Character(_) => "bpchar",

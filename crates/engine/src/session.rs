@@ -216,8 +216,15 @@ impl Session {
         let _ = self.commit_open(engine);
     }
 
+    /// What binding reads from the session besides the catalog: its TimeZone, which decides
+    /// whether `timestamp with time zone` may be used (`datetime::check_time_zone`).
+    fn enter_statement(&self) {
+        crate::datetime::set_session_time_zone(&self.settings.time_zone);
+    }
+
     /// Runs one statement, streaming its rows (if any) to `sink`.
     pub fn execute(&mut self, engine: &Engine, statement: &ast::Statement, sink: &dyn ResultSink) -> Result<Outcome> {
+        self.enter_statement();
         if let Some(done) = self.transaction_control(engine, statement)? {
             return Ok(Outcome::Done(done));
         }
@@ -239,6 +246,7 @@ impl Session {
         if crate::pg_catalog::handles(query) {
             return Ok(None);
         }
+        self.enter_statement();
         if matches!(self.state, State::Failed(_)) {
             return Err(EngineError::InFailedTransaction);
         }
@@ -632,6 +640,7 @@ impl Session {
     ) -> Result<Option<(Description, Vec<Option<crate::stream::ColumnOrigin>>)>> {
         if let ast::Statement::Query(query) = statement {
             if !crate::pg_catalog::handles(query) {
+                self.enter_statement();
                 let bound = engine.bind(&self.catalog(engine), query)?;
                 let types = bound.plan.output_types();
                 let origins = crate::stream::column_origins(&bound.plan);
@@ -809,6 +818,7 @@ impl Session {
 
     /// Feeds COPY FROM STDIN data.
     pub fn copy_in_data(&mut self, engine: &Engine, copy: &mut Box<crate::copy::CopyIn>, data: &[u8]) -> Result<()> {
+        self.enter_statement();
         let outcome = copy.data(data);
         if outcome.is_err() {
             self.fail(engine);

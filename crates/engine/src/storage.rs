@@ -16,6 +16,7 @@
 use std::sync::{Arc, OnceLock};
 
 use crate::error::{EngineError, Result};
+use crate::interval::Interval;
 use crate::numeric::Numeric;
 use crate::pool::{ChunkPool, PoolBuffer};
 use crate::types::{DataType, Value};
@@ -135,13 +136,14 @@ pub enum ChunkData {
     Bool(PoolBuffer<u8>),
     /// Int32 and Date.
     I32(PoolBuffer<i32>),
-    /// Int64 and Decimal.
+    /// Int64, Decimal, Timestamp and TimestampTz.
     I64(PoolBuffer<i64>),
     F64(PoolBuffer<f64>),
     /// Dictionary codes of a text column.
     Text(PoolBuffer<u32>),
     /// Unconstrained numeric values, each with its own scale.
     Numeric(PoolBuffer<Numeric>),
+    Interval(PoolBuffer<Interval>),
 }
 
 /// One column chunk: values plus an optional validity mask (1 = not null).
@@ -217,6 +219,7 @@ impl ChunkData {
             ChunkData::F64(_) => ChunkData::F64(pool.buffer(rows)?),
             ChunkData::Text(_) => ChunkData::Text(pool.buffer(rows)?),
             ChunkData::Numeric(_) => ChunkData::Numeric(pool.buffer(rows)?),
+            ChunkData::Interval(_) => ChunkData::Interval(pool.buffer(rows)?),
         })
     }
 
@@ -237,6 +240,7 @@ impl ChunkData {
             ChunkData::F64(v) => ChunkData::F64(copy(pool, v, capacity)?),
             ChunkData::Text(v) => ChunkData::Text(copy(pool, v, capacity)?),
             ChunkData::Numeric(v) => ChunkData::Numeric(copy(pool, v, capacity)?),
+            ChunkData::Interval(v) => ChunkData::Interval(copy(pool, v, capacity)?),
         })
     }
 }
@@ -365,7 +369,10 @@ pub(crate) fn unique_key(row: &[Value], columns: &[usize]) -> Option<Box<[u8]>> 
             Value::Null => return None,
             Value::Bool(v) => key.push(u8::from(*v)),
             Value::Int32(v) | Value::Date(v) => key.extend_from_slice(&i64::from(*v).to_le_bytes()),
-            Value::Int64(v) | Value::Decimal { value: v, .. } => key.extend_from_slice(&v.to_le_bytes()),
+            Value::Int64(v) | Value::Decimal { value: v, .. } | Value::Timestamp(v) | Value::TimestampTz(v) => {
+                key.extend_from_slice(&v.to_le_bytes())
+            }
+            Value::Interval(interval) => key.extend_from_slice(&interval.span_micros().to_le_bytes()),
             Value::Float32(v) => push_float_key(&mut key, f64::from(*v)),
             Value::Float64(v) => push_float_key(&mut key, *v),
             Value::Text(text) => {
@@ -447,6 +454,7 @@ impl Table {
                 ChunkData::Text(v) => seen.extend(v.iter().map(|&x| u64::from(x))),
                 // Equal numerics (1.5, 1.50) count once: their normalized forms hash alike.
                 ChunkData::Numeric(v) => seen.extend(v.iter().map(|x| numeric_hasher.hash_one(x.normalized()))),
+                ChunkData::Interval(v) => seen.extend(v.iter().map(|x| numeric_hasher.hash_one(x.span_micros()))),
             }
         }
         seen.len().max(1)
@@ -468,9 +476,12 @@ impl Table {
             (ChunkData::I32(v), DataType::Date) => Value::Date(v[row]),
             (ChunkData::I32(v), _) => Value::Int32(v[row]),
             (ChunkData::I64(v), DataType::Decimal { scale, .. }) => Value::Decimal { value: v[row], scale },
+            (ChunkData::I64(v), DataType::Timestamp) => Value::Timestamp(v[row]),
+            (ChunkData::I64(v), DataType::TimestampTz) => Value::TimestampTz(v[row]),
             (ChunkData::I64(v), _) => Value::Int64(v[row]),
             (ChunkData::F64(v), _) => Value::Float64(v[row]),
             (ChunkData::Numeric(v), _) => Value::Numeric(v[row]),
+            (ChunkData::Interval(v), _) => Value::Interval(v[row]),
             (ChunkData::Text(v), _) => {
                 let dictionary = self.dictionaries[column].as_ref().expect("text columns have a dictionary");
                 Value::Text(dictionary.get(v[row]).to_string())
@@ -500,6 +511,7 @@ impl ChunkData {
             ChunkData::F64(v) => v.capacity(),
             ChunkData::Text(v) => v.capacity(),
             ChunkData::Numeric(v) => v.capacity(),
+            ChunkData::Interval(v) => v.capacity(),
         }
     }
 
@@ -511,6 +523,7 @@ impl ChunkData {
             ChunkData::F64(v) => v.capacity() * 8,
             ChunkData::Text(v) => v.capacity() * 4,
             ChunkData::Numeric(v) => v.capacity() * std::mem::size_of::<Numeric>(),
+            ChunkData::Interval(v) => v.capacity() * std::mem::size_of::<Interval>(),
         }
     }
 }
@@ -857,7 +870,10 @@ fn new_chunk_data(pool: &Arc<ChunkPool>, data_type: DataType, rows: usize) -> Re
     Ok(match data_type {
         DataType::Bool => ChunkData::Bool(pool.buffer(rows)?),
         DataType::Int16 | DataType::Int32 | DataType::Date => ChunkData::I32(pool.buffer(rows)?),
-        DataType::Int64 | DataType::Decimal { .. } => ChunkData::I64(pool.buffer(rows)?),
+        DataType::Int64 | DataType::Decimal { .. } | DataType::Timestamp | DataType::TimestampTz => {
+            ChunkData::I64(pool.buffer(rows)?)
+        }
+        DataType::Interval => ChunkData::Interval(pool.buffer(rows)?),
         DataType::Float64 | DataType::Float32 => ChunkData::F64(pool.buffer(rows)?),
         DataType::Text | DataType::Char(_) | DataType::Varchar(_) => ChunkData::Text(pool.buffer(rows)?),
         DataType::Numeric => ChunkData::Numeric(pool.buffer(rows)?),
@@ -873,9 +889,14 @@ fn push_value(data: &mut ChunkData, value: &Value, code: u32) -> Result<()> {
         (ChunkData::Text(b), Value::Null) => b.push(0),
         (ChunkData::Numeric(b), Value::Null) => b.push(Numeric::ZERO),
         (ChunkData::Numeric(b), Value::Numeric(v)) => b.push(*v),
+        (ChunkData::Interval(b), Value::Null) => b.push(Interval::ZERO),
+        (ChunkData::Interval(b), Value::Interval(v)) => b.push(*v),
         (ChunkData::Bool(b), Value::Bool(v)) => b.push(u8::from(*v)),
         (ChunkData::I32(b), Value::Int32(v) | Value::Date(v)) => b.push(*v),
-        (ChunkData::I64(b), Value::Int64(v) | Value::Decimal { value: v, .. }) => b.push(*v),
+        (
+            ChunkData::I64(b),
+            Value::Int64(v) | Value::Decimal { value: v, .. } | Value::Timestamp(v) | Value::TimestampTz(v),
+        ) => b.push(*v),
         (ChunkData::F64(b), Value::Float64(v)) => b.push(*v),
         (ChunkData::F64(b), Value::Float32(v)) => b.push(f64::from(*v)),
         (ChunkData::Text(b), Value::Text(_)) => b.push(code),

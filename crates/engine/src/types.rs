@@ -6,6 +6,7 @@
 use std::fmt;
 
 use crate::error::{EngineError, Result};
+use crate::interval::Interval;
 pub use crate::numeric::Numeric;
 
 /// The largest decimal precision a scaled `i64` holds exactly.
@@ -38,6 +39,12 @@ pub enum DataType {
     Varchar(u32),
     /// Unconstrained `numeric`: exact, each value with its own display scale (see `numeric`).
     Numeric,
+    /// Microseconds since 1970-01-01 00:00:00 (see `datetime`).
+    Timestamp,
+    /// `timestamp with time zone`: microseconds since 1970-01-01 00:00:00 UTC.
+    TimestampTz,
+    /// Months, days and microseconds (see `interval`).
+    Interval,
 }
 
 impl DataType {
@@ -55,6 +62,9 @@ impl DataType {
             DataType::Text => 25,
             DataType::Char(_) => 1042,
             DataType::Varchar(_) => 1043,
+            DataType::Timestamp => 1114,
+            DataType::TimestampTz => 1184,
+            DataType::Interval => 1186,
         }
     }
 
@@ -100,6 +110,9 @@ impl DataType {
             DataType::Char(length) => format!("character({length})"),
             DataType::Varchar(length) => format!("character varying({length})"),
             DataType::Numeric => "numeric".into(),
+            DataType::Timestamp => "timestamp without time zone".into(),
+            DataType::TimestampTz => "timestamp with time zone".into(),
+            DataType::Interval => "interval".into(),
         }
     }
 }
@@ -117,6 +130,9 @@ pub enum Value {
     Decimal { value: i64, scale: u8 },
     Text(String),
     Numeric(Numeric),
+    Timestamp(i64),
+    TimestampTz(i64),
+    Interval(Interval),
 }
 
 impl Value {
@@ -152,6 +168,9 @@ impl fmt::Display for Value {
             Value::Decimal { value, scale } => write!(f, "{}", format_decimal(*value, *scale)),
             Value::Text(s) => write!(f, "{s}"),
             Value::Numeric(n) => write!(f, "{n}"),
+            Value::Timestamp(micros) => write!(f, "{}", crate::datetime::format_timestamp(*micros, false)),
+            Value::TimestampTz(micros) => write!(f, "{}", crate::datetime::format_timestamp(*micros, true)),
+            Value::Interval(interval) => write!(f, "{}", crate::datetime::format_interval(*interval)),
         }
     }
 }
@@ -174,7 +193,9 @@ impl Value {
             Value::Null => ValueKey::Null,
             Value::Bool(b) => ValueKey::Bool(*b),
             Value::Int32(v) | Value::Date(v) => ValueKey::Int(i64::from(*v)),
-            Value::Int64(v) => ValueKey::Int(*v),
+            Value::Int64(v) | Value::Timestamp(v) | Value::TimestampTz(v) => ValueKey::Int(*v),
+            // Equal spans are equal intervals ('1 mon' = '30 days'), as PostgreSQL compares them.
+            Value::Interval(i) => ValueKey::Numeric(Numeric::new(i.span_micros(), 0)),
             Value::Float32(v) => Value::Float64(f64::from(*v)).key(),
             Value::Float64(v) if v.is_nan() => ValueKey::Float(f64::NAN.to_bits()),
             Value::Float64(v) => ValueKey::Float((v + 0.0).to_bits()),
@@ -192,7 +213,10 @@ pub fn compare_values(a: &Value, b: &Value) -> std::cmp::Ordering {
     match (a, b) {
         (Value::Bool(x), Value::Bool(y)) => x.cmp(y),
         (Value::Int32(x), Value::Int32(y)) | (Value::Date(x), Value::Date(y)) => x.cmp(y),
-        (Value::Int64(x), Value::Int64(y)) => x.cmp(y),
+        (Value::Int64(x), Value::Int64(y))
+        | (Value::Timestamp(x), Value::Timestamp(y))
+        | (Value::TimestampTz(x), Value::TimestampTz(y)) => x.cmp(y),
+        (Value::Interval(x), Value::Interval(y)) => x.span_micros().cmp(&y.span_micros()),
         (Value::Text(x), Value::Text(y)) => x.cmp(y),
         (Value::Numeric(x), Value::Numeric(y)) => x.cmp(y),
         (Value::Decimal { value: x, scale: sx }, Value::Decimal { value: y, scale: sy }) => {

@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use crate::interval::Interval;
 use crate::numeric::Numeric;
 use crate::storage::{ChunkData, ColumnChunk, Dictionary, Table};
 use crate::types::{DataType, Value};
@@ -15,13 +16,14 @@ pub enum Data {
     Bool(Vec<bool>),
     /// Int32 and Date.
     I32(Vec<i32>),
-    /// Int64 and Decimal.
+    /// Int64, Decimal, Timestamp and TimestampTz.
     I64(Vec<i64>),
     F64(Vec<f64>),
     /// Dictionary codes and the dictionary they index.
     Text(Vec<u32>, Arc<Dictionary>),
     /// Unconstrained numeric values, each with its own scale.
     Numeric(Vec<Numeric>),
+    Interval(Vec<Interval>),
 }
 
 /// One column of a batch: values, their type, and validity (`None` = all valid).
@@ -41,6 +43,7 @@ impl Vector {
             Data::F64(v) => v.len(),
             Data::Text(v, _) => v.len(),
             Data::Numeric(v) => v.len(),
+            Data::Interval(v) => v.len(),
         }
     }
 
@@ -62,11 +65,14 @@ impl Vector {
             (Data::I32(v), DataType::Date) => Value::Date(v[row]),
             (Data::I32(v), _) => Value::Int32(v[row]),
             (Data::I64(v), DataType::Decimal { scale, .. }) => Value::Decimal { value: v[row], scale },
+            (Data::I64(v), DataType::Timestamp) => Value::Timestamp(v[row]),
+            (Data::I64(v), DataType::TimestampTz) => Value::TimestampTz(v[row]),
             (Data::I64(v), _) => Value::Int64(v[row]),
             (Data::F64(v), DataType::Float32) => Value::Float32(v[row] as f32),
             (Data::F64(v), _) => Value::Float64(v[row]),
             (Data::Text(codes, dictionary), _) => Value::Text(dictionary.get(codes[row]).to_string()),
             (Data::Numeric(v), _) => Value::Numeric(v[row]),
+            (Data::Interval(v), _) => Value::Interval(v[row]),
         }
     }
 
@@ -88,10 +94,15 @@ impl Vector {
                 Data::I32(vec![*v; n])
             }
             (DataType::Int16 | DataType::Int32 | DataType::Date, _) => Data::I32(vec![0; n]),
-            (DataType::Int64 | DataType::Decimal { .. }, Value::Int64(v) | Value::Decimal { value: v, .. }) => {
-                Data::I64(vec![*v; n])
+            (
+                DataType::Int64 | DataType::Decimal { .. } | DataType::Timestamp | DataType::TimestampTz,
+                Value::Int64(v) | Value::Decimal { value: v, .. } | Value::Timestamp(v) | Value::TimestampTz(v),
+            ) => Data::I64(vec![*v; n]),
+            (DataType::Int64 | DataType::Decimal { .. } | DataType::Timestamp | DataType::TimestampTz, _) => {
+                Data::I64(vec![0; n])
             }
-            (DataType::Int64 | DataType::Decimal { .. }, _) => Data::I64(vec![0; n]),
+            (DataType::Interval, Value::Interval(v)) => Data::Interval(vec![*v; n]),
+            (DataType::Interval, _) => Data::Interval(vec![Interval::ZERO; n]),
             (DataType::Float64 | DataType::Float32, Value::Float64(v)) => Data::F64(vec![*v; n]),
             (DataType::Float64 | DataType::Float32, Value::Float32(v)) => Data::F64(vec![f64::from(*v); n]),
             (DataType::Float64 | DataType::Float32, _) => Data::F64(vec![0.0; n]),
@@ -122,8 +133,16 @@ impl Vector {
                 Value::Int32(x) | Value::Date(x) => Some(*x),
                 _ => None,
             })),
-            DataType::Int64 | DataType::Decimal { .. } => Data::I64(typed(values, 0, |v| match v {
-                Value::Int64(x) | Value::Decimal { value: x, .. } => Some(*x),
+            DataType::Int64 | DataType::Decimal { .. } | DataType::Timestamp | DataType::TimestampTz => {
+                Data::I64(typed(values, 0, |v| match v {
+                    Value::Int64(x) | Value::Decimal { value: x, .. } | Value::Timestamp(x) | Value::TimestampTz(x) => {
+                        Some(*x)
+                    }
+                    _ => None,
+                }))
+            }
+            DataType::Interval => Data::Interval(typed(values, Interval::ZERO, |v| match v {
+                Value::Interval(x) => Some(*x),
                 _ => None,
             })),
             DataType::Float64 | DataType::Float32 => Data::F64(typed(values, 0.0, |v| match v {
@@ -167,6 +186,7 @@ impl Vector {
             Data::F64(v) => Data::F64(pick(v, indexes)),
             Data::Text(v, dictionary) => Data::Text(pick(v, indexes), Arc::clone(dictionary)),
             Data::Numeric(v) => Data::Numeric(pick(v, indexes)),
+            Data::Interval(v) => Data::Interval(pick(v, indexes)),
         };
         let validity = self.validity.as_ref().map(|v| pick(v, indexes));
         Vector { data_type: self.data_type, data, validity }
@@ -200,6 +220,7 @@ impl Vector {
             (Data::I64(a), Data::I64(b)) => a.extend_from_slice(b),
             (Data::F64(a), Data::F64(b)) => a.extend_from_slice(b),
             (Data::Numeric(a), Data::Numeric(b)) => a.extend_from_slice(b),
+            (Data::Interval(a), Data::Interval(b)) => a.extend_from_slice(b),
             (Data::Text(a, da), Data::Text(b, db)) => {
                 if Arc::ptr_eq(da, db) || (a.is_empty() && before == 0) {
                     *da = Arc::clone(db);
@@ -273,6 +294,7 @@ pub fn scan_chunk(table: &Table, chunk: usize, columns: &[usize], start: usize, 
                 ChunkData::I64(v) => Data::I64(v[start..end].to_vec()),
                 ChunkData::F64(v) => Data::F64(v[start..end].to_vec()),
                 ChunkData::Numeric(v) => Data::Numeric(v[start..end].to_vec()),
+                ChunkData::Interval(v) => Data::Interval(v[start..end].to_vec()),
                 ChunkData::Text(v) => Data::Text(
                     v[start..end].to_vec(),
                     Arc::clone(table.dictionaries[column].as_ref().expect("text columns have a dictionary")),
@@ -304,6 +326,7 @@ pub fn gather_chunk(table: &Table, chunk: usize, columns: &[usize], start: usize
                 ChunkData::I64(v) => Data::I64(pick(v, start, selection, |x| x)),
                 ChunkData::F64(v) => Data::F64(pick(v, start, selection, |x| x)),
                 ChunkData::Numeric(v) => Data::Numeric(pick(v, start, selection, |x| x)),
+                ChunkData::Interval(v) => Data::Interval(pick(v, start, selection, |x| x)),
                 ChunkData::Text(v) => Data::Text(
                     pick(v, start, selection, |x| x),
                     Arc::clone(table.dictionaries[column].as_ref().expect("text columns have a dictionary")),

@@ -124,6 +124,9 @@ pub(crate) fn type_name(data_type: DataType) -> String {
         DataType::Decimal { precision, scale } => format!("decimal({precision},{scale})"),
         DataType::Text | DataType::Char(_) | DataType::Varchar(_) => "text".into(),
         DataType::Numeric => "numeric".into(),
+        DataType::Timestamp => "timestamp".into(),
+        DataType::TimestampTz => "timestamptz".into(),
+        DataType::Interval => "interval".into(),
     }
 }
 

@@ -382,6 +382,9 @@ fn better(candidate: &Value, current: &Value, is_min: bool) -> bool {
         (Value::Date(a), Value::Date(b)) => a.cmp(b),
         (Value::Bool(a), Value::Bool(b)) => a.cmp(b),
         (Value::Numeric(a), Value::Numeric(b)) => a.cmp(b),
+        (Value::Timestamp(_), Value::Timestamp(_))
+        | (Value::TimestampTz(_), Value::TimestampTz(_))
+        | (Value::Interval(_), Value::Interval(_)) => crate::types::compare_values(candidate, current),
         _ => candidate.as_f64().partial_cmp(&current.as_f64()).unwrap_or(std::cmp::Ordering::Equal),
     };
     if is_min {

@@ -10,6 +10,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
+use crate::interval::Interval;
 use crate::numeric::Numeric;
 use crate::storage::Dictionary;
 use crate::types::DataType;
@@ -42,21 +43,29 @@ pub struct KeyEncoder {
     interners: Vec<Option<Mutex<Dictionary>>>,
     /// Numeric keys: one code per numeric value (1.5 and 1.50 share one), and the first value
     /// seen with each code, which decoding gives back (PostgreSQL keeps a group's first value).
-    numerics: Vec<Option<Mutex<NumericCodes>>>,
+    numerics: Vec<Option<Mutex<FirstSeenCodes<Numeric, Numeric>>>>,
+    /// Interval keys, likewise: equal spans ('1 mon', '30 days') share a code.
+    intervals: Vec<Option<Mutex<FirstSeenCodes<Interval, i128>>>>,
 }
 
-#[derive(Default)]
-struct NumericCodes {
-    codes: HashMap<Numeric, u32>,
-    first: Vec<Numeric>,
+/// One code per equal value (its normalized form `K`) and the first value seen with each.
+struct FirstSeenCodes<T, K> {
+    codes: HashMap<K, u32>,
+    first: Vec<T>,
 }
 
-impl NumericCodes {
-    fn code(&mut self, value: Numeric) -> u32 {
+impl<T, K> Default for FirstSeenCodes<T, K> {
+    fn default() -> Self {
+        FirstSeenCodes { codes: HashMap::new(), first: Vec::new() }
+    }
+}
+
+impl<T: Copy, K: Eq + std::hash::Hash> FirstSeenCodes<T, K> {
+    fn code(&mut self, value: T, normalized: K) -> u32 {
         let first = &mut self.first;
-        *self.codes.entry(value.normalized()).or_insert_with(|| {
+        *self.codes.entry(normalized).or_insert_with(|| {
             first.push(value);
-            u32::try_from(first.len() - 1).expect("fewer than 2^32 distinct numeric keys")
+            u32::try_from(first.len() - 1).expect("fewer than 2^32 distinct keys")
         })
     }
 }
@@ -78,7 +87,8 @@ impl KeyEncoder {
         let interners = types.iter().map(|t| t.is_text().then(|| Mutex::new(Dictionary::new()))).collect();
         let adopted = types.iter().map(|_| OnceLock::new()).collect();
         let numerics = types.iter().map(|t| (*t == DataType::Numeric).then(Mutex::default)).collect();
-        KeyEncoder { types, adopted, interners, numerics }
+        let intervals = types.iter().map(|t| (*t == DataType::Interval).then(Mutex::default)).collect();
+        KeyEncoder { types, adopted, interners, numerics, intervals }
     }
 
     /// Appends `keys.len()` words per row (plus a null bitmap word when `null_word`) to `out`;
@@ -111,7 +121,15 @@ impl KeyEncoder {
                         .expect("numeric keys have codes")
                         .lock()
                         .unwrap_or_else(|p| p.into_inner());
-                    v.iter().enumerate().for_each(|(r, &x)| out[slot(r)] = u64::from(codes.code(x)));
+                    v.iter().enumerate().for_each(|(r, &x)| out[slot(r)] = u64::from(codes.code(x, x.normalized())));
+                }
+                Data::Interval(v) => {
+                    let mut codes = self.intervals[k]
+                        .as_ref()
+                        .expect("interval keys have codes")
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner());
+                    v.iter().enumerate().for_each(|(r, &x)| out[slot(r)] = u64::from(codes.code(x, x.span_micros())));
                 }
                 Data::Text(codes, dictionary) => {
                     let adopted = self.adopted[k].get_or_init(|| Arc::clone(dictionary));
@@ -199,7 +217,9 @@ impl KeyEncoder {
         let data = match data_type {
             DataType::Bool => Data::Bool(column.map(|w| w != 0).collect()),
             DataType::Int16 | DataType::Int32 | DataType::Date => Data::I32(column.map(|w| w as i64 as i32).collect()),
-            DataType::Int64 | DataType::Decimal { .. } => Data::I64(column.map(|w| w as i64).collect()),
+            DataType::Int64 | DataType::Decimal { .. } | DataType::Timestamp | DataType::TimestampTz => {
+                Data::I64(column.map(|w| w as i64).collect())
+            }
             DataType::Float64 | DataType::Float32 => Data::F64(column.map(f64::from_bits).collect()),
             DataType::Text | DataType::Char(_) | DataType::Varchar(_) => {
                 Data::Text(column.map(|w| w as u32).collect(), self.output_dictionary(key))
@@ -211,6 +231,14 @@ impl KeyEncoder {
                     .lock()
                     .unwrap_or_else(|p| p.into_inner());
                 Data::Numeric(column.map(|w| codes.first.get(w as usize).copied().unwrap_or(Numeric::ZERO)).collect())
+            }
+            DataType::Interval => {
+                let codes = self.intervals[key]
+                    .as_ref()
+                    .expect("interval keys have codes")
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner());
+                Data::Interval(column.map(|w| codes.first.get(w as usize).copied().unwrap_or(Interval::ZERO)).collect())
             }
         };
         let validity =

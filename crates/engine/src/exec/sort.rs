@@ -33,6 +33,10 @@ fn normalize(vector: &Vector, key: &SortKey) -> Key {
         Data::I64(v) => Normalized::Int(v.clone()),
         Data::F64(v) => Normalized::Float(v.clone()),
         Data::Numeric(v) => Normalized::Numeric(v.clone()),
+        // Intervals order by their span, as PostgreSQL (30-day months, 24-hour days).
+        Data::Interval(v) => {
+            Normalized::Numeric(v.iter().map(|i| crate::numeric::Numeric::new(i.span_micros(), 0)).collect())
+        }
         Data::Text(codes, dictionary) => {
             // Rank each dictionary entry once; codes then compare as ranks.
             let mut order: Vec<u32> = (0..dictionary.len() as u32).collect();

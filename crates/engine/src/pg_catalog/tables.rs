@@ -183,7 +183,8 @@ fn column_length(data_type: DataType) -> i64 {
         DataType::Bool => 1,
         DataType::Int16 => 2,
         DataType::Int32 | DataType::Date | DataType::Float32 => 4,
-        DataType::Int64 | DataType::Float64 => 8,
+        DataType::Int64 | DataType::Float64 | DataType::Timestamp | DataType::TimestampTz => 8,
+        DataType::Interval => 16,
         _ => -1,
     }
 }

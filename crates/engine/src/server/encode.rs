@@ -6,8 +6,10 @@ use std::io::Write;
 
 use bypass_wire::write::{message, put_cstr, put_i16, put_i32};
 
+use crate::datetime::{format_interval, format_timestamp, TIMESTAMP_INFINITY, TIMESTAMP_MINUS_INFINITY};
 use crate::engine::ColumnType;
 use crate::error::EngineError;
+use crate::interval::MICROS_PER_DAY;
 use crate::pg_catalog::{Datum, PgType};
 use crate::stream::ColumnOrigin;
 use crate::types::{format_date, format_decimal, format_float, format_float32, pad_char, DataType};
@@ -55,7 +57,8 @@ fn type_size(data_type: DataType) -> i16 {
         DataType::Bool => 1,
         DataType::Int16 => 2,
         DataType::Int32 | DataType::Date | DataType::Float32 => 4,
-        DataType::Int64 | DataType::Float64 => 8,
+        DataType::Int64 | DataType::Float64 | DataType::Timestamp | DataType::TimestampTz => 8,
+        DataType::Interval => 16,
         DataType::Decimal { .. } | DataType::Numeric | DataType::Text | DataType::Char(_) | DataType::Varchar(_) => -1,
     }
 }
@@ -254,6 +257,8 @@ fn text_cell(out: &mut Vec<u8>, vector: &Vector, row: usize) {
         (Data::I32(v), DataType::Date) => out.write_all(format_date(v[row]).as_bytes()),
         (Data::I32(v), _) => write!(out, "{}", v[row]),
         (Data::I64(v), DataType::Decimal { scale, .. }) => out.write_all(format_decimal(v[row], scale).as_bytes()),
+        (Data::I64(v), DataType::Timestamp) => out.write_all(format_timestamp(v[row], false).as_bytes()),
+        (Data::I64(v), DataType::TimestampTz) => out.write_all(format_timestamp(v[row], true).as_bytes()),
         (Data::I64(v), _) => write!(out, "{}", v[row]),
         (Data::F64(v), DataType::Float32) => out.write_all(format_float32(v[row] as f32).as_bytes()),
         (Data::F64(v), _) => out.write_all(format_float(v[row]).as_bytes()),
@@ -262,6 +267,7 @@ fn text_cell(out: &mut Vec<u8>, vector: &Vector, row: usize) {
         }
         (Data::Text(codes, dictionary), _) => out.write_all(dictionary.get(codes[row]).as_bytes()),
         (Data::Numeric(v), _) => write!(out, "{}", v[row]),
+        (Data::Interval(v), _) => out.write_all(format_interval(v[row]).as_bytes()),
     };
 }
 
@@ -273,6 +279,9 @@ fn binary_cell(out: &mut Vec<u8>, vector: &Vector, row: usize) {
         (Data::I32(v), DataType::Int16) => out.extend_from_slice(&(v[row] as i16).to_be_bytes()),
         (Data::I32(v), _) => out.extend_from_slice(&v[row].to_be_bytes()),
         (Data::I64(v), DataType::Decimal { scale, .. }) => encode_numeric(i128::from(v[row]), scale, out),
+        (Data::I64(v), DataType::Timestamp | DataType::TimestampTz) => {
+            out.extend_from_slice(&postgres_timestamp(v[row]).to_be_bytes())
+        }
         (Data::I64(v), _) => out.extend_from_slice(&v[row].to_be_bytes()),
         (Data::F64(v), DataType::Float32) => out.extend_from_slice(&(v[row] as f32).to_bits().to_be_bytes()),
         (Data::F64(v), _) => out.extend_from_slice(&v[row].to_bits().to_be_bytes()),
@@ -282,6 +291,20 @@ fn binary_cell(out: &mut Vec<u8>, vector: &Vector, row: usize) {
         (Data::Text(codes, dictionary), _) => out.extend_from_slice(dictionary.get(codes[row]).as_bytes()),
         (Data::Numeric(v), _) if v[row].is_special() => encode_special_numeric(v[row], out),
         (Data::Numeric(v), _) => encode_numeric(v[row].mantissa, v[row].scale, out),
+        (Data::Interval(v), _) => {
+            out.extend_from_slice(&v[row].micros.to_be_bytes());
+            out.extend_from_slice(&v[row].days.to_be_bytes());
+            out.extend_from_slice(&v[row].months.to_be_bytes());
+        }
+    }
+}
+
+/// A timestamp in PostgreSQL's binary form: microseconds since 2000-01-01 (the infinities
+/// are the same extreme words).
+fn postgres_timestamp(micros: i64) -> i64 {
+    match micros {
+        TIMESTAMP_INFINITY | TIMESTAMP_MINUS_INFINITY => micros,
+        _ => micros - i64::from(POSTGRES_EPOCH_DAYS) * MICROS_PER_DAY,
     }
 }
 
