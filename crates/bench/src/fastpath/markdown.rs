@@ -359,7 +359,7 @@ mod tests {
         );
         assert!(
             text.contains(
-                "| request bytes carried in the kernel, ycsb-b at 10000 clients | ≥ 0.9 | 0.500 | **MISS** |"
+                "| request bytes carried in the kernel, ycsb-b at 10000 clients, Bypass kernel | ≥ 0.9 | 0.500 | **MISS** |"
             ),
             "{text}"
         );

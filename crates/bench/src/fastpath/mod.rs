@@ -161,14 +161,18 @@ fn setup(args: &FastpathBenchArgs) -> Setup {
 }
 
 /// The tables' rows and columns, and the ratios: Bypass kernel over each PgBouncer shape
-/// and over Bypass in user space.
+/// and over Bypass in user space, and the same for the kernel path with queueing when it runs.
 fn matrix(args: &FastpathBenchArgs) -> Matrix {
     let peers = [Contender::Pgbouncer, Contender::Pgbouncer2, Contender::Bypass];
+    let mut ratio_pairs: Vec<(Contender, Contender)> = peers.map(|peer| (Contender::BypassKernel, peer)).to_vec();
+    if args.contenders.contains(&Contender::BypassKernelQueue) {
+        ratio_pairs.extend(peers.map(|peer| (Contender::BypassKernelQueue, peer)));
+    }
     Matrix {
         workloads: args.workloads.clone(),
         clients: args.clients.clone(),
         contenders: args.contenders.clone(),
-        ratio_pairs: peers.map(|peer| (Contender::BypassKernel, peer)).to_vec(),
+        ratio_pairs,
     }
 }
 

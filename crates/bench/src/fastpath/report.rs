@@ -271,23 +271,35 @@ fn added_mean_us(added: &[AddedLatency], clients: u32, contender: Contender) -> 
 }
 
 /// Issue 24's targets for the cells of this run's matrix (workloads × client counts it ran);
-/// the added-latency line is always there.
+/// the added-latency line is always there. The kernel path with queueing behind busy servers
+/// (`bypass-kernel-queue`), when the run has it, is judged by the same throughput, byte-share
+/// and CPU targets after the plain kernel path's.
 fn done_when_kernel(base: &Results, added: &[AddedLatency]) -> Vec<Target> {
+    let mut targets = kernel_targets(base, Some(added), Contender::BypassKernel);
+    if base.contenders.contains(&Contender::BypassKernelQueue) {
+        targets.extend(kernel_targets(base, None, Contender::BypassKernelQueue));
+    }
+    targets
+}
+
+/// The targets of one kernel contender; `added` adds the 1-client latency line.
+fn kernel_targets(base: &Results, added: Option<&[AddedLatency]>, kernel: Contender) -> Vec<Target> {
+    let name = kernel.label();
     let in_run =
         |workload: Workload, clients: u32| base.workloads.contains(&workload) && base.clients.contains(&clients);
     let mut targets = Vec::new();
     for workload in KERNEL_WORKLOADS {
         for clients in KERNEL_TPS_CLIENTS.into_iter().filter(|&clients| in_run(workload, clients)) {
             let limit = if clients == 10 { KERNEL_TPS_RATIO_MIN_AT_10 } else { KERNEL_TPS_RATIO_MIN };
-            let ratio = base.ratio(workload, clients, Contender::BypassKernel, Contender::Bypass).and_then(|r| r.tps);
-            let goal = format!("throughput, {} at {clients} clients, Bypass kernel ÷ Bypass", workload.name());
+            let ratio = base.ratio(workload, clients, kernel, Contender::Bypass).and_then(|r| r.tps);
+            let goal = format!("throughput, {} at {clients} clients, {name} ÷ Bypass", workload.name());
             targets.push(at_least(goal, ratio, limit, "×"));
         }
     }
     for workload in KERNEL_WORKLOADS {
         for clients in KERNEL_SATURATED_CLIENTS.into_iter().filter(|&clients| in_run(workload, clients)) {
-            let cell = base.cell(workload, clients, Contender::BypassKernel);
-            let at = format!("{} at {clients} clients", workload.name());
+            let cell = base.cell(workload, clients, kernel);
+            let at = format!("{} at {clients} clients, {name}", workload.name());
             let request = cell.and_then(|cell| cell.request_bytes_in_kernel);
             let answer = cell.and_then(|cell| cell.answer_bytes_in_kernel);
             targets.push(at_least(
@@ -304,24 +316,25 @@ fn done_when_kernel(base: &Results, added: &[AddedLatency]) -> Vec<Target> {
             ));
         }
     }
-    let added_ratio =
-        divide(added_mean_us(added, 1, Contender::BypassKernel), added_mean_us(added, 1, Contender::Pgbouncer));
-    targets.push(at_most(
-        format!("mean latency added at 1 client ({}), Bypass kernel ÷ PgBouncer", ADDED_LATENCY_WORKLOAD.name()),
-        added_ratio,
-        KERNEL_ADDED_LATENCY_RATIO_MAX,
-        "×",
-    ));
+    if let Some(added) = added {
+        let added_ratio = divide(added_mean_us(added, 1, kernel), added_mean_us(added, 1, Contender::Pgbouncer));
+        targets.push(at_most(
+            format!("mean latency added at 1 client ({}), {name} ÷ PgBouncer", ADDED_LATENCY_WORKLOAD.name()),
+            added_ratio,
+            KERNEL_ADDED_LATENCY_RATIO_MAX,
+            "×",
+        ));
+    }
     for workload in KERNEL_WORKLOADS {
         for clients in KERNEL_SATURATED_CLIENTS.into_iter().filter(|&clients| in_run(workload, clients)) {
             let cpu =
                 |contender| base.cell(workload, clients, contender).and_then(|cell| cell.non_generator_cpu_us_per_txn);
-            let kernel = cpu(Contender::BypassKernel);
+            let kernel_cpu = cpu(kernel);
             let at = format!("{} at {clients} clients", workload.name());
-            let goal = format!("CPU-µs per transaction without the load generator, {at}, Bypass kernel ÷ PgBouncer");
-            targets.push(at_most(goal, divide(kernel, cpu(Contender::Pgbouncer)), KERNEL_CPU_RATIO_MAX, "×"));
-            let goal = format!("CPU-µs per transaction without the load generator, {at}, Bypass kernel ÷ Bypass");
-            targets.push(below(goal, divide(kernel, cpu(Contender::Bypass)), 1.0, "×"));
+            let goal = format!("CPU-µs per transaction without the load generator, {at}, {name} ÷ PgBouncer");
+            targets.push(at_most(goal, divide(kernel_cpu, cpu(Contender::Pgbouncer)), KERNEL_CPU_RATIO_MAX, "×"));
+            let goal = format!("CPU-µs per transaction without the load generator, {at}, {name} ÷ Bypass");
+            targets.push(below(goal, divide(kernel_cpu, cpu(Contender::Bypass)), 1.0, "×"));
         }
     }
     targets
@@ -454,8 +467,8 @@ pub(crate) mod tests {
             lines,
             vec![
                 ("throughput, ycsb-b at 10000 clients, Bypass kernel ÷ Bypass", "PASS"),
-                ("request bytes carried in the kernel, ycsb-b at 10000 clients", "PASS"),
-                ("answer bytes carried in the kernel, ycsb-b at 10000 clients", "MISS"),
+                ("request bytes carried in the kernel, ycsb-b at 10000 clients, Bypass kernel", "PASS"),
+                ("answer bytes carried in the kernel, ycsb-b at 10000 clients, Bypass kernel", "MISS"),
                 ("mean latency added at 1 client (select1), Bypass kernel ÷ PgBouncer", "PASS"),
                 (
                     "CPU-µs per transaction without the load generator, ycsb-b at 10000 clients, Bypass kernel ÷ PgBouncer",
@@ -472,5 +485,30 @@ pub(crate) mod tests {
         let cpu = results.done_when_kernel[4].measured.expect("cpu ratio");
         assert!((cpu - 17_400.0 / 26_100.0).abs() < 1e-9, "{cpu}");
         assert_eq!(results.added_latency.iter().filter(|row| row.clients == 1).count(), 3);
+    }
+
+    // Goal: the kernel path with queueing, when a run has it, is judged by the same targets
+    // (without the 1-client latency line); method: a synthetic run with its cell and ratio.
+    #[test]
+    fn done_when_kernel_judges_the_queueing_contender() {
+        let queue = with_mean(Workload::YcsbB, 10_000, Contender::BypassKernelQueue, 24_000.0, 300.0);
+        let runs = vec![
+            with_mean(Workload::YcsbB, 10_000, Contender::Pgbouncer, 17_400.0, 575.0),
+            with_mean(Workload::YcsbB, 10_000, Contender::Bypass, 20_000.0, 500.0),
+            with_shares(with_mean(Workload::YcsbB, 10_000, Contender::BypassKernel, 26_100.0, 287.5), 0.1, 1.0),
+            with_shares(queue, 0.5, 1.0),
+        ];
+        let mut results = fastpath_results(runs, false);
+        results.base.contenders.push(Contender::BypassKernelQueue);
+        let peers = [Contender::Pgbouncer, Contender::Bypass];
+        results.base.ratio_pairs.extend(peers.map(|peer| (Contender::BypassKernelQueue, peer)));
+        results.base.ratios = crate::pooler::report::ratios(&results.base.cells, &results.base.ratio_pairs);
+        let targets = super::done_when_kernel(&results.base, &results.added_latency);
+        let find = |goal: &str| targets.iter().find(|t| t.goal == goal).map(|t| (t.status, t.measured));
+        let request = find("request bytes carried in the kernel, ycsb-b at 10000 clients, Bypass kernel + queue");
+        assert_eq!(request, Some(("MISS", Some(0.5))));
+        let tps = find("throughput, ycsb-b at 10000 clients, Bypass kernel + queue ÷ Bypass").expect("judged");
+        assert_eq!(tps.0, "PASS");
+        assert!(!targets.iter().any(|t| t.goal.contains("latency added") && t.goal.contains("queue")));
     }
 }

@@ -61,6 +61,7 @@ pub fn start(contender: Contender, backend_port: u16, pool_size: u32, bypass_exe
         Contender::Bypass
         | Contender::Bypass2
         | Contender::BypassKernel
+        | Contender::BypassKernelQueue
         | Contender::BypassMirror
         | Contender::BypassKernelMirror => {
             let bypass = BypassProcess::start(bypass_exe, backend_port, pool_size, contender)?;
@@ -89,6 +90,7 @@ pub fn render_bypass_config(listen_port: u16, backend_port: u16, pool_size: u32,
         _ if contender.is_kernel() => "",
         _ => "workers = 1\n",
     };
+    let queue = if contender == Contender::BypassKernelQueue { "fast_path_queue_behind = true\n" } else { "" };
     let databases = if contender.mirrors() {
         format!(
             "[databases.{DATABASE}]\n\
@@ -112,6 +114,7 @@ pub fn render_bypass_config(listen_port: u16, backend_port: u16, pool_size: u32,
          default_pool_size = {pool_size}\n\
          listen_backlog = 4096\n\
          fast_path = \"{fast_path}\"\n\
+         {queue}\
          {workers}\
          \n\
          {databases}"

@@ -166,6 +166,11 @@ pub enum Contender {
     #[value(name = "bypass-kernel")]
     #[serde(rename = "bypass-kernel")]
     BypassKernel,
+    /// Bypass kernel with `fast_path_queue_behind = true`: a request that finds no free
+    /// server is queued in the kernel behind a busy one instead of climbing to user space.
+    #[value(name = "bypass-kernel-queue")]
+    #[serde(rename = "bypass-kernel-queue")]
+    BypassKernelQueue,
     /// Bypass user with every query of `postgres` mirrored to the `shadow` database in user space
     /// (only in `bench fastpath --mirroring`).
     #[value(skip)]
@@ -186,6 +191,7 @@ impl Contender {
             Contender::Bypass => "bypass",
             Contender::Bypass2 => "bypass2",
             Contender::BypassKernel => "bypass-kernel",
+            Contender::BypassKernelQueue => "bypass-kernel-queue",
             Contender::BypassMirror => "bypass-mirror",
             Contender::BypassKernelMirror => "bypass-kernel-mirror",
         }
@@ -200,6 +206,7 @@ impl Contender {
             Contender::Bypass => "Bypass",
             Contender::Bypass2 => "Bypass ×2",
             Contender::BypassKernel => "Bypass kernel",
+            Contender::BypassKernelQueue => "Bypass kernel + queue",
             Contender::BypassMirror => "Bypass + mirror",
             Contender::BypassKernelMirror => "Bypass kernel + mirror",
         }
@@ -207,7 +214,7 @@ impl Contender {
 
     /// Whether the eBPF fast path forwards this contender's transactions.
     pub fn is_kernel(self) -> bool {
-        matches!(self, Contender::BypassKernel | Contender::BypassKernelMirror)
+        matches!(self, Contender::BypassKernel | Contender::BypassKernelQueue | Contender::BypassKernelMirror)
     }
 
     /// Whether this contender mirrors every query to the shadow database.

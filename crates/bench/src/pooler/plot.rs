@@ -200,6 +200,7 @@ fn color_of(contender: Contender) -> RGBColor {
         Contender::Bypass => RGBColor(214, 39, 40),
         Contender::Bypass2 => RGBColor(227, 119, 194),
         Contender::BypassKernel => RGBColor(148, 103, 189),
+        Contender::BypassKernelQueue => RGBColor(23, 190, 207),
         Contender::BypassMirror => RGBColor(255, 127, 14),
         Contender::BypassKernelMirror => RGBColor(140, 86, 75),
     }
