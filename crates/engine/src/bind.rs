@@ -1181,7 +1181,12 @@ fn character_length(length: &Option<ast::CharacterLength>) -> Result<Option<u32>
 
 /// `interval '1 year 2 mons'`, `interval '3' day`: a constant interval.
 fn interval_literal(interval: &ast::Interval) -> Result<Expr> {
-    let text = match interval.value.as_ref() {
+    let mut value = interval.value.as_ref();
+    // The frame rewriting (frame_syntax) leaves offsets in parentheses.
+    while let ast::Expr::Nested(inner) = value {
+        value = inner;
+    }
+    let text = match value {
         ast::Expr::Value(ast::ValueWithSpan { value: ast::Value::SingleQuotedString(s), .. }) => s.clone(),
         ast::Expr::Value(ast::ValueWithSpan { value: ast::Value::Number(n, _), .. }) => n.clone(),
         other => return Err(EngineError::unsupported(format!("interval value {other}"))),

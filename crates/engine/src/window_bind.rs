@@ -327,10 +327,10 @@ fn frame_count(expr: &ast::Expr, which: &str) -> Result<FrameOffset> {
     }
 }
 
-/// The RANGE offset of a date key: an interval constant (`'1 year'::interval`, `interval
+/// The RANGE offset of a date or timestamp key: an interval constant (`'1 year'::interval`, `interval
 /// '1 year'`, or an untyped string, which PostgreSQL reads as the interval in_range takes),
 /// neither NULL nor negative.
-fn interval_distance(expr: &ast::Expr) -> Result<FrameOffset> {
+fn interval_distance(expr: &ast::Expr) -> Result<Interval> {
     // The frame rewriting (frame_syntax) leaves offsets in parentheses.
     fn unnested(mut expr: &ast::Expr) -> &ast::Expr {
         while let ast::Expr::Nested(inner) = expr {
@@ -357,7 +357,7 @@ fn interval_distance(expr: &ast::Expr) -> Result<FrameOffset> {
     };
     let Some(text) = text else {
         return Err(EngineError::unsupported(format!(
-            "RANGE offset {expr} over a date (only interval constants are supported)"
+            "RANGE offset {expr} over a date or timestamp (only interval constants are supported)"
         )));
     };
     let interval = Interval::parse(&text)?;
@@ -367,7 +367,7 @@ fn interval_distance(expr: &ast::Expr) -> Result<FrameOffset> {
             null: false,
         });
     }
-    Ok(FrameOffset::Interval(interval))
+    Ok(interval)
 }
 
 /// A RANGE offset: a distance in the one ORDER BY key's type (PostgreSQL's in_range
@@ -378,8 +378,12 @@ fn range_distance(expr: &ast::Expr, order: &[SortKey], which: &str) -> Result<Fr
             "RANGE with offset PRECEDING/FOLLOWING requires exactly one ORDER BY column".into(),
         ));
     };
-    if key.expr.data_type() == DataType::Date {
-        return interval_distance(expr);
+    match key.expr.data_type() {
+        DataType::Date => return interval_distance(expr).map(FrameOffset::Interval),
+        DataType::Timestamp | DataType::TimestampTz => {
+            return interval_distance(expr).map(FrameOffset::TimestampInterval)
+        }
+        _ => {}
     }
     let offset = constant_offset(expr)?;
     let (key_type, offset_type) = (key.expr.data_type(), offset.data_type());

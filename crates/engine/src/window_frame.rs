@@ -28,12 +28,15 @@ pub enum FrameUnits {
 
 /// A ROWS or GROUPS offset is a count; a RANGE offset is a value of the offset type the
 /// ORDER BY key's type takes (bigint for integers, double for floats, numeric for numeric,
-/// interval for dates).
+/// interval for dates and timestamps).
 #[derive(Debug, Clone, PartialEq)]
 pub enum FrameOffset {
     Count(u64),
     Distance(Value),
+    /// An interval from a date key.
     Interval(Interval),
+    /// An interval from a timestamp key (either kind: both are microseconds).
+    TimestampInterval(Interval),
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -234,6 +237,14 @@ fn in_range(value: &ValueKey, base: &ValueKey, offset: &FrameOffset, subtract: b
             let shift = if subtract { interval.negated() } else { *interval };
             let bound = shift.added_to_date(*b as i32);
             return Ok(within((i128::from(*v) * i128::from(crate::interval::MICROS_PER_DAY)).cmp(&bound)));
+        }
+        // in_range_timestamp_interval: base ± offset as a timestamp.
+        FrameOffset::TimestampInterval(interval) => {
+            let (ValueKey::Int(v), ValueKey::Int(b)) = (value, base) else {
+                return Err(EngineError::Runtime(format!("RANGE offset {interval:?} over key {base:?}")));
+            };
+            let shift = if subtract { interval.negated() } else { *interval };
+            return Ok(within(v.cmp(&crate::datetime::add_interval(*b, shift)?)));
         }
         FrameOffset::Distance(offset) => offset,
         FrameOffset::Count(_) => unreachable!("counts are ROWS and GROUPS offsets"),
