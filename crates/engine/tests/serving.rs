@@ -412,6 +412,10 @@ async fn portal_scenario(conninfo: &str, checkpoint: &dyn Fn(&str)) -> anyhow::R
     let d = transaction.bind(&all, &[]).await?;
     trace.push(outcome(transaction.query_portal(&d, 10).await.map(|rows| rows.len())));
     cancel.cancel_query(NoTls).await?;
+    // PostgreSQL's postmaster signals the backend after the request is sent; without a pause the
+    // signal can land during the next Execute and cancel it (57014 in a quiet CI run): waiting
+    // lets it arrive while the portal waits, which is the case this step is about.
+    tokio::time::sleep(Duration::from_millis(300)).await;
     trace.push(outcome(transaction.query_portal(&d, 10).await.map(|rows| rows.len())));
     transaction.commit().await?;
 
