@@ -54,10 +54,12 @@ struct {
 	__type(value, struct fp_pool);
 } fp_pools SEC(".maps");
 
-/* Server slots released while clients wait in user space. */
+/* Server slots released while clients wait in user space, and parked clients whose gate a pass
+ * closed (slot indexes: clients below FP_CLIENT_SLOTS). A record takes 16 bytes; a server or
+ * client is announced at most once until user space takes it, so 1 MiB never fills. */
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 1 << 16);
+	__uint(max_entries, 1 << 20);
 } fp_handoffs SEC(".maps");
 
 struct {
@@ -600,8 +602,10 @@ int fp_server(struct __sk_buff *skb)
 
 /* ---- clients ----------------------------------------------------------------------------- */
 
-/* Closes the gate (if open) and counts the skb's bytes as passed to user space. */
-static __always_inline int client_pass(struct fp_slot *c, struct __sk_buff *skb, __u32 skip)
+/* Closes the gate (if open) and counts the skb's bytes as passed to user space. The pass that
+ * closes a parked client's gate wakes its session through the ring (its socket is in no
+ * reactor); user space marks it parked before it opens the gate, so the CAS orders the look. */
+static __always_inline int client_pass(struct fp_slot *c, __u32 index, struct __sk_buff *skb, __u32 skip)
 {
 	int tries;
 	for (tries = 0; tries < CAS_TRIES; tries++) {
@@ -609,8 +613,15 @@ static __always_inline int client_pass(struct fp_slot *c, struct __sk_buff *skb,
 		if (gate & FP_GATE_FAST)
 			c->pass_skip = skip;
 		__u64 next = (gate & ~FP_GATE_FAST) + ((__u64)skb->len << 1);
-		if (CAS(&c->gate, gate, next) == gate)
-			return SK_PASS;
+		if (CAS(&c->gate, gate, next) != gate)
+			continue;
+		if ((gate & FP_GATE_FAST) && c->owner == FP_CLIENT_PARKED) {
+			struct fp_counters *n = counters();
+			if (n)
+				n->passes_announced++;
+			bpf_ringbuf_output(&fp_handoffs, &index, sizeof(index), BPF_RB_FORCE_WAKEUP);
+		}
+		return SK_PASS;
 	}
 	/* User space keeps changing the gate: it is re-arming; drop rather than reorder. The client
 	 * sees its request unanswered and user space sees the gate, so this is never silent. */
@@ -736,18 +747,19 @@ static __always_inline int client_first_for_user_space(struct __sk_buff *skb, st
 }
 
 /* Passes a client skb to user space, counting its bytes and messages there. */
-static __always_inline int client_pass_counted(struct fp_slot *c, struct __sk_buff *skb, struct walk *w)
+static __always_inline int client_pass_counted(struct fp_slot *c, __u32 index, struct __sk_buff *skb,
+					       struct walk *w)
 {
 	count_walk(c->pool, w, 0, 0);
-	return client_pass(c, skb, w->skip);
+	return client_pass(c, index, skb, w->skip);
 }
 
-static __always_inline int client_pass_no_server(struct fp_slot *c, struct __sk_buff *skb, struct walk *w,
-						 struct fp_counters *n)
+static __always_inline int client_pass_no_server(struct fp_slot *c, __u32 index, struct __sk_buff *skb,
+						 struct walk *w, struct fp_counters *n)
 {
 	if (n)
 		n->passes_no_server++;
-	return client_pass_counted(c, skb, w);
+	return client_pass_counted(c, index, skb, w);
 }
 
 /* Queues the client's requests behind one server of its pool whose link is queueable: claims
@@ -814,39 +826,39 @@ int fp_client(struct __sk_buff *skb)
 		if (n)
 			n->passes_slow++;
 		w.skip = 0;
-		return client_pass_counted(c, skb, &w);
+		return client_pass_counted(c, index, skb, &w);
 	}
 	if (first_for_user_space) {
 		if (n)
 			n->passes_unsafe++;
 		w.skip = 0;
-		return client_pass_counted(c, skb, &w);
+		return client_pass_counted(c, index, skb, &w);
 	}
 	if (w.unsafe || w.bad) {
 		if (n)
 			n->passes_unsafe++;
-		return client_pass_counted(c, skb, &w);
+		return client_pass_counted(c, index, skb, &w);
 	}
 	int added = add_requests(c, w.requests, &server);
 	if (added == -2) {
 		if (n)
 			n->passes_no_server++;
-		return client_pass_counted(c, skb, &w);
+		return client_pass_counted(c, index, skb, &w);
 	}
 	if (added < 0) {
 		if (w.skip)
-			return client_pass_no_server(c, skb, &w, n);
+			return client_pass_no_server(c, index, skb, &w, n);
 		if (take_server(c->pool, index, c->params, &server, n) == 0) {
 			c->link = ((__u64)(server + 1) << 32) | w.requests;
 		} else if (w.requests == 0 || queue_behind(c, index, w.requests, &server) < 0) {
-			return client_pass_no_server(c, skb, &w, n);
+			return client_pass_no_server(c, index, skb, &w, n);
 		} else if (n) {
 			n->queued++;
 		}
 	}
 	struct fp_slot *s = slot_at(FP_CLIENT_SLOTS + server);
 	if (!s)
-		return client_pass_counted(c, skb, &w);
+		return client_pass_counted(c, index, skb, &w);
 	__u64 cookie = s->cookie;
 	__sync_fetch_and_add(&s->redirected, w.len);
 	long verdict = bpf_sk_redirect_hash(skb, &fp_servers, &cookie, 0);
@@ -854,7 +866,7 @@ int fp_client(struct __sk_buff *skb)
 		__sync_fetch_and_add(&s->redirected, -(__u64)w.len);
 		if (n)
 			n->redirect_failures++;
-		return client_pass_counted(c, skb, &w);
+		return client_pass_counted(c, index, skb, &w);
 	}
 	if (n)
 		n->bytes_to_servers += w.len;

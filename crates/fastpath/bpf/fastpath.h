@@ -36,6 +36,11 @@
  * after the queued client's). Released links carry neither bit. */
 #define FP_LINK_CLOSED (1ull << 31)
 
+/* fp_slot.owner of a client: user space parked its socket out of its reactor while the gate
+ * is open (every forwarded byte would wake it for nothing), so the pass that closes the gate
+ * announces the client on the handoff ring instead. 0: not parked. */
+#define FP_CLIENT_PARKED 1
+
 /* fp_slot.owner, servers only. */
 enum fp_owner {
 	FP_OWNER_ABSENT = 0,  /* no server in this slot */
@@ -140,6 +145,7 @@ struct fp_counters {
 	__u64 queued;         /* requests queued behind a busy server (fp_pool.queue_behind) */
 	__u64 queue_broken;   /* queues that broke (FP_FLAG_QUEUE_BROKEN) */
 	__u64 taken_from_handoff; /* handed-off servers a client took in the kernel (FP_FLAG_TAKEABLE) */
+	__u64 passes_announced;   /* passes that closed a parked client's gate, announced on the ring */
 };
 
 /* ---- Workload mirroring (mirror.bpf.c, crates/fastpath/src/mirror.rs) ----------------------- */

@@ -16,6 +16,8 @@ pub const NO_PEER: u32 = u32::MAX;
 /// `Slot::gate`: set = the kernel forwards; clear = every byte goes to user space.
 pub const GATE_FAST: u64 = 1;
 
+/// `Slot::owner` of a client whose socket user space parked (`FP_CLIENT_PARKED`).
+pub const CLIENT_PARKED: u32 = 1;
 pub const OWNER_ABSENT: u32 = 0;
 pub const OWNER_FREE: u32 = 1;
 pub const OWNER_KERNEL: u32 = 2;
@@ -172,6 +174,8 @@ pub struct Counters {
     pub queue_broken: u64,
     /// Servers handed off to user space that a client took in the kernel first (`queue_behind`).
     pub taken_from_handoff: u64,
+    /// Passes that closed a parked client's gate, announced on the ring to wake its session.
+    pub passes_announced: u64,
 }
 
 // SAFETY: plain old data of u64 fields, any bit pattern is valid.
@@ -189,7 +193,7 @@ const _: () = {
     assert!(size_of::<PoolCounters>() == 104);
     assert!(offset_of!(PoolCounters, request_bytes_passed) == 32);
     assert!(offset_of!(PoolCounters, answers_passed) == 96);
-    assert!(size_of::<Counters>() == 120);
+    assert!(size_of::<Counters>() == 128);
 };
 
 /// The peer server slot (relative to the server range) of a client link word.

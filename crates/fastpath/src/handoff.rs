@@ -1,5 +1,6 @@
 //! The handoff ring (`fp_handoffs`): server slots the kernel released while clients waited in
-//! user space, which user space hands to the first of them.
+//! user space, which user space hands to the first of them, and parked clients whose gate a
+//! pass closed (see the `park` module).
 //!
 //! ```text
 //!   fp_server at 'Z' 'I' with waiters ─► ring record (server slot)
@@ -21,8 +22,8 @@ use std::sync::{Mutex, TryLockError};
 use aya::maps::{MapData, RingBuf};
 use tokio::sync::Notify;
 
-use crate::abi::{CLIENT_SLOTS, SERVER_SLOTS};
-use crate::{FastPath, ServerSlot};
+use crate::abi::{CLIENT_SLOTS, SLOTS};
+use crate::{ClientSlot, FastPath, ServerSlot};
 
 /// Waiting clients from which a pool's handoffs go without a wake-up, unless changed with
 /// [`FastPath::set_handoff_quiet_from`]. A queue this long refills faster than servers come
@@ -45,33 +46,45 @@ impl Handoffs {
     }
 }
 
-/// The ring's descriptor, to watch for wake-ups (it lives as long as the [`FastPath`]).
-pub struct HandoffFd(RawFd);
+/// What the kernel announced on the ring.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Announcement {
+    /// A server it released while clients waited in user space: for the first of them.
+    Released(ServerSlot),
+    /// A parked client whose gate a pass closed: its session must read.
+    Passed(ClientSlot),
+}
 
-impl AsRawFd for HandoffFd {
+/// A descriptor of the fast path's to watch for wake-ups (the ring's, or the hang-up watch's;
+/// it lives as long as the [`FastPath`]).
+pub struct WatchFd(pub(crate) RawFd);
+
+impl AsRawFd for WatchFd {
     fn as_raw_fd(&self) -> RawFd {
         self.0
     }
 }
 
 impl FastPath {
-    /// Calls `accept` for every server slot announced on the ring, oldest first, and returns how
-    /// many. 0 without looking when another thread is draining it (that one takes them all).
-    pub fn drain_handoffs(&self, mut accept: impl FnMut(ServerSlot)) -> usize {
+    /// Calls `accept` for every announcement on the ring, oldest first, and returns how many. 0
+    /// without looking when another thread is draining it (that one takes them all).
+    pub fn drain_handoffs(&self, mut accept: impl FnMut(Announcement)) -> usize {
         let mut ring = match self.handoffs.ring.try_lock() {
             Ok(ring) => ring,
             Err(TryLockError::WouldBlock) => return 0,
             Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
         };
         let mut taken = 0;
-        // A server stays announced until user space takes it, so the ring never holds more
-        // records than there are server slots.
-        while taken < SERVER_SLOTS as usize {
+        // A server stays announced until user space takes it, and a parked client's gate closes
+        // once per park: the ring holds fewer records than there are slots.
+        while taken < SLOTS as usize {
             let Some(item) = ring.next() else { break };
             let index = item.get(..4).map(|bytes| u32::from_ne_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]));
             drop(item);
-            if let Some(index) = index {
-                accept(ServerSlot(index.wrapping_sub(CLIENT_SLOTS)));
+            match index {
+                Some(index) if index < CLIENT_SLOTS => accept(Announcement::Passed(ClientSlot(index))),
+                Some(index) => accept(Announcement::Released(ServerSlot(index - CLIENT_SLOTS))),
+                None => {}
             }
             taken += 1;
         }
@@ -79,8 +92,8 @@ impl FastPath {
     }
 
     /// The ring's descriptor: readable after a wake-up (quiet handoffs make none).
-    pub fn handoff_fd(&self) -> HandoffFd {
-        HandoffFd(self.handoffs.fd)
+    pub fn handoff_fd(&self) -> WatchFd {
+        WatchFd(self.handoffs.fd)
     }
 
     /// Whether some pool's handoffs go without a wake-up now: then someone must drain the ring.

@@ -31,6 +31,7 @@ pub mod abi;
 mod handoff;
 mod link;
 mod mirror;
+mod park;
 pub mod status;
 
 use std::collections::HashMap as StdHashMap;
@@ -44,7 +45,7 @@ use aya::Ebpf;
 
 use abi::*;
 pub use abi::{Counters, MirrorCounters, PoolCounters, PoolEntry, Slot};
-pub use handoff::{HandoffFd, HANDOFF_QUIET_FROM};
+pub use handoff::{Announcement, WatchFd, HANDOFF_QUIET_FROM};
 pub use mirror::MirrorHandle;
 
 /// The compiled programs, aligned for the ELF parser.
@@ -115,6 +116,8 @@ pub struct FastPath {
     program_ids: Vec<(&'static str, u32)>,
     /// Workload mirroring, loaded by `enable_mirroring` (see the mirror module).
     mirror: Mutex<Option<mirror::Mirror>>,
+    /// Parked clients' hang-ups (see the park module).
+    hangups: park::HangupWatch,
 }
 
 impl FastPath {
@@ -155,6 +158,7 @@ impl FastPath {
             queue_behind: AtomicU32::new(0),
             program_ids,
             mirror: Mutex::new(None),
+            hangups: park::HangupWatch::new()?,
         })
     }
 
@@ -203,6 +207,7 @@ impl FastPath {
         slot.redirected.store(0, Ordering::Relaxed);
         slot.message_max.store(message_max, Ordering::Relaxed);
         slot.params.store(params, Ordering::Relaxed);
+        slot.owner.store(0, Ordering::Relaxed);
         slot.pool.store(pool, Ordering::Release);
         let inserted = self.index_socket(cookie, index, socket, &self.clients, "fp_clients");
         if let Err(error) = inserted {
@@ -349,6 +354,7 @@ fn add_counters(total: &mut Counters, cpu: &Counters) {
     total.queued += cpu.queued;
     total.queue_broken += cpu.queue_broken;
     total.taken_from_handoff += cpu.taken_from_handoff;
+    total.passes_announced += cpu.passes_announced;
 }
 
 pub fn reset_framing(slot: &Slot) {

@@ -22,6 +22,11 @@ impl FastPath {
         slot.gate.compare_exchange(gate, gate | GATE_FAST, Ordering::AcqRel, Ordering::Acquire).is_ok()
     }
 
+    /// Whether the kernel forwards this client's bytes now (its gate is open).
+    pub fn gate_open(&self, client: ClientSlot) -> bool {
+        self.client(client).gate.load(Ordering::SeqCst) & GATE_FAST != 0
+    }
+
     /// Bytes of the first passed skb that finish a message the kernel had begun forwarding.
     pub fn pass_skip(&self, client: ClientSlot) -> u32 {
         self.client(client).pass_skip.load(Ordering::Acquire)

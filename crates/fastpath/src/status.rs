@@ -153,8 +153,8 @@ impl Status {
             );
             let _ = writeln!(
                 text,
-                "  handoffs {} (without a wake-up {}) redirect failures {}",
-                c.handoffs, c.handoffs_quiet, c.redirect_failures
+                "  handoffs {} (without a wake-up {}) redirect failures {} passes announced to parked clients {}",
+                c.handoffs, c.handoffs_quiet, c.redirect_failures, c.passes_announced
             );
             let _ = writeln!(
                 text,

@@ -10,7 +10,9 @@
 //!        handed one the kernel released while it waited (handoff ring → accept_handoff)
 //! ```
 //! Servers lent to the kernel stay owned here (`lent`), so their sockets, leases and statement
-//! caches live on; only the right to use them moves.
+//! caches live on; only the right to use them moves. Their sockets are parked (out of every
+//! reactor: each answer the kernel forwards would otherwise wake a shard for nothing) until
+//! user space reads or writes them again.
 //!
 //! Parameters: every client and lent server carries the id of its tracked parameter values
 //! (interned here per pool), and the kernel links a client only to a free server with its id;
@@ -21,7 +23,7 @@ use std::collections::HashMap;
 use std::os::fd::AsRawFd;
 use std::sync::{Arc, Mutex, Weak};
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use bypass_fastpath::abi::{NO_PEER, OWNER_FREE, OWNER_KERNEL, PARAMS_UNKNOWN, POOL_SERVERS_MAX};
 use bypass_fastpath::{ClientSlot, FastPath, ServerSlot};
@@ -42,8 +44,31 @@ pub struct KernelPool {
     lent: Mutex<Vec<Option<Box<ServerConn>>>>,
     /// Packed parameter values → their id in `fp_slot.params`.
     params_ids: Mutex<HashMap<Vec<u8>, u16>>,
-    /// Kernel clients' sessions by client slot, woken when the server linked to them hangs up.
-    sessions: Mutex<HashMap<u32, Weak<Notify>>>,
+    /// Kernel clients' sessions by client slot, woken when the server linked to them hangs up
+    /// or (parked) when the kernel passed them bytes or they hung up.
+    sessions: Mutex<HashMap<u32, SessionWake>>,
+    /// A client queued here since the last maintenance tick.
+    queued_since_tick: AtomicBool,
+    /// No client queued for a whole tick: kernel clients park their sockets while their gate
+    /// is open (see `session::kernel`). Off from the first waiter on, so a busy pool (where
+    /// most requests pass and each would unpark a socket, a new reactor registration) does not.
+    clients_may_park: AtomicBool,
+    /// Wakes kernel clients waiting unparked on each tick that lets them park.
+    park_allowed: Notify,
+}
+
+/// How a kernel client's session is woken (see [`KernelPool::watch`]).
+struct SessionWake {
+    server_hung_up: Weak<Notify>,
+    passed: Weak<Notify>,
+}
+
+/// The notifies [`KernelPool::watch`] hands a kernel client's session.
+pub struct SessionSignals {
+    /// Its linked server hung up: the session ends.
+    pub server_hung_up: Arc<Notify>,
+    /// Parked: the kernel passed it bytes, or it hung up; the session reads its socket.
+    pub passed: Arc<Notify>,
 }
 
 impl KernelPool {
@@ -54,15 +79,29 @@ impl KernelPool {
             lent: Mutex::new((0..POOL_SERVERS_MAX).map(|_| None).collect()),
             params_ids: Mutex::new(HashMap::new()),
             sessions: Mutex::new(HashMap::new()),
+            queued_since_tick: AtomicBool::new(false),
+            clients_may_park: AtomicBool::new(false),
+            park_allowed: Notify::new(),
         }
     }
 
-    /// Registers a kernel client's session; the notify fires when its server hangs up. (Entries
-    /// are keyed by client slot, so a reused slot replaces its stale one: bounded.)
-    pub fn watch(&self, client: ClientSlot) -> Arc<Notify> {
-        let notify = Arc::new(Notify::new());
-        lock(&self.sessions).insert(client.0, Arc::downgrade(&notify));
-        notify
+    /// Registers a kernel client's session (see [`SessionSignals`]). Entries are keyed by
+    /// client slot, so a reused slot replaces its stale one: bounded.
+    pub fn watch(&self, client: ClientSlot) -> SessionSignals {
+        let signals = SessionSignals { server_hung_up: Arc::new(Notify::new()), passed: Arc::new(Notify::new()) };
+        let wake = SessionWake {
+            server_hung_up: Arc::downgrade(&signals.server_hung_up),
+            passed: Arc::downgrade(&signals.passed),
+        };
+        lock(&self.sessions).insert(client.0, wake);
+        signals
+    }
+
+    /// Wakes a parked kernel client's session to read its socket.
+    pub fn wake_passed(&self, client: ClientSlot) {
+        if let Some(session) = lock(&self.sessions).get(&client.0).and_then(|wake| wake.passed.upgrade()) {
+            session.notify_one();
+        }
     }
 
     /// Lent servers whose backend hung up (killed, restarted): free ones are taken back, linked
@@ -117,7 +156,7 @@ impl KernelPool {
 
     /// Wakes a kernel client's session to end it: its server is gone.
     fn wake(&self, client: ClientSlot) {
-        if let Some(session) = lock(&self.sessions).get(&client.0).and_then(Weak::upgrade) {
+        if let Some(session) = lock(&self.sessions).get(&client.0).and_then(|wake| wake.server_hung_up.upgrade()) {
             session.notify_one();
         }
     }
@@ -161,6 +200,7 @@ impl KernelPool {
     pub fn lend(&self, mut server: Box<ServerConn>) -> Result<(), Box<ServerConn>> {
         let Some(slot) = self.register(&mut server) else { return Err(server) };
         let params = self.params_id(&server.params);
+        let Some(server) = server.park() else { return Ok(()) };
         lock(&self.lent)[relative(slot)] = Some(server);
         self.fast.lend(slot, params);
         Ok(())
@@ -250,7 +290,7 @@ impl KernelPool {
     pub fn keep_linked(&self, server: Box<ServerConn>) {
         if let Some(slot) = server.kernel.as_ref().map(|socket| socket.slot) {
             self.fast.set_params(self.fast.server(slot), self.params_id(&server.params));
-            lock(&self.lent)[relative(slot)] = Some(server);
+            lock(&self.lent)[relative(slot)] = server.park();
         }
     }
 
@@ -260,7 +300,30 @@ impl KernelPool {
     }
 
     pub fn set_waiters(&self, waiters: usize) {
+        if waiters > 0 {
+            self.queued_since_tick.store(true, Ordering::Relaxed);
+            self.clients_may_park.store(false, Ordering::Relaxed);
+        }
         self.fast.set_waiters(self.index, u32::try_from(waiters).unwrap_or(u32::MAX));
+    }
+
+    /// On the pool's maintenance tick: clients may park from now on if none queued since the
+    /// last tick.
+    pub fn tick(&self) {
+        let queued = self.queued_since_tick.swap(false, Ordering::Relaxed);
+        self.clients_may_park.store(!queued, Ordering::Relaxed);
+        if !queued {
+            self.park_allowed.notify_waiters();
+        }
+    }
+
+    pub fn clients_may_park(&self) -> bool {
+        self.clients_may_park.load(Ordering::Relaxed)
+    }
+
+    /// Fires (for those waiting) on each tick that lets clients park.
+    pub fn park_allowed(&self) -> &Notify {
+        &self.park_allowed
     }
 }
 

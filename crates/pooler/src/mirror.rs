@@ -276,6 +276,8 @@ impl UserMirror {
                 let (reader, writer) = unix.into_split();
                 tokio::spawn(run_user_shadow(reader, writer, task_queue, task_counters));
             }
+            // A shadow connection is never lent to the kernel.
+            Stream::Parked(_) => task_queue.close(),
         }
         UserMirror { queue, _active: ActiveClient::new(counters, false) }
     }

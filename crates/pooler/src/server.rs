@@ -281,7 +281,11 @@ impl ServerConn {
     /// `epoll_ctl` to leave the old reactor and one to join the new. A no-op at home. Fails if the
     /// server closed or spoke while idle: a fresh registration starts with no readiness, so
     /// [`Self::is_clean`] could not see that, and one `recv(MSG_PEEK)` checks it here instead.
-    pub fn rehome(self: Box<Self>, shard: usize) -> io::Result<Box<ServerConn>> {
+    pub fn rehome(mut self: Box<Self>, shard: usize) -> io::Result<Box<ServerConn>> {
+        if self.stream.is_parked() {
+            self.home = shard; // It registers on its first read or write, on this shard.
+            return Ok(self);
+        }
         if self.home == shard {
             return Ok(self);
         }
@@ -321,6 +325,24 @@ impl ServerConn {
             kernel,
         };
         Ok(Box::new(server))
+    }
+
+    /// Takes the socket out of its shard's reactor while the kernel fast path moves its bytes
+    /// (see [`bypass_frontdoor::stream::Stream::Parked`]); `home` stays where it last was, so a
+    /// server taken back there costs no move. `None`: the reactor refused, the server is closed.
+    pub fn park(self: Box<Self>) -> Option<Box<ServerConn>> {
+        let mut server = self;
+        let stream = std::mem::replace(&mut server.stream, Stream::Parked(None));
+        match stream.park() {
+            Ok(parked) => {
+                server.stream = parked;
+                Some(server)
+            }
+            Err(error) => {
+                tracing::debug!(%error, "could not park a server socket; closing it");
+                None
+            }
+        }
     }
 
     /// True if an idle server is still usable: no bytes or EOF arrived while it sat in the pool.

@@ -127,6 +127,53 @@ fn with_a_free_server_a_request_and_its_answer_are_forwarded_by_the_kernel() {
     }
 }
 
+#[test]
+fn a_parked_client_is_woken_by_the_pass_that_closes_its_gate_and_by_its_hang_up() {
+    // Goal: with no client waiting, a kernel client's socket leaves its shard's reactor while its
+    // gate is open (so forwarded bytes wake nothing), and still nothing is missed: a request
+    // only user space may handle wakes the session through the ring, and a hang-up through the
+    // fast path's hang-up watch. Method: one raw client on a pool of 1 runs queries in the
+    // kernel once the pool has been quiet for a tick, then a SET (passed to user space:
+    // answered, announced on the ring, its value kept), then hangs up; the pool counts no
+    // client within seconds.
+    let postgres = common::postgres();
+    let pooler = kernel_pooler(&postgres, 1);
+    let fast = pooler.shared.fastpath.as_ref().expect("loaded");
+    let mut client = common::RawClient::login(pooler.port);
+    first_value(&mut client, "select 1");
+    // Clients park once a maintenance tick (1 s) passed with none queued.
+    let quiet =
+        || pooler.shared.pools().iter().filter_map(|pool| pool.kernel()).all(|kernel| kernel.clients_may_park());
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while !quiet() {
+        assert!(std::time::Instant::now() < deadline, "the pool never let its clients park");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for value in 0..5 {
+        assert_eq!(select_value(&mut client, value), value);
+    }
+    let before = fast.counters();
+    assert!(before.bytes_to_servers > 0, "no request ran in the kernel: the test proves nothing");
+    first_value(&mut client, "set application_name = 'parked'");
+    assert_eq!(first_value(&mut client, "show application_name").as_deref(), Some("parked"));
+    let after = fast.counters();
+    assert!(after.passes_announced > before.passes_announced, "the SET's pass was not announced: {after:?}");
+    drop(client);
+    let clients = || -> u32 {
+        pooler
+            .shared
+            .pools()
+            .iter()
+            .map(|pool| (0..pool.settings.shards).map(|shard| pool.stats.clients_on(shard)).sum::<u32>())
+            .sum()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while clients() > 0 {
+        assert!(std::time::Instant::now() < deadline, "a parked client's hang-up went unnoticed");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// Sends `select <value>` and returns the value of its one row (panics on anything else).
 fn select_value(client: &mut common::RawClient, value: u64) -> u64 {
     let mut request = Vec::new();

@@ -6,7 +6,7 @@
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use bypass_fastpath::FastPath;
+use bypass_fastpath::{Announcement, ClientSlot, FastPath};
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 
@@ -96,6 +96,11 @@ pub async fn serve_handoffs(fast: Arc<FastPath>, pools: Arc<KernelPools>) {
         Ok(ring) => ring,
         Err(error) => return tracing::error!(%error, "cannot watch the fast path's handoff ring"),
     };
+    // SAFETY: as above, the hang-up watch lives inside `fast`.
+    let hangups = match unsafe { AsyncFd::register_with_interest(fast.hangup_fd(), Interest::READABLE) } {
+        Ok(hangups) => hangups,
+        Err(error) => return tracing::error!(%error, "cannot watch parked clients' hang-ups"),
+    };
     loop {
         let tick = if fast.handoffs_quiet() { QUIET_TICK } else { BACKSTOP_TICK };
         drain_handoffs(&fast, &pools);
@@ -104,21 +109,43 @@ pub async fn serve_handoffs(fast: Arc<FastPath>, pools: Arc<KernelPools>) {
                 Ok(mut ready) => ready.clear_ready(),
                 Err(error) => return tracing::error!(%error, "the fast path's handoff ring failed"),
             },
+            ready = hangups.readable() => match ready {
+                Ok(mut ready) => {
+                    ready.clear_ready();
+                    fast.drain_hangups(|client| wake_client(&fast, &pools, client));
+                }
+                Err(error) => return tracing::error!(%error, "the hang-up watch failed"),
+            },
             () = fast.quiet_started().notified() => {}
             () = tokio::time::sleep(tick) => {}
         }
     }
 }
 
-/// Gives each server announced on the ring to the first client waiting in its pool.
+/// Gives each server announced on the ring to the first client waiting in its pool, and wakes
+/// each parked client whose gate a pass closed.
 fn drain_handoffs(fast: &FastPath, pools: &KernelPools) {
-    fast.drain_handoffs(|slot| {
-        let pool = lock(pools).get(slot.pool() as usize).and_then(Weak::upgrade);
-        match pool {
+    fast.drain_handoffs(|announcement| match announcement {
+        Announcement::Released(slot) => match pool_at(pools, slot.pool()) {
             Some(pool) => pool.accept_handoff(slot),
             None => tracing::debug!(slot = slot.0, "handoff for a pool that is gone"),
-        }
+        },
+        Announcement::Passed(client) => wake_client(fast, pools, client),
     });
+}
+
+/// The pool of a kernel index (the list's lock is released before the caller uses it).
+fn pool_at(pools: &KernelPools, index: u32) -> Option<Arc<Pool>> {
+    let pool = lock(pools).get(index as usize).and_then(Weak::upgrade);
+    pool
+}
+
+/// Wakes a parked client's session (bytes passed, or it hung up).
+fn wake_client(fast: &FastPath, pools: &KernelPools, client: ClientSlot) {
+    let index = fast.client(client).pool.load(std::sync::atomic::Ordering::Acquire);
+    if let Some(kernel) = pool_at(pools, index).as_ref().and_then(|pool| pool.kernel()) {
+        kernel.wake_passed(client);
+    }
 }
 
 impl Pool {

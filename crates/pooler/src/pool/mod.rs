@@ -390,6 +390,7 @@ impl Pool {
                 reason.is_some()
             });
             closing.extend(expired);
+            kernel.tick();
             let hung_up = kernel.reap_hung_up();
             reasons.extend(hung_up.iter().map(|server| (server.key.process_id, "closed by the server while lent")));
             closing.extend(hung_up);

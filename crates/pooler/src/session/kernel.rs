@@ -7,7 +7,9 @@
 //!   the client in the kernel, write the request; the answer flows client-ward in the kernel;
 //! - **serve**: otherwise the transaction runs in user space with the ordinary relay (a server
 //!   the kernel had linked is taken back once every request on it is answered);
-//! - **re-arm** when every passed byte is read and handled, so the paths never reorder bytes.
+//! - **re-arm** when every passed byte is read and handled, so the paths never reorder bytes;
+//!   with no client waiting in the pool the socket is then parked (out of the shard's reactor,
+//!   which every forwarded byte would wake) until the kernel announces a pass or a hang-up.
 
 use std::os::fd::RawFd;
 use std::sync::atomic::Ordering;
@@ -46,6 +48,10 @@ pub struct KernelClient {
     armed: bool,
     /// Fires when the server the kernel linked this client to hangs up (see `reap_hung_up`).
     server_hung_up: Arc<Notify>,
+    /// Fires, while the socket is parked, when the kernel passed bytes or the client hung up.
+    passed: Arc<Notify>,
+    /// The fast path watches this socket's hang-ups, so it may be parked.
+    may_park: bool,
 }
 
 impl Drop for KernelClient {
@@ -71,14 +77,26 @@ impl KernelClient {
             return None; // Bytes read ahead of login stay on the user-space path.
         }
         match kernel.fast.add_client(tcp, kernel.index, message_max, kernel.params_id(wanted)) {
-            Ok(slot) => Some(KernelClient {
-                fast: kernel.fast.clone(),
-                slot,
-                base: client.buffer.committed(),
-                raw_left: 0,
-                armed: true,
-                server_hung_up: kernel.watch(slot),
-            }),
+            Ok(slot) => {
+                let signals = kernel.watch(slot);
+                let may_park = kernel
+                    .fast
+                    .watch_hangup(tcp, slot)
+                    .map_err(|error| {
+                        tracing::debug!(%error, "cannot watch the client's hang-ups: it is never parked");
+                    })
+                    .is_ok();
+                Some(KernelClient {
+                    fast: kernel.fast.clone(),
+                    slot,
+                    base: client.buffer.committed(),
+                    raw_left: 0,
+                    armed: true,
+                    server_hung_up: signals.server_hung_up,
+                    passed: signals.passed,
+                    may_park,
+                })
+            }
             Err(error) => {
                 tracing::debug!(%error, "client stays in user space");
                 None
@@ -153,23 +171,59 @@ impl Session {
     async fn rearm_or_read(&mut self, client: &mut ClientSide) -> Result<bool, PoolerError> {
         let read = client.buffer.committed() - self.kernel_client().base;
         self.publish_params();
+        let park = self.should_park(client);
         let kernel = self.kernel_client();
+        // Marked before the gate opens, so the pass that closes it is announced.
+        kernel.fast.park_client(kernel.slot, park);
         if kernel.fast.rearm(kernel.slot, read) {
             kernel.armed = true;
-            return self.wait_for_passed(client).await.map(|more| more || !client.buffer.is_empty());
+            let parked = park && park_stream(&mut client.stream);
+            let waited = self.wait_for_passed(client, parked).await;
+            let kernel = self.kernel_client();
+            kernel.fast.park_client(kernel.slot, false);
+            return waited.map(|more| more || !client.buffer.is_empty());
         }
+        kernel.fast.park_client(kernel.slot, false);
         let count = read_some(&mut client.stream, &mut client.buffer).await.map_err(PoolerError::ClientIo)?;
         Ok(count > 0)
     }
 
-    /// With the gate open: waits for bytes the kernel passes. Traffic the kernel forwards counts
-    /// as activity for `client_idle_timeout`; a link held with every request answered is a
-    /// transaction left open, subject to `idle_transaction_timeout`.
-    async fn wait_for_passed(&mut self, client: &mut ClientSide) -> Result<bool, PoolerError> {
+    /// Park the client's socket while its gate is open only in a pool where no client queued
+    /// for a while ([`KernelPool::clients_may_park`]): then its requests find free servers in the
+    /// kernel. In a busy pool most requests pass, and each would cost an unpark and a park.
+    fn should_park(&self, client: &ClientSide) -> bool {
+        let (Some(kernel), Some(pool)) = (self.kernel.as_ref(), self.pool.kernel()) else { return false };
+        kernel.may_park && matches!(client.stream, Stream::Plain(_) | Stream::Parked(_)) && pool.clients_may_park()
+    }
+
+    /// Parks the client while its gate is open (the pool turned quiet while it waited): marked
+    /// first, then the gate checked, so a pass either found the mark (and is announced) or
+    /// closed the gate before it (and the socket, still in its reactor, is read as usual).
+    fn park_open_gate(&mut self, client: &mut ClientSide) -> bool {
+        if !self.should_park(client) {
+            return false;
+        }
+        let kernel = self.kernel_client();
+        kernel.fast.park_client(kernel.slot, true);
+        if kernel.fast.gate_open(kernel.slot) && park_stream(&mut client.stream) {
+            return true;
+        }
+        kernel.fast.park_client(kernel.slot, false);
+        false
+    }
+
+    /// With the gate open: waits for bytes the kernel passes (on the socket, or parked: on the
+    /// ring's announcement; the next read puts the socket back in the reactor). Traffic the
+    /// kernel forwards counts as activity for `client_idle_timeout`; a link held with every
+    /// request answered is a transaction left open, subject to `idle_transaction_timeout`.
+    async fn wait_for_passed(&mut self, client: &mut ClientSide, mut parked: bool) -> Result<bool, PoolerError> {
         let (idle_ms, open_ms) = (self.limits.client_idle_timeout_ms, self.limits.idle_transaction_timeout_ms);
         let shortest = [idle_ms, open_ms].into_iter().filter(|&ms| ms > 0).min();
         let tick = shortest.map(|ms| Duration::from_millis((ms / 4).max(1)));
         let hung_up = self.kernel_client().server_hung_up.clone();
+        let passed = self.kernel_client().passed.clone();
+        let pool = self.pool.clone();
+        let park_allowed = pool.kernel().map(|kernel| kernel.park_allowed());
         let mut seen = self.kernel_activity();
         let mut quiet_since = Instant::now();
         loop {
@@ -177,10 +231,18 @@ impl Session {
                 return Ok(tag != b'X'); // A request, or Terminate: the client is leaving.
             }
             tokio::select! {
-                read = read_some(&mut client.stream, &mut client.buffer) => {
+                read = read_some(&mut client.stream, &mut client.buffer), if !parked => {
                     if read.map_err(PoolerError::ClientIo)? == 0 {
                         return Ok(false);
                     }
+                }
+                _ = passed.notified(), if parked => {
+                    let kernel = self.kernel_client();
+                    kernel.fast.park_client(kernel.slot, false);
+                    parked = false;
+                }
+                _ = notified_or_never(park_allowed), if !parked => {
+                    parked = self.park_open_gate(client);
                 }
                 _ = hung_up.notified() => return Err(PoolerError::ServerIo(std::io::ErrorKind::ConnectionReset.into())),
                 _ = sleep_until(tick.map(|tick| Instant::now() + tick)) => {
@@ -330,7 +392,8 @@ impl Session {
             let kernel = self.kernel.as_ref().expect("kernel session");
             if let Some(slot) = kernel.fast.unlink_answered(kernel.slot) {
                 let pool = self.pool.kernel().ok_or(PoolerError::ServerTerminated)?;
-                return pool.take(slot).ok_or(PoolerError::ServerTerminated);
+                let server = pool.take(slot).ok_or(PoolerError::ServerTerminated)?;
+                return server.rehome(self.shard).map_err(PoolerError::ServerIo);
             }
             if kernel.fast.link(kernel.slot).is_none() {
                 return self.acquire().await; // Released meanwhile: a fresh transaction.
@@ -428,6 +491,29 @@ fn single_autocommit_statement(batch: &[u8]) -> bool {
     });
     let end = sql.iter().rposition(|&b| !(b == b';' || b.is_ascii_whitespace())).map_or(0, |last| last + 1);
     starts_well && !sql[..end].contains(&b';')
+}
+
+async fn notified_or_never(notify: Option<&Notify>) {
+    match notify {
+        Some(notify) => notify.notified().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Takes the client's socket out of its shard's reactor (see [`Stream::Parked`]). False if it
+/// stays in (the reactor refused: then the socket is lost and the session's next read fails).
+fn park_stream(stream: &mut Stream) -> bool {
+    let taken = std::mem::replace(stream, Stream::Parked(None));
+    match taken.park() {
+        Ok(parked) => {
+            *stream = parked;
+            true
+        }
+        Err(error) => {
+            tracing::debug!(%error, "could not park a client socket");
+            false
+        }
+    }
 }
 
 /// Writes all of `bytes` to a server socket the kernel also writes to (through its redirect
