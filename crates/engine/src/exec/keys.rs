@@ -70,6 +70,16 @@ impl<T: Copy, K: Eq + std::hash::Hash> FirstSeenCodes<T, K> {
     }
 }
 
+/// The codes of a numeric or interval key column, locked (a worker that panicked holding them
+/// left them whole: each change is one insert and one push).
+fn locked<'a, T, K>(
+    codes: &'a Option<Mutex<FirstSeenCodes<T, K>>>,
+    kind: &str,
+) -> std::sync::MutexGuard<'a, FirstSeenCodes<T, K>> {
+    let codes = codes.as_ref().unwrap_or_else(|| panic!("{kind} keys have codes"));
+    codes.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 /// A dictionary (kept alive) and its codes' interned codes.
 type Translation = (Arc<Dictionary>, Vec<u32>);
 
@@ -116,19 +126,11 @@ impl KeyEncoder {
                 Data::I64(v) => v.iter().enumerate().for_each(|(r, &x)| out[slot(r)] = x as u64),
                 Data::F64(v) => v.iter().enumerate().for_each(|(r, &x)| out[slot(r)] = (x + 0.0).to_bits()),
                 Data::Numeric(v) => {
-                    let mut codes = self.numerics[k]
-                        .as_ref()
-                        .expect("numeric keys have codes")
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner());
+                    let mut codes = locked(&self.numerics[k], "numeric");
                     v.iter().enumerate().for_each(|(r, &x)| out[slot(r)] = u64::from(codes.code(x, x.normalized())));
                 }
                 Data::Interval(v) => {
-                    let mut codes = self.intervals[k]
-                        .as_ref()
-                        .expect("interval keys have codes")
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner());
+                    let mut codes = locked(&self.intervals[k], "interval");
                     v.iter().enumerate().for_each(|(r, &x)| out[slot(r)] = u64::from(codes.code(x, x.span_micros())));
                 }
                 Data::Text(codes, dictionary) => {
@@ -225,19 +227,11 @@ impl KeyEncoder {
                 Data::Text(column.map(|w| w as u32).collect(), self.output_dictionary(key))
             }
             DataType::Numeric => {
-                let codes = self.numerics[key]
-                    .as_ref()
-                    .expect("numeric keys have codes")
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner());
+                let codes = locked(&self.numerics[key], "numeric");
                 Data::Numeric(column.map(|w| codes.first.get(w as usize).copied().unwrap_or(Numeric::ZERO)).collect())
             }
             DataType::Interval => {
-                let codes = self.intervals[key]
-                    .as_ref()
-                    .expect("interval keys have codes")
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner());
+                let codes = locked(&self.intervals[key], "interval");
                 Data::Interval(column.map(|w| codes.first.get(w as usize).copied().unwrap_or(Interval::ZERO)).collect())
             }
         };

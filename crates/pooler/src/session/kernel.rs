@@ -8,8 +8,9 @@
 //! - **serve**: otherwise the transaction runs in user space with the ordinary relay (a server
 //!   the kernel had linked is taken back once every request on it is answered);
 //! - **re-arm** when every passed byte is read and handled, so the paths never reorder bytes;
-//!   with no client waiting in the pool the socket is then parked (out of the shard's reactor,
-//!   which every forwarded byte would wake) until the kernel announces a pass or a hang-up.
+//!   in a pool where no client queued for a maintenance tick the socket is then parked (out of
+//!   the shard's reactor, which every forwarded byte would wake) until the kernel announces a
+//!   pass or the client hangs up.
 
 use std::os::fd::RawFd;
 use std::sync::atomic::Ordering;
