@@ -58,12 +58,13 @@ impl Stream {
     }
 
     /// Takes a plaintext socket out of its reactor (one `epoll_ctl`); any other stream stays
-    /// as it is. Fails only if the reactor refused, and then the socket is closed.
-    pub fn park(self) -> io::Result<Stream> {
-        match self {
-            Stream::Plain(stream) => Ok(Stream::Parked(Some(stream.into_std()?))),
-            other => Ok(other),
+    /// as it is. Fails only if the reactor refused, and then the socket is closed (`Parked(None)`).
+    pub fn park(&mut self) -> io::Result<()> {
+        if let Stream::Plain(_) = self {
+            let Stream::Plain(stream) = std::mem::replace(self, Stream::Parked(None)) else { unreachable!() };
+            *self = Stream::Parked(Some(stream.into_std()?));
         }
+        Ok(())
     }
 
     /// Registers a parked socket with the runtime this runs on (one `epoll_ctl`; the fresh

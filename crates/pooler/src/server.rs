@@ -330,14 +330,9 @@ impl ServerConn {
     /// Takes the socket out of its shard's reactor while the kernel fast path moves its bytes
     /// (see [`bypass_frontdoor::stream::Stream::Parked`]); `home` stays where it last was, so a
     /// server taken back there costs no move. `None`: the reactor refused, the server is closed.
-    pub fn park(self: Box<Self>) -> Option<Box<ServerConn>> {
-        let mut server = self;
-        let stream = std::mem::replace(&mut server.stream, Stream::Parked(None));
-        match stream.park() {
-            Ok(parked) => {
-                server.stream = parked;
-                Some(server)
-            }
+    pub fn park(mut self: Box<Self>) -> Option<Box<ServerConn>> {
+        match self.stream.park() {
+            Ok(()) => Some(self),
             Err(error) => {
                 tracing::debug!(%error, "could not park a server socket; closing it");
                 None

@@ -172,7 +172,7 @@ impl Session {
     async fn rearm_or_read(&mut self, client: &mut ClientSide) -> Result<bool, PoolerError> {
         let read = client.buffer.committed() - self.kernel_client().base;
         self.publish_params();
-        let park = self.should_park(client);
+        let park = self.should_park();
         let kernel = self.kernel_client();
         // Marked before the gate opens, so the pass that closes it is announced.
         kernel.fast.park_client(kernel.slot, park);
@@ -192,16 +192,16 @@ impl Session {
     /// Park the client's socket while its gate is open only in a pool where no client queued
     /// for a while ([`KernelPool::clients_may_park`]): then its requests find free servers in the
     /// kernel. In a busy pool most requests pass, and each would cost an unpark and a park.
-    fn should_park(&self, client: &ClientSide) -> bool {
+    fn should_park(&self) -> bool {
         let (Some(kernel), Some(pool)) = (self.kernel.as_ref(), self.pool.kernel()) else { return false };
-        kernel.may_park && matches!(client.stream, Stream::Plain(_) | Stream::Parked(_)) && pool.clients_may_park()
+        kernel.may_park && pool.clients_may_park()
     }
 
     /// Parks the client while its gate is open (the pool turned quiet while it waited): marked
     /// first, then the gate checked, so a pass either found the mark (and is announced) or
     /// closed the gate before it (and the socket, still in its reactor, is read as usual).
     fn park_open_gate(&mut self, client: &mut ClientSide) -> bool {
-        if !self.should_park(client) {
+        if !self.should_park() {
             return false;
         }
         let kernel = self.kernel_client();
@@ -504,17 +504,7 @@ async fn notified_or_never(notify: Option<&Notify>) {
 /// Takes the client's socket out of its shard's reactor (see [`Stream::Parked`]). False if it
 /// stays in (the reactor refused: then the socket is lost and the session's next read fails).
 fn park_stream(stream: &mut Stream) -> bool {
-    let taken = std::mem::replace(stream, Stream::Parked(None));
-    match taken.park() {
-        Ok(parked) => {
-            *stream = parked;
-            true
-        }
-        Err(error) => {
-            tracing::debug!(%error, "could not park a client socket");
-            false
-        }
-    }
+    stream.park().map_err(|error| tracing::debug!(%error, "could not park a client socket")).is_ok()
 }
 
 /// Writes all of `bytes` to a server socket the kernel also writes to (through its redirect
